@@ -1,0 +1,223 @@
+"""How users define actors: :class:`Actor`, :func:`action`, :func:`queue_handler`.
+
+Pure Python: nothing here touches Django, so actor modules import cheaply.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar, overload
+
+from ..exceptions import InvalidArgs
+
+__all__ = ["Actor", "HandlerSpec", "action", "queue_handler"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ACTION_MARK = "_rivet_action_name"
+_QUEUE_MARK = "_rivet_queue_name"
+NAME_MAX_LENGTH = 64
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+
+# Every Actor subclass, in definition order; autodiscovery registers the ones
+# defined in an app's actors.py.
+defined_classes: list[type[Actor]] = []
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """An action or queue handler, with what argument checks need."""
+
+    wire_name: str
+    attribute: str
+    signature: inspect.Signature
+    is_async: bool
+    hints: dict[str, Any]
+
+    def check_args(self, args: Any) -> None:
+        """Raise ``request/invalid_args`` unless ``args`` fit the signature."""
+        if not isinstance(args, list | tuple):
+            raise InvalidArgs("args must be a list")
+        try:
+            bound = self.signature.bind(None, None, *args)
+        except TypeError as exc:
+            raise InvalidArgs(f"Invalid arguments for {self.wire_name!r}: {exc}") from exc
+        for name, value in list(bound.arguments.items())[2:]:
+            hint = self.hints.get(name)
+            if hint is not None and not _matches(value, hint):
+                raise InvalidArgs(
+                    f"Argument {name!r} of {self.wire_name!r} must be {_describe(hint)}",
+                    metadata={"argument": name},
+                )
+
+
+_SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
+    str: (str,),
+    bytes: (bytes,),
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+    list: (list, tuple),
+    dict: (dict,),
+    type(None): (type(None),),
+}
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Check ``value`` against simple builtin annotations; accept the rest."""
+    if hint is Any or hint is inspect.Parameter.empty:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if origin is not None:
+        hint = origin
+    if hint is None:
+        hint = type(None)
+    allowed = _SIMPLE_TYPES.get(hint)
+    if allowed is None:
+        return True
+    if hint in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, allowed)
+
+
+def _describe(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint)
+
+
+@overload
+def action(func: F, /) -> F: ...
+@overload
+def action(*, name: str | None = None) -> Callable[[F], F]: ...
+def action(func: F | None = None, /, *, name: str | None = None) -> Any:
+    """Mark a method as an action; ``name`` overrides its wire name."""
+
+    def mark(function: F) -> F:
+        setattr(function, _ACTION_MARK, name or function.__name__)
+        return function
+
+    return mark(func) if func is not None else mark
+
+
+def queue_handler(queue: str) -> Callable[[F], F]:
+    """Mark a method as the handler of the actor's queue ``queue``."""
+
+    def mark(function: F) -> F:
+        setattr(function, _QUEUE_MARK, queue)
+        return function
+
+    return mark
+
+
+def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> HandlerSpec:
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # unresolvable forward references: skip type checks
+        hints = {}
+    hints.pop("return", None)
+    return HandlerSpec(
+        wire_name=wire_name,
+        attribute=attribute,
+        signature=inspect.signature(function),
+        is_async=inspect.iscoroutinefunction(function),
+        hints=hints,
+    )
+
+
+def default_name(cls: type) -> str:
+    """Return the default registry name: class name, first letter lowercased."""
+    return cls.__name__[:1].lower() + cls.__name__[1:]
+
+
+class Actor:
+    """Base class of actors; subclass it in an app's ``actors.py``.
+
+    Attributes set on ``self`` are ephemeral (per process); persisted data
+    lives in ``ctx.state`` and ``ctx.kv``. Every hook may be sync or async.
+    """
+
+    name: ClassVar[str] = "actor"
+    abstract: ClassVar[bool] = True
+    initial_state: ClassVar[Any] = None
+
+    actions: ClassVar[dict[str, HandlerSpec]] = {}
+    queue_handlers: ClassVar[dict[str, HandlerSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "abstract" not in cls.__dict__:
+            cls.abstract = False
+        if "name" not in cls.__dict__:
+            cls.name = default_name(cls)
+        actions: dict[str, HandlerSpec] = {}
+        queues: dict[str, HandlerSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for attribute, value in vars(klass).items():
+                function = value
+                if isinstance(value, staticmethod | classmethod):
+                    continue
+                if hasattr(function, _ACTION_MARK):
+                    wire = getattr(function, _ACTION_MARK)
+                    actions = {k: v for k, v in actions.items() if v.attribute != attribute}
+                    actions[wire] = _spec(attribute, function, wire)
+                if hasattr(function, _QUEUE_MARK):
+                    queue = getattr(function, _QUEUE_MARK)
+                    queues[queue] = _spec(attribute, function, queue)
+        cls.actions = actions
+        cls.queue_handlers = queues
+        defined_classes.append(cls)
+
+    # -- state ------------------------------------------------------------
+    def create_state(self, ctx: Any, input: Any) -> Any:
+        """Return the initial state (default: a deep copy of initial_state)."""
+        return copy.deepcopy(self.initial_state)
+
+    # -- lifecycle hooks (no-ops unless overridden) -----------------------
+    def on_create(self, ctx: Any, input: Any) -> Any:
+        """Run once, after the state exists."""
+
+    def on_wake(self, ctx: Any) -> Any:
+        """Run each time a process loads the actor."""
+
+    def on_sleep(self, ctx: Any) -> Any:
+        """Run (best effort) when a process evicts the actor."""
+
+    def on_destroy(self, ctx: Any) -> Any:
+        """Run when the actor is destroyed."""
+
+    def on_state_change(self, ctx: Any, state: Any) -> Any:
+        """Run after an invocation changed the state."""
+
+    def on_auth(self, ctx: Any, info: Any) -> Any:
+        """Raise to refuse an HTTP call or WebSocket connection."""
+
+    def on_before_connect(self, ctx: Any, params: Any) -> Any:
+        """Raise to refuse a WebSocket connection."""
+
+    def create_conn_state(self, ctx: Any, params: Any) -> Any:
+        """Return the initial persisted state of a new connection."""
+        return None
+
+    def on_connect(self, ctx: Any, conn: Any) -> Any:
+        """Run after a connection is accepted."""
+
+    def on_disconnect(self, ctx: Any, conn: Any) -> Any:
+        """Run after a connection went away."""
+
+    def on_request(self, ctx: Any, request: Any) -> Any:
+        """Answer a raw HTTP request with an ``HttpResponse``."""
+        from ..exceptions import ActionNotFound
+
+        raise ActionNotFound("This actor does not handle raw requests")
+
+    @classmethod
+    def overrides(cls, hook: str) -> bool:
+        """Tell whether the class overrides the hook ``hook`` of Actor."""
+        return getattr(cls, hook) is not getattr(Actor, hook)

@@ -1,0 +1,180 @@
+"""System checks of django-rivet (documented in docs/checks.md).
+
+Messages are module constants so tests compare them by equality.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from .conf import DEFAULTS, rivet_settings
+
+E001 = "Unknown RIVET setting {key!r}."
+E001_HINT = "Valid settings: {valid}."
+E002 = "django-rivet needs 'channels' in INSTALLED_APPS."
+E002_HINT = "Add 'daphne' and 'channels' to INSTALLED_APPS."
+E003 = "RIVET['CHANNEL_LAYER'] names {alias!r}, which CHANNEL_LAYERS does not define."
+E003_HINT = "Define CHANNEL_LAYERS[{alias!r}] or change RIVET['CHANNEL_LAYER']."
+E004 = "RIVET[{key!r}] must be {expected}."
+E004_HINT = "See docs/settings.md for the default and meaning of each setting."
+E101 = "Actor name {name!r} is defined by both {first} and {second}."
+E101_HINT = "Give one of the classes a different `name`."
+E102 = "Actor name {name!r} of {cls} is invalid."
+E102_HINT = (
+    "Names are 1-64 characters: a letter, then letters, digits, '_', '-' or '.'."
+)
+W001 = "The channel layer {alias!r} is in-memory: broadcasts do not cross processes."
+W001_HINT = "Use channels_redis.core.RedisChannelLayer in production."
+W002 = "Celery runs tasks eagerly: schedules and workflow sleeps ignore their ETA."
+W002_HINT = "Unset CELERY_TASK_ALWAYS_EAGER in production."
+W003 = "RIVET['EMBEDDED_WORKER'] is on: the web process runs schedules and workflows."
+W003_HINT = "Run Celery workers (with beat for rivet.sweep) and turn it off."
+
+_POSITIVE_NUMBERS = (
+    "ACTION_TIMEOUT",
+    "SLEEP_TIMEOUT",
+    "SWEEP_INTERVAL",
+    "WORKFLOW_LEASE_SECONDS",
+    "WORKFLOW_POLL_INTERVAL",
+)
+_POSITIVE_INTEGERS = (
+    "MAX_INCOMING_MESSAGE_BYTES",
+    "MAX_HTTP_BODY_BYTES",
+    "MAX_OUTGOING_MESSAGE_BYTES",
+    "EVENT_LOG_SIZE",
+)
+_BOOLEANS = ("EXPOSE_ERRORS", "EMBEDDED_WORKER", "KV_ATOMIC_FLUSH")
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check the RIVET dict: unknown keys and value types."""
+    errors: list[Any] = []
+    valid = ", ".join(sorted(DEFAULTS))
+    for key in rivet_settings.unknown_keys():
+        errors.append(
+            Error(
+                E001.format(key=key),
+                hint=E001_HINT.format(valid=valid),
+                obj="settings.RIVET",
+                id="rivet.E001",
+            )
+        )
+    user = rivet_settings.user_settings
+
+    def bad(key: str, expected: str) -> None:
+        errors.append(
+            Error(
+                E004.format(key=key, expected=expected),
+                hint=E004_HINT,
+                obj="settings.RIVET",
+                id="rivet.E004",
+            )
+        )
+
+    for key in _POSITIVE_NUMBERS:
+        value = user.get(key, DEFAULTS[key])
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            bad(key, "a positive number")
+    for key in _POSITIVE_INTEGERS:
+        value = user.get(key, DEFAULTS[key])
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            bad(key, "a positive integer")
+    for key in _BOOLEANS:
+        if not isinstance(user.get(key, DEFAULTS[key]), bool):
+            bad(key, "True or False")
+    origins = user.get("ALLOWED_ORIGINS")
+    if origins is not None and (
+        not isinstance(origins, list | tuple) or not all(isinstance(o, str) for o in origins)
+    ):
+        bad("ALLOWED_ORIGINS", "None or a list of origin strings")
+    return errors
+
+
+@register(Tags.compatibility)
+def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check that channels is installed and the channel layer alias exists."""
+    errors: list[Any] = []
+    if not apps.is_installed("channels"):
+        errors.append(Error(E002, hint=E002_HINT, obj="settings.INSTALLED_APPS", id="rivet.E002"))
+    alias = rivet_settings.CHANNEL_LAYER
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if alias not in layers:
+        errors.append(
+            Error(
+                E003.format(alias=alias),
+                hint=E003_HINT.format(alias=alias),
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.E003",
+            )
+        )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check actor names: valid, and not defined twice."""
+    from .actors import registry
+    from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
+
+    errors: list[Any] = []
+    for name, first, second in registry.conflicts:
+        errors.append(
+            Error(
+                E101.format(
+                    name=name,
+                    first=f"{first.__module__}.{first.__qualname__}",
+                    second=f"{second.__module__}.{second.__qualname__}",
+                ),
+                hint=E101_HINT,
+                obj=second,
+                id="rivet.E101",
+            )
+        )
+    for name, cls in registry.all_actors().items():
+        if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
+            errors.append(
+                Error(
+                    E102.format(name=name, cls=f"{cls.__module__}.{cls.__qualname__}"),
+                    hint=E102_HINT,
+                    obj=cls,
+                    id="rivet.E102",
+                )
+            )
+    return errors
+
+
+@register(Tags.compatibility, deploy=True)
+def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn about development-only configuration in a deployment."""
+    warnings: list[Any] = []
+    alias = rivet_settings.CHANNEL_LAYER
+    backend = (getattr(settings, "CHANNEL_LAYERS", None) or {}).get(alias, {}).get("BACKEND", "")
+    if backend.endswith("InMemoryChannelLayer"):
+        warnings.append(
+            Warning(
+                W001.format(alias=alias),
+                hint=W001_HINT,
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.W001",
+            )
+        )
+    if _celery_eager():
+        warnings.append(Warning(W002, hint=W002_HINT, obj="celery", id="rivet.W002"))
+    if rivet_settings.EMBEDDED_WORKER:
+        warnings.append(Warning(W003, hint=W003_HINT, obj="settings.RIVET", id="rivet.W003"))
+    return warnings
+
+
+def _celery_eager() -> bool:
+    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+        return True
+    try:
+        from celery import current_app
+    except ImportError:  # pragma: no cover - celery is a dependency
+        return False
+    return bool(current_app.conf.task_always_eager)

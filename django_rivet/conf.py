@@ -1,0 +1,105 @@
+"""Settings of django-rivet, read through :data:`rivet_settings`.
+
+Projects configure the app with one dict, ``settings.RIVET``. Reads are lazy
+(never at import time) and the cache is dropped on ``setting_changed``, so
+``override_settings(RIVET=...)`` works in tests. Unknown keys are reported by
+the system check ``rivet.E001`` rather than raised here, so a typo shows up in
+``manage.py check`` with a hint instead of as a crash at first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+__all__ = ["DEFAULTS", "RivetSettings", "rivet_settings"]
+
+DEFAULTS: dict[str, Any] = {
+    # Seconds an invocation may run before it is rolled back with
+    # actor/action_timeout.
+    "ACTION_TIMEOUT": 60,
+    # Seconds an actor instance may sit idle in a process before it is evicted
+    # (its on_sleep hook runs); ephemeral attributes are rebuilt on next load.
+    "SLEEP_TIMEOUT": 30,
+    # Largest WebSocket frame accepted, checked before decoding.
+    "MAX_INCOMING_MESSAGE_BYTES": 65536,
+    # Largest HTTP request body accepted (bounds `input` too), checked before
+    # reading the body.
+    "MAX_HTTP_BODY_BYTES": 1048576,
+    # Largest response or frame the server sends.
+    "MAX_OUTGOING_MESSAGE_BYTES": 1048576,
+    # When True, internal errors carry the exception text to clients.
+    # Development only.
+    "EXPOSE_ERRORS": False,
+    # Alias in CHANNEL_LAYERS used for broadcasts and connection messages.
+    "CHANNEL_LAYER": "default",
+    # Seconds between sweeps (lost schedules, expired workflow leases, stale
+    # connections). Use it for the Celery beat entry of rivet.sweep.
+    "SWEEP_INTERVAL": 5,
+    # Events kept per actor for replay after a reconnect (?since=<seq>).
+    "EVENT_LOG_SIZE": 1000,
+    # True: the web process itself fires due schedules/cron/queues and runs
+    # workflows (single-process development). A deploy check warns about it.
+    "EMBEDDED_WORKER": False,
+    # Seconds a worker's claim on a workflow lasts without a heartbeat.
+    "WORKFLOW_LEASE_SECONDS": 30,
+    # Seconds; sleeps shorter than this wait in memory instead of yielding.
+    "WORKFLOW_POLL_INTERVAL": 0.1,
+    # True: a workflow flush is one database transaction (an oversized flush
+    # is rejected) instead of chunks of <= 128 writes.
+    "KV_ATOMIC_FLUSH": False,
+    # Origins allowed to open WebSockets, e.g. ["https://app.example.com"].
+    # None: derived from ALLOWED_HOSTS.
+    "ALLOWED_ORIGINS": None,
+}
+
+
+class RivetSettings:
+    """Lazy, cached view of ``settings.RIVET`` over :data:`DEFAULTS`."""
+
+    def __init__(self, defaults: dict[str, Any] | None = None) -> None:
+        self.defaults = defaults if defaults is not None else DEFAULTS
+        self._cached: set[str] = set()
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        """Return the project's ``RIVET`` dict (empty when unset)."""
+        if not hasattr(self, "_user_settings"):
+            value = getattr(settings, "RIVET", None) or {}
+            if not isinstance(value, dict):
+                raise ImproperlyConfigured("settings.RIVET must be a dict.")
+            self._user_settings = value
+        return self._user_settings
+
+    def unknown_keys(self) -> list[str]:
+        """Return the keys of ``settings.RIVET`` that are not settings."""
+        return sorted(set(self.user_settings) - set(self.defaults))
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr not in self.defaults:
+            raise AttributeError(f"Invalid django-rivet setting: {attr!r}")
+        value = self.user_settings.get(attr, self.defaults[attr])
+        self._cached.add(attr)
+        setattr(self, attr, value)
+        return value
+
+    def reload(self) -> None:
+        """Forget cached values so the next read sees current settings."""
+        for attr in self._cached:
+            delattr(self, attr)
+        self._cached.clear()
+        if hasattr(self, "_user_settings"):
+            del self._user_settings
+
+
+rivet_settings = RivetSettings()
+
+
+@receiver(setting_changed)
+def _reload_rivet_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RIVET":
+        rivet_settings.reload()
