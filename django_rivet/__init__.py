@@ -86,7 +86,9 @@ def __getattr__(name: str) -> Any:
     try:
         module_name, attribute = _LAZY_ATTRIBUTES[name]
     except KeyError:
-        raise AttributeError(f"module 'django_rivet' has no attribute {name!r}") from None
+        raise AttributeError(
+            f"module 'django_rivet' has no attribute {name!r}"
+        ) from None
     module = importlib.import_module(module_name)
     value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value

@@ -89,7 +89,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             bad(key, "True or False")
     origins = user.get("ALLOWED_ORIGINS")
     if origins is not None and (
-        not isinstance(origins, list | tuple) or not all(isinstance(o, str) for o in origins)
+        not isinstance(origins, list | tuple)
+        or not all(isinstance(o, str) for o in origins)
     ):
         bad("ALLOWED_ORIGINS", "None or a list of origin strings")
     return errors
@@ -100,7 +101,9 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check that channels is installed and the channel layer alias exists."""
     errors: list[Any] = []
     if not apps.is_installed("channels"):
-        errors.append(Error(E002, hint=E002_HINT, obj="settings.INSTALLED_APPS", id="rivet.E002"))
+        errors.append(
+            Error(E002, hint=E002_HINT, obj="settings.INSTALLED_APPS", id="rivet.E002")
+        )
     alias = rivet_settings.CHANNEL_LAYER
     layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
     if alias not in layers:
@@ -153,7 +156,11 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Warn about development-only configuration in a deployment."""
     warnings: list[Any] = []
     alias = rivet_settings.CHANNEL_LAYER
-    backend = (getattr(settings, "CHANNEL_LAYERS", None) or {}).get(alias, {}).get("BACKEND", "")
+    backend = (
+        (getattr(settings, "CHANNEL_LAYERS", None) or {})
+        .get(alias, {})
+        .get("BACKEND", "")
+    )
     if backend.endswith("InMemoryChannelLayer"):
         warnings.append(
             Warning(
@@ -166,7 +173,9 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if _celery_eager():
         warnings.append(Warning(W002, hint=W002_HINT, obj="celery", id="rivet.W002"))
     if rivet_settings.EMBEDDED_WORKER:
-        warnings.append(Warning(W003, hint=W003_HINT, obj="settings.RIVET", id="rivet.W003"))
+        warnings.append(
+            Warning(W003, hint=W003_HINT, obj="settings.RIVET", id="rivet.W003")
+        )
     return warnings
 
 

@@ -78,7 +78,9 @@ class VirtualClock:
         self._now = float(start)
         self._lock = threading.Lock()
         # Waiters from any event loop: (deadline, loop, future).
-        self._waiters: list[tuple[float, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[
+            tuple[float, asyncio.AbstractEventLoop, asyncio.Future]
+        ] = []
 
     def now(self) -> float:
         """Return the virtual time in epoch seconds."""

@@ -116,7 +116,9 @@ def cbor_dumps(value: Any) -> bytes:
         raise TypeError(f"Value is not CBOR-serializable: {exc}") from exc
 
 
-def cbor_loads(data: bytes | bytearray | memoryview, *, max_depth: int = MAX_DEPTH) -> Any:
+def cbor_loads(
+    data: bytes | bytearray | memoryview, *, max_depth: int = MAX_DEPTH
+) -> Any:
     """Decode one CBOR item from untrusted bytes, refusing trailing data."""
     buffer = io.BytesIO(bytes(data))
     try:
@@ -155,7 +157,10 @@ def _json_default(value: Any) -> Any:
 def json_dumps(value: Any) -> str:
     """Encode ``value`` as compact JSON (datetimes as ISO 8601 strings)."""
     return json.dumps(
-        value, default=_json_default, separators=(",", ":"), ensure_ascii=False,
+        value,
+        default=_json_default,
+        separators=(",", ":"),
+        ensure_ascii=False,
         allow_nan=False,
     )
 

@@ -37,7 +37,9 @@ DISCONNECT_MESSAGE = "rivet.disconnect"
 def actor_group(actor_id: uuid.UUID | str) -> str:
     """Return the channel-layer group of an actor's connections."""
     # channels_redis accepts ASCII alphanumerics, '-', '_' and '.', < 100 chars.
-    hex_id = actor_id.hex if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id).hex
+    hex_id = (
+        actor_id.hex if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id).hex
+    )
     return f"rivet.actor.{hex_id}"
 
 

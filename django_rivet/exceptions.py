@@ -48,7 +48,11 @@ class RivetError(Exception):
     default_message: str = "An error occurred"
 
     def __init__(
-        self, message: str | None = None, *, metadata: Any = None, code: str | None = None
+        self,
+        message: str | None = None,
+        *,
+        metadata: Any = None,
+        code: str | None = None,
     ) -> None:
         self.message = message if message is not None else self.default_message
         self.metadata = metadata

@@ -78,7 +78,9 @@ class ActorKV(models.Model):
         verbose_name_plural = "actor KV entries"
         constraints = [
             # Also the index that serves ordered prefix and range scans.
-            models.UniqueConstraint(fields=["actor", "key"], name="rivet_actorkv_unique_key"),
+            models.UniqueConstraint(
+                fields=["actor", "key"], name="rivet_actorkv_unique_key"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -89,7 +91,9 @@ class Connection(models.Model):
     """A live WebSocket connection to an actor, in whichever process holds it."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    actor = models.ForeignKey(Actor, on_delete=models.CASCADE, related_name="connections")
+    actor = models.ForeignKey(
+        Actor, on_delete=models.CASCADE, related_name="connections"
+    )
     # Channel-layer name of the consumer holding the socket.
     channel_name = models.CharField(max_length=255)
     # Identifies the process, for the liveness sweep of crashed processes.
@@ -122,7 +126,9 @@ class ActorEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["actor", "seq"], name="rivet_actorevent_unique_seq"),
+            models.UniqueConstraint(
+                fields=["actor", "seq"], name="rivet_actorevent_unique_seq"
+            ),
         ]
         ordering = ["actor", "seq"]
 

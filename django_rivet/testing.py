@@ -7,7 +7,6 @@ provides the ``rivet_clock`` fixture.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from .actors.registry import register_temporarily
 from .clock import VirtualClock, freeze_time
@@ -44,4 +43,3 @@ else:
             yield clock
 
     __all__ += ["rivet_clock"]
-

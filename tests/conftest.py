@@ -17,3 +17,35 @@ def _fresh_actor_cache():
     reset_actor_cache()
     yield
     reset_actor_cache()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--db-only",
+        action="store_true",
+        help="Run only the tests that use the database (the PostgreSQL leg).",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--db-only"):
+        return
+    db_fixtures = {"db", "transactional_db", "django_db_setup", "live_server"}
+    keep, drop = [], []
+    for item in items:
+        uses_db = item.get_closest_marker("django_db") is not None or bool(
+            db_fixtures & set(getattr(item, "fixturenames", ()))
+        )
+        (keep if uses_db else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A real redis-server on loopback for the whole session."""
+    from tests.servers import redis_server
+
+    with redis_server() as url:
+        yield url

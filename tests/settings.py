@@ -87,11 +87,30 @@ else:
                 "init_command": "PRAGMA journal_mode=WAL;",
             },
             # A file, not :memory:, so spawned processes share the test DB.
-            "TEST": {"NAME": os.path.join(_test_db_dir, f"rivet-test-{os.getpid()}.sqlite3")},
+            "TEST": {
+                "NAME": os.path.join(_test_db_dir, f"rivet-test-{os.getpid()}.sqlite3")
+            },
         }
     }
 
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Servers started by the tests (daphne, Celery workers) run in subprocesses
+# against the test database the pytest process created.
+if os.environ.get("RIVET_SERVER_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["RIVET_SERVER_DB_NAME"]
+
+REDIS_URL = os.environ.get("RIVET_TEST_REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"
+CELERY_TASK_IGNORE_RESULT = True
 
 RIVET = {}
 

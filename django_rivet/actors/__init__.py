@@ -109,7 +109,9 @@ def _ensure(ref: ActorRef) -> ActorHandle:
 
     actor_id, _ = invoke(ref, EnsureActor())
     assert ref.name is not None
-    return ActorHandle(ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create")
+    return ActorHandle(
+        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
+    )
 
 
 async def _aensure(ref: ActorRef) -> ActorHandle:
@@ -117,7 +119,9 @@ async def _aensure(ref: ActorRef) -> ActorHandle:
 
     actor_id, _ = await ainvoke(ref, EnsureActor())
     assert ref.name is not None
-    return ActorHandle(ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create")
+    return ActorHandle(
+        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
+    )
 
 
 def _lookup(ref: ActorRef) -> ActorHandle:
@@ -174,7 +178,9 @@ async def aget(name: str, key: Any = None) -> ActorHandle:
     return await sync_to_async(_lookup)(_ref(name, key, "get"))
 
 
-async def aget_or_create(name: str, key: Any = None, *, input: Any = None) -> ActorHandle:
+async def aget_or_create(
+    name: str, key: Any = None, *, input: Any = None
+) -> ActorHandle:
     """Async :func:`get_or_create`."""
     return await _aensure(_ref(name, key, "get_or_create", input))
 

@@ -6,8 +6,8 @@ import uuid
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from ..encoding import cbor_dumps
 from .. import events
+from ..encoding import cbor_dumps
 from .kv import ActorKVStore
 
 if TYPE_CHECKING:
@@ -54,12 +54,16 @@ class Conn:
             "name": event,
             "args": cbor_dumps(list(args)),
         }
-        self._invocation.after_commit(events.send_to_channel, self.channel_name, message)
+        self._invocation.after_commit(
+            events.send_to_channel, self.channel_name, message
+        )
 
     def disconnect(self, reason: str | None = None) -> None:
         """Close this connection after commit."""
         message = {"type": events.DISCONNECT_MESSAGE, "reason": reason}
-        self._invocation.after_commit(events.send_to_channel, self.channel_name, message)
+        self._invocation.after_commit(
+            events.send_to_channel, self.channel_name, message
+        )
 
     def _changed_state(self) -> bytes | None:
         data = cbor_dumps(self._state)

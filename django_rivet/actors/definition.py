@@ -47,12 +47,15 @@ class HandlerSpec:
         try:
             bound = self.signature.bind(None, None, *args)
         except TypeError as exc:
-            raise InvalidArgs(f"Invalid arguments for {self.wire_name!r}: {exc}") from exc
+            raise InvalidArgs(
+                f"Invalid arguments for {self.wire_name!r}: {exc}"
+            ) from exc
         for name, value in list(bound.arguments.items())[2:]:
             hint = self.hints.get(name)
             if hint is not None and not _matches(value, hint):
+                expected = _describe(hint)
                 raise InvalidArgs(
-                    f"Argument {name!r} of {self.wire_name!r} must be {_describe(hint)}",
+                    f"Argument {name!r} of {self.wire_name!r} must be {expected}",
                     metadata={"argument": name},
                 )
 
@@ -165,7 +168,9 @@ class Actor:
                     continue
                 if hasattr(function, _ACTION_MARK):
                     wire = getattr(function, _ACTION_MARK)
-                    actions = {k: v for k, v in actions.items() if v.attribute != attribute}
+                    actions = {
+                        k: v for k, v in actions.items() if v.attribute != attribute
+                    }
                     actions[wire] = _spec(attribute, function, wire)
                 if hasattr(function, _QUEUE_MARK):
                     queue = getattr(function, _QUEUE_MARK)

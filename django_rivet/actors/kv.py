@@ -107,7 +107,9 @@ class ActorKVStore:
     """KV access for one actor; ``ctx.kv`` is one of these."""
 
     def __init__(self, actor_id: uuid.UUID | str) -> None:
-        self.actor_id = actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id)
+        self.actor_id = (
+            actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id)
+        )
 
     def _rows(self) -> Any:
         return ActorKV.objects.filter(actor_id=self.actor_id)
@@ -124,11 +126,10 @@ class ActorKVStore:
         _check_count(keys)
         encoded = [_key_bytes(key) for key in keys]
         found = {
-            bytes(k): v for k, v in self._rows().filter(key__in=encoded).values_list("key", "value")
+            bytes(k): v
+            for k, v in self._rows().filter(key__in=encoded).values_list("key", "value")
         }
-        return [
-            _decode_value(found[k], codec) if k in found else None for k in encoded
-        ]
+        return [_decode_value(found[k], codec) if k in found else None for k in encoded]
 
     def list(
         self,
@@ -179,7 +180,10 @@ class ActorKVStore:
         self._put([(_key_bytes(key), _encode_value(value, codec))])
 
     def put_many(
-        self, items: Iterable[tuple[Key, Any]] | dict[Key, Any], *, codec: Codec = "cbor"
+        self,
+        items: Iterable[tuple[Key, Any]] | dict[Key, Any],
+        *,
+        codec: Codec = "cbor",
     ) -> None:
         """Store several items in one transaction, all or nothing."""
         pairs = list(items.items()) if isinstance(items, dict) else list(items)
@@ -268,7 +272,9 @@ class ActorKVStore:
         """Async :meth:`get`."""
         return await sync_to_async(self.get)(key, codec=codec)
 
-    async def aget_many(self, keys: Sequence[Key], *, codec: Codec = "cbor") -> list[Any]:
+    async def aget_many(
+        self, keys: Sequence[Key], *, codec: Codec = "cbor"
+    ) -> list[Any]:
         """Async :meth:`get_many`."""
         return await sync_to_async(self.get_many)(keys, codec=codec)
 

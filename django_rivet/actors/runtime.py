@@ -87,7 +87,9 @@ NAME_MAX_LENGTH = 64
 INVOKE_THREADS = 16
 
 # Threads for invocations started from async code (see module docstring).
-executor = ThreadPoolExecutor(max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke")
+executor = ThreadPoolExecutor(
+    max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke"
+)
 
 Mode = Literal["get", "get_or_create", "create"]
 
@@ -150,7 +152,11 @@ class ActorRef:
     def by_id(cls, actor_id: uuid.UUID | str) -> ActorRef:
         """Build a reference by actor id."""
         try:
-            value = actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(str(actor_id))
+            value = (
+                actor_id
+                if isinstance(actor_id, uuid.UUID)
+                else uuid.UUID(str(actor_id))
+            )
         except ValueError:
             raise ActorNotFound(f"Invalid actor id {actor_id!r}") from None
         return cls(actor_id=value)
@@ -246,7 +252,9 @@ def current_invocation() -> Invocation | None:
 
 
 # -- running user code ------------------------------------------------------------
-def _run_callable(func: Callable[..., Any], args: tuple[Any, ...], deadline: float) -> Any:
+def _run_callable(
+    func: Callable[..., Any], args: tuple[Any, ...], deadline: float
+) -> Any:
     """Run a sync or async hook/handler, bounded by ``deadline`` (monotonic)."""
     if inspect.iscoroutinefunction(func):
         return _run_async(func(*args), deadline)
@@ -416,7 +424,13 @@ class Invocation:
         first = self.row.event_seq + 1
         now = clock.now_datetime()
         rows = [
-            ActorEvent(actor_id=self.actor_id, seq=first + i, name=name, args=args, created_at=now)
+            ActorEvent(
+                actor_id=self.actor_id,
+                seq=first + i,
+                name=name,
+                args=args,
+                created_at=now,
+            )
             for i, (name, args) in enumerate(self.broadcasts)
         ]
         ActorEvent.objects.bulk_create(rows)
@@ -424,8 +438,12 @@ class Invocation:
         self.row.event_seq = last
         keep = max(int(rivet_settings.EVENT_LOG_SIZE), 0)
         if last > keep:
-            ActorEvent.objects.filter(actor_id=self.actor_id, seq__lte=last - keep).delete()
-        messages = [{"seq": row.seq, "name": row.name, "args": row.args} for row in rows]
+            ActorEvent.objects.filter(
+                actor_id=self.actor_id, seq__lte=last - keep
+            ).delete()
+        messages = [
+            {"seq": row.seq, "name": row.name, "args": row.args} for row in rows
+        ]
         self.after_commit(events.publish, self.actor_id, messages)
         return last
 
@@ -561,12 +579,16 @@ def _lock_row(ref: ActorRef, definition: type[Actor] | None) -> tuple[ActorRow, 
     return new, True
 
 
-def _checkout(row: ActorRow, definition: type[Actor]) -> tuple[_Cached, bool, Any, bytes | None]:
+def _checkout(
+    row: ActorRow, definition: type[Actor]
+) -> tuple[_Cached, bool, Any, bytes | None]:
     """Take this process's cached instance/state for ``row``."""
     with _cache_lock:
         cached = _cache.get(row.id)
         if cached is None or cached.definition is not definition:
-            cached = _cache[row.id] = _Cached(instance=definition(), definition=definition)
+            cached = _cache[row.id] = _Cached(
+                instance=definition(), definition=definition
+            )
             fresh = True
         else:
             fresh = False
@@ -582,7 +604,9 @@ def _checkout(row: ActorRow, definition: type[Actor]) -> tuple[_Cached, bool, An
 def _resolve_definition(ref: ActorRef) -> type[Actor]:
     if ref.name is not None:
         return registry.get(ref.name)
-    name = ActorRow.objects.filter(pk=ref.actor_id).values_list("name", flat=True).first()
+    name = (
+        ActorRow.objects.filter(pk=ref.actor_id).values_list("name", flat=True).first()
+    )
     if name is None:
         raise ActorNotFound("Actor not found", metadata={"actor_id": str(ref.actor_id)})
     return registry.get(name)
@@ -608,8 +632,15 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
                 state_bytes = bytes(row.state)
                 state = cbor_loads(state_bytes, max_depth=400) if state_bytes else None
             invocation = Invocation(
-                row, definition, cached, state, state_bytes or b"", origin, deadline,
-                created, ref.input,
+                row,
+                definition,
+                cached,
+                state,
+                state_bytes or b"",
+                origin,
+                deadline,
+                created,
+                ref.input,
             )
             active_token = _active_ids.set(active | {row.id})
             current_token = _current.set(invocation)
@@ -680,7 +711,10 @@ def _maybe_evict_idle() -> None:
     if now - _last_idle_check < 1.0:
         return
     _last_idle_check = now
-    if current_invocation() is None and not transaction.get_connection().in_atomic_block:
+    if (
+        current_invocation() is None
+        and not transaction.get_connection().in_atomic_block
+    ):
         evict_idle()
 
 
@@ -714,14 +748,18 @@ def evict_idle(max_idle: float | None = None) -> int:
     return evicted
 
 
-async def ainvoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> Any:
+async def ainvoke(
+    ref: ActorRef, operation: Operation, origin: Origin = INTERNAL
+) -> Any:
     """Async :func:`invoke`: runs in a worker thread of its own.
 
     Inside an invocation (an async handler calling another actor) it runs in
     the invoking thread instead, so the call joins that transaction.
     """
     if current_invocation() is not None:
-        return await sync_to_async(invoke, thread_sensitive=True)(ref, operation, origin)
+        return await sync_to_async(invoke, thread_sensitive=True)(
+            ref, operation, origin
+        )
     return await sync_to_async(invoke, thread_sensitive=False, executor=executor)(
         ref, operation, origin
     )

@@ -1,0 +1,3 @@
+"""WebSocket routes; mount under the same prefix as ``django_rivet.urls``."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The whole suite, as `make test` and CI run it.
+#
+# 1. lint, migrations check, system checks;
+# 2. pytest on SQLite (everything);
+# 3. a throwaway PostgreSQL cluster, and pytest again on the tests that touch
+#    the database (--db-only);
+# 4. when Python 3.12 exists: a second venv with the newest Django 6.x and the
+#    SQLite suite without the real-server tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PY="$VENV/bin/python"
+export PYTHONUNBUFFERED=1
+step() { printf '\n==> %s\n' "$*"; }
+
+work=$(mktemp -d /tmp/rivet-test.XXXXXX)
+chmod 755 "$work"
+export RIVET_TEST_DB_DIR="$work"
+cleanup() {
+  scripts/pg.sh stop "$work/pg" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+step "ruff"
+"$VENV/bin/ruff" check django_rivet tests example_project bench
+"$VENV/bin/ruff" format --check django_rivet tests example_project bench
+
+step "migrations are up to date"
+"$PY" -m django makemigrations --check --dry-run --settings tests.settings --pythonpath .
+
+step "system checks"
+"$PY" -m django check --settings tests.settings --pythonpath .
+"$PY" example_project/manage.py check
+
+step "chromium for the browser tests"
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing Debian's chromium"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+fi
+
+step "pytest on SQLite"
+"$PY" -m pytest -q "$@"
+
+step "pytest on PostgreSQL"
+url=$(scripts/pg.sh start "$work/pg")
+RIVET_TEST_DATABASE_URL="$url" "$PY" -m pytest -q --db-only "$@"
+scripts/pg.sh stop "$work/pg"
+
+step "Python 3.12 + Django 6"
+py312=$(command -v python3.12 || true)
+if [ -z "$py312" ] && command -v pyenv >/dev/null 2>&1; then
+  py312=$(ls "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1 || true)
+fi
+if [ -n "$py312" ] && "$py312" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+  venv312=.venv-py312
+  if [ ! -x "$venv312/bin/python" ] || [ pyproject.toml -nt "$venv312/.installed" ]; then
+    "$py312" -m venv "$venv312"
+    "$venv312/bin/python" -m pip install -q --upgrade pip
+    "$venv312/bin/python" -m pip install -q -e '.[postgres,redis,client,dev]' 'django>=6,<7'
+    touch "$venv312/.installed"
+  fi
+  "$venv312/bin/python" -c 'import django, sys; print("Python", sys.version.split()[0], "Django", django.get_version())'
+  "$venv312/bin/python" -m pytest -q -m "not servers" "$@"
+else
+  echo "no Python 3.12 interpreter on this machine: skipping the Django 6 leg"
+fi

@@ -1,0 +1,152 @@
+"""Real servers for the tests: Redis, daphne and Celery workers on loopback.
+
+Every server is started from the project's own scripts or executables and
+stopped by pid when the block exits, even when the test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    """Return a TCP port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(
+    port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None
+) -> None:
+    """Wait until something listens on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited early with code {proc.returncode}")
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", port), 0.2),
+        ):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """TERM, wait, then KILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(5)
+
+
+def kill9(proc: subprocess.Popen) -> None:
+    """Kill a server abruptly (a crash)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait(10)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """Start redis-server (installing it if missing); yield its URL."""
+    folder = tempfile.mkdtemp(prefix="rivet-redis-")
+    url = subprocess.run(
+        [str(ROOT / "scripts" / "redis.sh"), "start", folder],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    try:
+        yield url
+    finally:
+        subprocess.run(
+            [str(ROOT / "scripts" / "redis.sh"), "stop", folder], check=False
+        )
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """Environment for a subprocess server sharing this test's database."""
+    from django.db import connection
+
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["RIVET_SERVER_DB_NAME"] = str(connection.settings_dict["NAME"])
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), env.get("PYTHONPATH")])
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def daphne_server(
+    env: dict[str, str] | None = None, port: int | None = None
+) -> Iterator[str]:
+    """Run ``daphne tests.asgi:application``; yield ``http://127.0.0.1:port``."""
+    port = port or free_port()
+    proc = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "tests.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env or server_env(),
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
+def celery_worker(
+    env: dict[str, str] | None = None,
+    *,
+    beat: bool = False,
+    pool: str = "solo",
+    concurrency: int = 1,
+    name: str = "worker",
+) -> Iterator[subprocess.Popen]:
+    """Run a Celery worker of ``tests.celery_app`` (``RIVET_TEST_REDIS_URL``)."""
+    folder = tempfile.mkdtemp(prefix="rivet-celery-")
+    args = [
+        PYTHON, "-m", "celery", "-A", "tests.celery_app", "worker",
+        "--pool", pool, "--concurrency", str(concurrency),
+        "--without-mingle", "--without-gossip", "--loglevel", "INFO",
+        "-n", f"{name}-{os.getpid()}-{time.monotonic_ns()}@%h",
+    ]  # fmt: skip
+    if beat:
+        args += ["-B", "-s", os.path.join(folder, "beat-schedule")]
+    proc = subprocess.Popen(args, cwd=ROOT, env=env or server_env())
+    try:
+        yield proc
+    finally:
+        stop_process(proc, timeout=12)
