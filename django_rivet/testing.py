@@ -13,10 +13,33 @@ from .clock import VirtualClock, freeze_time
 
 __all__ = [
     "VirtualClock",
+    "close_db_connections",
     "freeze_time",
     "register_temporarily",
     "reset_actor_cache",
 ]
+
+
+def close_db_connections() -> None:
+    """Close database connections held by background threads.
+
+    Async invocations run in worker threads, and the async ORM in asgiref's
+    shared thread; both keep their connection open. PostgreSQL refuses to
+    drop a test database while they do, so call this before teardown (the
+    project's own test suite does it in a session fixture).
+    """
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    from .actors.runtime import close_worker_connections
+
+    close_worker_connections()
+    # With no event loop running here, thread-sensitive code runs in
+    # asgiref's single shared thread: close that thread's connection too.
+    asyncio.run(sync_to_async(connections.close_all)())
+    connections.close_all()
 
 
 def reset_actor_cache() -> None:

@@ -9,6 +9,15 @@ multiprocessing.set_start_method("spawn", force=True)
 pytest_plugins = ["django_rivet.testing"]
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """Close connections of worker threads before the test DB is dropped."""
+    yield
+    from django_rivet.testing import close_db_connections
+
+    close_db_connections()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_actor_cache():
     """Each test starts with no actor loaded in this process."""

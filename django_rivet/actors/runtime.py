@@ -27,6 +27,7 @@ thread-sensitive thread, so one actor awaiting I/O does not stall the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
@@ -763,6 +764,28 @@ async def ainvoke(
     return await sync_to_async(invoke, thread_sensitive=False, executor=executor)(
         ref, operation, origin
     )
+
+
+def close_worker_connections() -> None:
+    """Close the database connections of every invocation worker thread.
+
+    Worker threads keep their connection between invocations (reconnecting
+    each time would cost more than the invocation). Call this before
+    dropping a database, e.g. at the end of a test session.
+    """
+    from django.db import connections
+
+    size = executor._max_workers
+    # Every job waits for all the others, so each runs in a thread of its own.
+    barrier = threading.Barrier(size, timeout=10)
+
+    def close() -> None:
+        connections.close_all()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()
+
+    for future in [executor.submit(close) for _ in range(size)]:
+        future.result()
 
 
 def public_error(exc: BaseException) -> RivetError:

@@ -1,0 +1,115 @@
+"""System checks: each id fires on its misconfiguration and only then."""
+
+from pathlib import Path
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from django_rivet import Actor, action
+from django_rivet import checks as rivet_checks
+from django_rivet.actors import registry
+
+
+def run_checks(deploy=False):
+    return checks.run_checks(include_deployment_checks=deploy)
+
+
+def ids(messages):
+    return sorted(m.id for m in messages if m.id and m.id.startswith("rivet."))
+
+
+def test_the_test_settings_pass_every_check():
+    assert ids(run_checks()) == []
+
+
+@override_settings(RIVET={"ACTION_TIMOUT": 5})
+def test_unknown_key_is_e001():
+    messages = [m for m in run_checks() if m.id == "rivet.E001"]
+    assert len(messages) == 1
+    assert messages[0].msg == rivet_checks.E001.format(key="ACTION_TIMOUT")
+    assert messages[0].obj == "settings.RIVET"
+    assert "ACTION_TIMEOUT" in messages[0].hint
+
+
+@pytest.mark.parametrize(
+    "rivet",
+    [
+        {"ACTION_TIMEOUT": 0},
+        {"EVENT_LOG_SIZE": "many"},
+        {"EXPOSE_ERRORS": "yes"},
+        {"ALLOWED_ORIGINS": "https://example.com"},
+    ],
+)
+def test_bad_values_are_e004(rivet):
+    with override_settings(RIVET=rivet):
+        assert ids(run_checks()) == ["rivet.E004"]
+
+
+def test_missing_channel_layer_alias_is_e003():
+    with override_settings(RIVET={"CHANNEL_LAYER": "other"}):
+        messages = [m for m in run_checks() if m.id == "rivet.E003"]
+    assert [m.msg for m in messages] == [rivet_checks.E003.format(alias="other")]
+
+
+def test_channels_not_installed_is_e002(settings):
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "channels"]
+    messages = rivet_checks.check_channels()
+    assert [m.id for m in messages] == ["rivet.E002"]
+
+
+def test_deploy_checks_warn_about_development_setups():
+    with override_settings(
+        RIVET={"EMBEDDED_WORKER": True}, CELERY_TASK_ALWAYS_EAGER=True
+    ):
+        assert ids(run_checks(deploy=True)) == [
+            "rivet.W001",
+            "rivet.W002",
+            "rivet.W003",
+        ]
+
+
+def test_deploy_checks_are_quiet_for_a_production_setup():
+    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer"}}
+    with override_settings(CHANNEL_LAYERS=layers):
+        assert ids(run_checks(deploy=True)) == []
+
+
+def test_duplicate_actor_names_found_by_autodiscovery_are_e101():
+    class First(Actor):
+        name = "dupe"
+
+    class Second(Actor):
+        name = "dupe"
+
+    First.__module__ = Second.__module__ = "someapp.actors"
+    registry.register(First)
+    try:
+        registry.register_discovered()
+        messages = [m for m in run_checks() if m.id == "rivet.E101"]
+        assert len(messages) == 1
+        assert messages[0].obj is Second
+    finally:
+        registry.unregister("dupe")
+        registry.conflicts.clear()
+
+
+def test_invalid_actor_name_is_e102():
+    class Bad(Actor):
+        name = "has space"
+
+        @action
+        def ping(self, ctx):
+            return 1
+
+    with registry.register_temporarily(Bad):
+        messages = [m for m in run_checks() if m.id == "rivet.E102"]
+    assert len(messages) == 1
+    assert messages[0].obj is Bad
+
+
+def test_every_check_id_is_documented():
+    text = (Path(__file__).parent.parent / "docs" / "checks.md").read_text()
+    for name in dir(rivet_checks):
+        if name[:1] in "EW" and name[1:].isdigit():
+            assert f"rivet.{name}" in text, name

@@ -1,0 +1,54 @@
+"""Settings: defaults, override_settings reloads, documented keys."""
+
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+
+from django_rivet.conf import DEFAULTS, rivet_settings
+
+SPEC_DEFAULTS = {
+    "ACTION_TIMEOUT": 60,
+    "SLEEP_TIMEOUT": 30,
+    "MAX_INCOMING_MESSAGE_BYTES": 65536,
+    "MAX_HTTP_BODY_BYTES": 1048576,
+    "MAX_OUTGOING_MESSAGE_BYTES": 1048576,
+    "EXPOSE_ERRORS": False,
+    "CHANNEL_LAYER": "default",
+    "SWEEP_INTERVAL": 5,
+    "EVENT_LOG_SIZE": 1000,
+    "EMBEDDED_WORKER": False,
+    "WORKFLOW_LEASE_SECONDS": 30,
+    "WORKFLOW_POLL_INTERVAL": 0.1,
+    "KV_ATOMIC_FLUSH": False,
+    "ALLOWED_ORIGINS": None,
+}
+
+
+def test_defaults_are_the_documented_ones():
+    assert DEFAULTS == SPEC_DEFAULTS
+
+
+@override_settings(RIVET={})
+def test_unset_settings_read_their_default():
+    for key, value in SPEC_DEFAULTS.items():
+        assert getattr(rivet_settings, key) == value
+
+
+def test_override_settings_is_seen_and_undone():
+    assert rivet_settings.ACTION_TIMEOUT == 60
+    with override_settings(RIVET={"ACTION_TIMEOUT": 5}):
+        assert rivet_settings.ACTION_TIMEOUT == 5
+        assert rivet_settings.EVENT_LOG_SIZE == 1000
+    assert rivet_settings.ACTION_TIMEOUT == 60
+
+
+def test_unknown_attribute_is_an_error():
+    with pytest.raises(AttributeError):
+        rivet_settings.NOT_A_SETTING  # noqa: B018
+
+
+def test_every_setting_is_documented():
+    text = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    for key in DEFAULTS:
+        assert f"`{key}`" in text, key
