@@ -1,0 +1,272 @@
+"""Order-preserving tuple keys (FoundationDB tuple-layer semantics).
+
+``pack`` turns a tuple into bytes whose byte order matches the tuple order, so a
+sorted KV store can answer prefix and range scans over structured keys. The
+encoding is the FoundationDB tuple layer's for the types used here: ``None``,
+``bytes``, ``str``, arbitrary-size ``int``, ``bool``, ``float`` and nested
+tuples. Elements of different types order by type code (None < bytes < str <
+tuple < int < float < bool), as in FoundationDB.
+
+The workflow key layout (SPEC 5.3) lives at the bottom of this module.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+
+__all__ = [
+    "ENTRIES",
+    "METADATA",
+    "NAMES",
+    "WORKFLOW",
+    "WORKFLOW_ERROR",
+    "WORKFLOW_INPUT",
+    "WORKFLOW_OUTPUT",
+    "WORKFLOW_STATE",
+    "Location",
+    "entry_key",
+    "entry_prefix",
+    "metadata_key",
+    "name_key",
+    "pack",
+    "range_of",
+    "strinc",
+    "unpack",
+    "workflow_key",
+]
+
+_NULL = 0x00
+_BYTES = 0x01
+_STRING = 0x02
+_NESTED = 0x05
+_NEG_BIG = 0x0B
+_INT_ZERO = 0x14
+_POS_BIG = 0x1D
+_DOUBLE = 0x21
+_FALSE = 0x26
+_TRUE = 0x27
+_ESCAPE = 0xFF
+
+Element = None | bytes | str | int | float | bool | tuple
+
+
+def pack(items: tuple) -> bytes:
+    """Encode a tuple as order-preserving bytes."""
+    out = bytearray()
+    for item in items:
+        _encode(out, item, nested=False)
+    return bytes(out)
+
+
+def unpack(data: bytes) -> tuple:
+    """Decode bytes produced by :func:`pack` back into a tuple."""
+    items, pos = _decode_sequence(data, 0, nested=False)
+    if pos != len(data):
+        raise ValueError("Trailing bytes after tuple")
+    return tuple(items)
+
+
+def range_of(prefix: tuple, *, include_prefix: bool = False) -> tuple[bytes, bytes]:
+    """Return the half-open byte range ``[start, end)`` of keys extending ``prefix``.
+
+    With ``include_prefix`` the key equal to ``pack(prefix)`` is inside the range.
+    """
+    packed = pack(prefix)
+    start = packed if include_prefix else packed + b"\x00"
+    # No element encoding starts with 0xFF, so every extension sorts below it.
+    return start, packed + b"\xff"
+
+
+def strinc(key: bytes) -> bytes:
+    """Return the first key greater than every key starting with ``key``."""
+    stripped = key.rstrip(b"\xff")
+    if not stripped:
+        raise ValueError("Key must contain a byte other than 0xFF")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _encode(out: bytearray, item: Element, *, nested: bool) -> None:
+    # bool before int: bool is an int subclass.
+    if item is None:
+        out.append(_NULL)
+        if nested:
+            out.append(_ESCAPE)
+    elif item is True:
+        out.append(_TRUE)
+    elif item is False:
+        out.append(_FALSE)
+    elif isinstance(item, bytes | bytearray | memoryview):
+        out.append(_BYTES)
+        out += bytes(item).replace(b"\x00", b"\x00\xff")
+        out.append(_NULL)
+    elif isinstance(item, str):
+        out.append(_STRING)
+        out += item.encode("utf-8").replace(b"\x00", b"\x00\xff")
+        out.append(_NULL)
+    elif isinstance(item, int):
+        _encode_int(out, item)
+    elif isinstance(item, float):
+        out.append(_DOUBLE)
+        out += _float_bytes(item)
+    elif isinstance(item, tuple):
+        out.append(_NESTED)
+        for child in item:
+            _encode(out, child, nested=True)
+        out.append(_NULL)
+    else:
+        raise TypeError(f"Cannot pack {type(item).__name__} into a tuple key")
+
+
+def _encode_int(out: bytearray, value: int) -> None:
+    if value == 0:
+        out.append(_INT_ZERO)
+        return
+    magnitude = abs(value)
+    length = (magnitude.bit_length() + 7) // 8
+    if length > 255:
+        raise ValueError("Integer too large for a tuple key")
+    if value > 0:
+        if length <= 8:
+            out.append(_INT_ZERO + length)
+        else:
+            out.append(_POS_BIG)
+            out.append(length)
+        out += magnitude.to_bytes(length, "big")
+        return
+    # Negative numbers store the one's complement so that more negative sorts lower.
+    complement = (1 << (8 * length)) - 1 - magnitude
+    if length <= 8:
+        out.append(_INT_ZERO - length)
+    else:
+        out.append(_NEG_BIG)
+        out.append(length ^ 0xFF)
+    out += complement.to_bytes(length, "big")
+
+
+def _float_bytes(value: float) -> bytes:
+    raw = bytearray(struct.pack(">d", value))
+    if raw[0] & 0x80:
+        # Negative: flip every bit so larger magnitudes sort lower.
+        return bytes(b ^ 0xFF for b in raw)
+    raw[0] ^= 0x80
+    return bytes(raw)
+
+
+def _float_from(raw: bytes) -> float:
+    data = bytearray(raw)
+    if data[0] & 0x80:
+        data[0] ^= 0x80
+    else:
+        data = bytearray(b ^ 0xFF for b in data)
+    return struct.unpack(">d", bytes(data))[0]
+
+
+def _decode_sequence(data: bytes, pos: int, *, nested: bool) -> tuple[list, int]:
+    items: list = []
+    while pos < len(data):
+        code = data[pos]
+        if nested and code == _NULL:
+            if pos + 1 < len(data) and data[pos + 1] == _ESCAPE:
+                items.append(None)
+                pos += 2
+                continue
+            return items, pos + 1
+        item, pos = _decode_one(data, pos, code)
+        items.append(item)
+    if nested:
+        raise ValueError("Unterminated nested tuple")
+    return items, pos
+
+
+def _decode_one(data: bytes, pos: int, code: int) -> tuple[Element, int]:
+    pos += 1
+    if code == _NULL:
+        return None, pos
+    if code in (_BYTES, _STRING):
+        raw, pos = _read_escaped(data, pos)
+        return (raw if code == _BYTES else raw.decode("utf-8")), pos
+    if code == _NESTED:
+        items, pos = _decode_sequence(data, pos, nested=True)
+        return tuple(items), pos
+    if code == _INT_ZERO:
+        return 0, pos
+    if _INT_ZERO < code <= _INT_ZERO + 8:
+        length = code - _INT_ZERO
+        return int.from_bytes(data[pos : pos + length], "big"), pos + length
+    if _INT_ZERO - 8 <= code < _INT_ZERO:
+        length = _INT_ZERO - code
+        complement = int.from_bytes(data[pos : pos + length], "big")
+        return complement - ((1 << (8 * length)) - 1), pos + length
+    if code == _POS_BIG:
+        length = data[pos]
+        pos += 1
+        return int.from_bytes(data[pos : pos + length], "big"), pos + length
+    if code == _NEG_BIG:
+        length = data[pos] ^ 0xFF
+        pos += 1
+        complement = int.from_bytes(data[pos : pos + length], "big")
+        return complement - ((1 << (8 * length)) - 1), pos + length
+    if code == _DOUBLE:
+        return _float_from(data[pos : pos + 8]), pos + 8
+    if code == _FALSE:
+        return False, pos
+    if code == _TRUE:
+        return True, pos
+    raise ValueError(f"Unknown tuple type code 0x{code:02x}")
+
+
+def _read_escaped(data: bytes, pos: int) -> tuple[bytes, int]:
+    out = bytearray()
+    while True:
+        end = data.find(b"\x00", pos)
+        if end < 0:
+            raise ValueError("Unterminated byte string")
+        out += data[pos:end]
+        if end + 1 < len(data) and data[end + 1] == _ESCAPE:
+            out.append(0)
+            pos = end + 2
+            continue
+        return bytes(out), end + 1
+
+
+# --- The workflow key layout (SPEC 5.3) -----------------------------------------
+# A location is a path of name indexes (ints) and loop iteration markers
+# ``(loop_name_index, iteration)``; markers are nested tuples so that all of an
+# iteration's entries share one key prefix and pruning is one range delete.
+Location = tuple[int | tuple[int, int], ...]
+
+NAMES = 1
+ENTRIES = 2
+WORKFLOW = 3
+METADATA = 4
+
+WORKFLOW_STATE = 1
+WORKFLOW_OUTPUT = 2
+WORKFLOW_ERROR = 3
+WORKFLOW_INPUT = 4
+
+
+def name_key(index: int) -> bytes:
+    """Return the key of name registry slot ``index``."""
+    return pack((NAMES, index))
+
+
+def entry_key(location: Iterable) -> bytes:
+    """Return the key of the history entry at ``location``."""
+    return pack((ENTRIES, *location))
+
+
+def entry_prefix(location: Iterable) -> tuple[bytes, bytes]:
+    """Return the key range of every entry strictly below ``location``."""
+    return range_of((ENTRIES, *location))
+
+
+def metadata_key(entry_id: str) -> bytes:
+    """Return the key of an entry's metadata."""
+    return pack((METADATA, entry_id))
+
+
+def workflow_key(field: int) -> bytes:
+    """Return the key of a workflow field (state, output, error or input)."""
+    return pack((WORKFLOW, field))
