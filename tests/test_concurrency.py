@@ -1,0 +1,90 @@
+"""One at a time across OS processes; different actors in parallel."""
+
+import multiprocessing
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection, connections
+
+from django_rivet import Actor, action, actors
+from django_rivet.models import Actor as ActorRow
+from django_rivet.testing import register_temporarily
+from tests import workers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def closing(function):
+    """Run ``function`` in a pool thread, then close that thread's connection."""
+
+    def run(*args):
+        try:
+            return function(*args)
+        finally:
+            connections.close_all()
+
+    return run
+
+
+def test_four_processes_incrementing_one_actor_lose_nothing():
+    actors.get_or_create("counter", "race")
+    db_name = connection.settings_dict["NAME"]
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        start = manager.Event()
+        with context.Pool(4) as pool:
+            results = [
+                pool.apply_async(workers.increment_many, (db_name, "race", 250, start))
+                for _ in range(4)
+            ]
+            start.set()
+            finals = [r.get(timeout=300) for r in results]
+    assert actors.get("counter", "race").call("getCount") == 1000
+    # Exactly one process saw the last increment.
+    assert sorted(finals)[-1] == 1000
+    # One state write for the creation, then one per increment.
+    assert ActorRow.objects.get(name="counter").version == 1001
+
+
+class Gate(Actor):
+    """A waits inside its action until B has run to completion."""
+
+    name = "gate"
+    initial_state = {"runs": 0}
+    b_done = threading.Event()
+
+    @action
+    def wait_for_b(self, ctx):
+        ctx.state["runs"] += 1
+        return self.b_done.wait(10)
+
+    @action
+    def release(self, ctx):
+        ctx.state["runs"] += 1
+        return "released"
+
+
+@pytest.mark.skipif(
+    "connection.vendor != 'postgresql'",
+    reason="SQLite has one writer: invocations of different actors serialize "
+    "(documented); row locks make them parallel on PostgreSQL",
+)
+def test_a_slow_action_on_one_actor_does_not_block_another():
+    Gate.b_done.clear()
+    with register_temporarily(Gate):
+        a = actors.get_or_create("gate", "a")
+        b = actors.get_or_create("gate", "b")
+        with ThreadPoolExecutor(2) as pool:
+            waiting = pool.submit(closing(a.call), "wait_for_b")
+            assert b.call("release") == "released"
+            Gate.b_done.set()
+            # A saw B finish while A's invocation (and row lock) was open.
+            assert waiting.result(timeout=20) is True
+
+
+def test_threads_in_one_process_run_one_actor_one_at_a_time():
+    handle = actors.get_or_create("counter", "threads")
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(closing(lambda _: handle.call("increment")), range(100)))
+    assert handle.call("getCount") == 100
