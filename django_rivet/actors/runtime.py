@@ -42,7 +42,6 @@ from typing import Any, Literal, Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 
 from .. import clock, events
 from ..conf import rivet_settings
@@ -396,6 +395,10 @@ class Invocation:
         """Track a connection created during this invocation."""
         self._conns[conn.id] = conn
 
+    def remove_conn(self, conn_id: uuid.UUID) -> Conn | None:
+        """Stop tracking a connection deleted during this invocation."""
+        return self._conns.pop(conn_id, None)
+
     # -- persistence -------------------------------------------------------------
     def persist(self) -> None:
         """Write what changed, in the invocation's transaction."""
@@ -406,7 +409,6 @@ class Invocation:
                 self.call_hook("on_state_change", self.state)
                 new_bytes = cbor_dumps(self.state)
             changes["state"] = new_bytes
-            changes["version"] = F("version") + 1
         for conn in self._conns.values():
             data = conn._changed_state()
             if data is not None:
@@ -415,11 +417,34 @@ class Invocation:
         if self.broadcasts:
             changes["event_seq"] = self._write_events()
         if changes:
-            changes["updated_at"] = clock.now_datetime()
-            ActorRow.objects.filter(pk=self.actor_id).update(**changes)
-            if "state" in changes:
-                self.row.version += 1
+            self._update_row(changes)
         self.state_bytes = new_bytes
+
+    def _update_row(self, changes: dict[str, Any]) -> None:
+        # Raw SQL for the same reason as the locking statement: it runs on
+        # every invocation that changes something.
+        ops = connection.ops
+        assignments, params = [], []
+        if "state" in changes:
+            assignments.append("{state} = %s, {version} = {version} + 1")
+            params.append(changes["state"])
+            self.row.version += 1
+        if "event_seq" in changes:
+            assignments.append("{event_seq} = %s")
+            params.append(changes["event_seq"])
+        assignments.append("{updated_at} = %s")
+        params.append(ops.adapt_datetimefield_value(clock.now_datetime()))
+        pk = ActorRow._meta.pk
+        assert pk is not None
+        params.append(pk.get_db_prep_value(self.actor_id, connection))
+        names = {
+            name: ops.quote_name(name)
+            for name in ("state", "version", "event_seq", "updated_at", "id")
+        }
+        sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
+        sql = sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
 
     def _write_events(self) -> int:
         first = self.row.event_seq + 1
@@ -525,22 +550,64 @@ class RunHook:
 
 
 # -- invoke ---------------------------------------------------------------------------
-def _lock_row(ref: ActorRef, definition: type[Actor] | None) -> tuple[ActorRow, bool]:
-    """Lock (and maybe create) the actor row; return ``(row, created)``."""
-    lock_first = connection.vendor != "postgresql"
+@dataclass(slots=True)
+class LockedRow:
+    """The columns of a locked actor row that an invocation needs."""
+
+    id: uuid.UUID
+    name: str
+    key_parts: list[str]
+    state: bytes
+    version: int
+    event_seq: int
+
+
+_COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
+
+
+def _locking_sql(by_id: bool) -> str:
+    """Return the one statement that locks and reads an actor row."""
+    ops = connection.ops
+    table = ops.quote_name(ActorRow._meta.db_table)
+    columns = ", ".join(ops.quote_name(c) for c in _COLUMNS)
+    where = "id = %s" if by_id else "name = %s AND key = %s"
+    if connection.vendor == "postgresql":
+        return f"SELECT {columns} FROM {table} WHERE {where} FOR UPDATE"
+    # Elsewhere (SQLite) the first statement is a write, which takes the
+    # write lock (with its busy timeout) before anything is read.
+    version = ops.quote_name("version")
+    return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
+
+
+def _fetch_locked(ref: ActorRef, key: str | None) -> LockedRow | None:
+    # Raw SQL on purpose: this runs once per invocation and the ORM's query
+    # compilation cost more than the statement itself.
+    pk = ActorRow._meta.pk
+    assert pk is not None
     if ref.actor_id is not None:
-        lookup: dict[str, Any] = {"pk": ref.actor_id}
+        params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
     else:
-        lookup = {"name": ref.name, "key": canonical_key(ref.key)}
-    rows = ActorRow.objects.filter(**lookup)
-    if lock_first:
-        # A write as the first statement takes SQLite's write lock (with its
-        # busy timeout) before anything is read.
-        found = rows.update(version=F("version"))
-    else:
-        rows = rows.select_for_update()
-        found = 1
-    row = rows.first() if found else None
+        params = [ref.name, key]
+    with connection.cursor() as cursor:
+        cursor.execute(_locking_sql(ref.actor_id is not None), params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    actor_id, name, key_parts, state, version, event_seq = found
+    return LockedRow(
+        id=actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id),
+        name=name,
+        key_parts=json.loads(key_parts) if isinstance(key_parts, str) else key_parts,
+        state=bytes(state),
+        version=version,
+        event_seq=event_seq,
+    )
+
+
+def _lock_row(ref: ActorRef, definition: type[Actor]) -> tuple[LockedRow, bool]:
+    """Lock (and maybe create) the actor row; return ``(row, created)``."""
+    key = canonical_key(ref.key) if ref.actor_id is None else None
+    row = _fetch_locked(ref, key)
     if row is not None:
         if ref.mode == "create":
             raise ActorAlreadyExists(
@@ -555,12 +622,11 @@ def _lock_row(ref: ActorRef, definition: type[Actor] | None) -> tuple[ActorRow, 
             if ref.actor_id is None
             else {"actor_id": str(ref.actor_id)},
         )
-    assert definition is not None
     now = clock.now_datetime()
     new = ActorRow(
         id=uuid.uuid4(),
         name=ref.name,
-        key=lookup["key"],
+        key=key,
         key_parts=list(ref.key),
         created_at=now,
         updated_at=now,
@@ -569,19 +635,19 @@ def _lock_row(ref: ActorRef, definition: type[Actor] | None) -> tuple[ActorRow, 
         with transaction.atomic():
             new.save(force_insert=True)
     except IntegrityError:
-        # Another process created it first; lock and use theirs.
-        rows = ActorRow.objects.filter(**lookup)
-        row = (rows if lock_first else rows.select_for_update()).first()
+        # Another process created it first (PostgreSQL); lock and use theirs.
+        row = _fetch_locked(ref, key)
         if row is None:
             raise
         if ref.mode == "create":
             raise ActorAlreadyExists(metadata={"actor_id": str(row.id)}) from None
         return row, False
-    return new, True
+    created = LockedRow(new.id, new.name, list(ref.key), b"", 0, 0)
+    return created, True
 
 
 def _checkout(
-    row: ActorRow, definition: type[Actor]
+    row: LockedRow, definition: type[Actor]
 ) -> tuple[_Cached, bool, Any, bytes | None]:
     """Take this process's cached instance/state for ``row``."""
     with _cache_lock:
