@@ -1,0 +1,258 @@
+"""Exceptions of the workflow engine.
+
+Two families live here. Failures (:class:`WorkflowError` and subclasses) are
+ordinary exceptions with a ``group``/``code`` pair, like every django-rivet
+error. Interrupts (:class:`WorkflowInterrupt` and subclasses) are control-flow
+signals that pause a run (a sleep, a message wait, a retry backoff, an
+eviction); they derive from :class:`BaseException` so that a workflow's
+``except Exception`` cannot swallow them by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django_rivet.exceptions import RivetError
+
+__all__ = [
+    "CriticalError",
+    "EntryInProgressError",
+    "EntryNotFoundError",
+    "EvictedError",
+    "HistoryDivergedError",
+    "KNOWN_ERRORS",
+    "JoinError",
+    "MessageTimeoutError",
+    "MessageWaitError",
+    "RaceError",
+    "RecordedError",
+    "ReplayRefusedError",
+    "RollbackCheckpointError",
+    "RollbackError",
+    "SchemaError",
+    "SleepError",
+    "StepExhaustedError",
+    "StepFailedError",
+    "StepOutputError",
+    "StepTimeoutError",
+    "StorageLimitError",
+    "WorkflowError",
+    "WorkflowInterrupt",
+    "error_from_info",
+    "error_info",
+]
+
+
+class WorkflowError(RivetError):
+    """Base of every workflow failure."""
+
+    group = "workflow"
+    code = "error"
+    default_message = "Workflow error"
+
+
+class CriticalError(WorkflowError):
+    """Raise in a step to fail it at once, without retries."""
+
+    code = "critical"
+    default_message = "Critical step failure"
+
+
+class RollbackError(WorkflowError):
+    """Raise in a step to fail it without retries and roll the workflow back."""
+
+    code = "rollback"
+    default_message = "Rollback requested"
+
+
+class StepTimeoutError(CriticalError):
+    """A step ran longer than its ``timeout``."""
+
+    code = "step_timeout"
+    default_message = "Step timed out"
+
+
+class StepOutputError(CriticalError):
+    """A step returned a value that cannot be stored (not CBOR or too large)."""
+
+    code = "step_output"
+    default_message = "Step output cannot be stored"
+
+
+class StepExhaustedError(WorkflowError):
+    """A step failed on every attempt its ``max_retries`` allowed."""
+
+    code = "step_exhausted"
+    default_message = "Step retries exhausted"
+
+
+class HistoryDivergedError(WorkflowError):
+    """The workflow code no longer matches its recorded history."""
+
+    code = "history_diverged"
+    default_message = "Workflow history diverged"
+
+
+class EntryInProgressError(WorkflowError):
+    """A context started an entry while another was still in flight."""
+
+    code = "entry_in_progress"
+    default_message = (
+        "Another entry is still in flight in this context: await each ctx call "
+        "before the next one, and use ctx.join for parallel work"
+    )
+
+
+class RollbackCheckpointError(WorkflowError):
+    """A step with a ``rollback`` handler ran before any rollback checkpoint."""
+
+    code = "rollback_checkpoint"
+    default_message = (
+        "A step with a rollback handler needs ctx.rollback_checkpoint() before it"
+    )
+
+
+class MessageTimeoutError(WorkflowError):
+    """``messages.next`` reached its timeout without a message."""
+
+    code = "message_timeout"
+    default_message = "No message arrived before the timeout"
+
+
+class JoinError(WorkflowError):
+    """One or more branches of a join failed; ``errors`` maps branch to error."""
+
+    code = "join_failed"
+
+    def __init__(self, name: str, errors: Mapping[str, BaseException]) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{key}: {value}" for key, value in self.errors.items())
+        super().__init__(f'Join "{name}" failed: {detail}')
+
+
+class RaceError(WorkflowError):
+    """Every branch of a race failed; ``errors`` maps branch to error."""
+
+    code = "race_failed"
+
+    def __init__(self, name: str, errors: Mapping[str, BaseException]) -> None:
+        self.errors = dict(errors)
+        detail = "; ".join(f"{key}: {value}" for key, value in self.errors.items())
+        super().__init__(f'Every branch of race "{name}" failed: {detail}')
+
+
+class StorageLimitError(WorkflowError):
+    """A single KV write is larger than one batch may carry."""
+
+    code = "storage_limit"
+    default_message = "Workflow storage limit exceeded"
+
+
+class SchemaError(WorkflowError):
+    """Stored bytes do not decode as a known schema version."""
+
+    code = "schema"
+    default_message = "Undecodable workflow record"
+
+
+class EntryNotFoundError(WorkflowError):
+    """No history entry has the given id."""
+
+    code = "entry_not_found"
+    default_message = "Workflow history entry not found"
+
+
+class ReplayRefusedError(WorkflowError):
+    """``replay_from`` cannot run now (wrong target, or a kept step is running)."""
+
+    code = "replay_refused"
+    default_message = "Cannot replay the workflow from this entry"
+
+
+class RecordedError(WorkflowError):
+    """A failure read back from history whose original class is not known here."""
+
+    code = "recorded"
+
+    def __init__(self, name: str, message: str) -> None:
+        self.original_name = name
+        super().__init__(message)
+
+
+# --- Interrupts -----------------------------------------------------------------
+
+
+class WorkflowInterrupt(BaseException):  # noqa: N818 - a signal, not an error
+    """Pause the run: wake at ``deadline`` (epoch seconds) or on ``names``."""
+
+    def __init__(
+        self, deadline: float | None = None, names: Iterable[str] = ()
+    ) -> None:
+        self.deadline = deadline
+        self.names = list(dict.fromkeys(names))
+        super().__init__(deadline, self.names)
+
+
+class SleepError(WorkflowInterrupt):
+    """The workflow sleeps until ``deadline``."""
+
+
+class MessageWaitError(WorkflowInterrupt):
+    """The workflow waits for a message in ``names`` (or until ``deadline``)."""
+
+
+class StepFailedError(WorkflowInterrupt):
+    """A step attempt failed; the run pauses until its retry time."""
+
+    def __init__(self, step: str, attempt: int, retry_at: float, cause: Any) -> None:
+        self.step = step
+        self.attempt = attempt
+        self.cause = cause
+        super().__init__(retry_at)
+
+
+class EvictedError(WorkflowInterrupt):
+    """The run was asked to stop (eviction or cancellation)."""
+
+
+# --- Recording errors in history ----------------------------------------------
+
+KNOWN_ERRORS: dict[str, type[WorkflowError]] = {
+    cls.__name__: cls
+    for cls in (
+        WorkflowError,
+        CriticalError,
+        RollbackError,
+        StepTimeoutError,
+        StepOutputError,
+        StepExhaustedError,
+        HistoryDivergedError,
+        EntryInProgressError,
+        RollbackCheckpointError,
+        MessageTimeoutError,
+        StorageLimitError,
+    )
+}
+
+
+def error_info(error: BaseException, **extra: Any) -> dict[str, Any]:
+    """Return the storable description ``{name, message, ...}`` of ``error``."""
+    if isinstance(error, RecordedError):
+        name = error.original_name
+    else:
+        name = type(error).__name__
+    message = error.message if isinstance(error, RivetError) else str(error)
+    return {"name": name, "message": message, **extra}
+
+
+def error_from_info(info: Mapping[str, Any] | None) -> WorkflowError:
+    """Rebuild an exception from :func:`error_info` output."""
+    if not info:
+        return WorkflowError("Workflow failed")
+    name = str(info.get("name", "WorkflowError"))
+    message = str(info.get("message", ""))
+    cls = KNOWN_ERRORS.get(name)
+    if cls is not None:
+        return cls(message)
+    return RecordedError(name, message)

@@ -1,0 +1,169 @@
+"""Value objects the workflow API hands out and takes in."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+__all__ = [
+    "Failure",
+    "Loop",
+    "LoopBreak",
+    "LoopContinue",
+    "Message",
+    "RollbackContext",
+    "RollbackErrorEvent",
+    "StepErrorEvent",
+    "StepResult",
+    "WorkflowDefinition",
+    "WorkflowErrorEvent",
+    "WorkflowOutcome",
+    "workflow",
+]
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+OutcomeState = Literal["completed", "sleeping", "failed", "cancelled", "rolling_back"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopContinue(Generic[S]):
+    """Run another iteration with ``state``."""
+
+    state: S
+
+
+@dataclass(frozen=True, slots=True)
+class LoopBreak(Generic[T]):
+    """Leave the loop with ``value``."""
+
+    value: T
+
+
+class Loop:
+    """Results a ``ctx.loop`` body returns."""
+
+    @staticmethod
+    def continue_(state: Any = None) -> LoopContinue:
+        """Continue with the next iteration and ``state``."""
+        return LoopContinue(state)
+
+    @staticmethod
+    def break_(value: Any = None) -> LoopBreak:
+        """Finish the loop with ``value``."""
+        return LoopBreak(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message sent to a workflow, as ``ctx.messages`` returns it."""
+
+    id: str
+    name: str
+    body: Any
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a ``try_step`` or ``try_block`` did not succeed.
+
+    ``kind`` is ``"critical"``, ``"timeout"``, ``"exhausted"``, ``"rollback"``,
+    ``"join"`` or ``"race"``; ``name`` is the failing entry's name.
+    """
+
+    kind: str
+    name: str
+    attempts: int
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult(Generic[T]):
+    """The result of ``try_step``/``try_block``: a value or a failure."""
+
+    ok: bool
+    value: T | None = None
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowOutcome:
+    """Where one ``run_workflow`` call left the workflow."""
+
+    state: OutcomeState
+    output: Any = None
+    error: BaseException | None = None
+    sleep_until: float | None = None
+    waiting_for: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StepErrorEvent:
+    """A step attempt failed (reported once per failed attempt)."""
+
+    workflow_id: str
+    step_name: str
+    attempt: int
+    max_retries: int
+    remaining_retries: int
+    will_retry: bool
+    retry_delay: float | None
+    retry_at: float | None
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackErrorEvent:
+    """A rollback handler failed."""
+
+    workflow_id: str
+    step_name: str
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowErrorEvent:
+    """The workflow failed."""
+
+    workflow_id: str
+    error: BaseException
+
+
+ErrorEvent = StepErrorEvent | RollbackErrorEvent | WorkflowErrorEvent
+ErrorHook = Callable[[ErrorEvent], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackContext:
+    """What a rollback handler receives as its first argument."""
+
+    workflow_id: str
+    is_evicted: Callable[[], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """A workflow function with its registered name."""
+
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+
+    def __call__(self, ctx: Any, input: Any) -> Awaitable[Any]:
+        return self.fn(ctx, input)
+
+
+def workflow(
+    fn: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None
+) -> Any:
+    """Mark ``fn`` as a workflow: ``@workflow`` or ``@workflow(name="order")``.
+
+    Registers nothing: the Django runtime keeps the registry.
+    """
+
+    def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
+        return WorkflowDefinition(name=name or func.__name__, fn=func)
+
+    return wrap(fn) if fn is not None else wrap
