@@ -1,0 +1,391 @@
+"""Scoped entries: ``loop``, ``join``, ``race`` and ``try_block``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import schema
+from .errors import (
+    EntryInProgressError,
+    EvictedError,
+    HistoryDivergedError,
+    JoinError,
+    MessageWaitError,
+    RaceError,
+    SleepError,
+    WorkflowInterrupt,
+    error_from_info,
+    error_info,
+)
+from .execution import RollbackStop, complete
+from .steps import failure_kind
+from .values import Failure, LoopBreak, LoopContinue, StepResult
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+
+__all__ = ["merge_interrupts", "run_join", "run_loop", "run_race", "run_try_block"]
+
+# Errors that mean the code and history disagree: never recorded or caught.
+_FATAL = (HistoryDivergedError, EntryInProgressError)
+
+
+def merge_interrupts(interrupts: list[WorkflowInterrupt]) -> WorkflowInterrupt:
+    """Merge branch pauses: the earliest deadline and every awaited name."""
+    if any(isinstance(i, EvictedError) for i in interrupts):
+        return EvictedError()
+    deadlines = [i.deadline for i in interrupts if i.deadline is not None]
+    names = [name for i in interrupts for name in i.names]
+    deadline = min(deadlines) if deadlines else None
+    if deadline is None:
+        return MessageWaitError(None, names)
+    return SleepError(deadline, names)
+
+
+# --- loop ------------------------------------------------------------------------
+
+
+async def run_loop(
+    ctx: WorkflowContext,
+    name: str,
+    fn: Callable[..., Any],
+    state: Any,
+    interval: int,
+    size: int,
+) -> Any:
+    """Run a durable loop (see ``WorkflowContext.loop``)."""
+    run = ctx._run
+    storage = run.storage
+    location = ctx._visit(name)
+    loop_index = location[-1]
+    assert isinstance(loop_index, int)
+    entry = ctx._existing(location, "loop")
+    if entry is not None:
+        if "output" in entry.data:
+            run.cover(location)
+            return entry.data["output"]
+        state = entry.data["state"]
+        iteration = int(entry.data["iteration"])
+        # Iterations before the committed one are history, not replayed.
+        for old in range(int(entry.data["pruned_before"]), iteration):
+            run.cover((*location, (loop_index, old)))
+    else:
+        if run.rollback:
+            raise RollbackStop()
+        state = schema.roundtrip(state, f'State of loop "{name}"')
+        iteration = 0
+        data = {"state": state, "iteration": 0, "pruned_before": 0}
+        entry = storage.create_entry(location, "loop", data, status="running")
+
+    def prune(current: int) -> None:
+        if interval <= 0 or size <= 0 or current == 0 or current % interval:
+            return
+        keep_from = max(0, current - size)
+        start = int(entry.data["pruned_before"])
+        if keep_from > start:
+            storage.delete_iterations(location, loop_index, start, keep_from)
+            entry.data["pruned_before"] = keep_from
+            entry.touch()
+
+    while True:
+        if run.evicted():
+            raise EvictedError()
+        child = ctx._child((*location, (loop_index, iteration)))
+        try:
+            result = await fn(child, state)
+        except BaseException:
+            child._abandon()
+            raise
+        child._finish()
+        if isinstance(result, LoopBreak):
+            value = schema.roundtrip(result.value, f'Output of loop "{name}"')
+            if run.rollback:
+                return value
+            complete(storage, entry, output=value, state=state, iteration=iteration)
+            prune(iteration + 1)
+            await storage.flush()
+            return value
+        if isinstance(result, LoopContinue):
+            state = schema.roundtrip(result.state, f'State of loop "{name}"')
+        elif result is not None:
+            raise TypeError(
+                f'Loop "{name}" body must return Loop.continue_(state) or '
+                f"Loop.break_(value), not {type(result).__name__}"
+            )
+        iteration += 1
+        if not run.rollback and iteration % max(interval, 1) == 0:
+            entry.data.update(state=state, iteration=iteration)
+            entry.touch()
+            prune(iteration)
+            await storage.flush()
+
+
+# --- join and race ------------------------------------------------------------
+
+
+async def _branch(ctx: WorkflowContext, fn: Callable[..., Any], scope: tuple) -> Any:
+    child = ctx._child(scope)
+    try:
+        result = await fn(child)
+    except BaseException:
+        child._abandon()
+        raise
+    child._finish()
+    return result
+
+
+def _branch_records(
+    ctx: WorkflowContext, entry: schema.Entry, names: list[str], location: tuple
+) -> dict[str, dict[str, Any]]:
+    recorded = entry.data["branches"]
+    unknown = [branch for branch in recorded if branch not in names]
+    if unknown:
+        where = ctx._run.storage.location_string(location)
+        raise HistoryDivergedError(
+            f'"{where}" recorded branches {unknown} the code no longer has'
+        )
+    for branch in names:
+        recorded.setdefault(branch, {"status": "pending"})
+    return recorded
+
+
+async def _settle(tasks: dict[str, asyncio.Future]) -> None:
+    """Wait for every task; if we are cancelled, cancel them first."""
+    try:
+        if tasks:
+            await asyncio.wait(tasks.values())
+    finally:
+        await _cancel_all(tasks.values())
+
+
+async def _cancel_all(tasks: Any) -> None:
+    """Cancel the unfinished tasks and wait until they have stopped."""
+    pending = [task for task in tasks if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _replay_for_rollback(
+    ctx: WorkflowContext, branches: dict[str, Callable[..., Any]], location: tuple
+) -> bool:
+    """Replay branches one by one to collect rollback handlers; False if stopped."""
+    storage = ctx._run.storage
+    finished = True
+    for branch, fn in branches.items():
+        index = storage.name_index(branch)
+        if index is None:
+            finished = False
+            continue
+        try:
+            await _branch(ctx, fn, (*location, index))
+        except RollbackStop:
+            finished = False
+        except Exception:  # noqa: S110 - failures are history now
+            pass
+    return finished
+
+
+async def run_join(
+    ctx: WorkflowContext, name: str, branches: dict[str, Callable[..., Any]]
+) -> dict[str, Any]:
+    """Run every branch in parallel (see ``WorkflowContext.join``)."""
+    run = ctx._run
+    storage = run.storage
+    location = ctx._visit(name)
+    entry = ctx._existing(location, "join")
+    if entry is None:
+        if run.rollback:
+            raise RollbackStop()
+        data = {"branches": {b: {"status": "pending"} for b in branches}}
+        entry = storage.create_entry(location, "join", data, status="running")
+    recorded = _branch_records(ctx, entry, list(branches), location)
+    if run.rollback:
+        done = all(recorded[b]["status"] == "completed" for b in branches)
+        if not await _replay_for_rollback(ctx, branches, location) or not done:
+            raise RollbackStop()
+        return {b: recorded[b].get("output") for b in branches}
+
+    results: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
+    tasks: dict[str, asyncio.Future] = {}
+    for branch, fn in branches.items():
+        status = recorded[branch]
+        scope = (*location, storage.register_name(branch))
+        if status["status"] == "completed":
+            results[branch] = status.get("output")
+            run.cover(scope)
+        elif status["status"] == "failed":
+            errors[branch] = error_from_info(status.get("error"))
+            run.cover(scope)
+        else:
+            status["status"] = "running"
+            tasks[branch] = asyncio.ensure_future(_branch(ctx, fn, scope))
+    entry.touch()
+    await _settle(tasks)
+
+    interrupts: list[WorkflowInterrupt] = []
+    for branch, task in tasks.items():
+        status = recorded[branch]
+        error = task.exception()
+        if error is None:
+            try:
+                value = schema.roundtrip(task.result(), f'Output of branch "{branch}"')
+            except Exception as exc:
+                error = exc
+            else:
+                status.update(status="completed", output=value)
+                results[branch] = value
+                continue
+        if isinstance(error, _FATAL) or not isinstance(
+            error, Exception | WorkflowInterrupt
+        ):
+            raise error
+        if isinstance(error, WorkflowInterrupt):
+            status["status"] = "pending"
+            interrupts.append(error)
+            continue
+        status.update(status="failed", error=error_info(error))
+        errors[branch] = error
+    entry.touch()
+    if interrupts:
+        await storage.flush()
+        raise merge_interrupts(interrupts)
+    metadata = storage.meta(entry)
+    if errors:
+        metadata.status = "failed"
+        metadata.touch()
+        await storage.flush()
+        raise JoinError(name, {b: errors[b] for b in branches if b in errors})
+    complete(storage, entry)
+    await storage.flush()
+    return {branch: results[branch] for branch in branches}
+
+
+async def run_race(
+    ctx: WorkflowContext, name: str, branches: dict[str, Callable[..., Any]]
+) -> tuple[str, Any]:
+    """Run branches in parallel; the first to finish wins (see ``ctx.race``)."""
+    run = ctx._run
+    storage = run.storage
+    location = ctx._visit(name)
+    entry = ctx._existing(location, "race")
+    if entry is not None and entry.data.get("winner") is not None:
+        winner = entry.data["winner"]
+        run.cover(location)
+        if run.rollback and winner in branches:
+            await _replay_for_rollback(ctx, {winner: branches[winner]}, location)
+        return winner, entry.data["branches"].get(winner, {}).get("output")
+    if run.rollback:
+        raise RollbackStop()
+    if entry is None:
+        data = {
+            "winner": None,
+            "branches": {b: {"status": "pending"} for b in branches},
+        }
+        entry = storage.create_entry(location, "race", data, status="running")
+    recorded = _branch_records(ctx, entry, list(branches), location)
+
+    errors: dict[str, BaseException] = {}
+    tasks: dict[str, asyncio.Future] = {}
+    scopes: dict[str, tuple] = {}
+    for branch, fn in branches.items():
+        scopes[branch] = (*location, storage.register_name(branch))
+        if recorded[branch]["status"] == "failed":
+            errors[branch] = error_from_info(recorded[branch].get("error"))
+            run.cover(scopes[branch])
+            continue
+        recorded[branch]["status"] = "running"
+        task = asyncio.ensure_future(_branch(ctx, fn, scopes[branch]))
+        tasks[branch] = task
+    entry.touch()
+
+    winner: str | None = None
+    value: Any = None
+    interrupts: list[WorkflowInterrupt] = []
+    pending = set(tasks.values())
+    try:
+        while pending and winner is None:
+            done, pending = await asyncio.wait(
+                pending, return_when=asyncio.FIRST_COMPLETED
+            )
+            for branch in [b for b in branches if tasks.get(b) in done]:
+                error = tasks[branch].exception()
+                if error is None and winner is None:
+                    try:
+                        value = schema.roundtrip(
+                            tasks[branch].result(), f'Output of branch "{branch}"'
+                        )
+                        winner = branch
+                        continue
+                    except Exception as exc:
+                        error = exc
+                if error is None:
+                    continue  # finished too, but after the winner
+                if isinstance(error, _FATAL) or not isinstance(
+                    error, Exception | WorkflowInterrupt
+                ):
+                    raise error
+                if isinstance(error, WorkflowInterrupt):
+                    interrupts.append(error)
+                    recorded[branch]["status"] = "pending"
+                else:
+                    errors[branch] = error
+                    recorded[branch].update(status="failed", error=error_info(error))
+    finally:
+        await _cancel_all(pending)
+
+    if winner is not None:
+        for branch in branches:
+            if branch != winner:
+                if recorded[branch]["status"] != "failed":
+                    recorded[branch] = {"status": "cancelled"}
+                storage.delete_subtree(scopes[branch])
+        recorded[winner] = {"status": "completed", "output": value}
+        complete(storage, entry, winner=winner)
+        await storage.flush()
+        return winner, value
+    entry.touch()
+    if interrupts:
+        await storage.flush()
+        raise merge_interrupts(interrupts)
+    metadata = storage.meta(entry)
+    metadata.status = "failed"
+    metadata.touch()
+    await storage.flush()
+    raise RaceError(name, {b: errors[b] for b in branches if b in errors})
+
+
+# --- try_block -------------------------------------------------------------------
+
+
+async def run_try_block(
+    ctx: WorkflowContext,
+    name: str,
+    fn: Callable[..., Any],
+    catch: tuple[str | type[BaseException], ...],
+) -> StepResult:
+    """Run ``fn`` in its own scope, turning caught failures into a result."""
+    location = ctx._visit(name)
+    if location in ctx._run.storage.entries:
+        entry = ctx._run.storage.entries[location]
+        where = ctx._run.storage.location_string(location)
+        raise HistoryDivergedError(
+            f'Expected a try block at "{where}", history has a {entry.kind}'
+        )
+    try:
+        value = await _branch(ctx, fn, location)
+    except _FATAL:
+        raise
+    except Exception as error:
+        kind = failure_kind(error)
+        kinds = {c for c in catch if isinstance(c, str)}
+        types = tuple(c for c in catch if isinstance(c, type))
+        if not ((kind is not None and kind in kinds) or isinstance(error, types)):
+            raise
+        attempts = getattr(error, "attempts", 0)
+        return StepResult(False, None, Failure(kind or "error", name, attempts, error))
+    return StepResult(True, value, None)

@@ -1,0 +1,155 @@
+"""``ctx.messages``: receive messages sent to the workflow, durably.
+
+A receive is one ``message`` entry recording what was received (or that the
+wait timed out), so a replay returns the same messages and never takes them
+from the inbox again. Messages are taken as *completable*: recorded and
+flushed first, completed (removed from the inbox) after, so a crash in between
+leaves them in the inbox and the recorded ids keep them from being received a
+second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from django_rivet import clock
+
+from . import schema
+from .errors import MessageTimeoutError, MessageWaitError
+from .execution import RollbackStop, complete
+from .values import Message
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+
+__all__ = ["ANY_MESSAGE", "Messages"]
+
+# What ``waiting_for`` reports for a receive that accepts any message name.
+ANY_MESSAGE = "*"
+
+
+class Messages:
+    """The ``ctx.messages`` namespace."""
+
+    def __init__(self, ctx: WorkflowContext) -> None:
+        self._ctx = ctx
+
+    def next(
+        self,
+        name: str,
+        *,
+        names: Iterable[str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Return the next message; raise :class:`MessageTimeoutError` on timeout."""
+        wanted = None if names is None else list(names)
+
+        async def receive_one() -> Message:
+            found = await _receive(self._ctx, name, wanted, 1, timeout)
+            if not found:
+                raise MessageTimeoutError(
+                    f'No message arrived for "{name}" within {timeout:g} seconds'
+                )
+            return found[0]
+
+        return self._ctx._entry(receive_one)
+
+    def next_batch(
+        self,
+        name: str,
+        *,
+        names: Iterable[str] | None = None,
+        count: int = 1,
+        timeout: float | None = None,
+    ) -> Any:
+        """Return up to ``count`` messages; ``[]`` when the timeout passes first."""
+        wanted = None if names is None else list(names)
+        return self._ctx._entry(
+            lambda: _receive(self._ctx, name, wanted, max(1, count), timeout)
+        )
+
+
+def _to_message(record: dict[str, Any]) -> Message:
+    return Message(
+        id=str(record["id"]),
+        name=str(record["name"]),
+        body=record.get("body"),
+        created_at=float(record.get("created_at") or 0.0),
+    )
+
+
+async def _take(ctx: WorkflowContext, names: list[str] | None, count: int) -> list:
+    """Receive up to ``count`` messages that history has not recorded yet."""
+    run = ctx._run
+    driver = run.driver
+    fresh: list[Message] = []
+    while True:
+        batch = await driver.receive_messages(names, count - len(fresh), True)
+        stale = [m for m in batch if m.id in run.consumed_messages]
+        fresh += [m for m in batch if m.id not in run.consumed_messages]
+        for message in stale:
+            # Recorded by an earlier run that crashed before completing it.
+            await driver.complete_message(message.id, None)
+        if not stale or len(fresh) >= count:
+            return fresh
+
+
+async def _receive(
+    ctx: WorkflowContext,
+    name: str,
+    names: list[str] | None,
+    count: int,
+    timeout: float | None,
+) -> list[Message]:
+    run = ctx._run
+    storage = run.storage
+    location = ctx._visit(name)
+    entry = ctx._existing(location, "message")
+    if entry is not None:
+        state = entry.data["state"]
+        if state == "received":
+            recorded = [_to_message(m) for m in entry.data["messages"]]
+            if not run.rollback:
+                for message in recorded:
+                    await run.driver.complete_message(message.id, None)
+            return recorded
+        if state == "timed_out":
+            return []
+        if run.rollback:
+            raise RollbackStop()
+        deadline = entry.data["deadline"]
+    else:
+        if run.rollback:
+            raise RollbackStop()
+        deadline = None if timeout is None else clock.now() + float(timeout)
+        data = {
+            "names": names,
+            "count": count,
+            "deadline": deadline,
+            "state": "pending",
+            "messages": [],
+        }
+        entry = storage.create_entry(location, "message", data)
+    received = await _take(ctx, names, count)
+    if received:
+        records = [
+            {
+                "id": m.id,
+                "name": m.name,
+                "body": schema.roundtrip(m.body, f'Message "{m.name}"'),
+                "created_at": float(m.created_at),
+            }
+            for m in received
+        ]
+        complete(storage, entry, state="received", messages=records)
+        await storage.flush()
+        for message in received:
+            run.consumed_messages.add(message.id)
+            await run.driver.complete_message(message.id, None)
+        return [_to_message(record) for record in records]
+    if deadline is not None and clock.now() >= deadline:
+        complete(storage, entry, state="timed_out")
+        await storage.flush()
+        return []
+    raise MessageWaitError(deadline, names if names is not None else [ANY_MESSAGE])

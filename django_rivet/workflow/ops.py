@@ -1,0 +1,178 @@
+"""Engine-level operations on a stored workflow, outside of a run.
+
+The Django runtime calls these (with the workflow's driver) for handle and
+admin actions: cancel, recover, replay from a step, read the history and the
+workflow fields. None of them runs workflow code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django_rivet import clock
+
+from . import keys, schema
+from .driver import EngineDriver
+from .errors import EntryNotFoundError, ReplayRefusedError
+from .storage import UNSET, Storage
+
+__all__ = [
+    "WorkflowSnapshot",
+    "cancel_workflow",
+    "read_history",
+    "read_workflow",
+    "recover_workflow",
+    "replay_from",
+    "wake_workflow",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSnapshot:
+    """The stored workflow fields (``error`` is the stored ``{name, message}``)."""
+
+    state: str
+    output: Any
+    error: dict[str, Any] | None
+    input: Any
+
+
+async def read_workflow(driver: EngineDriver) -> WorkflowSnapshot:
+    """Return the stored state, output, error and input of the driver's workflow."""
+    values: dict[int, Any] = {}
+    for key, value in await driver.list(keys.pack((keys.WORKFLOW,))):
+        field_id = keys.unpack(key)[1]
+        values[field_id] = schema.decode_workflow_field(field_id, value)
+    return WorkflowSnapshot(
+        state=values.get(keys.WORKFLOW_STATE, "pending"),
+        output=values.get(keys.WORKFLOW_OUTPUT),
+        error=values.get(keys.WORKFLOW_ERROR),
+        input=values.get(keys.WORKFLOW_INPUT),
+    )
+
+
+async def read_history(driver: EngineDriver) -> list[schema.HistoryEntry]:
+    """Return the decoded history of the driver's workflow, in creation order."""
+    return schema.decode_history(await driver.list(b""))
+
+
+async def cancel_workflow(workflow_id: str, driver: EngineDriver) -> None:
+    """Mark the workflow cancelled and drop its alarm; later runs do nothing."""
+    await driver.set(
+        keys.workflow_key(keys.WORKFLOW_STATE),
+        schema.encode_workflow_field(keys.WORKFLOW_STATE, "cancelled"),
+    )
+    await driver.clear_alarm(workflow_id)
+
+
+async def wake_workflow(workflow_id: str, driver: EngineDriver) -> None:
+    """Ask for the workflow to run now."""
+    await driver.set_alarm(workflow_id, clock.now())
+
+
+async def recover_workflow(workflow_id: str, driver: EngineDriver) -> bool:
+    """Reset the failed and exhausted steps of a failed workflow and wake it.
+
+    Returns False (and changes nothing) unless the workflow is ``failed``.
+    """
+    storage = await Storage.load(driver)
+    if storage.state != "failed":
+        return False
+    for metadata in storage.metadata.values():
+        if metadata.status in ("failed", "exhausted"):
+            metadata.status = "pending"
+            metadata.attempts = 0
+            metadata.last_attempt_at = None
+            metadata.error = None
+            metadata.touch()
+    for entry in storage.entries.values():
+        if entry.kind not in ("join", "race"):
+            continue
+        branches = entry.data.get("branches", {})
+        failed = [b for b in branches.values() if b.get("status") == "failed"]
+        for branch in failed:
+            branch.clear()
+            branch["status"] = "pending"
+        if failed:
+            entry.touch()
+            metadata = storage.meta(entry)
+            metadata.status = "running"
+            metadata.touch()
+    storage.set_field(keys.WORKFLOW_ERROR, UNSET)
+    storage.state = "sleeping"
+    await storage.flush()
+    await driver.set_alarm(workflow_id, clock.now())
+    return True
+
+
+async def replay_from(
+    workflow_id: str,
+    driver: EngineDriver,
+    entry_id: str | None = None,
+    *,
+    schedule: bool = True,
+) -> list[schema.HistoryEntry]:
+    """Delete a step and every entry created after it, so they run again.
+
+    A step inside a loop rewinds its innermost enclosing loop (the loop entry
+    and everything after it go), and a step inside a join or race branch
+    rewinds that join or race. Without ``entry_id`` the whole history goes and
+    the workflow starts over (its input is kept). Refuses while a step that
+    would be kept is running. Returns the remaining history.
+    """
+    storage = await Storage.load(driver)
+    ordered = sorted(storage.entries.values(), key=lambda entry: entry.seq)
+    if entry_id is None:
+        doomed = ordered
+    else:
+        target = next((e for e in ordered if e.id == entry_id), None)
+        if target is None:
+            raise EntryNotFoundError(f"No history entry has id {entry_id!r}")
+        if target.kind != "step":
+            raise ReplayRefusedError("The replay target must be a step")
+        boundary = _boundary(storage, target)
+        depth = len(boundary.location)
+        doomed = [
+            e
+            for e in ordered
+            if e.seq >= boundary.seq or e.location[:depth] == boundary.location
+        ]
+    doomed_ids = {entry.id for entry in doomed}
+    for entry in ordered:
+        metadata = storage.metadata.get(entry.id)
+        if entry.id not in doomed_ids and metadata and metadata.status == "running":
+            raise ReplayRefusedError(
+                "Cannot replay the workflow while a step is running"
+            )
+    for entry in doomed:
+        del storage.entries[entry.location]
+        storage.pending_keys.append(keys.entry_key(entry.location))
+        if storage.metadata.pop(entry.id, None) is not None:
+            storage.pending_keys.append(keys.metadata_key(entry.id))
+    storage.set_field(keys.WORKFLOW_OUTPUT, UNSET)
+    storage.set_field(keys.WORKFLOW_ERROR, UNSET)
+    storage.state = "sleeping"
+    await storage.flush()
+    if schedule:
+        await driver.set_alarm(workflow_id, clock.now())
+    remaining = sorted(storage.entries.values(), key=lambda entry: entry.seq)
+    return [
+        schema.history_entry(e, storage.metadata.get(e.id), storage.names)
+        for e in remaining
+    ]
+
+
+def _boundary(storage: Storage, target: schema.Entry) -> schema.Entry:
+    """Return the entry a replay of ``target`` has to start from."""
+    boundary = target
+    location = target.location
+    for depth in range(len(location) - 1, 0, -1):
+        ancestor = storage.entries.get(location[:depth])
+        if ancestor is None:
+            continue
+        if ancestor.kind == "loop":
+            return ancestor
+        if ancestor.kind in ("join", "race"):
+            boundary = ancestor
+    return boundary

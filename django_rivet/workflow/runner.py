@@ -1,0 +1,365 @@
+"""Run a workflow function against a driver: replay, pause, fail, roll back.
+
+``run_workflow`` executes the function once (``mode="yield"``): it returns as
+soon as the workflow completes, fails, or pauses (a long sleep, a message
+wait, a retry backoff), after flushing and setting the driver alarm. With
+``mode="live"`` it keeps the workflow in this process instead, waiting for the
+deadline or a message and replaying again, until it completes or fails.
+Either way a later call with the same id and driver resumes by replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Literal
+
+from django_rivet import clock
+
+from . import keys, schema
+from .context import WorkflowContext
+from .driver import EngineDriver, call_maybe_async
+from .errors import (
+    EvictedError,
+    RollbackCheckpointError,
+    StepOutputError,
+    WorkflowInterrupt,
+    error_from_info,
+    error_info,
+)
+from .execution import RollbackStop, Run, emit
+from .messages import ANY_MESSAGE
+from .ops import cancel_workflow, recover_workflow
+from .storage import UNSET, Storage
+from .values import (
+    ErrorHook,
+    RollbackContext,
+    RollbackErrorEvent,
+    WorkflowErrorEvent,
+    WorkflowOutcome,
+)
+
+__all__ = ["WorkflowRun", "run_workflow", "start_workflow"]
+
+logger = logging.getLogger("django_rivet.workflow")
+
+Mode = Literal["yield", "live"]
+WorkflowFn = Callable[[WorkflowContext, Any], Awaitable[Any]]
+HistoryHook = Callable[[list[schema.HistoryEntry]], Any]
+
+
+async def run_workflow(
+    workflow_id: str,
+    fn: WorkflowFn,
+    input: Any,
+    driver: EngineDriver,
+    mode: Mode = "yield",
+    on_error: ErrorHook | None = None,
+    *,
+    on_history: HistoryHook | None = None,
+) -> WorkflowOutcome:
+    """Run (or resume) workflow ``workflow_id`` and return where it stands."""
+    return await start_workflow(
+        workflow_id, fn, input, driver, mode, on_error, on_history=on_history
+    )
+
+
+def start_workflow(
+    workflow_id: str,
+    fn: WorkflowFn,
+    input: Any,
+    driver: EngineDriver,
+    mode: Mode = "yield",
+    on_error: ErrorHook | None = None,
+    *,
+    on_history: HistoryHook | None = None,
+) -> WorkflowRun:
+    """Start running a workflow in a task; await the returned run for its outcome."""
+    run = WorkflowRun(workflow_id, fn, input, driver, mode, on_error, on_history)
+    run.start()
+    return run
+
+
+class WorkflowRun:
+    """One in-process run of a workflow, with controls for the host.
+
+    ``await run`` (or ``await run.result()``) gives the :class:`WorkflowOutcome`.
+    """
+
+    def __init__(
+        self,
+        workflow_id: str,
+        fn: WorkflowFn,
+        input: Any,
+        driver: EngineDriver,
+        mode: Mode = "yield",
+        on_error: ErrorHook | None = None,
+        on_history: HistoryHook | None = None,
+    ) -> None:
+        if mode not in ("yield", "live"):
+            raise ValueError(f"mode must be 'yield' or 'live', not {mode!r}")
+        self.workflow_id = workflow_id
+        self.fn = fn
+        self.input = input
+        self.driver = driver
+        self.mode = mode
+        self.on_error = on_error
+        self.on_history = on_history
+        self._eviction = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._cancelled = False
+        self._task: asyncio.Task[WorkflowOutcome] | None = None
+
+    def start(self) -> None:
+        """Start the run in a task of the running event loop."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._main())
+
+    async def result(self) -> WorkflowOutcome:
+        """Wait for and return the outcome."""
+        self.start()
+        assert self._task is not None
+        return await asyncio.shield(self._task)
+
+    def __await__(self) -> Generator[Any, None, WorkflowOutcome]:
+        return self.result().__await__()
+
+    def evict(self) -> None:
+        """Ask the run to stop at the next entry; it can resume elsewhere."""
+        self._eviction.set()
+        self._wake.set()
+
+    async def cancel(self) -> None:
+        """Cancel the workflow for good and stop this run."""
+        self._cancelled = True
+        self.evict()
+        await cancel_workflow(self.workflow_id, self.driver)
+
+    async def wake(self) -> None:
+        """Wake a sleeping workflow now (live: this run; yield: via the alarm)."""
+        self._wake.set()
+        if self.mode == "yield":
+            await self.driver.set_alarm(self.workflow_id, clock.now())
+
+    async def send(self, name: str, body: Any = None) -> str:
+        """Send a message to the workflow and wake it."""
+        message_id = await self.driver.add_message(name, body)
+        self._wake.set()
+        return message_id
+
+    async def recover(self) -> bool:
+        """Reset a failed workflow's failed steps so that it runs again."""
+        recovered = await recover_workflow(self.workflow_id, self.driver)
+        self._wake.set()
+        return recovered
+
+    # Execution ------------------------------------------------------------------
+
+    async def _main(self) -> WorkflowOutcome:
+        while True:
+            self._wake.clear()
+            outcome = await self._execute()
+            if self._cancelled and outcome.state != "cancelled":
+                outcome = await self._finish_cancelled()
+            if (
+                self.mode == "yield"
+                or outcome.state != "sleeping"
+                or self._eviction.is_set()
+            ):
+                return outcome
+            await self._wait(outcome)
+            if self._eviction.is_set() and not self._cancelled:
+                return outcome
+
+    async def _finish_cancelled(self) -> WorkflowOutcome:
+        await cancel_workflow(self.workflow_id, self.driver)
+        return WorkflowOutcome("cancelled")
+
+    async def _wait(self, outcome: WorkflowOutcome) -> None:
+        """Block until the deadline, a matching message, a wake or an eviction."""
+        waits: list[Awaitable[Any]] = [self._wake.wait()]
+        if outcome.sleep_until is not None:
+            waits.append(clock.wait_until(outcome.sleep_until))
+        names = None
+        if outcome.waiting_for:
+            names = None if ANY_MESSAGE in outcome.waiting_for else outcome.waiting_for
+            waiter = getattr(self.driver, "wait_for_messages", None)
+            if waiter is not None:
+                waits.append(waiter(names))
+            else:
+                poll = self.driver.worker_poll_interval
+                waits.append(clock.wait_until(clock.now() + poll))
+        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        try:
+            await asyncio.sleep(0)  # let waiters register before the last check
+            if outcome.waiting_for and await self.driver.receive_messages(
+                names, 1, True
+            ):
+                return
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _execute(self) -> WorkflowOutcome:
+        storage = await Storage.load(self.driver)
+        if self.on_history is not None:
+            hook = self.on_history
+            storage.on_flush = lambda: hook(_history(storage))
+        if storage.state == "cancelled":
+            return WorkflowOutcome("cancelled")
+        previously_failed = storage.state == "failed"
+        if not storage.has_field(keys.WORKFLOW_INPUT):
+            try:
+                stored = schema.roundtrip(self.input, "Workflow input")
+            except StepOutputError as error:
+                return await self._fail(
+                    storage, error, None, previously_failed, roll_back=False
+                )
+            storage.set_field(keys.WORKFLOW_INPUT, stored)
+        input = storage.get_field(keys.WORKFLOW_INPUT)
+        if storage.state == "rolling_back":
+            stored_error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
+            return await self._roll_back(storage, input, stored_error, False)
+
+        run = self._new_run(storage, rollback=False)
+        ctx = WorkflowContext(run)
+        storage.state = "running"
+        try:
+            output = await self.fn(ctx, input)
+            ctx._finish()
+            output = schema.roundtrip(output, "Workflow output")
+        except WorkflowInterrupt as pause:
+            return await self._pause(storage, pause)
+        except Exception as error:
+            return await self._fail(storage, error, input, previously_failed)
+        finally:
+            ctx._abandon()
+        storage.state = "completed"
+        storage.set_field(keys.WORKFLOW_OUTPUT, output)
+        storage.set_field(keys.WORKFLOW_ERROR, UNSET)
+        await storage.flush()
+        await self.driver.clear_alarm(self.workflow_id)
+        logger.debug("workflow completed workflow=%s", self.workflow_id)
+        return WorkflowOutcome("completed", output=output)
+
+    def _new_run(self, storage: Storage, *, rollback: bool) -> Run:
+        return Run(
+            self.workflow_id,
+            storage,
+            self.driver,
+            rollback=rollback,
+            eviction=self._eviction,
+            on_error=self.on_error,
+        )
+
+    async def _pause(
+        self, storage: Storage, pause: WorkflowInterrupt
+    ) -> WorkflowOutcome:
+        storage.state = "sleeping"
+        await storage.flush()
+        if isinstance(pause, EvictedError):
+            # Another worker should pick the workflow up again right away.
+            now = clock.now()
+            await self.driver.set_alarm(self.workflow_id, now)
+            return WorkflowOutcome("sleeping", sleep_until=now)
+        if pause.deadline is not None:
+            await self.driver.set_alarm(self.workflow_id, pause.deadline)
+        else:
+            await self.driver.clear_alarm(self.workflow_id)
+        logger.debug(
+            "workflow sleeping workflow=%s until=%s waiting_for=%s",
+            self.workflow_id,
+            pause.deadline,
+            pause.names,
+        )
+        return WorkflowOutcome(
+            "sleeping", sleep_until=pause.deadline, waiting_for=list(pause.names)
+        )
+
+    async def _fail(
+        self,
+        storage: Storage,
+        error: Exception,
+        input: Any,
+        previously_failed: bool,
+        *,
+        roll_back: bool = True,
+    ) -> WorkflowOutcome:
+        logger.info("workflow failed workflow=%s error=%r", self.workflow_id, error)
+        storage.set_field(keys.WORKFLOW_ERROR, error_info(error))
+        # A step with a rollback handler but no checkpoint fails without rollback.
+        if not roll_back or isinstance(error, RollbackCheckpointError):
+            storage.state = "failed"
+            await storage.flush()
+            await self._report_failure(error, previously_failed)
+            return WorkflowOutcome("failed", error=error)
+        storage.state = "rolling_back"
+        await storage.flush()
+        return await self._roll_back(storage, input, error, previously_failed)
+
+    async def _report_failure(self, error: BaseException, repeated: bool) -> None:
+        if not repeated:
+            await emit(self.on_error, WorkflowErrorEvent(self.workflow_id, error))
+
+    async def _roll_back(
+        self,
+        storage: Storage,
+        input: Any,
+        error: BaseException,
+        previously_failed: bool,
+    ) -> WorkflowOutcome:
+        """Run rollback handlers of completed steps, newest first; resumable."""
+        run = self._new_run(storage, rollback=True)
+        ctx = WorkflowContext(run)
+        try:
+            await self.fn(ctx, input)
+        except EvictedError:
+            return WorkflowOutcome("rolling_back", error=error)
+        except (RollbackStop, WorkflowInterrupt, Exception):
+            pass  # the replay only collects handlers; it ends where history ends
+        finally:
+            ctx._abandon()
+        context = RollbackContext(self.workflow_id, self._eviction.is_set)
+        actions = sorted(run.rollback_actions, key=lambda a: a.seq, reverse=True)
+        for action in actions:
+            metadata = storage.metadata.get(action.entry_id)
+            if metadata is None or metadata.rollback_completed_at is not None:
+                continue
+            try:
+                await run.until_evicted(
+                    call_maybe_async(action.handler, context, action.output)
+                )
+            except EvictedError:
+                return WorkflowOutcome("rolling_back", error=error)
+            except Exception as rollback_error:
+                metadata.rollback_error = str(rollback_error)
+                metadata.touch()
+                await storage.flush()
+                logger.warning(
+                    "workflow rollback failed workflow=%s step=%s",
+                    self.workflow_id,
+                    action.name,
+                )
+                await run.emit(
+                    RollbackErrorEvent(self.workflow_id, action.name, rollback_error)
+                )
+                return WorkflowOutcome("rolling_back", error=rollback_error)
+            metadata.rollback_completed_at = clock.now()
+            metadata.rollback_error = None
+            metadata.touch()
+            await storage.flush()
+        storage.state = "failed"
+        await storage.flush()
+        await self._report_failure(error, previously_failed)
+        return WorkflowOutcome("failed", error=error)
+
+
+def _history(storage: Storage) -> list[schema.HistoryEntry]:
+    entries = sorted(storage.entries.values(), key=lambda entry: entry.seq)
+    return [
+        schema.history_entry(entry, storage.metadata.get(entry.id), storage.names)
+        for entry in entries
+    ]

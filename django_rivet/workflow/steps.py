@@ -1,0 +1,322 @@
+"""``ctx.step`` and ``ctx.try_step``: attempts, retries, timeouts, replay."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django_rivet import clock
+
+from . import schema
+from .driver import call_maybe_async
+from .errors import (
+    KNOWN_ERRORS,
+    CriticalError,
+    JoinError,
+    RaceError,
+    RollbackCheckpointError,
+    RollbackError,
+    StepExhaustedError,
+    StepFailedError,
+    StepTimeoutError,
+    error_info,
+)
+from .execution import RollbackAction, RollbackStop
+from .storage import MAX_KV_BATCH_PAYLOAD_BYTES
+from .values import Failure, StepErrorEvent, StepResult
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+
+__all__ = ["StepOptions", "backoff", "failure_kind", "run_step", "try_step"]
+
+logger = logging.getLogger("django_rivet.workflow")
+
+# Room for the entry envelope around an output inside one KV write.
+_OUTPUT_LIMIT = MAX_KV_BATCH_PAYLOAD_BYTES - 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """The keyword options of ``ctx.step``."""
+
+    max_retries: int = 3
+    retry_backoff_base: float = 0.1
+    retry_backoff_max: float = 30
+    timeout: float | None = 30
+    retry_on_timeout: bool = False
+    rollback: Callable[..., Any] | None = None
+    ephemeral: bool = False
+    transaction: bool = False
+
+
+def backoff(attempts: int, base: float, maximum: float) -> float:
+    """Return the retry delay after ``attempts`` attempts (no jitter: replayable)."""
+    return min(maximum, base * 2**attempts)
+
+
+def failure_kind(error: BaseException) -> str | None:
+    """Classify a failure for ``try_step``/``try_block``; None if it is not one."""
+    if isinstance(error, StepExhaustedError):
+        return "exhausted"
+    if isinstance(error, StepTimeoutError):
+        return "timeout"
+    if isinstance(error, RollbackError):
+        return "rollback"
+    if isinstance(error, CriticalError):
+        return "critical"
+    if isinstance(error, JoinError):
+        return "join"
+    if isinstance(error, RaceError):
+        return "race"
+    return None
+
+
+async def try_step(
+    ctx: WorkflowContext, name: str, fn: Callable[[], Any], options: StepOptions
+) -> StepResult:
+    """Run a step, returning critical, timeout and exhausted failures."""
+    try:
+        value = await run_step(ctx, name, fn, options)
+    except (StepExhaustedError, CriticalError) as error:
+        kind = failure_kind(error)
+        attempts = getattr(error, "attempts", 0)
+        return StepResult(False, None, Failure(str(kind), name, attempts, error))
+    return StepResult(True, value, None)
+
+
+async def run_step(
+    ctx: WorkflowContext, name: str, fn: Callable[[], Any], options: StepOptions
+) -> Any:
+    """Replay or execute one step attempt."""
+    run = ctx._run
+    storage = run.storage
+    if options.rollback is not None and not ctx._checkpoint:
+        raise RollbackCheckpointError()
+    location = ctx._visit(name)
+    entry = ctx._existing(location, "step")
+    if entry is not None:
+        metadata = storage.meta(entry)
+        if metadata.status == "completed" or "output" in entry.data:
+            output = entry.data.get("output")
+            if run.rollback and options.rollback is not None:
+                if metadata.rollback_completed_at is None:
+                    run.rollback_actions.append(
+                        RollbackAction(
+                            entry.seq, entry.id, name, output, options.rollback
+                        )
+                    )
+            return output
+        if metadata.status == "exhausted":
+            raise _recorded_failure(name, metadata.attempts, entry, metadata.error)
+        if run.rollback:
+            raise RollbackStop()
+        if metadata.attempts >= options.max_retries:
+            # Attempts ran out without the exhaustion being recorded (a crash,
+            # or max_retries lowered since): record it now.
+            info = entry.data.get("error") or metadata.error or {}
+            info = {**info, "kind": "exhausted"}
+            metadata.status, metadata.error = "exhausted", info
+            metadata.touch()
+            await storage.flush()
+            raise _recorded_failure(name, metadata.attempts, entry, info)
+        if metadata.status == "failed":
+            delay = backoff(
+                metadata.attempts,
+                options.retry_backoff_base,
+                options.retry_backoff_max,
+            )
+            retry_at = (metadata.last_attempt_at or 0.0) + delay
+            if clock.now() < retry_at:
+                raise StepFailedError(name, metadata.attempts, retry_at, None)
+    else:
+        if run.rollback:
+            raise RollbackStop()
+        entry = storage.create_entry(location, "step", {})
+
+    metadata = storage.meta(entry)
+    metadata.status = "running"
+    metadata.attempts += 1
+    metadata.last_attempt_at = clock.now()
+    metadata.touch()
+    try:
+        if options.transaction:
+            return await _run_transactional(ctx, name, fn, entry)
+        raw = await _call_with_timeout(ctx, name, fn, options.timeout)
+        output = schema.roundtrip(raw, f'Output of step "{name}"', limit=_OUTPUT_LIMIT)
+    except Exception as error:
+        failure = await _attempt_failed(ctx, name, entry, options, error)
+        if failure is error:
+            raise
+        raise failure from error
+    _record_success(storage, entry, output)
+    if not options.ephemeral:
+        await storage.flush()
+    return output
+
+
+def _record_success(storage: Any, entry: schema.Entry, output: Any) -> None:
+    entry.data["output"] = output
+    entry.data.pop("error", None)
+    entry.touch()
+    metadata = storage.meta(entry)
+    metadata.status = "completed"
+    metadata.error = None
+    metadata.completed_at = clock.now()
+    metadata.touch()
+
+
+async def _run_transactional(
+    ctx: WorkflowContext, name: str, fn: Callable[[], Any], entry: schema.Entry
+) -> Any:
+    storage = ctx._run.storage
+    done: dict[str, Any] = {}
+
+    def make_writes(raw: Any) -> list[tuple[bytes, bytes]]:
+        # Runs inside the driver's transaction: raising here rolls ``fn`` back.
+        output = schema.roundtrip(raw, f'Output of step "{name}"', limit=_OUTPUT_LIMIT)
+        _record_success(storage, entry, output)
+        writes, plan = storage.transactional_writes()
+        done["output"], done["plan"] = output, plan
+        return writes
+
+    try:
+        await ctx._run.driver.run_transactional(fn, make_writes)
+    except BaseException:
+        if "plan" in done:
+            # The transaction rolled back after we recorded success: undo it.
+            entry.data.pop("output", None)
+            entry.touch()
+            metadata = storage.meta(entry)
+            metadata.status, metadata.completed_at = "running", None
+            metadata.touch()
+        raise
+    storage.acknowledge(done["plan"])
+    return done["output"]
+
+
+async def _invoke(ctx: WorkflowContext, fn: Callable[[], Any]) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn()
+    call_sync = getattr(ctx._run.driver, "call_sync", None)
+    if call_sync is not None:
+        result = await call_sync(fn)
+        return await result if inspect.isawaitable(result) else result
+    return await call_maybe_async(fn)
+
+
+async def _call_with_timeout(
+    ctx: WorkflowContext, name: str, fn: Callable[[], Any], timeout: float | None
+) -> Any:
+    if not timeout or timeout <= 0:
+        return await _invoke(ctx, fn)
+    deadline = clock.now() + timeout
+    work = asyncio.ensure_future(_invoke(ctx, fn))
+    timer = asyncio.ensure_future(clock.wait_until(deadline))
+    try:
+        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+    if work.cancelled():
+        raise StepTimeoutError(f'Step "{name}" timed out after {timeout:g} seconds')
+    return work.result()
+
+
+async def _attempt_failed(
+    ctx: WorkflowContext,
+    name: str,
+    entry: schema.Entry,
+    options: StepOptions,
+    error: Exception,
+) -> BaseException:
+    """Record a failed attempt, report it, and return what the caller raises."""
+    run = ctx._run
+    metadata = run.storage.meta(entry)
+    attempt = metadata.attempts
+    if isinstance(error, StepTimeoutError) and options.retry_on_timeout:
+        kind = None
+    else:
+        terminal = isinstance(error, CriticalError | RollbackError)
+        kind = failure_kind(error) if terminal else None
+    if kind is None and attempt >= options.max_retries:
+        kind = "exhausted"
+    info = error_info(error, kind=kind or "failed")
+    entry.data.pop("output", None)
+    entry.data["error"] = info
+    entry.touch()
+    metadata.status = "failed" if kind is None else "exhausted"
+    metadata.error = info
+    metadata.touch()
+    retry_delay = retry_at = None
+    if kind is None:
+        retry_delay = backoff(
+            attempt, options.retry_backoff_base, options.retry_backoff_max
+        )
+        retry_at = (metadata.last_attempt_at or clock.now()) + retry_delay
+    logger.info(
+        "workflow step failed workflow=%s step=%s attempt=%s retry_at=%s",
+        run.workflow_id,
+        name,
+        attempt,
+        retry_at,
+    )
+    await run.storage.flush()
+    await run.emit(
+        StepErrorEvent(
+            workflow_id=run.workflow_id,
+            step_name=name,
+            attempt=attempt,
+            max_retries=options.max_retries,
+            remaining_retries=max(0, options.max_retries - attempt) if not kind else 0,
+            will_retry=kind is None,
+            retry_delay=retry_delay,
+            retry_at=retry_at,
+            error=error,
+        )
+    )
+    if kind is None:
+        assert retry_at is not None
+        return StepFailedError(name, attempt, retry_at, error)
+    if kind == "exhausted":
+        return _exhausted(name, attempt, info)
+    error.attempts = attempt  # type: ignore[attr-defined]
+    return error
+
+
+def _exhausted(name: str, attempts: int, info: dict[str, Any]) -> StepExhaustedError:
+    error = StepExhaustedError(
+        f'Step "{name}" failed after {attempts} attempt(s): {info.get("message", "")}'
+    )
+    error.attempts = attempts  # type: ignore[attr-defined]
+    error.last_error = info  # type: ignore[attr-defined]
+    return error
+
+
+def _recorded_failure(
+    name: str,
+    attempts: int,
+    entry: schema.Entry,
+    info: dict[str, Any] | None,
+) -> BaseException:
+    """Rebuild the failure of an exhausted step from history."""
+    info = entry.data.get("error") or info or {}
+    kind = info.get("kind")
+    if kind in ("exhausted", "failed", None):
+        return _exhausted(name, attempts, info)
+    default = {
+        "timeout": StepTimeoutError,
+        "rollback": RollbackError,
+    }.get(kind, CriticalError)
+    cls = KNOWN_ERRORS.get(str(info.get("name")))
+    if cls is None or not issubclass(cls, default):
+        cls = default
+    error = cls(str(info.get("message", "")))
+    error.attempts = attempts  # type: ignore[attr-defined]
+    return error
