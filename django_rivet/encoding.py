@@ -154,12 +154,16 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def json_dumps(value: Any) -> str:
-    """Encode ``value`` as compact JSON (datetimes as ISO 8601 strings)."""
+def json_dumps(value: Any, *, indent: int | None = None) -> str:
+    """Encode ``value`` as JSON (datetimes as ISO 8601 strings).
+
+    Compact by default; ``indent`` pretty-prints (the admin uses it).
+    """
     return json.dumps(
         value,
         default=_json_default,
-        separators=(",", ":"),
+        separators=(",", ":") if indent is None else (",", ": "),
+        indent=indent,
         ensure_ascii=False,
         allow_nan=False,
     )
