@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from datetime import datetime as _datetime
 
 __all__ = [
     "VirtualClock",
@@ -86,7 +87,7 @@ class VirtualClock:
         """Return the virtual time in epoch seconds."""
         return self._now
 
-    def datetime(self) -> datetime:
+    def datetime(self) -> _datetime:
         """Return the virtual time as an aware UTC datetime."""
         return to_datetime(self._now)
 
@@ -96,9 +97,9 @@ class VirtualClock:
             raise ValueError("A clock cannot go backwards.")
         return self.set(self._now + seconds)
 
-    def set(self, timestamp: float | datetime) -> float:
+    def set(self, timestamp: float | _datetime) -> float:
         """Jump to ``timestamp`` (not earlier than now) and wake due waiters."""
-        if isinstance(timestamp, datetime):
+        if isinstance(timestamp, _datetime):
             timestamp = to_timestamp(timestamp)
         with self._lock:
             if timestamp < self._now:

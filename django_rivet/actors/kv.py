@@ -11,6 +11,7 @@ codec: ``"cbor"`` (default; any CBOR-serializable value, bytes included) or
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -121,7 +122,9 @@ class ActorKVStore:
         row = self._rows().filter(key=data).values_list("value", flat=True).first()
         return None if row is None else _decode_value(row, codec)
 
-    def get_many(self, keys: Sequence[Key], *, codec: Codec = "cbor") -> list[Any]:
+    def get_many(
+        self, keys: Sequence[Key], *, codec: Codec = "cbor"
+    ) -> builtins.list[Any]:
         """Return the values of ``keys`` in order (``None`` where missing)."""
         _check_count(keys)
         encoded = [_key_bytes(key) for key in keys]
@@ -140,7 +143,7 @@ class ActorKVStore:
         limit: int = MAX_LIST_LIMIT,
         *,
         codec: Codec = "cbor",
-    ) -> list[tuple[Key, Any]]:
+    ) -> builtins.list[tuple[Key, Any]]:
         """Return ``[(key, value)]`` in bytewise key order.
 
         With ``prefix``, ``start``/``end`` are relative to the prefix and the
@@ -162,7 +165,7 @@ class ActorKVStore:
             if upper is not None:
                 rows = rows.filter(key__lt=upper)
         rows = rows.order_by("-key" if reverse else "key")[:limit]
-        result: list[tuple[Key, Any]] = []
+        result: builtins.list[tuple[Key, Any]] = []
         for raw_key, value in rows.values_list("key", "value"):
             short = bytes(raw_key)[len(head) :]
             key: Key = short
@@ -199,7 +202,7 @@ class ActorKVStore:
             )
         self._put(list(encoded.items()))
 
-    def _put(self, pairs: list[tuple[bytes, bytes]]) -> None:
+    def _put(self, pairs: builtins.list[tuple[bytes, bytes]]) -> None:
         if not pairs:
             return
         with transaction.atomic(savepoint=False):
@@ -274,11 +277,11 @@ class ActorKVStore:
 
     async def aget_many(
         self, keys: Sequence[Key], *, codec: Codec = "cbor"
-    ) -> list[Any]:
+    ) -> builtins.list[Any]:
         """Async :meth:`get_many`."""
         return await sync_to_async(self.get_many)(keys, codec=codec)
 
-    async def alist(self, *args: Any, **kwargs: Any) -> list[tuple[Key, Any]]:
+    async def alist(self, *args: Any, **kwargs: Any) -> builtins.list[tuple[Key, Any]]:
         """Async :meth:`list`."""
         return await sync_to_async(self.list)(*args, **kwargs)
 
