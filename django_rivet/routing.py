@@ -1,3 +1,15 @@
-"""WebSocket routes; mount under the same prefix as ``django_rivet.urls``."""
+"""WebSocket routes; mount under the same prefix as ``django_rivet.urls``::
 
-websocket_urlpatterns: list = []
+    URLRouter([path("rivet/", URLRouter(websocket_urlpatterns))])
+
+Wrap the router in ``channels.auth.AuthMiddlewareStack`` to give actors the
+session user (``ctx.user``, ``info.user`` in ``on_auth``).
+"""
+
+from django.urls import path
+
+from .consumers import RivetConsumer
+
+websocket_urlpatterns = [
+    path("actors/<str:name>/connect", RivetConsumer.as_asgi()),
+]

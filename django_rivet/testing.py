@@ -66,3 +66,238 @@ else:
             yield clock
 
     __all__ += ["rivet_clock"]
+
+
+# -- communicator helpers for the WebSocket protocol (transport, SPEC 4.2) ----------
+from typing import Any as _Any  # noqa: E402
+
+from channels.testing.websocket import WebsocketCommunicator  # noqa: E402
+
+
+def websocket_application(prefix: str = "rivet/") -> _Any:
+    """Return an ASGI app routing ``websocket_urlpatterns`` under ``prefix``."""
+    from channels.routing import URLRouter
+    from django.urls import path
+
+    from .routing import websocket_urlpatterns
+
+    return URLRouter([path(prefix, URLRouter(websocket_urlpatterns))])
+
+
+def conn_params_protocol(params: _Any) -> str:
+    """Return the ``rivet_conn_params.<base64url JSON>`` subprotocol."""
+    import base64
+
+    from .encoding import json_dumps
+
+    encoded = base64.urlsafe_b64encode(json_dumps(params).encode("utf-8"))
+    return "rivet_conn_params." + encoded.decode("ascii").rstrip("=")
+
+
+class RivetCommunicator(WebsocketCommunicator):
+    """A ``WebsocketCommunicator`` speaking the rivet protocol to one actor.
+
+    ::
+
+        comm = RivetCommunicator("chatRoom", ["lobby"], params={"name": "ann"})
+        init = await comm.handshake()          # the init (or error) frame
+        await comm.subscribe("newMessage")
+        assert await comm.call("send_message", "hi") == 1
+        event = await comm.receive_event("newMessage")
+        await comm.disconnect()
+
+    Tests using it need ``pytest.mark.django_db(transaction=True)``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        key: _Any = None,
+        *,
+        params: _Any = None,
+        encoding: str = "json",
+        since: int | None = None,
+        subscribe: str | list[str] | None = None,
+        actor_id: str | None = None,
+        query: dict[str, str] | None = None,
+        origin: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        subprotocols: list[str] | None = None,
+        application: _Any = None,
+        prefix: str = "rivet/",
+    ) -> None:
+        from urllib.parse import urlencode
+
+        pairs: list[tuple[str, str]] = []
+        keys = [key] if isinstance(key, str) else list(key or [])
+        pairs += [("key", part) for part in keys]
+        pairs.append(("encoding", encoding))
+        if actor_id is not None:
+            pairs.append(("actor_id", actor_id))
+        if since is not None:
+            pairs.append(("since", str(since)))
+        if subscribe is not None:
+            names = [subscribe] if isinstance(subscribe, str) else subscribe
+            pairs.append(("subscribe", ",".join(names)))
+        pairs += list((query or {}).items())
+        if subprotocols is None:
+            subprotocols = ["rivet"]
+            if params is not None:
+                subprotocols.append(conn_params_protocol(params))
+        all_headers = list(headers or [])
+        if origin is not None:
+            all_headers.append((b"origin", origin.encode("latin-1")))
+        super().__init__(
+            application or websocket_application(prefix),
+            f"/{prefix}actors/{name}/connect?{urlencode(pairs)}",
+            headers=all_headers,
+            subprotocols=subprotocols,
+        )
+        self.encoding = encoding
+        self._next_id = 0
+        self._frames: list[dict[str, _Any]] = []
+
+    async def handshake(self, timeout: float = 10) -> dict[str, _Any]:
+        """Connect and return the first frame: ``init``, or ``error`` if refused."""
+        accepted, _ = await self.connect(timeout)
+        if not accepted:
+            raise AssertionError("the server rejected the WebSocket handshake")
+        return await self.receive_frame(timeout)
+
+    async def send_frame(self, frame: dict[str, _Any]) -> None:
+        """Encode and send one client frame."""
+        from .encoding import encode
+
+        data = encode(frame, self.encoding)  # type: ignore[arg-type]
+        if self.encoding == "cbor":
+            await self.send_to(bytes_data=data)
+        else:
+            await self.send_to(text_data=data.decode("utf-8"))
+
+    async def _next_frame(self, timeout: float) -> dict[str, _Any]:
+        from .encoding import decode
+
+        message = await self.receive_output(timeout)
+        if message["type"] == "websocket.close":
+            raise ConnectionClosedForTest(message.get("code", 1000))
+        data = message.get("bytes")
+        if data is None:
+            data = message["text"]
+        return decode(data, self.encoding)  # type: ignore[arg-type, no-any-return]
+
+    async def receive_frame(self, timeout: float = 10) -> dict[str, _Any]:
+        """Return the next server frame (frames put aside by ``call`` first)."""
+        if self._frames:
+            return self._frames.pop(0)
+        return await self._next_frame(timeout)
+
+    async def receive_close(self, timeout: float = 10) -> int:
+        """Wait for the server to close; return the close code."""
+        while True:
+            try:
+                await self.receive_frame(timeout)
+            except ConnectionClosedForTest as closed:
+                return closed.code
+
+    async def send_action(self, action: str, *args: _Any) -> int:
+        """Send an action frame without waiting; return its id."""
+        self._next_id += 1
+        await self.send_frame(
+            {"type": "action", "id": self._next_id, "name": action, "args": list(args)}
+        )
+        return self._next_id
+
+    async def wait_response(self, action_id: int, timeout: float = 10) -> _Any:
+        """Return the output of action ``action_id``; raise its error."""
+        from .exceptions import error_from_dict
+
+        aside: list[dict[str, _Any]] = []
+        try:
+            while True:
+                frame = (
+                    self._frames.pop(0)
+                    if self._frames
+                    else await self._next_frame(timeout)
+                )
+                if frame.get("type") == "action_response" and frame["id"] == action_id:
+                    return frame.get("output")
+                if frame.get("type") == "error" and frame.get("action_id") == action_id:
+                    raise error_from_dict(frame)
+                aside.append(frame)
+        finally:
+            self._frames[:0] = aside
+
+    async def call(self, action: str, *args: _Any, timeout: float = 10) -> _Any:
+        """Run an action over the socket and return its output."""
+        return await self.wait_response(await self.send_action(action, *args), timeout)
+
+    async def subscribe(self, event: str) -> None:
+        """Subscribe to ``event``."""
+        await self.send_frame({"type": "subscribe", "event": event})
+
+    async def unsubscribe(self, event: str) -> None:
+        """Unsubscribe from ``event``."""
+        await self.send_frame({"type": "unsubscribe", "event": event})
+
+    async def receive_event(
+        self, name: str | None = None, timeout: float = 10
+    ) -> dict[str, _Any]:
+        """Return the next ``event`` frame (named ``name``), skipping others."""
+        aside: list[dict[str, _Any]] = []
+        try:
+            while True:
+                frame = (
+                    self._frames.pop(0)
+                    if self._frames
+                    else await self._next_frame(timeout)
+                )
+                if frame.get("type") == "event" and name in (None, frame["name"]):
+                    return frame
+                aside.append(frame)
+        finally:
+            self._frames[:0] = aside
+
+
+class ConnectionClosedForTest(Exception):
+    """The server closed the socket (``code`` is the close code)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"closed with code {code}")
+        self.code = code
+
+
+__all__ += [
+    "ConnectionClosedForTest",
+    "RivetCommunicator",
+    "conn_params_protocol",
+    "websocket_application",
+]
+
+
+# -- due work without a broker (scheduling; the workflow runtime plugs in) ---------
+def run_due(*, max_rounds: int = 100) -> int:
+    """Run everything due now, in this process; return how many items ran.
+
+    Fires due schedules and cron runs and delivers queue messages (and any
+    kind of due work registered with
+    :func:`django_rivet.worker.register_due_work`, such as workflows), round
+    after round until nothing is left, using the current clock -- the virtual
+    one under :func:`freeze_time`. No broker, no worker::
+
+        with freeze_time() as clock:
+            handle.call("remind_me_in", 30)
+            clock.advance(30)
+            assert run_due() == 1
+    """
+    from .worker import run_due_work
+
+    total = 0
+    for _ in range(max_rounds):
+        ran = run_due_work()
+        if not ran:
+            break
+        total += ran
+    return total
+
+
+__all__ += ["run_due"]

@@ -1,7 +1,21 @@
-"""HTTP routes of django-rivet; include under a prefix such as ``rivet/``."""
+"""HTTP routes of django-rivet (SPEC 4.1); include under a prefix::
 
-from django.urls import path  # noqa: F401
+path("rivet/", include("django_rivet.urls"))
+"""
+
+from django.urls import path, re_path
+
+from . import views
 
 app_name = "django_rivet"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("actors/<str:name>", views.actor_view, name="actor"),
+    path("actors/<str:name>/actions/<str:action>", views.action_view, name="action"),
+    path("actors/<str:name>/queue/<str:queue>", views.queue_view, name="queue"),
+    re_path(
+        r"^actors/(?P<name>[^/]+)/request(?:/(?P<path>.*))?$",
+        views.request_view,
+        name="request",
+    ),
+]

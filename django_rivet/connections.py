@@ -1,0 +1,390 @@
+"""The life of a WebSocket connection to an actor, and the liveness sweep.
+
+A connection is a ``Connection`` row written in the same invocation that runs
+``on_before_connect``, ``create_conn_state`` and ``on_connect`` (the
+:class:`Connect` operation), so ``ctx.conns`` of any process sees it. It is
+removed by :class:`Disconnect`, which runs ``on_disconnect`` under the actor's
+one-at-a-time rule.
+
+A process that crashes (``kill -9``, OOM, power loss) cannot run
+``Disconnect`` for its sockets. Each process therefore refreshes
+``last_seen_at`` of the connections it holds every ``SWEEP_INTERVAL`` seconds
+(one ``UPDATE`` per process, see :class:`Heartbeat`), and
+:func:`sweep_stale_connections` -- run periodically by the sweeper -- removes
+rows not refreshed for :func:`stale_after` seconds, running ``on_disconnect``
+best effort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection as db_connection
+from django.db import transaction
+from django.db.models import Min
+
+from . import clock, events
+from .actors.context import Conn
+from .actors.runtime import ActorRef, CallAction, invoke
+from .conf import rivet_settings
+from .encoding import cbor_dumps, cbor_loads
+from .exceptions import ActorNotFound, Forbidden, RivetError
+from .models import ActorEvent, Connection
+
+if TYPE_CHECKING:
+    from .actors.definition import Actor
+    from .actors.runtime import Invocation
+
+logger = logging.getLogger("django_rivet.transport")
+
+__all__ = [
+    "SERVER_ID",
+    "ConnAction",
+    "Connect",
+    "ConnectResult",
+    "ConnectionExpired",
+    "Disconnect",
+    "Heartbeat",
+    "check_actor_name",
+    "heartbeat",
+    "stale_after",
+    "sweep_stale_connections",
+    "touch_connections",
+]
+
+# Identifies this process in Connection.server_id: unique per process start,
+# so a restarted process never refreshes its predecessor's rows.
+SERVER_ID = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+# A process missing this many heartbeats in a row is taken for dead.
+STALE_HEARTBEATS = 6
+
+
+def heartbeat_interval() -> float:
+    """Return the seconds between two refreshes of ``last_seen_at``."""
+    return float(rivet_settings.SWEEP_INTERVAL)
+
+
+def stale_after() -> float:
+    """Return the age (seconds) after which a connection counts as dead."""
+    return STALE_HEARTBEATS * heartbeat_interval()
+
+
+class ConnectionExpired(RivetError):
+    """The connection was removed (e.g. by the liveness sweep); reconnect."""
+
+    group = "actor"
+    code = "connection_expired"
+    http_status = 410
+    default_message = "This connection no longer exists; reconnect"
+
+
+def check_actor_name(invocation: Invocation, expected: str | None) -> None:
+    """Refuse with ``actor/not_found`` unless the actor is of class ``expected``.
+
+    ``?actor_id=`` may point at an actor of another class than the URL names.
+    """
+    if expected is not None and invocation.definition.name != expected:
+        raise ActorNotFound(
+            "Actor not found",
+            metadata={"name": expected, "actor_id": str(invocation.actor_id)},
+        )
+
+
+# -- operations (run by invoke, inside the actor's transaction) --------------------
+@dataclass(frozen=True, slots=True)
+class ConnectResult:
+    """What the transport learns from a successful :class:`Connect`."""
+
+    actor_id: uuid.UUID
+    conn_id: uuid.UUID
+    # Last event seq committed before the connection existed.
+    head: int
+    # For ``since``: the oldest seq still in the log (None: log empty) and
+    # whether events after ``since`` were already dropped from it.
+    oldest: int | None = None
+    truncated: bool = False
+
+
+@dataclass(slots=True)
+class Connect:
+    """Admit a connection: auth, hooks, the ``Connection`` row, ``on_connect``."""
+
+    params: Any
+    channel_name: str
+    encoding: str = "json"
+    subscriptions: list[str] = field(default_factory=list)
+    since: int | None = None
+    expected_name: str | None = None
+    server_id: str = SERVER_ID
+    label: str | None = "connect"
+    # Set when on_auth or on_before_connect refused (close code 4403).
+    refused: bool = False
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check before I/O: params were validated by the consumer."""
+
+    def run(self, invocation: Invocation) -> ConnectResult:
+        """Admit the connection, or raise to refuse it (nothing persists)."""
+        check_actor_name(invocation, self.expected_name)
+        try:
+            invocation.authorize(None)
+            try:
+                invocation.call_hook("on_before_connect", self.params)
+            except RivetError:
+                raise
+            except Exception as exc:
+                raise Forbidden("Connection refused") from exc
+        except BaseException:
+            self.refused = True
+            raise
+        state = invocation.call_hook("create_conn_state", self.params)
+        state_bytes = cbor_dumps(state)
+        now = clock.now_datetime()
+        row = Connection.objects.create(
+            id=uuid.uuid4(),
+            actor_id=invocation.actor_id,
+            channel_name=self.channel_name,
+            server_id=self.server_id,
+            params=cbor_dumps(self.params),
+            state=state_bytes,
+            subscriptions=list(self.subscriptions),
+            encoding=self.encoding,
+            created_at=now,
+            last_seen_at=now,
+        )
+        conn = Conn(
+            invocation,
+            id=row.id,
+            channel_name=self.channel_name,
+            params=self.params,
+            state=state,
+            state_bytes=state_bytes,
+            subscriptions=list(self.subscriptions),
+        )
+        invocation.add_conn(conn)
+        invocation.conn = conn
+        invocation.call_hook("on_connect", conn)
+        # Events on_connect broadcasts get seqs above head: they arrive live.
+        head = int(invocation.row.event_seq)
+        oldest, truncated = None, False
+        if self.since is not None:
+            oldest, truncated = log_window(invocation.actor_id, self.since, head)
+        return ConnectResult(invocation.actor_id, row.id, head, oldest, truncated)
+
+
+def log_window(actor_id: uuid.UUID, since: int, head: int) -> tuple[int | None, bool]:
+    """Return ``(oldest seq kept, truncated)`` for a replay after ``since``."""
+    oldest = ActorEvent.objects.filter(actor_id=actor_id).aggregate(m=Min("seq"))["m"]
+    if since > head:
+        # The client saw seqs this actor never issued: it was destroyed and
+        # re-created since. Its view is stale in the same way.
+        return oldest, True
+    if since == head:
+        return oldest, False
+    return oldest, oldest is None or oldest > since + 1
+
+
+@dataclass(slots=True)
+class ConnAction:
+    """Run an action for a connection (``ctx.conn`` set, no ``on_auth``).
+
+    The connection passed ``on_auth`` when it connected (SPEC 3: on_auth runs
+    on every WebSocket connect, not on every frame).
+    """
+
+    action: str
+    args: Any = ()
+    label: str | None = None
+    _call: CallAction | None = None
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Find the action and check the arguments, before any I/O."""
+        self._call = CallAction(self.action, self.args)
+        self._call.prepare(definition)
+        self.label = self._call.label
+
+    def run(self, invocation: Invocation) -> Any:
+        """Run the action; refuse if the connection row is gone."""
+        if invocation.conn is None:
+            raise ConnectionExpired()
+        assert self._call is not None and self._call.spec is not None
+        return invocation.run_handler(self._call.spec, self.args)
+
+
+@dataclass(slots=True)
+class Disconnect:
+    """Remove a connection and run ``on_disconnect`` (best effort)."""
+
+    conn_id: uuid.UUID
+    # For the sweep: only remove the row if it is still older than this.
+    stale_before: datetime | None = None
+    label: str | None = "disconnect"
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check."""
+
+    def run(self, invocation: Invocation) -> bool:
+        """Delete the row, then run ``on_disconnect``; tell if it existed."""
+        rows = Connection.objects.filter(pk=self.conn_id, actor_id=invocation.actor_id)
+        if self.stale_before is not None:
+            rows = rows.filter(last_seen_at__lt=self.stale_before)
+        if not rows.exists():
+            return False
+        conn = invocation.load_conn(self.conn_id)
+        rows.delete()
+        if conn is None:  # pragma: no cover - deleted between the two reads
+            return False
+        # The leaving connection is no longer among ctx.conns, and its state
+        # is not written back.
+        invocation.remove_conn(self.conn_id)
+        if invocation.conn is None:
+            invocation.conn = conn
+        if invocation.definition.overrides("on_disconnect"):
+            # A failing hook must not keep the row alive: its writes roll back
+            # to a savepoint (which also keeps PostgreSQL's transaction
+            # usable), and its state changes and broadcasts are dropped.
+            state_before = cbor_dumps(invocation.state)
+            broadcasts = len(invocation.broadcasts)
+            try:
+                with transaction.atomic():
+                    invocation.call_hook("on_disconnect", conn)
+            except Exception:
+                logger.exception(
+                    "on_disconnect failed actor_id=%s conn_id=%s",
+                    invocation.actor_id,
+                    self.conn_id,
+                )
+                invocation.state = cbor_loads(state_before, max_depth=400)
+                del invocation.broadcasts[broadcasts:]
+        return True
+
+
+# -- heartbeat ----------------------------------------------------------------
+def touch_connections(server_id: str = SERVER_ID) -> int:
+    """Refresh ``last_seen_at`` of every connection held by ``server_id``."""
+    rows = Connection.objects.filter(server_id=server_id)
+    now = clock.now_datetime()
+    if not db_connection.features.has_select_for_update_skip_locked:
+        return rows.update(last_seen_at=now)
+    with transaction.atomic():
+        # Skip rows an invocation holds locked (it is updating their state):
+        # waiting for them could deadlock against its lock order, and a
+        # connection busy in an invocation is alive anyway.
+        ids = list(
+            rows.select_for_update(skip_locked=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        return Connection.objects.filter(pk__in=ids).update(last_seen_at=now)
+
+
+class Heartbeat:
+    """Refresh this process's connections while it holds any.
+
+    One background task per event loop; it starts with the first connection
+    and stops with the last, so idle processes and test loops leave nothing
+    running.
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[uuid.UUID] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, conn_id: uuid.UUID) -> None:
+        """Track a connection accepted by this process."""
+        self._ids.add(conn_id)
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._run(), name="rivet-heartbeat")
+
+    def discard(self, conn_id: uuid.UUID) -> None:
+        """Stop tracking a connection; stop beating after the last one."""
+        self._ids.discard(conn_id)
+        task = self._task
+        if not self._ids and task is not None:
+            self._task = None
+            try:
+                if task.get_loop() is asyncio.get_running_loop():
+                    task.cancel()
+            except RuntimeError:  # no running loop
+                pass
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    async def _run(self) -> None:
+        from channels.db import database_sync_to_async
+
+        while self._ids:
+            await asyncio.sleep(heartbeat_interval())
+            try:
+                await database_sync_to_async(touch_connections)()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("connection heartbeat failed server=%s", SERVER_ID)
+
+
+heartbeat = Heartbeat()
+
+
+# -- the sweep ------------------------------------------------------------------
+def _delete_if_stale(conn_id: uuid.UUID, cutoff: datetime) -> bool:
+    deleted, _ = Connection.objects.filter(pk=conn_id, last_seen_at__lt=cutoff).delete()
+    return bool(deleted)
+
+
+def sweep_stale_connections(max_age: float | None = None, limit: int = 1000) -> int:
+    """Remove connections whose process stopped heartbeating; return how many.
+
+    For each row older than ``max_age`` seconds (default :func:`stale_after`)
+    this runs :class:`Disconnect` through the runtime, so ``on_disconnect``
+    runs one at a time with the actor's other work; a failing hook is logged
+    and the row removed anyway. If the holding process is in fact alive, it
+    is told to close the socket so its client reconnects cleanly. Safe to run
+    concurrently from several sweepers.
+    """
+    age = stale_after() if max_age is None else float(max_age)
+    cutoff = clock.now_datetime() - timedelta(seconds=age)
+    stale = list(
+        Connection.objects.filter(last_seen_at__lt=cutoff)
+        .order_by("last_seen_at")
+        .values_list("pk", "actor_id", "actor__name", "channel_name")[:limit]
+    )
+    removed = 0
+    for conn_id, actor_id, name, channel_name in stale:
+        try:
+            done = invoke(
+                ActorRef(name=name, actor_id=actor_id), Disconnect(conn_id, cutoff)
+            )
+        except ActorNotFound:
+            # Actor gone or its class no longer registered: no hook to run.
+            done = _delete_if_stale(conn_id, cutoff)
+        except Exception:
+            logger.exception(
+                "stale connection sweep failed conn_id=%s actor_id=%s",
+                conn_id,
+                actor_id,
+            )
+            done = _delete_if_stale(conn_id, cutoff)
+        if done:
+            removed += 1
+            logger.info(
+                "removed stale connection conn_id=%s actor_id=%s", conn_id, actor_id
+            )
+            try:
+                events.send_to_channel(
+                    channel_name, {"type": events.DISCONNECT_MESSAGE, "reason": "stale"}
+                )
+            except Exception:  # the layer is down: the socket is likely gone too
+                logger.warning("could not notify channel=%s", channel_name)
+    return removed

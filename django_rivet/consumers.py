@@ -1,0 +1,724 @@
+"""The WebSocket transport (SPEC 4.2): one consumer per connection to an actor.
+
+The consumer decodes frames, runs everything actor-related through the
+runtime (:func:`~django_rivet.actors.runtime.ainvoke`) and encodes replies; it
+holds no actor logic. What it adds is delivery:
+
+* **Actions in order.** Frames are queued to one worker task per connection,
+  so a connection's actions run in the order sent while events keep flowing.
+* **Events exactly once, in order.** Every event carries the per-actor
+  ``seq``. The consumer keeps a cursor (the last seq it has dealt with);
+  live events at or below it are duplicates and dropped, and a jump past it
+  means the channel layer lost or reordered something, so the missing range
+  is read from the event log (all lower seqs are committed by then: the
+  actor lock orders commits). Replays for ``since`` read the log too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import functools
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from django.utils.datastructures import CaseInsensitiveMapping
+
+from . import events
+from .actors.runtime import ActorRef, Origin, ainvoke, public_error
+from .conf import rivet_settings
+from .connections import (
+    ConnAction,
+    Connect,
+    ConnectionExpired,
+    ConnectResult,
+    Disconnect,
+    heartbeat,
+)
+from .encoding import Encoding, cbor_loads, decode, encode, json_dumps, parse_encoding
+from .exceptions import (
+    ActorNotFound,
+    Forbidden,
+    InvalidArgs,
+    MalformedRequest,
+    RequestTooLarge,
+    RivetError,
+)
+from .models import ActorEvent, Connection
+
+logger = logging.getLogger("django_rivet.transport")
+
+__all__ = [
+    "CLOSE_BAD_REQUEST",
+    "CLOSE_FORBIDDEN",
+    "CLOSE_INTERNAL",
+    "ConnectRequest",
+    "RivetConsumer",
+    "origin_allowed",
+    "parse_connect_request",
+]
+
+SUBPROTOCOL = "rivet"
+PARAMS_PREFIX = "rivet_conn_params."
+MAX_CONN_PARAMS_BYTES = 4096
+# Base64 of MAX_CONN_PARAMS_BYTES, so oversized params are refused unread.
+MAX_CONN_PARAMS_ENCODED = 4 * -(-MAX_CONN_PARAMS_BYTES // 3)
+MAX_EVENT_NAME_LENGTH = 255  # ActorEvent.name
+MAX_SUBSCRIPTIONS = 256
+# Actions waiting behind the running one; beyond this the consumer stops
+# reading frames (TCP backpressure) instead of buffering without bound.
+MAX_PENDING_ACTIONS = 64
+REPLAY_BATCH = 500
+
+CLOSE_NORMAL = 1000
+CLOSE_INTERNAL = 1011
+CLOSE_BAD_REQUEST = 4400
+CLOSE_FORBIDDEN = 4403
+
+
+# -- the connect request ----------------------------------------------------------
+@dataclass(slots=True)
+class ConnectRequest:
+    """What a client asks for in the URL and the subprotocol list."""
+
+    name: str
+    key: list[str] = field(default_factory=list)
+    actor_id: uuid.UUID | None = None
+    encoding: Encoding = "json"
+    since: int | None = None
+    wildcard: bool = False
+    subscriptions: list[str] = field(default_factory=list)
+    create: bool = True
+    params: Any = None
+    offered_rivet: bool = False
+
+    def ref(self) -> ActorRef:
+        """Return the runtime reference of the addressed actor."""
+        if self.actor_id is not None:
+            return ActorRef(name=self.name, actor_id=self.actor_id)
+        mode = "get_or_create" if self.create else "get"
+        return ActorRef.of(self.name, self.key, mode=mode)
+
+
+def _single(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise MalformedRequest(f"Query parameter {name!r} given more than once")
+    return values[0]
+
+
+def parse_bool(value: str | None, name: str, default: bool) -> bool:
+    """Parse ``true/false/1/0`` query values."""
+    if value is None or value == "":
+        return default
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise MalformedRequest(f"Query parameter {name!r} must be true or false")
+
+
+def parse_actor_id(value: str) -> uuid.UUID:
+    """Parse ``?actor_id=``; an invalid id names no actor."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ActorNotFound(
+            f"Invalid actor id {value!r}", metadata={"actor_id": value}
+        ) from None
+
+
+def parse_conn_params(subprotocols: list[str]) -> tuple[Any, bool]:
+    """Return ``(params, rivet offered)`` from the subprotocol list."""
+    encoded = [p for p in subprotocols if p.startswith(PARAMS_PREFIX)]
+    if len(encoded) > 1:
+        raise MalformedRequest("More than one rivet_conn_params subprotocol")
+    params = None
+    if encoded:
+        text = encoded[0][len(PARAMS_PREFIX) :]
+        if len(text) > MAX_CONN_PARAMS_ENCODED:
+            raise RequestTooLarge(
+                f"Connection params are limited to {MAX_CONN_PARAMS_BYTES} bytes",
+                metadata={"limit": MAX_CONN_PARAMS_BYTES},
+            )
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError) as exc:
+            raise MalformedRequest(
+                "Connection params are not base64url-encoded JSON"
+            ) from exc
+        if len(raw) > MAX_CONN_PARAMS_BYTES:
+            raise RequestTooLarge(
+                f"Connection params are limited to {MAX_CONN_PARAMS_BYTES} bytes",
+                metadata={"size": len(raw), "limit": MAX_CONN_PARAMS_BYTES},
+            )
+        params = decode(raw, "json")
+    return params, SUBPROTOCOL in subprotocols
+
+
+def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
+    """Read the actor, encoding, replay options and params from the scope."""
+    kwargs = scope.get("url_route", {}).get("kwargs", {})
+    try:
+        query = parse_qs(
+            scope.get("query_string", b"").decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+        )
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest("The query string is not UTF-8") from exc
+    request = ConnectRequest(name=str(kwargs.get("name", "")))
+    request.encoding = parse_encoding(_single(query, "encoding"))
+    request.key = query.get("key", [])
+    actor_id = _single(query, "actor_id")
+    if actor_id:
+        request.actor_id = parse_actor_id(actor_id)
+    request.create = parse_bool(_single(query, "create"), "create", True)
+    since = _single(query, "since")
+    if since is not None and since != "":
+        if not since.isdigit():
+            raise MalformedRequest("since must be a non-negative integer")
+        request.since = int(since)
+    for value in query.get("subscribe", []):
+        for event in value.split(","):
+            if event == "*":
+                request.wildcard = True
+            elif event:
+                request.subscriptions.append(_event_name(event))
+    if len(request.subscriptions) > MAX_SUBSCRIPTIONS:
+        raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
+    request.params, request.offered_rivet = parse_conn_params(
+        list(scope.get("subprotocols") or [])
+    )
+    return request
+
+
+def _event_name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise MalformedRequest("An event name is a non-empty string")
+    if len(value) > MAX_EVENT_NAME_LENGTH:
+        raise MalformedRequest(
+            f"Event names are at most {MAX_EVENT_NAME_LENGTH} characters"
+        )
+    return value
+
+
+# -- origin validation ------------------------------------------------------------
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
+
+
+def _normalize_origin(origin: str) -> str | None:
+    parts = urlsplit(origin.strip().lower())
+    if not parts.scheme or not parts.netloc:
+        return None
+    host, port = split_domain_port(parts.netloc)
+    if not host:
+        return None
+    if port and port != _DEFAULT_PORTS.get(parts.scheme):
+        return f"{parts.scheme}://{host}:{port}"
+    return f"{parts.scheme}://{host}"
+
+
+def origin_allowed(origin: str | None) -> bool:
+    """Tell whether a browser page from ``origin`` may open a socket.
+
+    ``RIVET["ALLOWED_ORIGINS"]`` lists full origins (``"*"`` allows any);
+    when it is None the origin's host must match ``ALLOWED_HOSTS``. A missing
+    Origin header means a non-browser client, which could send any header it
+    likes, so checking it would protect nothing: it is allowed, and
+    ``on_auth`` decides.
+    """
+    if origin is None:
+        return True
+    allowed = rivet_settings.ALLOWED_ORIGINS
+    normalized = _normalize_origin(origin)
+    if allowed is not None:
+        if "*" in allowed:
+            return True
+        return normalized is not None and normalized in {
+            _normalize_origin(entry) for entry in allowed
+        }
+    if normalized is None:
+        return False
+    host, _ = split_domain_port(urlsplit(normalized).netloc)
+    hosts = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not hosts:
+        # Django's own default for DEBUG with empty ALLOWED_HOSTS.
+        hosts = [".localhost", "127.0.0.1", "[::1]"]
+    return validate_host(host, hosts)
+
+
+def _headers(scope: dict[str, Any]) -> CaseInsensitiveMapping[str]:
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", []):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return CaseInsensitiveMapping(headers)
+
+
+def close_code_for(error: RivetError, refused: bool) -> int:
+    """Map a failed connect to its close code (4403 auth, 4400 request)."""
+    if refused or isinstance(error, Forbidden):
+        return CLOSE_FORBIDDEN
+    if error.http_status >= 500:
+        return CLOSE_INTERNAL
+    return CLOSE_BAD_REQUEST
+
+
+# -- the event log ----------------------------------------------------------------
+def fetch_events(
+    actor_id: uuid.UUID,
+    after: int,
+    before: int | None,
+    names: list[str] | None,
+    limit: int = REPLAY_BATCH,
+) -> list[tuple[int, str, bytes]]:
+    """Read logged events with ``after < seq < before``, in seq order."""
+    rows = ActorEvent.objects.filter(actor_id=actor_id, seq__gt=after)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    if names is not None:
+        rows = rows.filter(name__in=names)
+    return [
+        (seq, name, bytes(args))
+        for seq, name, args in rows.order_by("seq").values_list("seq", "name", "args")[
+            :limit
+        ]
+    ]
+
+
+@functools.lru_cache(maxsize=512)
+def _event_frame(name: str, seq: int | None, args: bytes, encoding: Encoding) -> bytes:
+    # Every connection of a process receives the same event: decode and
+    # encode it once per encoding.
+    frame: dict[str, Any] = {"type": "event", "name": name, "args": cbor_loads(args)}
+    if seq is not None:
+        frame["seq"] = seq
+    return encode(frame, encoding)
+
+
+# -- the consumer -----------------------------------------------------------------
+class RivetConsumer(AsyncWebsocketConsumer):
+    """One WebSocket connection to one actor (SPEC 4.2)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request: ConnectRequest | None = None
+        self.encoding: Encoding = "json"
+        self.actor_id: uuid.UUID | None = None
+        self.conn_id: uuid.UUID | None = None
+        self.origin: Origin | None = None
+        self.subscriptions: set[str] = set()
+        self.wildcard = False
+        self.cursor = 0
+        self.since: int | None = None
+        self.replayed: set[str] = set()
+        self.closed = False
+        self._actions: asyncio.Queue[tuple[Any, str, Any] | None] = asyncio.Queue(
+            MAX_PENDING_ACTIONS
+        )
+        self._worker: asyncio.Task[None] | None = None
+        self._save_task: asyncio.Task[None] | None = None
+        self._subscriptions_dirty = False
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Route a message to its handler.
+
+        Channels closes stale DB connections before every message; this
+        consumer reaches the database only through ``ainvoke`` and
+        ``database_sync_to_async``, which manage their own, so the per-frame
+        thread hop is skipped.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    # -- connect ------------------------------------------------------------------
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        """Validate, admit through the runtime, then send ``init``."""
+        connect: Connect | None = None
+        try:
+            request = self.request = parse_connect_request(self.scope)
+            self.encoding = request.encoding
+            headers = _headers(self.scope)
+            origin_header = headers.get("origin")
+            if not origin_allowed(origin_header):
+                raise Forbidden(
+                    "Origin not allowed", metadata={"origin": origin_header}
+                )
+            subscriptions = sorted(set(request.subscriptions))
+            self.origin = Origin(
+                transport="websocket",
+                user=self.scope.get("user"),
+                headers=headers,
+                request=self.scope,
+                params=request.params,
+            )
+            connect = Connect(
+                params=request.params,
+                channel_name=self.channel_name,
+                encoding=request.encoding,
+                subscriptions=subscriptions + (["*"] if request.wildcard else []),
+                since=request.since,
+                expected_name=request.name if request.actor_id else None,
+            )
+            result: ConnectResult = await ainvoke(request.ref(), connect, self.origin)
+        except Exception as exc:
+            await self._refuse(exc, connect is not None and connect.refused)
+            return
+        await self.accept(subprotocol=SUBPROTOCOL if request.offered_rivet else None)
+        self.actor_id, self.conn_id = result.actor_id, result.conn_id
+        self.origin = Origin(
+            transport="websocket",
+            user=self.origin.user,
+            headers=self.origin.headers,
+            request=self.scope,
+            params=request.params,
+            conn_id=result.conn_id,
+        )
+        self.cursor = result.head
+        self.since = request.since
+        self.wildcard = request.wildcard
+        self.subscriptions = set(subscriptions)
+        heartbeat.add(result.conn_id)
+        await self.channel_layer.group_add(
+            events.actor_group(result.actor_id), self.channel_name
+        )
+        logger.debug(
+            "connected actor_id=%s conn_id=%s", result.actor_id, result.conn_id
+        )
+        await self._send_frame(
+            {
+                "type": "init",
+                "actor_id": str(result.actor_id),
+                "connection_id": str(result.conn_id),
+                # Extension: the last seq before this connection, so a client
+                # that sees no event still knows where to resume from.
+                "seq": result.head,
+            }
+        )
+        if result.truncated:
+            await self._send_error(
+                _truncated(request.since, result.oldest, result.head)
+            )
+        if self.since is not None and (self.wildcard or self.subscriptions):
+            names = None if self.wildcard else sorted(self.subscriptions)
+            self.replayed.update(self.subscriptions)
+            await self._replay(self.since, names)
+        # Events committed between the connect and group_add never reached
+        # this channel: read them from the log.
+        await self._catch_up(None)
+        self._worker = asyncio.create_task(self._action_loop())
+
+    async def _refuse(self, exc: BaseException, refused: bool) -> None:
+        error = public_error(exc)
+        code = close_code_for(error, refused)
+        logger.info(
+            "connection refused code=%s error=%s path=%s",
+            code,
+            error.qualified_code,
+            self.scope.get("path"),
+        )
+        request = self.request
+        await self.accept(
+            subprotocol=SUBPROTOCOL if request and request.offered_rivet else None
+        )
+        await self._send_error(error)
+        await self._close(code)
+
+    # -- frames from the client -----------------------------------------------------
+    async def websocket_receive(self, message: dict[str, Any]) -> None:
+        """Check the size, decode, and route one client frame."""
+        if self.conn_id is None or self.closed:
+            return
+        data = message.get("bytes")
+        if data is None:
+            data = message.get("text") or ""
+        limit = int(rivet_settings.MAX_INCOMING_MESSAGE_BYTES)
+        size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8"))
+        try:
+            if size > limit:
+                raise RequestTooLarge(
+                    f"The frame is {size} bytes; the limit is {limit}",
+                    metadata={"size": size, "limit": limit},
+                )
+            frame = decode(data, self.encoding)
+            if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+                raise MalformedRequest("A frame is a map with a string 'type'")
+            kind = frame["type"]
+            if kind == "action":
+                await self._receive_action(frame)
+            elif kind == "subscribe":
+                await self._subscribe(_event_name(frame.get("event")))
+            elif kind == "unsubscribe":
+                self._unsubscribe(_event_name(frame.get("event")))
+            else:
+                raise MalformedRequest(
+                    f"Unknown message type {kind[:64]!r}", metadata={"type": kind[:64]}
+                )
+        except RivetError as exc:
+            await self._send_error(exc)
+
+    async def _receive_action(self, frame: dict[str, Any]) -> None:
+        action_id = frame.get("id")
+        if isinstance(action_id, bool) or not isinstance(action_id, int):
+            raise MalformedRequest("An action frame needs an integer 'id'")
+        name = frame.get("name")
+        args = frame.get("args", [])
+        if not isinstance(name, str) or not name:
+            await self._send_error(
+                MalformedRequest("An action frame needs a string 'name'"), action_id
+            )
+            return
+        if not isinstance(args, list):
+            await self._send_error(InvalidArgs("args must be a list"), action_id)
+            return
+        await self._actions.put((action_id, name, args))
+
+    async def _action_loop(self) -> None:
+        while True:
+            item = await self._actions.get()
+            if item is None:
+                return
+            action_id, name, args = item
+            assert self.request is not None
+            try:
+                output = await ainvoke(
+                    ActorRef(name=self.request.name, actor_id=self.actor_id),
+                    ConnAction(name, args),
+                    self.origin or Origin(transport="websocket"),
+                )
+            except Exception as exc:
+                await self._send_error(public_error(exc), action_id)
+                if isinstance(exc, ConnectionExpired):
+                    await self._close(CLOSE_INTERNAL)
+                continue
+            await self._send_frame(
+                {"type": "action_response", "id": action_id, "output": output},
+                action_id=action_id,
+            )
+
+    # -- subscriptions ------------------------------------------------------------
+    async def _subscribe(self, event: str) -> None:
+        if event in self.subscriptions:
+            return
+        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
+        if self.since is not None and not self.wildcard and event not in self.replayed:
+            # Missed events of this name, up to where live delivery stands.
+            self.replayed.add(event)
+            await self._replay(self.since, [event])
+        self.subscriptions.add(event)
+        self._save_subscriptions()
+
+    def _unsubscribe(self, event: str) -> None:
+        if event in self.subscriptions:
+            self.subscriptions.discard(event)
+            self._save_subscriptions()
+
+    def _save_subscriptions(self) -> None:
+        # Bursts of subscribe frames (a client resubscribing after a
+        # reconnect) collapse into one UPDATE.
+        self._subscriptions_dirty = True
+        if self._save_task is None or self._save_task.done():
+            self._save_task = asyncio.create_task(self._write_subscriptions())
+
+    async def _write_subscriptions(self) -> None:
+        while self._subscriptions_dirty and not self.closed:
+            self._subscriptions_dirty = False
+            names = sorted(self.subscriptions) + (["*"] if self.wildcard else [])
+            try:
+                await database_sync_to_async(_update_subscriptions)(self.conn_id, names)
+            except Exception:
+                logger.exception("saving subscriptions failed conn_id=%s", self.conn_id)
+
+    def _wants(self, name: str) -> bool:
+        return self.wildcard or name in self.subscriptions
+
+    # -- events -------------------------------------------------------------------
+    async def rivet_event(self, message: dict[str, Any]) -> None:
+        """Deliver a broadcast in seq order, once, if subscribed."""
+        seq = int(message["seq"])
+        if self.closed or seq <= self.cursor:
+            return
+        if seq > self.cursor + 1:
+            await self._catch_up(seq)
+        self.cursor = seq
+        if self._wants(message["name"]):
+            await self._send_event(message["name"], seq, message["args"])
+
+    async def rivet_send(self, message: dict[str, Any]) -> None:
+        """Deliver ``conn.send(...)``: to this connection only, no seq."""
+        if not self.closed:
+            await self._send_event(message["name"], None, message["args"])
+
+    async def rivet_disconnect(self, message: dict[str, Any]) -> None:
+        """Close the socket on ``conn.disconnect()`` or actor destruction."""
+        logger.debug(
+            "server closes conn_id=%s reason=%s", self.conn_id, message.get("reason")
+        )
+        await self._close(CLOSE_NORMAL)
+
+    async def _catch_up(self, before: int | None) -> None:
+        """Deliver subscribed events after the cursor (and below ``before``)."""
+        if not self.wildcard and not self.subscriptions:
+            if before is not None:
+                self.cursor = max(self.cursor, before - 1)
+            return
+        names = None if self.wildcard else sorted(self.subscriptions)
+        assert self.actor_id is not None
+        while True:
+            rows = await database_sync_to_async(fetch_events)(
+                self.actor_id, self.cursor, before, names
+            )
+            for seq, name, args in rows:
+                self.cursor = seq
+                await self._send_event(name, seq, args)
+            if len(rows) < REPLAY_BATCH:
+                break
+        if before is not None:
+            self.cursor = max(self.cursor, before - 1)
+
+    async def _replay(self, since: int, names: list[str] | None) -> None:
+        """Deliver logged events in ``(since, cursor]``; the cursor stays."""
+        assert self.actor_id is not None
+        after = since
+        while after < self.cursor:
+            rows = await database_sync_to_async(fetch_events)(
+                self.actor_id, after, self.cursor + 1, names
+            )
+            for seq, name, args in rows:
+                after = seq
+                await self._send_event(name, seq, args)
+            if len(rows) < REPLAY_BATCH:
+                break
+
+    async def _send_event(self, name: str, seq: int | None, args: bytes) -> None:
+        try:
+            data = _event_frame(name, seq, bytes(args), self.encoding)
+        except Exception:
+            logger.exception("undeliverable event name=%s seq=%s", name, seq)
+            return
+        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        if len(data) > limit:
+            await self._send_error(
+                RequestTooLarge(
+                    f"Event {name!r} is {len(data)} bytes; the limit is {limit}",
+                    metadata={"event": name, "seq": seq, "limit": limit},
+                )
+            )
+            return
+        await self._send_raw(data)
+
+    # -- sending ------------------------------------------------------------------
+    async def _send_frame(self, frame: dict[str, Any], action_id: Any = None) -> None:
+        """Encode and send a frame; oversized or unencodable -> error frame."""
+        try:
+            data = (
+                json_dumps(frame).encode("utf-8")
+                if self.encoding == "json"
+                else encode(frame, "cbor")
+            )
+        except (TypeError, ValueError) as exc:
+            await self._send_error(public_error(exc), action_id)
+            return
+        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        if len(data) > limit:
+            await self._send_error(
+                RequestTooLarge(
+                    f"The response is {len(data)} bytes; the limit is {limit}",
+                    metadata={"size": len(data), "limit": limit},
+                ),
+                action_id,
+            )
+            return
+        await self._send_raw(data)
+
+    async def _send_error(self, error: RivetError, action_id: Any = None) -> None:
+        frame: dict[str, Any] = {"type": "error", **error.to_dict()}
+        if action_id is not None:
+            frame["action_id"] = action_id
+        try:
+            data = encode(frame, self.encoding)
+        except (TypeError, ValueError):  # unencodable metadata
+            frame["metadata"] = None
+            data = encode(frame, self.encoding)
+        await self._send_raw(data)
+
+    async def _send_raw(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.encoding == "cbor":
+            await self.send(bytes_data=data)
+        else:
+            await self.send(text_data=data.decode("utf-8"))
+
+    async def _close(self, code: int) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.close(code=code)
+
+    # -- disconnect ---------------------------------------------------------------
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        """Drop queued actions, finish the running one, run ``on_disconnect``."""
+        self.closed = True
+        try:
+            await self._shutdown()
+        finally:
+            raise StopConsumer()
+
+    async def _shutdown(self) -> None:
+        if self._worker is not None:
+            while not self._actions.empty():
+                self._actions.get_nowait()
+            self._actions.put_nowait(None)
+            await self._worker
+        if self._save_task is not None:
+            await self._save_task
+        if self.conn_id is None or self.actor_id is None:
+            return
+        heartbeat.discard(self.conn_id)
+        await self.channel_layer.group_discard(
+            events.actor_group(self.actor_id), self.channel_name
+        )
+        assert self.request is not None
+        try:
+            await ainvoke(
+                ActorRef(name=self.request.name, actor_id=self.actor_id),
+                Disconnect(self.conn_id),
+            )
+        except ActorNotFound:
+            pass  # destroyed: its connections went with it
+        except Exception:
+            logger.exception(
+                "disconnect failed actor_id=%s conn_id=%s", self.actor_id, self.conn_id
+            )
+        logger.debug("disconnected conn_id=%s", self.conn_id)
+
+
+def _update_subscriptions(conn_id: uuid.UUID | None, names: list[str]) -> None:
+    Connection.objects.filter(pk=conn_id).update(subscriptions=names)
+
+
+def _truncated(since: int | None, oldest: int | None, head: int) -> RivetError:
+    from .exceptions import EventLogTruncated
+
+    return EventLogTruncated(
+        "The event log no longer reaches back to the requested seq; refetch the state",
+        metadata={"since": since, "oldest": oldest, "latest": head},
+    )

@@ -1,0 +1,394 @@
+"""The HTTP transport (SPEC 4.1): decode, call the runtime, encode.
+
+Bodies are JSON or CBOR by ``Content-Type`` and answers use the same
+encoding. The size limit is checked against ``Content-Length`` before the
+body is read, and the read itself is bounded.
+
+CSRF: the action API is not a form endpoint. Its views are ``csrf_exempt``
+but only accept ``application/json`` or ``application/cbor`` bodies, which a
+cross-site HTML form cannot send (forms send ``x-www-form-urlencoded``,
+``multipart/form-data`` or ``text/plain``; anything else needs a CORS
+preflight the browser makes first, and which this app does not grant).
+``on_auth`` then decides who may call. The raw ``request/`` route hands an
+``HttpRequest`` to ``on_request`` and keeps Django's CSRF check unless the
+actor class sets ``csrf_exempt = True`` (webhooks).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+
+from .actors import registry
+from .actors.runtime import (
+    ActorRef,
+    CallAction,
+    EnsureActor,
+    Operation,
+    Origin,
+    ainvoke,
+    public_error,
+)
+from .conf import rivet_settings
+from .connections import check_actor_name
+from .consumers import parse_actor_id, parse_bool
+from .encoding import Encoding, decode, encode
+from .exceptions import (
+    ActionNotFound,
+    InvalidArgs,
+    InvalidEncoding,
+    MalformedRequest,
+    RequestTooLarge,
+    RivetError,
+)
+from .models import Actor as ActorRow
+
+if TYPE_CHECKING:
+    from .actors.definition import Actor
+    from .actors.runtime import Invocation
+
+logger = logging.getLogger("django_rivet.transport")
+
+__all__ = [
+    "action_view",
+    "actor_view",
+    "queue_view",
+    "request_view",
+]
+
+CONTENT_TYPES: dict[str, Encoding] = {
+    "application/json": "json",
+    "application/cbor": "cbor",
+}
+MEDIA_TYPES: dict[Encoding, str] = {
+    "json": "application/json",
+    "cbor": "application/cbor",
+}
+
+
+class MethodNotAllowed(RivetError):
+    """The route does not answer this HTTP method."""
+
+    group = "request"
+    code = "method_not_allowed"
+    http_status = 405
+    default_message = "Method not allowed"
+
+
+# -- encoding ---------------------------------------------------------------------
+def response_encoding(request: HttpRequest) -> Encoding:
+    """Answer in the body's encoding; for bodiless requests, honour Accept."""
+    encoding = CONTENT_TYPES.get(request.content_type or "")
+    if encoding is not None:
+        return encoding
+    accept = request.headers.get("Accept", "")
+    return "cbor" if "application/cbor" in accept else "json"
+
+
+def encoded_response(value: Any, encoding: Encoding, status: int = 200) -> HttpResponse:
+    """Encode ``value`` as a response, within the outgoing size limit."""
+    try:
+        data = encode(value, encoding)
+    except (TypeError, ValueError) as exc:
+        return error_response(exc, encoding)
+    limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+    if len(data) > limit:
+        return error_response(
+            RequestTooLarge(
+                f"The response is {len(data)} bytes; the limit is {limit}",
+                metadata={"size": len(data), "limit": limit},
+            ),
+            encoding,
+        )
+    return HttpResponse(data, status=status, content_type=MEDIA_TYPES[encoding])
+
+
+def error_response(exc: BaseException, encoding: Encoding = "json") -> HttpResponse:
+    """Return ``{group, code, message, metadata}`` with the error's status."""
+    error = public_error(exc)
+    try:
+        data = encode(error.to_dict(), encoding)
+    except (TypeError, ValueError):  # metadata the codec refuses
+        data = encode({**error.to_dict(), "metadata": None}, encoding)
+    return HttpResponse(
+        data, status=error.http_status, content_type=MEDIA_TYPES[encoding]
+    )
+
+
+def _content_length(request: HttpRequest) -> int:
+    raw = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        length = int(raw)
+    except ValueError:
+        raise MalformedRequest("Invalid Content-Length") from None
+    if length < 0:
+        raise MalformedRequest("Invalid Content-Length")
+    return length
+
+
+def check_body_size(request: HttpRequest) -> None:
+    """Refuse a body announced larger than ``MAX_HTTP_BODY_BYTES``."""
+    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    length = _content_length(request)
+    if length > limit:
+        raise RequestTooLarge(
+            f"The body is {length} bytes; the limit is {limit}",
+            metadata={"size": length, "limit": limit},
+        )
+
+
+def read_body(request: HttpRequest) -> dict[str, Any]:
+    """Decode the JSON or CBOR map body (empty body: ``{}``)."""
+    encoding = CONTENT_TYPES.get(request.content_type or "")
+    if encoding is None:
+        raise InvalidEncoding(
+            "Send the body as application/json or application/cbor",
+            metadata={"content_type": request.content_type},
+        )
+    check_body_size(request)
+    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    # Bounded even when Content-Length lies or is absent (chunked bodies).
+    data = request.read(limit + 1)
+    if len(data) > limit:
+        raise RequestTooLarge(
+            f"The body is over the limit of {limit} bytes", metadata={"limit": limit}
+        )
+    if not data:
+        return {}
+    body = decode(data, encoding)
+    if not isinstance(body, dict):
+        raise MalformedRequest("The body must be a map")
+    return body
+
+
+# -- addressing -------------------------------------------------------------------
+def actor_ref(
+    request: HttpRequest, name: str, mode: str, input: Any = None
+) -> ActorRef:
+    """Address the actor by ``?actor_id=`` or by name and ``?key=``."""
+    actor_id = request.GET.get("actor_id")
+    if actor_id:
+        return ActorRef(name=name, actor_id=parse_actor_id(actor_id))
+    return ActorRef.of(name, request.GET.getlist("key"), mode=mode, input=input)  # type: ignore[arg-type]
+
+
+async def http_origin(request: HttpRequest) -> Origin:
+    """Describe the HTTP caller for the runtime (user resolved here)."""
+    user = None
+    if hasattr(request, "auser"):
+        user = await request.auser()
+    return Origin(transport="http", user=user, headers=request.headers, request=request)
+
+
+# -- operations ---------------------------------------------------------------------
+@dataclass(slots=True)
+class Checked:
+    """Run ``inner`` only if the actor is of class ``name`` (for ``?actor_id=``)."""
+
+    inner: Operation
+    name: str
+    label: str | None = None
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Delegate to the wrapped operation."""
+        self.inner.prepare(definition)
+        self.label = self.inner.label
+
+    def run(self, invocation: Invocation) -> Any:
+        """Check the class, then run the wrapped operation."""
+        check_actor_name(invocation, self.name)
+        return self.inner.run(invocation)
+
+
+@dataclass(slots=True)
+class Describe:
+    """Return the actor's public description (after ``on_auth``)."""
+
+    label: str | None = "describe"
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check."""
+
+    def run(self, invocation: Invocation) -> dict[str, Any]:
+        """Authorize, then describe."""
+        invocation.authorize(None)
+        created_at = (
+            ActorRow.objects.filter(pk=invocation.actor_id)
+            .values_list("created_at", flat=True)
+            .get()
+        )
+        return {
+            "actor_id": str(invocation.actor_id),
+            "name": invocation.definition.name,
+            "key": list(invocation.key),
+            "created_at": created_at.isoformat(),
+        }
+
+
+@dataclass(slots=True)
+class Authorize:
+    """Run ``on_auth`` only (before a queue send, which has no origin)."""
+
+    label: str | None = "authorize"
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check."""
+
+    def run(self, invocation: Invocation) -> None:
+        """Authorize the caller."""
+        invocation.authorize(None)
+
+
+@dataclass(slots=True)
+class HandleRequest:
+    """Pass an ``HttpRequest`` to ``on_request`` (after ``on_auth``)."""
+
+    request: HttpRequest
+    label: str | None = "request"
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Refuse actors without ``on_request`` before any I/O."""
+        if not definition.overrides("on_request"):
+            raise ActionNotFound(
+                f"Actor {definition.name!r} does not handle raw requests"
+            )
+
+    def run(self, invocation: Invocation) -> HttpResponseBase:
+        """Authorize, then let the actor answer."""
+        invocation.authorize(None)
+        response = invocation.call_hook("on_request", self.request)
+        if not isinstance(response, HttpResponseBase):
+            raise TypeError(
+                f"on_request returned {type(response).__name__}, not an HttpResponse"
+            )
+        return response
+
+
+async def _run(ref: ActorRef, operation: Operation, origin: Origin, name: str) -> Any:
+    if ref.actor_id is not None:
+        operation = Checked(operation, name)
+    return await ainvoke(ref, operation, origin)
+
+
+# -- views ----------------------------------------------------------------------------
+@csrf_exempt
+async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
+    """``PUT`` get-or-create, ``POST`` create, ``GET`` describe."""
+    encoding = response_encoding(request)
+    try:
+        if request.method == "GET":
+            ref = actor_ref(request, name, "get")
+            info = await _run(ref, Describe(), await http_origin(request), name)
+            return encoded_response(info, encoding)
+        if request.method not in ("PUT", "POST"):
+            raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
+        body = read_body(request)
+        mode = "get_or_create" if request.method == "PUT" else "create"
+        ref = actor_ref(request, name, mode, body.get("input"))
+        actor_id, created = await _run(
+            ref, EnsureActor(), await http_origin(request), name
+        )
+        if request.method == "POST":
+            return encoded_response({"actor_id": str(actor_id)}, encoding, 201)
+        return encoded_response(
+            {"actor_id": str(actor_id), "created": created}, encoding
+        )
+    except Exception as exc:
+        return error_response(exc, encoding)
+
+
+@csrf_exempt
+async def action_view(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """``POST {args, input?}`` -> ``{output}``; get-or-create unless create=false."""
+    encoding = response_encoding(request)
+    try:
+        if request.method != "POST":
+            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
+        body = read_body(request)
+        args = body.get("args", [])
+        if not isinstance(args, list):
+            raise InvalidArgs("args must be a list")
+        create = parse_bool(request.GET.get("create"), "create", True)
+        ref = actor_ref(
+            request, name, "get_or_create" if create else "get", body.get("input")
+        )
+        output = await _run(
+            ref, CallAction(action, args), await http_origin(request), name
+        )
+        return encoded_response({"output": output}, encoding)
+    except Exception as exc:
+        return error_response(exc, encoding)
+
+
+@csrf_exempt
+async def queue_view(request: HttpRequest, name: str, queue: str) -> HttpResponse:
+    """``POST {body, wait?, timeout?}`` -> ``{status, response?}``."""
+    encoding = response_encoding(request)
+    try:
+        if request.method != "POST":
+            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
+        body = read_body(request)
+        wait = body.get("wait", False)
+        timeout = body.get("timeout")
+        if not isinstance(wait, bool):
+            raise MalformedRequest("wait must be true or false")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or timeout < 0
+        ):
+            raise MalformedRequest("timeout must be a non-negative number of seconds")
+        from .actors import queue as queues
+
+        ref = actor_ref(request, name, "get_or_create")
+        # Refuse unknown queues before the actor is created.
+        queues.EnqueueMessage(queue, b"").prepare(registry.get(name))
+        # The queue API takes no origin, so on_auth runs in an invocation of
+        # its own first (one more lock, same guarantee for the caller).
+        await _run(ref, Authorize(), await http_origin(request), name)
+        result = await queues.asend(
+            ref, queue, body.get("body"), wait=wait, timeout=timeout
+        )
+        return encoded_response(result, encoding)
+    except Exception as exc:
+        return error_response(exc, encoding)
+
+
+@csrf_exempt
+async def request_view(
+    request: HttpRequest, name: str, path: str = ""
+) -> HttpResponseBase:
+    """Hand the request to the actor's ``on_request`` (any method)."""
+    encoding = response_encoding(request)
+    try:
+        check_body_size(request)
+        definition = registry.get(name)
+        rejection = await _csrf_rejection(request, definition)
+        if rejection is not None:
+            return rejection
+        create = parse_bool(request.GET.get("create"), "create", True)
+        ref = actor_ref(request, name, "get_or_create" if create else "get")
+        return await _run(ref, HandleRequest(request), await http_origin(request), name)
+    except Exception as exc:
+        return error_response(exc, encoding)
+
+
+async def _csrf_rejection(
+    request: HttpRequest, definition: type[Actor]
+) -> HttpResponseBase | None:
+    """Run Django's CSRF check unless the actor opted out."""
+    if getattr(definition, "csrf_exempt", False):
+        return None
+    if "django.middleware.csrf.CsrfViewMiddleware" not in settings.MIDDLEWARE:
+        return None
+    middleware = CsrfViewMiddleware(lambda r: HttpResponse())
+    # The check may read the session (CSRF_USE_SESSIONS): sync code.
+    return await sync_to_async(middleware.process_view)(request, None, (), {})
