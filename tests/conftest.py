@@ -58,3 +58,10 @@ def redis_url():
 
     with redis_server() as url:
         yield url
+
+
+# -- scheduling -----------------------------------------------------------------------
+# Celery tasks sent after commit (schedule wake-ups) go to the test app's
+# broker -- memory:// here -- instead of Celery's default AMQP app, which
+# would try to connect to localhost:5672.
+import tests.celery_app  # noqa: E402, F401

@@ -186,3 +186,125 @@ class Webhook(Actor):
     @action
     def hits(self, ctx):
         return ctx.state["hits"]
+
+
+# -- scheduling: schedules, cron and queues (tests/test_schedule.py & co) ----------
+class AlarmClock(Actor):
+    """Schedules and cron jobs calling its own actions."""
+
+    initial_state = {"rings": [], "ticks": []}
+
+    @action
+    def ring(self, ctx, label: str):
+        ctx.state["rings"].append({"label": label, "info": ctx.fire_info})
+        return label
+
+    @action
+    def tick(self, ctx):
+        ctx.state["ticks"].append(ctx.fire_info)
+
+    @action
+    def boom(self, ctx):
+        ctx.state["rings"].append("boom")
+        raise RuntimeError("boom on purpose")
+
+    @action
+    def set_alarm(self, ctx, seconds: float, label: str):
+        return ctx.schedule.after(seconds, "ring", label)
+
+    @action
+    async def aset_alarm(self, ctx, seconds: float, label: str):
+        return await ctx.schedule.aafter(seconds, "ring", label)
+
+    @action
+    def set_alarm_at(self, ctx, when, label: str):
+        return ctx.schedule.at(when, "ring", label)
+
+    @action
+    def schedule_call(self, ctx, seconds: float, action_name: str, *args):
+        return ctx.schedule.after(seconds, action_name, *args)
+
+    @action
+    def cancel_alarm(self, ctx, schedule_id: str):
+        return ctx.schedule.cancel(schedule_id)
+
+    @action
+    def alarm(self, ctx, schedule_id: str):
+        return ctx.schedule.get(schedule_id)
+
+    @action
+    def alarms(self, ctx):
+        return ctx.schedule.list()
+
+    @action
+    def set_cron(self, ctx, name: str, expression: str, tz=None, max_history=100):
+        return ctx.cron.set(name, expression, "tick", tz=tz, max_history=max_history)
+
+    @action
+    def set_every(self, ctx, name: str, seconds: float, action_name="tick", *args):
+        return ctx.cron.every(name, seconds, action_name, *args)
+
+    @action
+    def set_every_history(self, ctx, name: str, seconds: float, max_history: int):
+        return ctx.cron.every(name, seconds, "tick", max_history=max_history)
+
+    @action
+    def cron_job(self, ctx, name: str):
+        return ctx.cron.get(name)
+
+    @action
+    def cron_jobs(self, ctx):
+        return ctx.cron.list()
+
+    @action
+    def delete_cron(self, ctx, name: str):
+        return ctx.cron.delete(name)
+
+    @action
+    def cron_history(self, ctx, name: str, limit: int = 20):
+        return ctx.cron.history(name, limit)
+
+    @action
+    def tick_then_stop(self, ctx, name: str):
+        ctx.state["ticks"].append(ctx.fire_info)
+        if len(ctx.state["ticks"]) >= 2:
+            ctx.cron.delete(name)
+
+    @action
+    def schedule_everything_then_fail(self, ctx):
+        ctx.schedule.after(1, "ring", "never")
+        ctx.cron.every("never", 10, "tick")
+        ctx.queue.send("jobs", "never")
+        raise UserError("rolled back on purpose", code="refused")
+
+    @queue_handler("jobs")
+    def on_job(self, ctx, message):
+        ctx.state["ticks"].append(message)
+
+
+class Mailbox(Actor):
+    """A queue consumer that replies to waiting senders."""
+
+    initial_state = {"seen": []}
+
+    @queue_handler("jobs")
+    def on_job(self, ctx, message):
+        ctx.state["seen"].append(message)
+        if message == "fail":
+            raise UserError("bad job", code="bad_job", metadata={"job": message})
+        if message == "crash":
+            raise RuntimeError("secret detail")
+        return {"echo": message, "seen": len(ctx.state["seen"]), "info": ctx.fire_info}
+
+    @queue_handler("notes")
+    async def on_note(self, ctx, message):
+        ctx.state["seen"].append(["note", message])
+        return "noted"
+
+    @action
+    def seen(self, ctx):
+        return ctx.state["seen"]
+
+    @action
+    def send_to_self(self, ctx, body):
+        return ctx.queue.send("jobs", body)
