@@ -22,3 +22,9 @@ class RivetConfig(AppConfig):
 
         autodiscover_modules("actors", "workflows")
         registry.register_discovered()
+
+        # RIVET["EMBEDDED_WORKER"]: the worker thread starts with the first
+        # request this process serves (never in commands or tests otherwise).
+        from .worker import connect_embedded_worker
+
+        connect_embedded_worker()

@@ -1,0 +1,54 @@
+"""``manage.py rivet_worker``: run due work in-process, without Celery."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    """Fire schedules and cron, deliver queues and sweep, in a loop."""
+
+    help = (
+        "Run an in-process worker: fire due schedules and cron runs, deliver "
+        "queue messages, run due workflows and sweep every SWEEP_INTERVAL "
+        "seconds, until Ctrl-C. For development when no Celery worker runs."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """Add --once and --poll-interval."""
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Run what is due and one sweep, then exit.",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=float,
+            default=1.0,
+            help="Longest sleep between checks for work made by other processes "
+            "(seconds, default 1).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Run the loop until interrupted (or once)."""
+        from django_rivet.worker import Worker, notify
+
+        worker = Worker(poll_interval=options["poll_interval"])
+        if options["once"]:
+            ran = worker.run_once()
+            self.stdout.write(f"ran {ran} due item(s)")
+            return
+        stop = threading.Event()
+
+        def request_stop(signum: int, frame: Any) -> None:
+            stop.set()
+            notify()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        self.stdout.write("rivet worker running; Ctrl-C to stop")
+        worker.run(stop)

@@ -1,0 +1,287 @@
+"""The in-process worker: run due work and sweeps without Celery.
+
+One loop serves two uses:
+
+- ``manage.py rivet_worker``: a process of its own, for development or small
+  deployments without Celery;
+- the **embedded worker** (``RIVET["EMBEDDED_WORKER"] = True``): the same loop
+  on a background thread of the web process, so ``make run`` needs one
+  process. Events broadcast by fired actions then reach browsers through the
+  in-memory channel layer, which only spans one process.
+
+The loop runs every registered :class:`DueWork` (schedules, cron, queues;
+the workflow runtime adds its own with :func:`register_due_work`), sweeps
+every ``SWEEP_INTERVAL`` seconds, and otherwise sleeps until the next due
+time, at most ``poll_interval`` seconds -- work created in this process
+wakes it at once (:func:`notify`).
+
+The embedded worker starts once per process, with the first request the
+server handles (Django's ``request_started``, or :class:`EmbeddedWorkerApp`
+around an ASGI application, which also starts it on ASGI lifespan startup),
+and stops at exit. It never starts unless the setting is on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .conf import rivet_settings
+
+logger = logging.getLogger("django_rivet.worker")
+
+__all__ = [
+    "DueWork",
+    "EmbeddedWorkerApp",
+    "Worker",
+    "connect_embedded_worker",
+    "due_work",
+    "embedded_worker_running",
+    "next_due_at",
+    "notify",
+    "register_due_work",
+    "run_due_work",
+    "start_embedded_worker",
+    "stop_embedded_worker",
+]
+
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class DueWork:
+    """A kind of due work the worker runs in-process.
+
+    ``run(limit)`` runs up to ``limit`` items due now and returns how many
+    ran; ``next_due()`` returns when the next one is due (epoch seconds), or
+    ``None``, so the loop can sleep until then.
+    """
+
+    name: str
+    run: Callable[[int], int]
+    next_due: Callable[[], float | None] | None = None
+
+
+def _schedules(limit: int) -> int:
+    from . import scheduler
+
+    return scheduler.fire_due_schedules(limit=limit)
+
+
+def _cron(limit: int) -> int:
+    from . import scheduler
+
+    return scheduler.run_due_cron(limit=limit)
+
+
+def _queues(limit: int) -> int:
+    from . import scheduler
+
+    return scheduler.deliver_due_queues(limit=limit)
+
+
+def _scheduling_next_due() -> float | None:
+    from . import scheduler
+
+    return scheduler.next_due_at()
+
+
+_due_work: list[DueWork] = [
+    DueWork("schedules", _schedules, _scheduling_next_due),
+    DueWork("cron", _cron),
+    DueWork("queues", _queues),
+]
+
+
+def register_due_work(work: DueWork) -> None:
+    """Add a kind of due work (replacing one of the same name)."""
+    for index, existing in enumerate(_due_work):
+        if existing.name == work.name:
+            _due_work[index] = work
+            return
+    _due_work.append(work)
+
+
+def due_work() -> list[DueWork]:
+    """Return the registered kinds of due work."""
+    return list(_due_work)
+
+
+def run_due_work(limit: int = DEFAULT_BATCH) -> int:
+    """Run one round of every kind of due work; return how many items ran."""
+    return sum(work.run(limit) for work in due_work())
+
+
+def next_due_at() -> float | None:
+    """Return the earliest due time any kind of work reports."""
+    times = [work.next_due() for work in due_work() if work.next_due is not None]
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
+
+
+_wake = threading.Event()
+
+
+def notify() -> None:
+    """Wake the worker loop of this process: new work may be due."""
+    _wake.set()
+
+
+class Worker:
+    """Run due work and sweeps in this process until stopped."""
+
+    def __init__(
+        self,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        sweep_interval: float | None = None,
+        batch: int = DEFAULT_BATCH,
+    ) -> None:
+        self.poll_interval = poll_interval
+        self.sweep_interval = sweep_interval
+        self.batch = batch
+        self._last_sweep: float | None = None
+
+    def run_once(self) -> int:
+        """Run due work once (and a sweep when one is due); return items run."""
+        from . import sweeper
+
+        ran = run_due_work(self.batch)
+        interval = self.sweep_interval
+        if interval is None:
+            interval = float(rivet_settings.SWEEP_INTERVAL)
+        now = time.monotonic()
+        if self._last_sweep is None or now - self._last_sweep >= interval:
+            self._last_sweep = now
+            sweeper.sweep()
+        return ran
+
+    def _idle_delay(self) -> float:
+        from . import clock
+
+        delay = self.poll_interval
+        due = next_due_at()
+        if due is not None:
+            delay = min(delay, max(due - clock.now(), 0.0))
+        return delay
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set."""
+        from django.db import close_old_connections, connections
+
+        logger.info("worker started poll_interval=%s", self.poll_interval)
+        try:
+            while not stop.is_set():
+                try:
+                    # Like a request: drop broken or expired connections.
+                    close_old_connections()
+                    if self.run_once():
+                        continue
+                    delay = self._idle_delay()
+                except Exception:
+                    logger.exception("worker iteration failed")
+                    delay = self.poll_interval
+                if delay > 0:
+                    _wake.wait(delay)
+                _wake.clear()
+        finally:
+            connections.close_all()
+            logger.info("worker stopped")
+
+
+# -- the embedded worker --------------------------------------------------------------
+_embedded_lock = threading.Lock()
+_embedded: tuple[threading.Thread, threading.Event] | None = None
+
+
+def start_embedded_worker() -> bool:
+    """Start the embedded worker thread if the setting is on and it is not.
+
+    Returns whether this call started it. Safe to call on every request.
+    """
+    global _embedded
+    if _embedded is not None or not rivet_settings.EMBEDDED_WORKER:
+        return False
+    with _embedded_lock:
+        if _embedded is not None:
+            return False
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=Worker().run, args=(stop,), name="rivet-embedded-worker", daemon=True
+        )
+        _embedded = (thread, stop)
+        thread.start()
+    atexit.register(stop_embedded_worker)
+    logger.info("embedded worker started")
+    return True
+
+
+def stop_embedded_worker(timeout: float = 10.0) -> None:
+    """Stop the embedded worker, letting the item in progress finish."""
+    global _embedded
+    with _embedded_lock:
+        running, _embedded = _embedded, None
+    if running is None:
+        return
+    thread, stop = running
+    stop.set()
+    notify()
+    thread.join(timeout)
+
+
+def embedded_worker_running() -> bool:
+    """Tell whether this process runs the embedded worker."""
+    running = _embedded
+    return running is not None and running[0].is_alive()
+
+
+def _on_request_started(sender: Any, **kwargs: Any) -> None:
+    if _embedded is None:
+        start_embedded_worker()
+
+
+def connect_embedded_worker() -> None:
+    """Start the embedded worker with the first request (called at app ready)."""
+    from django.core.signals import request_started
+
+    request_started.connect(
+        _on_request_started, dispatch_uid="django_rivet.embedded_worker"
+    )
+
+
+class EmbeddedWorkerApp:
+    """ASGI wrapper running the embedded worker alongside the server.
+
+    Starts it on lifespan startup (uvicorn, hypercorn) and stops it on
+    shutdown; servers without lifespan support (daphne) start it with the
+    first connection, HTTP or WebSocket. Does nothing unless
+    ``RIVET["EMBEDDED_WORKER"]`` is on.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Handle lifespan events here; pass everything else to the app."""
+        if scope["type"] != "lifespan":
+            if _embedded is None:
+                start_embedded_worker()
+            await self.app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                start_embedded_worker()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                from asgiref.sync import sync_to_async
+
+                await sync_to_async(stop_embedded_worker, thread_sensitive=False)()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,136 @@
+"""The in-process worker loop, the embedded worker and rivet_worker."""
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_rivet import actors, worker
+from django_rivet.models import Schedule, ScheduleStatus
+from django_rivet.testing import freeze_time, run_due
+
+START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+EMBEDDED = {"EMBEDDED_WORKER": True}
+
+
+def wait_for(predicate, timeout=30.0):
+    """Poll ``predicate`` until it is true (no timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")
+
+
+@pytest.fixture
+def no_embedded_worker():
+    """Stop any embedded worker a test started."""
+    yield
+    worker.stop_embedded_worker()
+    assert not worker.embedded_worker_running()
+
+
+@pytest.mark.django_db
+def test_run_once_runs_due_work_and_a_sweep():
+    with freeze_time(START) as clock:
+        alarm = actors.get_or_create("alarmClock", "once")
+        alarm.call("set_alarm", 5, "a")
+        loop = worker.Worker()
+        assert loop.run_once() == 0
+        clock.advance(5)
+        assert loop.run_once() == 1
+        assert worker.next_due_at() is None
+
+
+@pytest.mark.django_db
+def test_registered_due_work_runs_in_run_due_and_the_worker(monkeypatch):
+    monkeypatch.setattr(worker, "_due_work", list(worker._due_work))
+    pending = [3]
+
+    def run(limit):
+        ran, pending[0] = pending[0], 0
+        return ran
+
+    worker.register_due_work(worker.DueWork("workflows", run, lambda: 42.0))
+    assert [work.name for work in worker.due_work()][-1] == "workflows"
+    assert run_due() == 3
+    assert worker.next_due_at() == 42.0
+
+
+@pytest.mark.django_db
+def test_worker_sleeps_until_the_next_due_time_at_most_the_poll_interval():
+    with freeze_time(START):
+        alarm = actors.get_or_create("alarmClock", "sleep")
+        alarm.call("set_alarm", 0.25, "soon")
+        assert worker.Worker(poll_interval=1.0)._idle_delay() == pytest.approx(0.25)
+        assert worker.Worker(poll_interval=0.1)._idle_delay() == pytest.approx(0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_loop_fires_work_and_stops_when_asked():
+    alarm = actors.get_or_create("alarmClock", "loop")
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.Worker(poll_interval=0.1).run, args=(stop,))
+    thread.start()
+    try:
+        alarm.call("set_alarm", 0, "from the loop")
+        wait_for(lambda: Schedule.objects.filter(status=ScheduleStatus.DONE).exists())
+    finally:
+        stop.set()
+        worker.notify()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db
+def test_embedded_worker_stays_off_unless_the_setting_is_on(client, no_embedded_worker):
+    client.get("/")
+    assert not worker.embedded_worker_running()
+    assert worker.start_embedded_worker() is False
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(RIVET=EMBEDDED)
+def test_embedded_worker_starts_with_the_first_request_and_fires_schedules(
+    client, no_embedded_worker
+):
+    client.get("/")
+    assert worker.embedded_worker_running()
+    assert worker.start_embedded_worker() is False  # once per process
+    alarm = actors.get_or_create("alarmClock", "embedded")
+    alarm.call("set_alarm", 0, "in the web process")
+    wait_for(lambda: Schedule.objects.filter(status=ScheduleStatus.DONE).exists())
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(RIVET=EMBEDDED)
+async def test_embedded_worker_app_follows_the_asgi_lifespan(no_embedded_worker):
+    events = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent = []
+
+    async def receive():
+        return events.pop(0)
+
+    async def send(message):
+        sent.append(message["type"])
+        if message["type"] == "lifespan.startup.complete":
+            assert worker.embedded_worker_running()
+
+    async def app(scope, receive, send):  # pragma: no cover - not reached
+        raise AssertionError("lifespan must not reach the app")
+
+    await worker.EmbeddedWorkerApp(app)({"type": "lifespan"}, receive, send)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert not worker.embedded_worker_running()
+
+
+@pytest.mark.django_db
+def test_rivet_worker_once_runs_what_is_due(capsys):
+    alarm = actors.get_or_create("alarmClock", "command")
+    alarm.call("set_alarm", 0, "now")
+    call_command("rivet_worker", "--once")
+    assert "ran 1 due item(s)" in capsys.readouterr().out
