@@ -9,9 +9,10 @@ admin inspector and ``handle.history()`` all decode through here.
 Decoding is restricted: only the CBOR tags for datetimes (0, 1), bignums (2, 3)
 and UUIDs (37) are accepted; anything else raises :class:`SchemaError`. User
 values (step outputs, loop state, inputs, message bodies) must be made of
-``None``, bools, ints, floats, str, bytes, lists, tuples, dicts, datetimes and
-UUIDs; :func:`roundtrip` checks that and returns the value as a replay will see
-it (tuples come back as lists, naive datetimes as aware UTC ones).
+``None``, bools, ints, floats, str, bytes, lists, tuples, dicts, datetimes,
+UUIDs and :class:`Message`; :func:`roundtrip` checks that and returns the value
+as a replay will see it (tuples come back as lists, naive datetimes as aware
+UTC ones, messages as ``{id, name, body, created_at}`` maps).
 
 ``docs/storage-format.md`` describes the format; a format change adds a version
 here (a decoder for the old version that upgrades to the current model) and
@@ -30,6 +31,7 @@ import cbor2
 
 from . import keys
 from .errors import SchemaError, StepOutputError
+from .values import Message
 
 __all__ = [
     "ENTRY_KINDS",
@@ -85,8 +87,10 @@ _ALLOWED_TAGS = frozenset({0, 1, 2, 3, 37})
 
 
 def _rejecting(tag: int) -> Any:
-    def reject(decoder: Any) -> Any:
-        raise cbor2.CBORDecodeValueError(f"CBOR tag {tag} is not allowed")
+    # cbor2 calls semantic decoders with the decoder and, in some versions,
+    # more arguments: accept any so the refusal is always the one raised.
+    def reject(*args: Any) -> Any:
+        raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
 
     return reject
 
@@ -113,15 +117,32 @@ class _RestrictedTags(Mapping):
 
 
 def _reject_unknown_tag(decoder: Any, tag: cbor2.CBORTag) -> Any:
-    raise cbor2.CBORDecodeValueError(f"CBOR tag {tag.tag} is not allowed")
+    raise cbor2.CBORDecodeError(f"CBOR tag {tag.tag} is not allowed")
 
 
 _RESTRICTED = _RestrictedTags()
 
 
+def _encode_extra(encoder: Any, value: Any) -> None:
+    # Messages are what ctx.messages hands out; they are stored as plain maps.
+    if isinstance(value, Message):
+        encoder.encode(_message_map(value))
+        return
+    raise cbor2.CBOREncodeTypeError(f"cannot store a {type(value).__name__}")
+
+
+def _message_map(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "name": message.name,
+        "body": message.body,
+        "created_at": message.created_at,
+    }
+
+
 def dumps(value: Any) -> bytes:
-    """Encode ``value`` as CBOR (naive datetimes are taken as UTC)."""
-    return cbor2.dumps(value, timezone=UTC)
+    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
+    return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
 
 
 def loads(data: bytes) -> Any:
@@ -131,7 +152,8 @@ def loads(data: bytes) -> Any:
             data, semantic_decoders=_RESTRICTED, tag_hook=_reject_unknown_tag
         )
     except cbor2.CBORDecodeError as exc:
-        raise SchemaError(f"Undecodable CBOR: {exc}") from exc
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        raise SchemaError(f"Undecodable CBOR: {exc}{cause}") from exc
 
 
 def check_value(value: Any, path: str = "value") -> None:
@@ -139,6 +161,9 @@ def check_value(value: Any, path: str = "value") -> None:
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return
     if isinstance(value, datetime | uuid.UUID):
+        return
+    if isinstance(value, Message):
+        check_value(value.body, f"{path}.body")
         return
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):

@@ -1,0 +1,220 @@
+"""The versioned CBOR schema: golden fixtures decode forever, unsafe input never."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from django_rivet.workflow import Message, SchemaError, StepOutputError, keys, schema
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+WHEN = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+ORDER_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+ERROR = {"name": "ValueError", "message": "card declined", "kind": "exhausted"}
+
+# What each v1 fixture must decode to, written out by hand.
+V1_ENTRIES = {
+    "entry_step": ("e-step", "step", 1, {
+        "output": {"id": ORDER_ID, "at": WHEN, "cents": 2**70, "neg": -(2**70)},
+    }),
+    "entry_step_failed": ("e-step-failed", "step", 2, {"error": ERROR}),
+    "entry_sleep": ("e-sleep", "sleep", 3, {
+        "deadline": 1735787045.5, "state": "pending",
+    }),
+    "entry_loop": ("e-loop", "loop", 4, {
+        "state": {"page": 3}, "iteration": 40, "pruned_before": 20, "output": 99,
+    }),
+    "entry_loop_step": ("e-loop-step", "step", 5, {"output": [1, 2.5, None]}),
+    "entry_message": ("e-message", "message", 6, {
+        "names": ["approve"], "count": 1, "deadline": None, "state": "received",
+        "messages": [
+            {"id": "m-1", "name": "approve", "body": {"by": "ann"}, "created_at": 5.0}
+        ],
+    }),
+    "entry_rollback_checkpoint": ("e-checkpoint", "rollback_checkpoint", 7, {
+        "name": "start",
+    }),
+    "entry_join": ("e-join", "join", 8, {"branches": {
+        "label": {"status": "completed", "output": "L-1"},
+        "email": {"status": "failed", "error": {"name": "OSError", "message": "smtp"}},
+    }}),
+    "entry_race": ("e-race", "race", 9, {"winner": "a", "branches": {
+        "a": {"status": "completed", "output": b"\x00\xff"},
+        "b": {"status": "cancelled"},
+    }}),
+    "entry_removed": ("e-removed", "removed", 10, {
+        "original_type": "step", "original_name": "legacy",
+    }),
+    "entry_version_check": ("e-version", "version_check", 11, {"version": 2}),
+}  # fmt: skip
+
+V1_METADATA = {
+    "metadata": {
+        "status": "completed",
+        "error": None,
+        "attempts": 2,
+        "last_attempt_at": 1735787040.25,
+        "created_at": 1735787000.0,
+        "completed_at": 1735787041.0,
+        "rollback_completed_at": 1735787100.0,
+        "rollback_error": None,
+    },
+    "metadata_failed": {
+        "status": "exhausted",
+        "error": ERROR,
+        "attempts": 3,
+        "last_attempt_at": 1735787040.0,
+        "created_at": 1735787000.0,
+        "completed_at": None,
+        "rollback_completed_at": None,
+        "rollback_error": "refund failed",
+    },
+}
+
+V1_FIELDS = {
+    "state": (keys.WORKFLOW_STATE, "rolling_back"),
+    "output": (keys.WORKFLOW_OUTPUT, {"charge": "ch_1", "when": WHEN}),
+    "error": (keys.WORKFLOW_ERROR, {"name": "CriticalError", "message": "invalid"}),
+    "input": (keys.WORKFLOW_INPUT, {"order": ORDER_ID, "items": [1, 2]}),
+}
+
+
+def fixture(version: int, name: str) -> bytes:
+    return (FIXTURES / f"v{version}" / f"{name}.cbor").read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(V1_ENTRIES))
+def test_v1_entry_fixtures_decode(name):
+    entry = schema.decode_entry(fixture(1, name), (0,))
+    assert (entry.id, entry.kind, entry.seq, entry.data) == V1_ENTRIES[name]
+    assert not entry.dirty
+
+
+@pytest.mark.parametrize("name", sorted(V1_METADATA))
+def test_v1_metadata_fixtures_decode(name):
+    metadata = schema.decode_metadata(fixture(1, name))
+    decoded = {field: getattr(metadata, field) for field in V1_METADATA[name]}
+    assert decoded == V1_METADATA[name]
+    assert not metadata.dirty
+
+
+@pytest.mark.parametrize("name", sorted(V1_FIELDS))
+def test_v1_workflow_field_fixtures_decode(name):
+    field_id, expected = V1_FIELDS[name]
+    assert schema.decode_workflow_field(field_id, fixture(1, name)) == expected
+
+
+def test_v1_name_fixture_decodes():
+    assert schema.decode_name(fixture(1, "name")) == "charge"
+
+
+def test_v1_kv_rows_decode_into_history():
+    rows = schema.loads(fixture(1, "kv_rows"))
+    history = schema.decode_history((bytes(k), bytes(v)) for k, v in rows)
+    assert [(h.kind, h.location, h.seq) for h in history] == [
+        ("step", "charge", 1),
+        ("loop", "sum", 4),
+        ("step", "sum/~39/fetch", 5),
+    ]
+    step = history[0]
+    assert step.status == "completed" and step.attempts == 2
+    assert step.output["cents"] == 2**70
+    assert history[1].status == "pending"  # no metadata row for it
+
+
+def test_every_entry_kind_has_a_fixture_in_the_current_version():
+    version = schema.SCHEMA_VERSION
+    kinds = {
+        schema.decode_entry(path.read_bytes()).kind
+        for path in (FIXTURES / f"v{version}").glob("entry_*.cbor")
+    }
+    assert kinds == set(schema.ENTRY_KINDS)
+
+
+def test_the_current_version_still_writes_its_fixtures_byte_for_byte():
+    from .fixtures.make_fixtures import records
+
+    for name, data in records().items():
+        assert data == fixture(schema.SCHEMA_VERSION, name), name
+
+
+def test_every_record_is_a_versioned_envelope():
+    for path in (FIXTURES / "v1").glob("*.cbor"):
+        if path.stem == "kv_rows":
+            continue
+        record = cbor2.loads(path.read_bytes())
+        assert record["v"] == 1 and isinstance(record["type"], str)
+
+
+def test_unknown_versions_and_wrong_record_types_are_refused():
+    with pytest.raises(SchemaError, match="version"):
+        schema.decode_name(cbor2.dumps({"v": 99, "type": "name", "name": "x"}))
+    with pytest.raises(SchemaError, match="Expected a 'metadata' record"):
+        schema.decode_metadata(fixture(1, "entry_step"))
+    with pytest.raises(SchemaError):
+        schema.decode_entry(cbor2.dumps([1, 2]))
+    with pytest.raises(SchemaError, match="kind"):
+        schema.decode_entry(cbor2.dumps({"v": 1, "type": "entry", "kind": "nope"}))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        cbor2.CBORTag(258, [1, 2]),  # set
+        cbor2.CBORTag(4, [-1, 15]),  # decimal
+        cbor2.CBORTag(28, "shared"),  # value sharing
+        cbor2.CBORTag(55799, 1),  # self-describe
+        cbor2.CBORTag(40000, "custom"),
+    ],
+)
+def test_decoding_rejects_every_tag_but_datetime_bignum_and_uuid(value):
+    data = cbor2.dumps({"v": 1, "type": "output", "value": value})
+    with pytest.raises(SchemaError, match="not allowed"):
+        schema.decode_workflow_field(keys.WORKFLOW_OUTPUT, data)
+
+
+def test_roundtrip_returns_what_a_replay_sees():
+    naive = datetime(2025, 1, 1, 12, 0)
+    message = Message("m-1", "approve", (1, 2), 5.0)
+    value = {"t": (1, 2), "when": naive, "m": message}
+    assert schema.roundtrip(value) == {
+        "t": [1, 2],
+        "when": naive.replace(tzinfo=UTC),
+        "m": {"id": "m-1", "name": "approve", "body": [1, 2], "created_at": 5.0},
+    }
+
+
+@pytest.mark.parametrize("value", [{1, 2}, object(), b"x" * 2000, {(1, 2): 3}])
+def test_roundtrip_refuses_what_cannot_be_stored(value):
+    with pytest.raises(StepOutputError):
+        schema.roundtrip(value, limit=1000)
+
+
+storable = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**100), max_value=2**100)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=10)
+    | st.binary(max_size=10)
+    | st.uuids(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(storable)
+def test_cbor_round_trips_storable_values(value):
+    assert schema.loads(schema.dumps(value)) == value
+    assert schema.roundtrip(value) == value
