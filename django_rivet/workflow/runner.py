@@ -30,7 +30,7 @@ from .errors import (
 )
 from .execution import RollbackStop, Run, emit
 from .messages import ANY_MESSAGE
-from .ops import cancel_workflow, recover_workflow
+from .ops import WorkflowSnapshot, cancel_workflow, read_workflow, recover_workflow
 from .storage import UNSET, Storage
 from .values import (
     ErrorHook,
@@ -147,6 +147,10 @@ class WorkflowRun:
         message_id = await self.driver.add_message(name, body)
         self._wake.set()
         return message_id
+
+    async def snapshot(self) -> WorkflowSnapshot:
+        """Return the stored state, output, error and input."""
+        return await read_workflow(self.driver)
 
     async def recover(self) -> bool:
         """Reset a failed workflow's failed steps so that it runs again."""

@@ -42,13 +42,13 @@ def same_shape_pairs(draw):
     return a, b
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(tuples)
 def test_pack_round_trips(value):
     assert keys.unpack(keys.pack(value)) == value
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(same_shape_pairs())
 def test_byte_order_matches_tuple_order(pair):
     a, b = pair
@@ -56,7 +56,7 @@ def test_byte_order_matches_tuple_order(pair):
     assert (keys.pack(a) == keys.pack(b)) == (a == b)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(ints, min_size=2, max_size=2))
 def test_integers_of_any_size_and_sign_keep_their_order(pair):
     a, b = pair
@@ -84,7 +84,7 @@ def test_types_order_by_type_code():
     assert packed == sorted(packed)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(tuples, tuples)
 def test_packed_prefix_is_a_byte_prefix_and_inside_range_of(prefix, rest):
     full = prefix + rest
@@ -98,7 +98,7 @@ def test_packed_prefix_is_a_byte_prefix_and_inside_range_of(prefix, rest):
         assert low <= keys.pack(full) < high
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(tuples, tuples)
 def test_range_of_excludes_keys_outside_the_prefix(prefix, other):
     if other[: len(prefix)] == prefix:
