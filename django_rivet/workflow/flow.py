@@ -274,11 +274,13 @@ async def run_race(
     location = ctx._visit(name)
     entry = ctx._existing(location, "race")
     if entry is not None and entry.data.get("winner") is not None:
-        winner = entry.data["winner"]
+        recorded_winner = str(entry.data["winner"])
         run.cover(location)
-        if run.rollback and winner in branches:
-            await _replay_for_rollback(ctx, {winner: branches[winner]}, location)
-        return winner, entry.data["branches"].get(winner, {}).get("output")
+        if run.rollback and recorded_winner in branches:
+            replay = {recorded_winner: branches[recorded_winner]}
+            await _replay_for_rollback(ctx, replay, location)
+        output = entry.data["branches"].get(recorded_winner, {}).get("output")
+        return recorded_winner, output
     if run.rollback:
         raise RollbackStop()
     if entry is None:

@@ -116,8 +116,10 @@ class _RestrictedTags(Mapping):
         return 0
 
 
-def _reject_unknown_tag(decoder: Any, tag: cbor2.CBORTag) -> Any:
-    raise cbor2.CBORDecodeError(f"CBOR tag {tag.tag} is not allowed")
+def _reject_unknown_tag(*args: Any) -> Any:
+    # The hook's arguments changed across cbor2 versions; find the tag itself.
+    tag = next((a.tag for a in args if isinstance(a, cbor2.CBORTag)), "?")
+    raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
 
 
 _RESTRICTED = _RestrictedTags()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -356,6 +356,7 @@ class Storage:
 
     async def _delete(self, plan: _Plan) -> None:
         driver = self.driver
+        operations: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]]
         operations = [(driver.delete_prefix, (prefix,)) for prefix in plan.prefixes]
         for start in range(0, len(plan.keys), MAX_KV_BATCH_ENTRIES):
             chunk = plan.keys[start : start + MAX_KV_BATCH_ENTRIES]
