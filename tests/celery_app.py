@@ -9,3 +9,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 app = Celery("tests")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# Beat (``celery worker -B`` in the scheduling tests) runs the django-rivet
+# sweep; added once the configuration is read, not at import time.
+@app.on_after_configure.connect
+def _add_rivet_sweep(sender, **kwargs):
+    from django_rivet.tasks import beat_schedule
+
+    sender.conf.beat_schedule = {**beat_schedule(), **sender.conf.beat_schedule}

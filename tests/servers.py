@@ -150,3 +150,23 @@ def celery_worker(
         yield proc
     finally:
         stop_process(proc, timeout=12)
+
+
+@contextlib.contextmanager
+def celery_broker(url: str) -> Iterator[None]:
+    """Point this process's Celery app at ``url`` (tasks sent after commit)."""
+    from tests.celery_app import app
+
+    def reset_pools() -> None:
+        # Connection and producer pools are cached per broker URL.
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    previous = app.conf.broker_url
+    app.conf.broker_url = url
+    reset_pools()
+    try:
+        yield
+    finally:
+        app.conf.broker_url = previous
+        reset_pools()
