@@ -36,6 +36,7 @@ __all__ = [
     "StepFailedError",
     "StepOutputError",
     "StepTimeoutError",
+    "StorageError",
     "StorageLimitError",
     "WorkflowError",
     "WorkflowInterrupt",
@@ -147,6 +148,18 @@ class StorageLimitError(WorkflowError):
 
     code = "storage_limit"
     default_message = "Workflow storage limit exceeded"
+
+
+class StorageError(WorkflowError):
+    """The driver failed during a flush; nothing was acknowledged, retry later.
+
+    The runner never records this as the workflow's failure: it propagates out
+    of ``run_workflow`` so the host retries the run (the workflow resumes by
+    replay from what was flushed before).
+    """
+
+    code = "storage_unavailable"
+    default_message = "Workflow storage is unavailable"
 
 
 class SchemaError(WorkflowError):

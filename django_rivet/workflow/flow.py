@@ -15,6 +15,7 @@ from .errors import (
     MessageWaitError,
     RaceError,
     SleepError,
+    StorageError,
     WorkflowInterrupt,
     error_from_info,
     error_info,
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["merge_interrupts", "run_join", "run_loop", "run_race", "run_try_block"]
 
-# Errors that mean the code and history disagree: never recorded or caught.
-_FATAL = (HistoryDivergedError, EntryInProgressError)
+# Errors that mean the code and history disagree, or that storage is down:
+# never recorded as a branch failure, never caught by try_block.
+_FATAL = (HistoryDivergedError, EntryInProgressError, StorageError)
 
 
 def merge_interrupts(interrupts: list[WorkflowInterrupt]) -> WorkflowInterrupt:

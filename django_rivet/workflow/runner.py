@@ -24,6 +24,7 @@ from .errors import (
     EvictedError,
     RollbackCheckpointError,
     StepOutputError,
+    StorageError,
     WorkflowInterrupt,
     error_from_info,
     error_info,
@@ -237,6 +238,8 @@ class WorkflowRun:
             output = schema.roundtrip(output, "Workflow output")
         except WorkflowInterrupt as pause:
             return await self._pause(storage, pause)
+        except StorageError:
+            raise  # infrastructure, not the workflow's failure: the host retries
         except Exception as error:
             return await self._fail(storage, error, input, previously_failed)
         finally:

@@ -33,7 +33,7 @@ from django_rivet import clock
 
 from . import keys, schema
 from .driver import EngineDriver, KVWrite
-from .errors import StorageLimitError
+from .errors import StorageError, StorageLimitError
 from .schema import Entry, EntryMetadata
 
 __all__ = [
@@ -338,10 +338,15 @@ class Storage:
             plan = self._plan(with_deletions=True)
             if plan.empty:
                 return
-            chunk_writes(plan.rewrites)  # every size is checked before any I/O
-            await self._write(plan.writes)
-            await self._delete(plan)
-            await self._write(plan.rewrites)
+            chunk_writes(plan.writes)  # every size is checked before any I/O
+            chunk_writes(plan.rewrites)
+            try:
+                await self._write(plan.writes)
+                await self._delete(plan)
+                await self._write(plan.rewrites)
+            except Exception as exc:
+                logger.warning("workflow flush failed error=%r", exc)
+                raise StorageError(f"Workflow storage failed: {exc}") from exc
             self._commit(plan)
 
     async def _write(self, writes: list[KVWrite]) -> None:

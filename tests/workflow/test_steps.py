@@ -16,6 +16,7 @@ from django_rivet.workflow import (
     StepExhaustedError,
     StepOutputError,
     StepTimeoutError,
+    StorageError,
     read_history,
     recover_workflow,
     run_workflow,
@@ -377,3 +378,29 @@ async def test_outputs_are_returned_as_a_replay_will_see_them(clock, driver):
     first = await run_workflow("wf-1", wf, None, driver)
     second = await run_workflow("wf-1", wf, None, driver)
     assert first.output == second.output == [1, [2, 3]]
+
+
+async def test_a_storage_outage_propagates_instead_of_failing_the_workflow(clock):
+    class Flaky(RecordingDriver):
+        down = False
+
+        async def batch(self, writes):
+            if self.down:
+                raise OSError("database is down")
+            await super().batch(writes)
+
+    driver = Flaky()
+    calls = []
+
+    async def wf(ctx, _):
+        await ctx.step("one", lambda: calls.append("one"))
+        return await ctx.step("two", lambda: calls.append("two") or "done")
+
+    driver.down = True
+    with pytest.raises(StorageError):
+        await run_workflow("wf-1", wf, None, driver)
+    assert driver.kv == {}
+    driver.down = False
+    outcome = await run_workflow("wf-1", wf, None, driver)
+    assert outcome.output == "done"
+    assert calls == ["one", "one", "two"]  # the unacknowledged step ran again

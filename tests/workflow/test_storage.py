@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_rivet.clock import freeze_time
-from django_rivet.workflow import InMemoryDriver, StorageLimitError, keys, schema
+from django_rivet.workflow import (
+    InMemoryDriver,
+    StorageError,
+    StorageLimitError,
+    keys,
+    schema,
+)
 from django_rivet.workflow.storage import (
     MAX_CONCURRENT_DELETES,
     MAX_KV_BATCH_ENTRIES,
@@ -141,7 +147,7 @@ async def test_a_failed_batch_keeps_every_dirty_marker_and_the_next_flush_succee
         location = (storage.register_name(f"step-{index}"),)
         entries.append(storage.create_entry(location, "step", {"output": index}))
     storage.state = "running"
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError):
         await storage.flush()
     assert all(entry.dirty for entry in entries)
     assert all(storage.metadata[e.id].dirty for e in entries)
@@ -216,7 +222,7 @@ async def test_a_failed_delete_keeps_pending_deletions_and_markers(clock):
     await storage.flush()
     storage.delete_iterations((loop,), loop, 0, 2)
     marker = storage.create_entry((storage.register_name("after"),), "step", {})
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError):
         await storage.flush()
     assert marker.dirty and storage.pending_ranges and storage.pending_keys
     await storage.flush()
@@ -326,7 +332,7 @@ async def _exercise(ops, atomic):
                 driver.fail_batch, driver.fail_delete = a, b
                 try:
                     await storage.flush()
-                except OSError:
+                except StorageError:
                     continue
                 assert snapshot(await Storage.load(driver)) == snapshot(storage)
         driver.fail_batch, driver.fail_delete = None, False
