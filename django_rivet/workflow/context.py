@@ -81,7 +81,10 @@ class WorkflowContext:
         2**attempts)`` seconds. ``CriticalError``/``RollbackError`` and timeouts
         (unless ``retry_on_timeout``) are never retried. ``ephemeral`` steps are
         written by the next flush instead of their own; ``transaction=True``
-        hands ``fn`` and the step's history write to the driver together.
+        hands ``fn`` and the step's history write to the driver together
+        (``driver.run_transactional``), so their effects commit as one. A
+        transactional step is not cut off by ``timeout``: abandoning it could
+        not stop its commit, so the database bounds it instead.
         """
         options = steps.StepOptions(
             max_retries,

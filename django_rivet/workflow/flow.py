@@ -284,6 +284,9 @@ async def run_race(
         output = entry.data["branches"].get(recorded_winner, {}).get("output")
         return recorded_winner, output
     if run.rollback:
+        if entry is not None:
+            # Unfinished race: its branches' completed steps still roll back.
+            await _replay_for_rollback(ctx, branches, location)
         raise RollbackStop()
     if entry is None:
         data = {

@@ -197,3 +197,23 @@ async def test_rollbacks_inside_join_branches_run_newest_first(clock, driver):
 
     await run_workflow("wf-1", wf, None, driver)
     assert log == ["after:9", "b:b", "a:a", "before:0"]
+
+
+async def test_steps_of_an_unfinished_race_are_rolled_back(clock, driver):
+    log = []
+
+    async def doomed(ctx):
+        await ctx.step("reserve", lambda: "r-1", rollback=recorder(log, "release"))
+        await ctx.step("fail", _boom, max_retries=1)
+
+    async def wf(ctx, _):
+        await ctx.rollback_checkpoint("checkpoint")
+        await ctx.race("r", {"only": doomed})
+
+    outcome = await run_workflow("wf-1", wf, None, driver)
+    assert outcome.state == "failed"
+    assert log == ["release:r-1"]
+
+
+def _boom():
+    raise RuntimeError("boom")
