@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import schema
+from .driver import call_maybe_async
 from .errors import (
     EntryInProgressError,
     EvictedError,
@@ -96,7 +97,7 @@ async def run_loop(
             raise EvictedError()
         child = ctx._child((*location, (loop_index, iteration)))
         try:
-            result = await fn(child, state)
+            result = await call_maybe_async(fn, child, state)
         except BaseException:
             child._abandon()
             raise
@@ -130,7 +131,7 @@ async def run_loop(
 async def _branch(ctx: WorkflowContext, fn: Callable[..., Any], scope: tuple) -> Any:
     child = ctx._child(scope)
     try:
-        result = await fn(child)
+        result = await call_maybe_async(fn, child)
     except BaseException:
         child._abandon()
         raise

@@ -167,3 +167,11 @@ async def test_a_recorded_branch_missing_from_the_code_diverges(clock, driver):
 
 async def _value(value):
     return value
+
+
+async def test_branches_may_be_plain_functions(clock, driver):
+    async def wf(ctx, _):
+        return await ctx.join("j", {"sync": lambda c: "plain", "none": lambda c: None})
+
+    outcome = await run_workflow("wf-1", wf, None, driver)
+    assert outcome.output == {"sync": "plain", "none": None}
