@@ -153,6 +153,25 @@ def celery_worker(
 
 
 @contextlib.contextmanager
+def daphne_process(
+    env: dict[str, str] | None = None, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Like :func:`daphne_server`, yielding ``(url, process)`` for crash tests."""
+    port = port or free_port()
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "tests.asgi:application"],
+        cwd=ROOT,
+        env=env or server_env(),
+    )  # fmt: skip
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
 def celery_broker(url: str) -> Iterator[None]:
     """Point this process's Celery app at ``url`` (tasks sent after commit)."""
     from tests.celery_app import app
