@@ -11,6 +11,7 @@ second time.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_rivet import clock
@@ -40,10 +41,11 @@ class Messages:
         name: str,
         *,
         names: Iterable[str] | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | None = None,
     ) -> Any:
         """Return the next message; raise :class:`MessageTimeoutError` on timeout."""
         wanted = None if names is None else list(names)
+        timeout = _seconds(timeout)
 
         async def receive_one() -> Message:
             found = await _receive(self._ctx, name, wanted, 1, timeout)
@@ -61,13 +63,20 @@ class Messages:
         *,
         names: Iterable[str] | None = None,
         count: int = 1,
-        timeout: float | None = None,
+        timeout: float | timedelta | None = None,
     ) -> Any:
         """Return up to ``count`` messages; ``[]`` when the timeout passes first."""
         wanted = None if names is None else list(names)
+        timeout = _seconds(timeout)
         return self._ctx._entry(
             lambda: _receive(self._ctx, name, wanted, max(1, count), timeout)
         )
+
+
+def _seconds(timeout: float | timedelta | None) -> float | None:
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    return None if timeout is None else float(timeout)
 
 
 def _to_message(record: dict[str, Any]) -> Message:

@@ -216,3 +216,18 @@ async def test_a_message_sent_while_running_is_seen_by_a_later_receive(
     gate.set()
     outcome = await run
     assert outcome.state == "completed" and outcome.output == "value"
+
+
+async def test_timeouts_may_be_timedeltas(clock, driver):
+    from datetime import timedelta
+
+    async def wf(ctx, _):
+        return [
+            ctx.workflow_id,
+            await ctx.messages.next_batch("b", timeout=timedelta(days=1)),
+        ]
+
+    outcome = await run_workflow("wf-1", wf, None, driver)
+    assert outcome.sleep_until == START + 86400
+    clock.advance(86400)
+    assert (await run_workflow("wf-1", wf, None, driver)).output == ["wf-1", []]
