@@ -1,0 +1,392 @@
+// django-rivet browser client (SPEC 4.4). A plain ES module, no build step:
+//
+//   import { createClient } from "/static/django_rivet/rivet.js";
+//   const client = createClient("/rivet");
+//   const room = client.actor("chatRoom", ["acme", "general"]);
+//   await room.call("send_message", "bob", "hi");          // HTTP
+//
+//   const conn = room.connect({ name: "bob" });             // WebSocket
+//   const off = conn.on("newMessage", (user, text) => render(user, text));
+//   await conn.call("send_message", "hi");
+//   conn.status;   // "connecting" | "connected" | "disconnected"
+//   conn.close();
+//
+// A dropped connection reconnects with exponential backoff and resumes its
+// event stream with `since`, so events sent while it was away are delivered
+// once, in order. Calls in flight when it dropped are rejected with the
+// error `client/connection_lost` (they may or may not have run).
+// Encoding is JSON; bytes arrive as {"$bytes": "<base64>"} (docs/protocol.md).
+
+const FINAL_CLOSE_CODES = new Set([1000, 4400, 4403]);
+
+/** An error from the server ({group, code, message, metadata}) or the client. */
+export class RivetError extends Error {
+  constructor({ group = "rivet", code = "internal_error", message = "", metadata = null } = {}) {
+    super(message);
+    this.name = "RivetError";
+    this.group = group;
+    this.code = code;
+    this.metadata = metadata;
+  }
+
+  get qualifiedCode() {
+    return `${this.group}/${this.code}`;
+  }
+}
+
+function keyParts(key) {
+  if (key === undefined || key === null) return [];
+  return Array.isArray(key) ? key.map(String) : [String(key)];
+}
+
+function base64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/** Create a client for the django-rivet routes mounted at `baseUrl`. */
+export function createClient(baseUrl, options = {}) {
+  return new Client(baseUrl, options);
+}
+
+export class Client {
+  constructor(baseUrl, { headers = {}, credentials = "same-origin", reconnect = {} } = {}) {
+    const location = globalThis.location ? globalThis.location.href : undefined;
+    this.baseUrl = new URL(baseUrl.replace(/\/+$/, "") + "/", location);
+    this.headers = headers;
+    this.credentials = credentials;
+    this.reconnect = { initialDelay: 250, maxDelay: 10000, ...reconnect };
+  }
+
+  /** Address an actor by name and key (a string or an array of strings). */
+  actor(name, key, options = {}) {
+    return new ActorHandle(this, name, keyParts(key), options);
+  }
+
+  url(path, params, protocol) {
+    const url = new URL(path.replace(/^\//, ""), this.baseUrl);
+    for (const [name, value] of params) url.searchParams.append(name, value);
+    if (protocol) url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    return url.toString();
+  }
+
+  async request(method, path, params, body) {
+    const init = {
+      method,
+      credentials: this.credentials,
+      headers: { Accept: "application/json", ...this.headers },
+    };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(this.url(path, params), init);
+    let data = null;
+    if ((response.headers.get("Content-Type") || "").startsWith("application/json")) {
+      data = await response.json();
+    }
+    if (!response.ok) {
+      if (data && data.group && data.code) throw new RivetError(data);
+      throw new RivetError({
+        group: "client",
+        code: "http_error",
+        message: `HTTP ${response.status}`,
+        metadata: { status: response.status },
+      });
+    }
+    return data;
+  }
+}
+
+export class ActorHandle {
+  constructor(client, name, key, { actorId = null, create = true } = {}) {
+    this.client = client;
+    this.name = name;
+    this.key = key;
+    this.actorId = actorId;
+    this.createMissing = create;
+  }
+
+  params(withCreate = false) {
+    if (this.actorId) return [["actor_id", this.actorId]];
+    const params = this.key.map((part) => ["key", part]);
+    if (withCreate && !this.createMissing) params.push(["create", "false"]);
+    return params;
+  }
+
+  get path() {
+    return `actors/${encodeURIComponent(this.name)}`;
+  }
+
+  /** Run an action over HTTP; resolves to its output. */
+  async call(action, ...args) {
+    const result = await this.client.request(
+      "POST",
+      `${this.path}/actions/${encodeURIComponent(action)}`,
+      this.params(true),
+      { args },
+    );
+    return result.output;
+  }
+
+  /** Create the actor if needed: {actor_id, created}. */
+  getOrCreate(input = null) {
+    return this.client.request("PUT", this.path, this.params(), { input });
+  }
+
+  /** Create the actor; rejects with actor/already_exists if it exists. */
+  async create(input = null) {
+    return (await this.client.request("POST", this.path, this.params(), { input })).actor_id;
+  }
+
+  /** Describe the actor: {actor_id, name, key, created_at}. */
+  get() {
+    return this.client.request("GET", this.path, this.params());
+  }
+
+  /** Send a message to the actor's queue: {status, response?}. */
+  send(queue, body, { wait = false, timeout = null } = {}) {
+    return this.client.request(
+      "POST",
+      `${this.path}/queue/${encodeURIComponent(queue)}`,
+      this.params(),
+      { body, wait, timeout },
+    );
+  }
+
+  /**
+   * Open a WebSocket connection (returns at once; `conn.ready` resolves on
+   * the first `init`). Options: `since` (replay events after that seq),
+   * `subscribe` ("*" for every event).
+   */
+  connect(params = null, options = {}) {
+    return new Connection(this, params, options);
+  }
+}
+
+export class Connection {
+  constructor(actor, params = null, { since = null, subscribe = null } = {}) {
+    this.actor = actor;
+    this.params = params;
+    this.subscribe = subscribe;
+    this.status = "connecting";
+    this.actorId = null;
+    this.connectionId = null;
+    /** Highest event seq seen; a reconnect resumes after it. */
+    this.lastSeq = since;
+    this.closeCode = null;
+    this._handlers = new Map();
+    this._errorHandlers = new Set();
+    this._statusHandlers = new Set();
+    this._pending = new Map();
+    this._outbox = [];
+    this._nextId = 0;
+    this._attempt = 0;
+    this._closing = false;
+    this._timer = null;
+    this._everConnected = false;
+    this.ready = new Promise((resolve, reject) => {
+      this._ready = { resolve, reject };
+    });
+    this.ready.catch(() => {}); // a refusal also reaches onError
+    this._open();
+  }
+
+  /** Call `fn(...args)` for each `event`; returns the unsubscribe function. */
+  on(event, fn) {
+    let handlers = this._handlers.get(event);
+    if (!handlers) {
+      handlers = new Set();
+      this._handlers.set(event, handlers);
+      this._send({ type: "subscribe", event });
+    }
+    handlers.add(fn);
+    return () => {
+      const current = this._handlers.get(event);
+      if (!current || !current.delete(fn) || current.size) return;
+      this._handlers.delete(event);
+      this._send({ type: "unsubscribe", event });
+    };
+  }
+
+  /** Call `fn(error)` for connection-level errors (refusal, truncated log...). */
+  onError(fn) {
+    this._errorHandlers.add(fn);
+    return () => this._errorHandlers.delete(fn);
+  }
+
+  /** Call `fn(status)` whenever `status` changes. */
+  onStatus(fn) {
+    this._statusHandlers.add(fn);
+    return () => this._statusHandlers.delete(fn);
+  }
+
+  /** Run an action over the socket; actions run in the order sent. */
+  call(action, ...args) {
+    if (this.status === "disconnected") {
+      return Promise.reject(this._lost("The connection is closed"));
+    }
+    const id = ++this._nextId;
+    return new Promise((resolve, reject) => {
+      this._pending.set(id, { resolve, reject });
+      this._send({ type: "action", id, name: action, args });
+    });
+  }
+
+  /** Close the connection for good (no reconnect). */
+  close() {
+    this._closing = true;
+    clearTimeout(this._timer);
+    if (this._ws) this._ws.close(1000);
+    this._failPending(this._lost("The connection was closed"));
+    this._setStatus("disconnected");
+  }
+
+  // -- internals -------------------------------------------------------------
+  _url() {
+    const params = this.actor.params(true);
+    params.push(["encoding", "json"]);
+    if (this.lastSeq !== null && this.lastSeq !== undefined) {
+      params.push(["since", String(this.lastSeq)]);
+    }
+    if (this.subscribe) {
+      const names = Array.isArray(this.subscribe) ? this.subscribe : [this.subscribe];
+      params.push(["subscribe", names.join(",")]);
+    }
+    return this.actor.client.url(`${this.actor.path}/connect`, params, true);
+  }
+
+  _open() {
+    const protocols = ["rivet"];
+    if (this.params !== null && this.params !== undefined) {
+      protocols.push("rivet_conn_params." + base64url(JSON.stringify(this.params)));
+    }
+    const ws = new WebSocket(this._url(), protocols);
+    this._ws = ws;
+    this._initDone = false;
+    this._refusal = null;
+    ws.onopen = () => {
+      // Subscriptions first, then frames queued while (re)connecting; the
+      // server handles them in order, after init.
+      for (const event of this._handlers.keys()) {
+        ws.send(JSON.stringify({ type: "subscribe", event }));
+      }
+      for (const frame of this._outbox) ws.send(frame);
+      this._outbox = [];
+    };
+    ws.onmessage = (message) => {
+      let frame;
+      try {
+        frame = JSON.parse(message.data);
+      } catch {
+        return;
+      }
+      this._dispatch(frame);
+    };
+    ws.onclose = (event) => this._onClose(ws, event.code);
+  }
+
+  _send(frame) {
+    const data = JSON.stringify(frame);
+    const ws = this._ws;
+    if (ws && ws.readyState === WebSocket.OPEN) {
+      ws.send(data);
+    } else if (frame.type === "action") {
+      this._outbox.push(data); // sent once the socket opens
+    }
+    // Subscriptions are resent from _handlers on every open.
+  }
+
+  _dispatch(frame) {
+    switch (frame.type) {
+      case "init":
+        this._initDone = true;
+        this._everConnected = true;
+        this._attempt = 0;
+        this.actorId = frame.actor_id;
+        this.connectionId = frame.connection_id;
+        if ((this.lastSeq === null || this.lastSeq === undefined) && Number.isInteger(frame.seq)) {
+          this.lastSeq = frame.seq;
+        }
+        this._setStatus("connected");
+        this._ready.resolve(this);
+        break;
+      case "action_response": {
+        const pending = this._pending.get(frame.id);
+        if (pending) {
+          this._pending.delete(frame.id);
+          pending.resolve(frame.output);
+        }
+        break;
+      }
+      case "event": {
+        if (Number.isInteger(frame.seq)) {
+          this.lastSeq = Math.max(this.lastSeq || 0, frame.seq);
+        }
+        const handlers = this._handlers.get(frame.name);
+        if (!handlers) break;
+        for (const fn of [...handlers]) {
+          try {
+            fn(...(frame.args || []));
+          } catch (error) {
+            console.error("rivet: event handler failed", error);
+          }
+        }
+        break;
+      }
+      case "error": {
+        const error = new RivetError(frame);
+        if (frame.action_id !== undefined && frame.action_id !== null) {
+          const pending = this._pending.get(frame.action_id);
+          if (pending) {
+            this._pending.delete(frame.action_id);
+            pending.reject(error);
+          }
+          break;
+        }
+        if (!this._initDone) this._refusal = error;
+        for (const fn of [...this._errorHandlers]) fn(error);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  _onClose(ws, code) {
+    if (ws !== this._ws) return;
+    this._ws = null;
+    this.closeCode = code;
+    // Calls not yet answered fail; frames of calls not yet sent are dropped
+    // with them, so nothing runs after its promise was rejected.
+    this._outbox = [];
+    this._failPending(this._lost(`The connection closed (code ${code})`));
+    if (this._refusal && !this._everConnected) this._ready.reject(this._refusal);
+    if (this._closing || FINAL_CLOSE_CODES.has(code)) {
+      this._setStatus("disconnected");
+      return;
+    }
+    this._setStatus("connecting");
+    const { initialDelay, maxDelay } = this.actor.client.reconnect;
+    const delay = Math.min(maxDelay, initialDelay * 2 ** this._attempt);
+    this._attempt += 1;
+    this._timer = setTimeout(() => this._open(), delay * (0.5 + Math.random() / 2));
+  }
+
+  _failPending(error) {
+    for (const { reject } of this._pending.values()) reject(error);
+    this._pending.clear();
+  }
+
+  _lost(message) {
+    return new RivetError({ group: "client", code: "connection_lost", message });
+  }
+
+  _setStatus(status) {
+    if (this.status === status) return;
+    this.status = status;
+    for (const fn of [...this._statusHandlers]) fn(status);
+  }
+}

@@ -1,0 +1,8 @@
+"""Views used by the browser end-to-end test (tests/test_browser.py)."""
+
+from django.shortcuts import render
+
+
+def browser_page(request):
+    """A page driving rivet.js: connect, call, render events."""
+    return render(request, "rivet_test/browser.html")
