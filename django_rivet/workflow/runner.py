@@ -11,6 +11,7 @@ Either way a later call with the same id and driver resumes by replay.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Literal
@@ -337,7 +338,7 @@ class WorkflowRun:
                 continue
             try:
                 await run.until_evicted(
-                    call_maybe_async(action.handler, context, action.output)
+                    _call_handler(self.driver, action.handler, context, action.output)
                 )
             except EvictedError:
                 return WorkflowOutcome("rolling_back", error=error)
@@ -362,6 +363,21 @@ class WorkflowRun:
         await storage.flush()
         await self._report_failure(error, previously_failed)
         return WorkflowOutcome("failed", error=error)
+
+
+async def _call_handler(
+    driver: EngineDriver, fn: Callable[..., Any], *args: Any
+) -> Any:
+    """Run a rollback handler; sync ones go through the driver's ``call_sync``.
+
+    Handlers do I/O like steps do (a refund), so a host that must keep
+    blocking code off the event loop gets them the same way.
+    """
+    call_sync = getattr(driver, "call_sync", None)
+    if inspect.iscoroutinefunction(fn) or call_sync is None:
+        return await call_maybe_async(fn, *args)
+    result = await call_sync(lambda: fn(*args))
+    return await result if inspect.isawaitable(result) else result
 
 
 def _history(storage: Storage) -> list[schema.HistoryEntry]:

@@ -217,3 +217,33 @@ async def test_steps_of_an_unfinished_race_are_rolled_back(clock, driver):
 
 def _boom():
     raise RuntimeError("boom")
+
+
+async def test_sync_rollback_handlers_run_through_the_drivers_call_sync(clock):
+    from django_rivet.workflow import InMemoryDriver
+
+    class Host(InMemoryDriver):
+        def __init__(self):
+            super().__init__()
+            self.sync_calls = []
+
+        async def call_sync(self, fn):
+            self.sync_calls.append(fn)
+            return fn()
+
+    log = []
+
+    def refund(ctx, output):  # sync: blocking I/O must stay off the event loop
+        log.append(f"refund:{output}")
+
+    async def wf(ctx, _):
+        await ctx.rollback_checkpoint("checkpoint")
+        await ctx.step("charge", lambda: "ch_1", rollback=refund)
+        raise RollbackError("declined")
+
+    driver = Host()
+    outcome = await run_workflow("wf-1", wf, None, driver)
+    assert outcome.state == "failed"
+    assert log == ["refund:ch_1"]
+    # One call for the sync step function, one for the handler.
+    assert len(driver.sync_calls) == 2
