@@ -22,6 +22,9 @@ class RivetConfig(AppConfig):
 
         autodiscover_modules("actors", "workflows")
         registry.register_discovered()
+        from .workflow_runtime import registry as workflow_registry
+
+        workflow_registry.discover()
 
         # RIVET["EMBEDDED_WORKER"]: the worker thread starts with the first
         # request this process serves (never in commands or tests otherwise).

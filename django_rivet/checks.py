@@ -187,3 +187,28 @@ def _celery_eager() -> bool:
     except ImportError:  # pragma: no cover - celery is a dependency
         return False
     return bool(current_app.conf.task_always_eager)
+
+
+# -- workflows (the workflow runtime) --------------------------------------------------
+E201 = "Workflow name {name!r} is defined by both {first} and {second}."
+E201_HINT = "Give one of the @workflow definitions a different name."
+
+
+@register(Tags.compatibility)
+def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check that no two discovered @workflow definitions share a name."""
+    from .workflow_runtime import registry
+
+    return [
+        Error(
+            E201.format(
+                name=name,
+                first=registry.describe(first),
+                second=registry.describe(second),
+            ),
+            hint=E201_HINT,
+            obj=registry.describe(second),
+            id="rivet.E201",
+        )
+        for name, first, second in registry.conflicts
+    ]

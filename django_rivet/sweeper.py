@@ -201,3 +201,14 @@ for _step in (
     SweepStep("purge_finished", purge_finished),
 ):
     register_step(_step)
+
+
+# -- workflows (the workflow runtime) --------------------------------------------------
+def sweep_workflows() -> int:
+    """Send run tasks for upcoming and lost wake-ups and expired leases."""
+    from .workflow_runtime import execution
+
+    return execution.sweep()
+
+
+register_step(SweepStep("workflows", sweep_workflows), before="purge_finished")

@@ -77,3 +77,15 @@ def beat_schedule(interval: float | None = None) -> dict[str, dict[str, Any]]:
             "options": {"expires": interval},
         }
     }
+
+
+# -- workflows (the workflow runtime) --------------------------------------------------
+@shared_task(name="rivet.run_workflow", ignore_result=True)
+def run_workflow(workflow_id: str) -> str | None:
+    """Run workflow ``workflow_id`` until it pauses, if it is due and unclaimed."""
+    from .workflow_runtime import execution
+
+    return execution.run(workflow_id)
+
+
+__all__ += ["run_workflow"]

@@ -301,3 +301,47 @@ def run_due(*, max_rounds: int = 100) -> int:
 
 
 __all__ += ["run_due"]
+
+
+# -- workflows without a broker (the workflow runtime) ---------------------------------
+def run_until_idle(handle: _Any, *, max_runs: int = 1000) -> str:
+    """Drive a workflow in this process until it completes, fails or waits.
+
+    Runs it while it is due -- now by the current clock, the virtual one
+    under :func:`freeze_time` -- and returns its status: ``completed``,
+    ``failed``, ``cancelled``, or ``sleeping`` when it waits for a later time
+    or a message (``rolling_back`` when a rollback handler keeps failing).
+    ``handle`` is a :class:`~django_rivet.workflows.WorkflowHandle` or an id::
+
+        with freeze_time() as clock:
+            h = workflows.start("order", {"sku": "A1"})
+            assert run_until_idle(h) == "sleeping"   # ctx.sleep("cool-off", 300)
+            clock.advance(300)
+            assert run_until_idle(h) == "completed"
+    """
+    from .models import Workflow
+    from .workflow_runtime import execution
+
+    workflow_id = getattr(handle, "workflow_id", handle)
+    for _ in range(max_runs):
+        if execution.run(workflow_id, max_passes=1) is None:
+            break
+    status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True)
+    found = status.first()
+    if found is None:
+        from .exceptions import WorkflowNotFound
+
+        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+    return str(found)
+
+
+async def arun_until_idle(handle: _Any, *, max_runs: int = 1000) -> str:
+    """Async :func:`run_until_idle` (runs it in a worker thread)."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(run_until_idle, thread_sensitive=True)(
+        handle, max_runs=max_runs
+    )
+
+
+__all__ += ["arun_until_idle", "run_until_idle"]

@@ -285,3 +285,19 @@ class EmbeddedWorkerApp:
                 await sync_to_async(stop_embedded_worker, thread_sensitive=False)()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+# -- workflows (the workflow runtime) --------------------------------------------------
+def _workflows(limit: int) -> int:
+    from .workflow_runtime import execution
+
+    return execution.run_due(limit=limit)
+
+
+def _workflows_next_due() -> float | None:
+    from .workflow_runtime import execution
+
+    return execution.next_due_at()
+
+
+register_due_work(DueWork("workflows", _workflows, _workflows_next_due))

@@ -9,3 +9,14 @@ class Note(models.Model):
 
     def __str__(self) -> str:
         return self.text
+
+
+class StepRow(models.Model):
+    """A row written by a workflow step, to count how often a step's effect ran."""
+
+    workflow_id = models.CharField(max_length=255)
+    step = models.CharField(max_length=100)
+    transactional = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id}/{self.step}"

@@ -1,0 +1,176 @@
+"""DjangoDriver against the engine's driver contract, plus its own rules.
+
+The contract mixin is the one the in-memory driver passes
+(``tests/workflow/driver_contract.py``); here it runs on the test database,
+so ``make test`` checks it on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from django_rivet.clock import freeze_time
+from django_rivet.models import Workflow, WorkflowKV
+from django_rivet.workflow import StorageError, StorageLimitError, keys
+from django_rivet.workflow_runtime import leases
+from django_rivet.workflow_runtime.driver import (
+    ATOMIC_FLUSH_MAX_WRITES,
+    DjangoDriver,
+    LeaseLost,
+    prefix_end,
+)
+from tests.workflow.driver_contract import EngineDriverContract
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+START = 1_700_000_000.0
+
+
+def k(*parts) -> bytes:
+    return keys.pack(parts)
+
+
+@pytest.fixture
+def clock():
+    with freeze_time(START) as frozen:
+        yield frozen
+
+
+def make_workflow(workflow_id: str = "wf-driver") -> Workflow:
+    return Workflow.objects.create(id=workflow_id, name="greet", wake_at=None)
+
+
+class TestDjangoDriver(EngineDriverContract):
+    def make_driver(self):
+        make_workflow()
+        return DjangoDriver("wf-driver")
+
+    async def test_keys_are_scoped_to_one_workflow(self, subject):
+        await subject.set(k(1), b"mine")
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(make_workflow)("wf-other")
+        other = DjangoDriver("wf-other")
+        assert await other.get(k(1)) is None
+        await other.set(k(1), b"theirs")
+        await other.delete_prefix(b"")
+        assert await subject.get(k(1)) == b"mine"
+
+    async def test_a_batch_with_a_key_twice_keeps_the_last_value(self, subject):
+        await subject.batch([(k(1), b"a"), (k(1), b"b")])
+        assert await subject.get(k(1)) == b"b"
+
+    async def test_alarms_are_recorded_for_the_release(self, subject):
+        assert not subject.alarm_set
+        await subject.set_alarm("wf-driver", START + 5)
+        assert (subject.alarm, subject.alarm_set) == (START + 5, True)
+        await subject.clear_alarm("wf-driver")
+        assert (subject.alarm, subject.alarm_set) == (None, True)
+
+
+def test_prefix_end_bounds_a_prefix():
+    assert prefix_end(b"\x01\x02") == b"\x01\x03"
+    assert prefix_end(b"\x01\xff") == b"\x02"
+    assert prefix_end(b"\xff\xff") is None
+
+
+def test_the_default_driver_lets_the_engine_chunk_flushes(clock):
+    assert DjangoDriver("x").atomic_batch is False
+    with override_settings(RIVET={"KV_ATOMIC_FLUSH": True}):
+        assert DjangoDriver("x").atomic_batch is True
+
+
+async def test_an_atomic_driver_rejects_an_oversized_flush_whole(clock):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(make_workflow)()
+    driver = DjangoDriver("wf-driver", atomic_batch=True)
+    writes = [(k(2, i), b"v") for i in range(ATOMIC_FLUSH_MAX_WRITES + 1)]
+    with pytest.raises(StorageLimitError):
+        await driver.batch(writes)
+    assert await driver.list(b"") == []
+    await driver.batch(writes[:500])  # more than a chunk, in one transaction
+    assert len(await driver.list(b"")) == 500
+
+
+async def test_writes_are_fenced_by_the_lease(clock):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Workflow.objects.create)(
+        id="wf-fenced", name="greet", wake_at=clock.datetime()
+    )
+    lease = await sync_to_async(leases.claim)("wf-fenced")
+    driver = DjangoDriver("wf-fenced", lease_token=lease.token)
+    await driver.set(k(1), b"held")
+    # The lease expires and a successor claims the workflow.
+    clock.advance(leases.lease_seconds() + 1)
+    successor = await sync_to_async(leases.claim)("wf-fenced")
+    assert successor is not None
+    with pytest.raises(LeaseLost):
+        await driver.set(k(1), b"stale")
+    with pytest.raises(LeaseLost):
+        await driver.run_transactional(lambda: "out", lambda out: [(k(2), b"x")])
+    assert isinstance(LeaseLost(), StorageError)
+    assert await driver.get(k(1)) == b"held"
+
+
+async def test_a_requested_cancel_fences_the_run_out(clock):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Workflow.objects.create)(
+        id="wf-cancel", name="greet", wake_at=clock.datetime()
+    )
+    lease = await sync_to_async(leases.claim)("wf-cancel")
+    driver = DjangoDriver("wf-cancel", lease_token=lease.token)
+    await sync_to_async(Workflow.objects.filter(pk="wf-cancel").update)(
+        cancel_requested=True
+    )
+    with pytest.raises(LeaseLost):
+        await driver.batch([(k(1), b"x")])
+    canceller = DjangoDriver("wf-cancel", lease_token=lease.token, stop_on_cancel=False)
+    await canceller.set(k(1), b"cancelled")
+
+
+async def test_writes_renew_the_lease(clock):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Workflow.objects.create)(
+        id="wf-renew", name="greet", wake_at=clock.datetime()
+    )
+    lease = await sync_to_async(leases.claim)("wf-renew")
+    driver = DjangoDriver("wf-renew", lease_token=lease.token)
+    clock.advance(leases.lease_seconds() - 1)
+    await driver.set(k(1), b"x")
+    clock.advance(leases.lease_seconds() - 1)  # past the first expiry
+    assert await sync_to_async(leases.claim)("wf-renew") is None
+    await driver.set(k(1), b"y")
+
+
+async def test_database_errors_surface_as_storage_errors(clock, monkeypatch):
+    from django.db import OperationalError
+
+    def broken(self, writes):
+        raise OperationalError("disk I/O error")
+
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(make_workflow)()
+    monkeypatch.setattr(DjangoDriver, "_upsert", broken)
+    with pytest.raises(StorageError):
+        await DjangoDriver("wf-driver").batch([(k(1), b"x")])
+
+
+async def test_message_bodies_must_be_storable(clock):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(make_workflow)()
+    with pytest.raises(TypeError):
+        await DjangoDriver("wf-driver").add_message("m", object())
+
+
+def test_kv_rows_go_with_their_workflow(clock):
+    Workflow.objects.create(id="wf-gone", name="greet")
+    WorkflowKV.objects.create(workflow_id="wf-gone", key=k(1), value=b"x")
+    Workflow.objects.filter(pk="wf-gone").delete()
+    assert not WorkflowKV.objects.exists()

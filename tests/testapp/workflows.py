@@ -1,0 +1,152 @@
+"""Workflows of the test app; discovered by the workflow registry."""
+
+import time
+
+from django_rivet import actors
+from django_rivet.workflow import CriticalError, RollbackError, workflow
+
+from .models import StepRow
+
+
+def record(workflow_id, step, transactional=False):
+    StepRow.objects.create(
+        workflow_id=workflow_id, step=step, transactional=transactional
+    )
+
+
+@workflow(name="greet")
+async def greet(ctx, input):
+    return await ctx.step("greet", lambda: f"hello {input['name']}")
+
+
+@workflow(name="napper")
+async def napper(ctx, input):
+    await ctx.sleep("nap", input.get("seconds", 60))
+    return await ctx.step("after", lambda: "rested")
+
+
+@workflow(name="approval")
+async def approval(ctx, input):
+    message = await ctx.messages.next(
+        "wait-approval", names=["approve"], timeout=input.get("timeout")
+    )
+    return {"approved_by": message.body["by"]}
+
+
+@workflow(name="sleepThenApprove")
+async def sleep_then_approve(ctx, input):
+    """A sleep, then a message wait: the real-Celery round trip."""
+    await ctx.sleep("pause", input.get("seconds", 2))
+    message = await ctx.messages.next("wait-go", names=["go"])
+    return await ctx.step("finish", lambda: {"go": message.body})
+
+
+@workflow(name="flaky")
+async def flaky(ctx, input):
+    """One step failing its first ``fail`` attempts (each attempt leaves a row)."""
+
+    def attempt():
+        record(ctx.workflow_id, "attempt")
+        count = StepRow.objects.filter(
+            workflow_id=ctx.workflow_id, step="attempt"
+        ).count()
+        if count <= input["fail"]:
+            raise RuntimeError(f"attempt {count} failed")
+        return count
+
+    return await ctx.step(
+        "flaky",
+        attempt,
+        max_retries=input.get("max_retries", 5),
+        retry_backoff_base=input.get("base", 1.0),
+        retry_backoff_max=60,
+    )
+
+
+@workflow(name="doomed")
+async def doomed(ctx, input):
+    def boom():
+        raise CriticalError("no way")
+
+    await ctx.step("before", lambda: "fine")
+    return await ctx.step("boom", boom)
+
+
+@workflow(name="recoverable")
+async def recoverable(ctx, input):
+    """Fails until a row named ``allow`` exists (recover() then succeeds)."""
+
+    def guarded():
+        if not StepRow.objects.filter(
+            workflow_id=ctx.workflow_id, step="allow"
+        ).exists():
+            raise CriticalError("not allowed yet")
+        return "allowed"
+
+    await ctx.step("first", lambda: record(ctx.workflow_id, "first"))
+    return await ctx.step("guarded", guarded)
+
+
+@workflow(name="rowWriter")
+async def row_writer(ctx, input):
+    """``steps`` steps writing one row each; even ones are ``transaction=True``."""
+    count = input.get("steps", 20)
+    delay = input.get("delay", 0)
+    for index in range(count):
+        transactional = index % 2 == 0
+
+        def write(index=index, transactional=transactional):
+            if delay:
+                time.sleep(delay)  # a slow step, so a test can kill the worker
+            record(ctx.workflow_id, f"s{index}", transactional)
+            return index
+
+        await ctx.step(f"s{index}", write, transaction=transactional)
+    return count
+
+
+@workflow(name="asyncWriter")
+async def async_writer(ctx, input):
+    """A transactional step whose function is async (ORM via the async API)."""
+
+    async def write():
+        await StepRow.objects.acreate(
+            workflow_id=ctx.workflow_id, step="async", transactional=True
+        )
+        if input.get("fail"):
+            raise RollbackError("undo the row")
+        return "written"
+
+    return await ctx.step("write", write, transaction=True, max_retries=1)
+
+
+@workflow(name="callsActor")
+async def calls_actor(ctx, input):
+    """Steps calling an actor through the server-side client, sync and async."""
+
+    def bump():
+        return actors.get_or_create("counter", input["key"]).call("increment", 2)
+
+    async def abump():
+        handle = await actors.aget_or_create("counter", input["key"])
+        return await handle.acall("increment", 3)
+
+    first = await ctx.step("bump", bump)
+    second = await ctx.step("abump", abump)
+    return [first, second]
+
+
+@workflow(name="refunds")
+async def refunds(ctx, input):
+    """A charge with a rollback handler, then a step that rolls everything back."""
+    await ctx.rollback_checkpoint("start")
+
+    def refund(rollback_ctx, output):
+        record(ctx.workflow_id, f"refund:{output}")
+
+    await ctx.step("charge", lambda: "ch_1", rollback=refund)
+
+    def decline():
+        raise RollbackError("declined")
+
+    return await ctx.step("ship", decline)
