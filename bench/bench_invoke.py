@@ -48,7 +48,8 @@ def main() -> None:
     report = {}
     for label, env in database_legs():
         report[label] = run_leg(__file__, label, env)
-    print(f"{'database':<12} {'operation':<22} {'median us':>10} {'p99 us':>10} {'x base':>7}")
+    header = ("database", "operation", "median us", "p99 us", "x base")
+    print("{:<12} {:<22} {:>10} {:>10} {:>7}".format(*header))
     for label, results in report.items():
         for name, stats in results.items():
             ratio = stats.get("ratio_to_baseline", 1.0)

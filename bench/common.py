@@ -25,7 +25,9 @@ def postgres(durable: bool = True) -> Iterator[str]:
     args = [str(ROOT / "scripts" / "pg.sh"), "start", folder]
     if durable:
         args.append("--durable")
-    url = subprocess.run(args, check=True, capture_output=True, text=True).stdout.strip()
+    url = subprocess.run(
+        args, check=True, capture_output=True, text=True
+    ).stdout.strip()
     try:
         yield url
     finally:
@@ -35,7 +37,10 @@ def postgres(durable: bool = True) -> Iterator[str]:
 def database_legs() -> Iterator[tuple[str, dict[str, str]]]:
     """Yield ``(label, env)`` for SQLite (WAL) and PostgreSQL."""
     with tempfile.TemporaryDirectory(prefix="rivet-bench-") as folder:
-        yield "sqlite-wal", {"RIVET_BENCH_SQLITE": os.path.join(folder, "bench.sqlite3")}
+        yield (
+            "sqlite-wal",
+            {"RIVET_BENCH_SQLITE": os.path.join(folder, "bench.sqlite3")},
+        )
     with postgres() as url:
         yield "postgresql", {"RIVET_BENCH_DATABASE_URL": url}
 

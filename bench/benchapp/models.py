@@ -6,3 +6,6 @@ class Row(models.Model):
 
     name = models.CharField(max_length=64, unique=True)
     value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.name
