@@ -35,10 +35,10 @@ def server(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
-def client(server):
+async def client(server):
     client = Client(server + "/rivet")
     yield client
-    client.close()
+    await client.aclose()
 
 
 async def wait_for(predicate, timeout=10.0):

@@ -7,3 +7,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("rivet/", include("django_rivet.urls")),
 ]
+
+# daphne serves no static files: in development (DEBUG) Django does, so the
+# demo page can load rivet.js.
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns  # noqa: E402
+
+urlpatterns += staticfiles_urlpatterns()
