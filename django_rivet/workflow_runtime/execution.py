@@ -263,11 +263,13 @@ def _release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
     return status, wake_at
 
 
-def _release_for_retry(lease: Lease, error: str) -> tuple[str, datetime | None]:
+def _release_for_retry(
+    lease: Lease, error: str, status: str = WorkflowStatus.SLEEPING
+) -> tuple[str, datetime | None]:
     delay = retry_delay(lease.retry_count)
     return _release(
         lease,
-        status=WorkflowStatus.SLEEPING if lease.run else lease.status,
+        status=status,
         wake_at=clock.to_datetime(clock.now() + delay),
         retry_count=lease.retry_count + 1,
         last_error=error[:2000],
@@ -291,7 +293,9 @@ def _release_outcome(
         )
     if state == WorkflowStatus.ROLLING_BACK:
         # A rollback handler raised: the next run retries it.
-        return _release_for_retry(lease, f"Rollback failed: {outcome.error!r}")
+        return _release_for_retry(
+            lease, f"Rollback failed: {outcome.error!r}", WorkflowStatus.ROLLING_BACK
+        )
     wake = driver.alarm if driver.alarm_set else outcome.sleep_until
     return _release(
         lease,
