@@ -174,3 +174,295 @@ class ActorEventAdmin(ReadOnlyAdmin):
     @admin.display(description="args")
     def decoded_args(self, obj: ActorEvent) -> str:
         return pretty_cbor(obj.args)
+
+
+# -- workflows (the workflow runtime) ---------------------------------------------
+# Rows and history are read-only; the actions go through the runtime's
+# operations, which take the workflow's lease first, so they never race a run.
+from django.template.response import TemplateResponse  # noqa: E402
+from django.utils.html import format_html_join  # noqa: E402
+
+from . import clock  # noqa: E402
+from .models import Workflow, WorkflowMessage  # noqa: E402
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return f"{clock.to_datetime(timestamp):%Y-%m-%d %H:%M:%S.%f}"[:-3]
+
+
+def render_history(entries: list[Any]) -> str:
+    """Render decoded history entries as a table."""
+    if not entries:
+        return "-"
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                entry.seq,
+                entry.kind,
+                entry.location,
+                entry.status,
+                entry.attempts,
+                _when(entry.created_at),
+                _when(entry.completed_at),
+                pretty(entry.output),
+                pretty(entry.error) if entry.error else "-",
+            )
+            for entry in entries
+        ),
+    )
+    return format_html(
+        "<table><thead><tr><th>#</th><th>kind</th><th>location</th><th>status</th>"
+        "<th>attempts</th><th>created</th><th>completed</th><th>output</th>"
+        "<th>error</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "name",
+        "status",
+        "wake_at",
+        "waiting_for",
+        "run_count",
+        "retry_count",
+        "updated_at",
+    ]
+    list_filter = ["status", "name"]
+    search_fields = ["=id", "name"]
+    ordering = ["-created_at"]
+    fields = [
+        "id",
+        "name",
+        "status",
+        "engine_state",
+        "created_at",
+        "updated_at",
+        "finished_at",
+        "wake_at",
+        "waiting_for",
+        "cancel_requested",
+        "lease_owner",
+        "lease_expires_at",
+        "run_count",
+        "retry_count",
+        "last_error",
+        "decoded_input",
+        "decoded_output",
+        "decoded_error",
+        "inbox",
+        "decoded_history",
+    ]
+    readonly_fields = fields
+    actions = [
+        "cancel_workflows",
+        "recover_workflows",
+        "wake_workflows",
+        "replay_workflow",
+        "send_message",
+    ]
+
+    def _snapshot(self, obj: Workflow) -> Any:
+        from .workflows import WorkflowHandle
+
+        cache = getattr(obj, "_rivet_snapshot", None)
+        if cache is None:
+            cache = obj._rivet_snapshot = WorkflowHandle(obj.pk, obj.name).snapshot()
+        return cache
+
+    @admin.display(description="engine state")
+    def engine_state(self, obj: Workflow) -> str:
+        return str(self._snapshot(obj).state)
+
+    @admin.display(description="input")
+    def decoded_input(self, obj: Workflow) -> str:
+        return pretty(self._snapshot(obj).input)
+
+    @admin.display(description="output")
+    def decoded_output(self, obj: Workflow) -> str:
+        return pretty(self._snapshot(obj).output)
+
+    @admin.display(description="error")
+    def decoded_error(self, obj: Workflow) -> str:
+        error = self._snapshot(obj).error
+        return pretty(error) if error else "-"
+
+    @admin.display(description="inbox")
+    def inbox(self, obj: Workflow) -> str:
+        messages = obj.messages.order_by("id")[:50]
+        return pretty([{"id": m.pk, "name": m.name} for m in messages])
+
+    @admin.display(description="history")
+    def decoded_history(self, obj: Workflow) -> str:
+        from .workflows import WorkflowHandle
+
+        try:
+            return render_history(WorkflowHandle(obj.pk, obj.name).history())
+        except Exception as exc:  # show why rather than break the page
+            return format_html("<pre>undecodable history: {}</pre>", exc)
+
+    # Actions -------------------------------------------------------------------
+
+    def has_control_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.change_workflow")
+
+    def _each(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Workflow],
+        verb: str,
+        operation: Any,
+    ) -> None:
+        done = 0
+        for workflow_id in queryset.values_list("id", flat=True):
+            try:
+                changed = operation(workflow_id)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not {verb} {workflow_id}: {exc}", messages.ERROR
+                )
+                continue
+            if changed is False:
+                self.message_user(
+                    request,
+                    f"Did not {verb} {workflow_id} (its status does not allow it).",
+                    messages.WARNING,
+                )
+            else:
+                done += 1
+        self.message_user(request, f"{verb.capitalize()}: {done} workflow(s).")
+
+    @admin.action(description="Cancel selected workflows")
+    def cancel_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+        from .workflow_runtime import execution
+
+        self._each(request, queryset, "cancel", execution.cancel)
+
+    @admin.action(description="Recover selected failed workflows")
+    def recover_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+        from .workflow_runtime import execution
+
+        self._each(request, queryset, "recover", execution.recover)
+
+    @admin.action(description="Wake selected workflows now")
+    def wake_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+        from .workflow_runtime import execution
+
+        self._each(request, queryset, "wake", execution.wake)
+
+    @admin.action(description="Replay the selected workflow from a step")
+    def replay_workflow(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> TemplateResponse | None:
+        from .workflows import WorkflowHandle
+
+        if queryset.count() != 1:
+            self.message_user(
+                request, "Select exactly one workflow to replay.", messages.WARNING
+            )
+            return None
+        obj = queryset.get()
+        handle = WorkflowHandle(obj.pk, obj.name)
+        if request.POST.get("apply"):
+            entry_id = request.POST.get("entry_id") or None
+            try:
+                handle.replay_from(entry_id)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not replay {obj.pk}: {exc}", messages.ERROR
+                )
+            else:
+                where = f"step {entry_id}" if entry_id else "the start"
+                self.message_user(
+                    request, f"Replaying {obj.pk} from {where}.", messages.SUCCESS
+                )
+            return None
+        steps = [entry for entry in handle.history() if entry.kind == "step"]
+        return TemplateResponse(
+            request,
+            "admin/django_rivet/workflow/replay_from.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Replay workflow {obj.pk}",
+                "opts": self.model._meta,
+                "workflow": obj,
+                "steps": steps,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    @admin.action(description="Send a message to the selected workflows")
+    def send_message(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> TemplateResponse | None:
+        from .encoding import json_loads
+        from .exceptions import MalformedRequest
+        from .workflow_runtime import execution
+
+        error = ""
+        if request.POST.get("apply"):
+            name = (request.POST.get("message_name") or "").strip()
+            try:
+                body = json_loads(request.POST.get("message_body") or "null")
+            except (MalformedRequest, ValueError) as exc:
+                error = f"The body is not valid JSON: {exc}"
+            else:
+                if not name:
+                    error = "A message needs a name."
+            if not error:
+                self._each(
+                    request,
+                    queryset,
+                    "send to",
+                    lambda workflow_id: execution.send(workflow_id, name, body),
+                )
+                return None
+        return TemplateResponse(
+            request,
+            "admin/django_rivet/workflow/send_message.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Send a message to workflows",
+                "opts": self.model._meta,
+                "workflows": list(queryset),
+                "error": error,
+                "message_name": request.POST.get("message_name", ""),
+                "message_body": request.POST.get("message_body", ""),
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    cancel_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    recover_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    wake_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    replay_workflow.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    send_message.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+
+
+@admin.register(WorkflowMessage)
+class WorkflowMessageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "workflow", "name", "created_at"]
+    list_select_related = ["workflow"]
+    search_fields = ["=workflow__id", "name"]
+    fields = ["id", "workflow", "name", "shown_body", "created_at"]
+    readonly_fields = fields
+
+    @admin.display(description="body")
+    def shown_body(self, obj: WorkflowMessage) -> str:
+        try:
+            return pretty(obj.decoded_body())
+        except Exception as exc:
+            return format_html("<pre>undecodable: {}</pre>", exc)
