@@ -14,6 +14,12 @@ one daphne process serves:
 Every measure is sequential from one client (one reused ``httpx.Client``,
 one WebSocket), so the numbers are round-trip latencies inverted, not
 throughput under load. Results go to ``bench/results/transport.json``.
+
+Under ASGI, Django runs each request's sync code in a fresh thread-sensitive
+context, so a plain view opens a new database connection per request even
+with ``CONN_MAX_AGE`` set (Django recommends a connection pool there); that
+is part of what the plain-view baseline costs, on PostgreSQL most of all.
+rivet's invocations run in long-lived worker threads that keep theirs.
 """
 
 from __future__ import annotations
@@ -202,7 +208,12 @@ def main() -> None:
                 f"{label:<12} {name:<18} {stats['round_trips_per_s']:>8.0f} "
                 f"{stats['median_us']:>10.1f} {stats['p99_us']:>10.1f}"
             )
-    report["meta"] = {"n": N, "sequential": True, "server": "daphne, 1 process"}
+    report["meta"] = {
+        "n": N,
+        "sequential": True,
+        "server": "daphne, 1 process",
+        "note": "plain views open a DB connection per request under ASGI",
+    }
     print("written", write_results("transport", report))
 
 

@@ -23,11 +23,14 @@ def lock_and_update() -> int:
     """The baseline's work: lock the row, bump its value, return it."""
     from bench.benchapp.models import Row
 
+    # Two statements, as an invocation needs: lock+read, then write.
     with transaction.atomic():
         rows = Row.objects.filter(name="baseline")
         if connection.vendor == "postgresql":
-            rows.select_for_update().get()
-        rows.update(value=F("value") + 1)
+            value = rows.select_for_update().values_list("value", flat=True).get()
+            rows.update(value=F("value") + 1)
+            return value + 1
+        rows.update(value=F("value") + 1)  # SQLite: the write takes the lock
         return rows.values_list("value", flat=True).get()
 
 

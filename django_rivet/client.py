@@ -174,7 +174,7 @@ class Client:
         response = self.http.request(
             method,
             self.base_url + path,
-            params=params,
+            params=tuple(params),
             content=content,
             headers=headers or {"Accept": MEDIA_TYPES[self.encoding]},
         )
@@ -188,7 +188,7 @@ class Client:
         response = await self.ahttp.request(
             method,
             self.base_url + path,
-            params=params,
+            params=tuple(params),
             content=content,
             headers=headers or {"Accept": MEDIA_TYPES[self.encoding]},
         )
@@ -343,7 +343,7 @@ class ActorClient:
         return self.client.http.request(
             method,
             f"{self.client.base_url}{self._path}/request/{path.lstrip('/')}",
-            params=self._params(self.create_missing),
+            params=tuple(self._params(self.create_missing)),
             **kwargs,
         )
 
@@ -354,7 +354,7 @@ class ActorClient:
         return await self.client.ahttp.request(
             method,
             f"{self.client.base_url}{self._path}/request/{path.lstrip('/')}",
-            params=self._params(self.create_missing),
+            params=tuple(self._params(self.create_missing)),
             **kwargs,
         )
 
@@ -745,7 +745,11 @@ class Connection:
     def on_error(self, handler: Callable[[RivetError], Any]) -> Callable[[], None]:
         """Call ``handler(error)`` for connection-level error frames."""
         remove = self._conn.on_error(handler)
-        return lambda: self._loop.call_soon_threadsafe(remove)
+
+        def sync_remove() -> None:
+            self._loop.call_soon_threadsafe(remove)
+
+        return sync_remove
 
     def close(self) -> None:
         """Close the connection and stop its thread."""

@@ -35,7 +35,7 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.datastructures import CaseInsensitiveMapping
 
 from . import events
-from .actors.runtime import ActorRef, Origin, ainvoke, public_error
+from .actors.runtime import ActorRef, Mode, Origin, ainvoke, public_error
 from .conf import rivet_settings
 from .connections import (
     ConnAction,
@@ -106,7 +106,7 @@ class ConnectRequest:
         """Return the runtime reference of the addressed actor."""
         if self.actor_id is not None:
             return ActorRef(name=self.name, actor_id=self.actor_id)
-        mode = "get_or_create" if self.create else "get"
+        mode: Mode = "get_or_create" if self.create else "get"
         return ActorRef.of(self.name, self.key, mode=mode)
 
 
@@ -473,6 +473,8 @@ class RivetConsumer(AsyncWebsocketConsumer):
                 )
         except RivetError as exc:
             await self._send_error(exc)
+        except Exception as exc:  # a bug here must not kill the connection
+            await self._send_error(public_error(exc))
 
     async def _receive_action(self, frame: dict[str, Any]) -> None:
         action_id = frame.get("id")
@@ -542,6 +544,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
         while self._subscriptions_dirty and not self.closed:
             self._subscriptions_dirty = False
             names = sorted(self.subscriptions) + (["*"] if self.wildcard else [])
+            assert self.conn_id is not None
             try:
                 await database_sync_to_async(_update_subscriptions)(self.conn_id, names)
             except Exception:
@@ -711,7 +714,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
         logger.debug("disconnected conn_id=%s", self.conn_id)
 
 
-def _update_subscriptions(conn_id: uuid.UUID | None, names: list[str]) -> None:
+def _update_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
     Connection.objects.filter(pk=conn_id).update(subscriptions=names)
 
 

@@ -164,6 +164,10 @@ class RivetCommunicator(WebsocketCommunicator):
             raise AssertionError("the server rejected the WebSocket handshake")
         return await self.receive_frame(timeout)
 
+    async def disconnect(self, code: int = 1000, timeout: float = 10) -> None:
+        """Close the socket and wait for the consumer (``on_disconnect``) to end."""
+        await super().disconnect(code, timeout)
+
     async def send_frame(self, frame: dict[str, _Any]) -> None:
         """Encode and send one client frame."""
         from .encoding import encode
