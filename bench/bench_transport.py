@@ -9,7 +9,8 @@ one daphne process serves:
 * ``rivet_ws``: the same action as WebSocket frames on one connection;
 * ``plain_view`` / ``plain_async_view``: a Django view doing the same ORM
   work (one transaction locking a row and updating a field);
-* ``raw_consumer``: a Channels consumer doing that work per frame.
+* ``raw_consumer``: a Channels consumer doing that work per frame;
+* ``http_noop`` / ``ws_noop``: the floors, the same trips doing no work.
 
 Every measure is sequential from one client (one reused ``httpx.Client``,
 one WebSocket), so the numbers are round-trip latencies inverted, not
@@ -179,6 +180,11 @@ def leg() -> dict:
             "plain_async_view": post("/baseline/async-view"),
             "rivet_ws": ws_round_trip(rivet_ws, lambda i: {**ws_frame, "id": i}, ok),
             "raw_consumer": ws_round_trip(raw_ws, lambda i: {"id": i}, lambda r: None),
+            # Floors: the same trips doing no work at all.
+            "http_noop": post("/baseline/noop"),
+            "ws_noop": ws_round_trip(
+                raw_ws, lambda i: {"id": i, "noop": True}, lambda r: None
+            ),
         }
         results = interleaved(measures, N)
     for stats in results.values():

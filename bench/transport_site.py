@@ -48,17 +48,30 @@ async def plain_async_view(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"output": await sync_to_async(lock_and_update)()})
 
 
+@csrf_exempt
+async def noop_view(request: HttpRequest) -> HttpResponse:
+    """The floor: daphne + Django for a request that does no work."""
+    json.loads(request.body or b"{}")
+    return JsonResponse({"output": None})
+
+
 class BaselineConsumer(AsyncWebsocketConsumer):
-    """A raw consumer: one JSON frame in, the work, one JSON frame out."""
+    """A raw consumer: one JSON frame in, the work, one JSON frame out.
+
+    Frames with ``"noop": true`` skip the work (the WebSocket floor).
+    """
 
     async def receive(self, text_data=None, bytes_data=None):
         frame = json.loads(text_data or "{}")
-        value = await database_sync_to_async(lock_and_update)()
+        value = None
+        if not frame.get("noop"):
+            value = await database_sync_to_async(lock_and_update)()
         await self.send(text_data=json.dumps({"id": frame.get("id"), "output": value}))
 
 
 urlpatterns = [
     path("baseline/view", plain_view),
     path("baseline/async-view", plain_async_view),
+    path("baseline/noop", noop_view),
     path("rivet/", include("django_rivet.urls")),
 ]
