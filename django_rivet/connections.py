@@ -321,6 +321,9 @@ class Heartbeat:
     def __len__(self) -> int:
         return len(self._ids)
 
+    def __contains__(self, conn_id: object) -> bool:
+        return conn_id in self._ids
+
     async def _run(self) -> None:
         from channels.db import database_sync_to_async
 

@@ -291,6 +291,8 @@ async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
         if request.method not in ("PUT", "POST"):
             raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
         body = read_body(request)
+        if request.method == "POST" and request.GET.get("actor_id"):
+            raise MalformedRequest("Create an actor by name and key, not actor_id")
         mode = "get_or_create" if request.method == "PUT" else "create"
         ref = actor_ref(request, name, mode, body.get("input"))
         actor_id, created = await _run(

@@ -1,5 +1,6 @@
 """Connection lifecycle helpers: heartbeat, the liveness sweep, Disconnect."""
 
+import asyncio
 import datetime
 import uuid
 
@@ -110,17 +111,16 @@ def test_sweep_spares_rows_refreshed_meanwhile():
 async def test_swept_connection_is_closed_and_later_actions_fail():
     comm = RivetCommunicator("chatRoom", ["swept"], params={"name": "ann"})
     init = await comm.handshake()
-    assert len(heartbeat) == 1
+    conn_id = uuid.UUID(init["connection_id"])
+    assert conn_id in heartbeat
     # The row goes as if a sweep had run while this process was stalled.
-    await sync_to_async(
-        Connection.objects.filter(pk=uuid.UUID(init["connection_id"])).delete
-    )()
+    await sync_to_async(Connection.objects.filter(pk=conn_id).delete)()
     action_id = await comm.send_action("whoami")
     frame = await comm.receive_frame()
     assert (frame["code"], frame["action_id"]) == ("connection_expired", action_id)
     assert await comm.receive_close() == 1011
     await comm.disconnect()
-    assert len(heartbeat) == 0
+    assert conn_id not in heartbeat
 
 
 async def test_sweep_tells_a_live_process_to_close_the_socket():
@@ -130,3 +130,19 @@ async def test_sweep_tells_a_live_process_to_close_the_socket():
         assert await sync_to_async(sweep_stale_connections)() == 1
     assert await comm.receive_close() == 1000
     await comm.disconnect()
+
+
+async def test_heartbeat_refreshes_open_connections():
+    from django.test import override_settings
+
+    with override_settings(RIVET={"SWEEP_INTERVAL": 0.05}):
+        comm = RivetCommunicator("chatRoom", ["beat"], params={"name": "ann"})
+        init = await comm.handshake()
+        rows = Connection.objects.filter(pk=uuid.UUID(init["connection_id"]))
+        first = await sync_to_async(lambda: rows.get().last_seen_at)()
+        for _ in range(200):  # wait for a beat (no timing is asserted)
+            if await sync_to_async(lambda: rows.get().last_seen_at)() > first:
+                break
+            await asyncio.sleep(0.02)
+        assert await sync_to_async(lambda: rows.get().last_seen_at)() > first
+        await comm.disconnect()

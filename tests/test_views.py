@@ -66,6 +66,8 @@ def test_post_creates_once(client):
     assert set(created.json()) == {"actor_id"}
     again = post_json(client, f"{PREFIX}/counter?key=once")
     assert error_of(again) == (409, "actor", "already_exists")
+    by_id = post_json(client, f"{PREFIX}/counter?actor_id={created.json()['actor_id']}")
+    assert error_of(by_id) == (400, "request", "malformed")
 
 
 def test_get_describes_and_404s(client):
