@@ -316,10 +316,15 @@ def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
     return Fired.OK if operation.consumed else Fired.LOST
 
 
-def fire_schedule(schedule_id: uuid.UUID | str) -> Fired:
-    """Fire one schedule if it is due and nobody else has (the task entry)."""
+def fire_schedule(schedule_id: uuid.UUID | str, *, force: bool = False) -> Fired:
+    """Fire one schedule if it is due and nobody else has (the task entry).
+
+    ``force=True`` fires a pending schedule now, whatever its time (the
+    admin's "fire now").
+    """
     now = clock.now_datetime()
-    claims = claim_schedules(due_before=now, ids=[schedule_id], limit=1)
+    due_before = datetime.max.replace(tzinfo=now.tzinfo) if force else now
+    claims = claim_schedules(due_before=due_before, ids=[schedule_id], limit=1)
     if not claims:
         row = (
             Schedule.objects.filter(pk=schedule_id, status=ScheduleStatus.PENDING)

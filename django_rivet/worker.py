@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +53,9 @@ __all__ = [
 
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_BATCH = 100
+# Shortest idle sleep: work can be due yet not runnable here (a queue whose
+# head another process holds), and the loop must not spin on it.
+MIN_IDLE_DELAY = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +172,7 @@ class Worker:
         delay = self.poll_interval
         due = next_due_at()
         if due is not None:
-            delay = min(delay, max(due - clock.now(), 0.0))
+            delay = min(delay, max(due - clock.now(), MIN_IDLE_DELAY))
         return delay
 
     def run(self, stop: threading.Event) -> None:
@@ -178,6 +182,9 @@ class Worker:
         logger.info("worker started poll_interval=%s", self.poll_interval)
         try:
             while not stop.is_set():
+                # Cleared before looking for work, so a notify() arriving
+                # while this iteration runs cuts the next sleep short.
+                _wake.clear()
                 try:
                     # Like a request: drop broken or expired connections.
                     close_old_connections()
@@ -187,9 +194,7 @@ class Worker:
                 except Exception:
                     logger.exception("worker iteration failed")
                     delay = self.poll_interval
-                if delay > 0:
-                    _wake.wait(delay)
-                _wake.clear()
+                _wake.wait(delay)
         finally:
             connections.close_all()
             logger.info("worker stopped")
@@ -217,9 +222,21 @@ def start_embedded_worker() -> bool:
         )
         _embedded = (thread, stop)
         thread.start()
-    atexit.register(stop_embedded_worker)
+    _stop_with_the_server()
     logger.info("embedded worker started")
     return True
+
+
+def _stop_with_the_server() -> None:
+    # atexit alone is too late: by then the interpreter refuses new threads
+    # and futures, which after-commit work of a run in progress needs. Under
+    # daphne, stop when the Twisted reactor starts shutting down.
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is not None and getattr(reactor, "running", False):
+        reactor.callFromThread(
+            reactor.addSystemEventTrigger, "before", "shutdown", stop_embedded_worker
+        )
+    atexit.register(stop_embedded_worker)
 
 
 def stop_embedded_worker(timeout: float = 10.0) -> None:

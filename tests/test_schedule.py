@@ -271,3 +271,15 @@ def test_schedules_go_away_with_their_actor():
     alarm.call("set_alarm", 10, "never")
     alarm.destroy()
     assert not Schedule.objects.exists()
+
+
+def test_a_pending_schedule_can_be_fired_now_on_demand():
+    with freeze_time(START):
+        alarm = actors.get_or_create("alarmClock", "force")
+        schedule_id = alarm.call("set_alarm", 3600, "early")
+        assert scheduler.fire_schedule(schedule_id) == scheduler.Fired.NOT_CLAIMED
+        assert scheduler.fire_schedule(schedule_id, force=True) == scheduler.Fired.OK
+        assert scheduler.fire_schedule(schedule_id, force=True) == (
+            scheduler.Fired.NOT_CLAIMED
+        )
+    assert rings(alarm) == ["early"]

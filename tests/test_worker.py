@@ -134,3 +134,15 @@ def test_rivet_worker_once_runs_what_is_due(capsys):
     alarm.call("set_alarm", 0, "now")
     call_command("rivet_worker", "--once")
     assert "ran 1 due item(s)" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_worker_does_not_spin_on_due_work_it_cannot_run():
+    from django_rivet import scheduler
+
+    box = actors.get_or_create("mailbox", "held")
+    box.send("jobs", "held elsewhere")
+    assert scheduler.claim_next_message(box.actor_id) is not None
+    loop = worker.Worker(poll_interval=1.0)
+    assert loop.run_once() == 0
+    assert loop._idle_delay() >= worker.MIN_IDLE_DELAY

@@ -8,6 +8,7 @@ the same actor, through :mod:`django_rivet.scheduler`.
 
 from __future__ import annotations
 
+import builtins
 import math
 import uuid
 from datetime import datetime, timedelta
@@ -164,7 +165,7 @@ class ScheduleAPI:
         )
         return _schedule_info(row) if row is not None else None
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """Return this actor's schedules that have not fired, by run time."""
         rows = Schedule.objects.active().filter(actor_id=self._actor_id)
         return [_schedule_info(row) for row in rows.order_by("run_at", "created_at")]
@@ -185,7 +186,7 @@ class ScheduleAPI:
         """Async :meth:`get`."""
         return await sync_to_async(self.get)(schedule_id)
 
-    async def alist(self) -> list[dict[str, Any]]:
+    async def alist(self) -> builtins.list[dict[str, Any]]:
         """Async :meth:`list`."""
         return await sync_to_async(self.list)()
 
@@ -351,7 +352,7 @@ class CronAPI:
         job = CronJob.objects.filter(actor_id=self._actor_id, name=name).first()
         return _job_info(job) if job is not None else None
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """Return this actor's jobs, by name."""
         jobs = CronJob.objects.filter(actor_id=self._actor_id).order_by("name")
         return [_job_info(job) for job in jobs]
@@ -361,7 +362,7 @@ class CronAPI:
         deleted, _ = CronJob.objects.filter(actor_id=self._actor_id, name=name).delete()
         return bool(deleted)
 
-    def history(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+    def history(self, name: str, limit: int = 20) -> builtins.list[dict[str, Any]]:
         """Return the newest ``limit`` runs of the job ``name``, newest first.
 
         Entries: ``{action, scheduled_at, fired_at, finished_at, result,
@@ -403,7 +404,7 @@ class CronAPI:
         """Async :meth:`get`."""
         return await sync_to_async(self.get)(name)
 
-    async def alist(self) -> list[dict[str, Any]]:
+    async def alist(self) -> builtins.list[dict[str, Any]]:
         """Async :meth:`list`."""
         return await sync_to_async(self.list)()
 
@@ -411,6 +412,8 @@ class CronAPI:
         """Async :meth:`delete`."""
         return await sync_to_async(self.delete)(name)
 
-    async def ahistory(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+    async def ahistory(
+        self, name: str, limit: int = 20
+    ) -> builtins.list[dict[str, Any]]:
         """Async :meth:`history`."""
         return await sync_to_async(self.history)(name, limit)
