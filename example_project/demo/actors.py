@@ -19,3 +19,71 @@ class Counter(Actor):
     @action
     def count(self, ctx) -> int:
         return ctx.state["count"]
+
+
+# -- scheduling demo: alarms and cron, fired by the worker ------------------------
+class Clock(Actor):
+    """Alarms (``ctx.schedule``) and recurring jobs (``ctx.cron``).
+
+    ``scripts/run.sh`` creates it at start-up: it ticks every 10 seconds,
+    chimes at the top of every minute (a cron expression), rings a welcome
+    alarm 5 seconds after it is created, and ``remind(seconds, text)`` sets
+    more alarms. Every firing is printed on the console and broadcast to
+    connected browsers (events ``tick``, ``chime``, ``alarm``).
+    """
+
+    initial_state = {"ticks": 0, "chimes": 0, "alarms": []}
+
+    def on_create(self, ctx, input):
+        ctx.schedule.after(5, "ring", "Welcome! This alarm was set 5 s ago.")
+
+    def on_wake(self, ctx):
+        # Idempotent: setting the same job again keeps its cadence.
+        ctx.cron.every("tick", 10, "tick")
+        ctx.cron.set("chime", "* * * * *", "chime", tz="UTC")
+
+    @action
+    def tick(self, ctx) -> int:
+        ctx.state["ticks"] += 1
+        _announce(ctx, "tick", f"tick #{ctx.state['ticks']}")
+        return ctx.state["ticks"]
+
+    @action
+    def chime(self, ctx) -> int:
+        ctx.state["chimes"] += 1
+        _announce(ctx, "chime", f"chime #{ctx.state['chimes']} (cron * * * * *)")
+        return ctx.state["chimes"]
+
+    @action
+    def ring(self, ctx, text: str) -> str:
+        ctx.state["alarms"] = (ctx.state["alarms"] + [text])[-20:]
+        _announce(ctx, "alarm", f"alarm: {text}")
+        return text
+
+    @action
+    def remind(self, ctx, seconds: float, text: str) -> str:
+        if not 0 <= seconds <= 86400:
+            raise UserError("Pick a delay between 0 and 86400 seconds", code="delay")
+        return ctx.schedule.after(seconds, "ring", text)
+
+    @action
+    def status(self, ctx) -> dict:
+        return {
+            "ticks": ctx.state["ticks"],
+            "chimes": ctx.state["chimes"],
+            "alarms": ctx.state["alarms"],
+            "pending": ctx.schedule.list(),
+            "jobs": ctx.cron.list(),
+            "history": ctx.cron.history("tick", limit=5),
+        }
+
+
+def _announce(ctx, event: str, text: str) -> None:
+    info = ctx.fire_info or {}
+    late = ""
+    if info.get("scheduled_at") and info.get("fired_at"):
+        lateness = (info["fired_at"] - info["scheduled_at"]).total_seconds()
+        late = f" ({lateness * 1000:.0f} ms after its time)"
+    # The demo's console is its UI when no browser is open.
+    print(f"[clock] {text}{late}", flush=True)
+    ctx.broadcast(event, text, info.get("scheduled_at"))
