@@ -7,9 +7,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 django_asgi_app = get_asgi_application()
 
+# Bind the shared tasks to the suite's Celery app (its broker comes from the
+# settings), as a project's mysite/__init__.py does.
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
+import tests.celery_app  # noqa: E402, F401
 from django_rivet.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

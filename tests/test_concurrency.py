@@ -88,3 +88,45 @@ def test_threads_in_one_process_run_one_actor_one_at_a_time():
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(closing(lambda _: handle.call("increment")), range(100)))
     assert handle.call("getCount") == 100
+
+
+class BackendPid(Actor):
+    """Reports the database session its invocation runs on."""
+
+    name = "backendPid"
+
+    @action
+    def pid(self, ctx):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(
+    "connection.vendor != 'postgresql'",
+    reason="needs a server that can drop a worker thread's connection",
+)
+async def test_worker_threads_reconnect_after_the_server_drops_them():
+    from asgiref.sync import sync_to_async
+    from django.db.utils import OperationalError
+
+    with register_temporarily(BackendPid):
+        handle = await actors.aget_or_create("backendPid", "reconnect")
+        pid = await handle.acall("pid")
+
+        def drop(pid):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+        await sync_to_async(drop)(pid)
+        outcomes = []
+        for _ in range(10):
+            try:
+                await handle.acall("pid")
+                outcomes.append("ok")
+            except OperationalError:
+                outcomes.append("failed")
+    # A dropped connection may fail the one call that finds it (Django closes
+    # it when the rollback fails), never a later one in that thread.
+    assert outcomes.count("failed") <= 1
+    assert outcomes[-5:] == ["ok"] * 5
