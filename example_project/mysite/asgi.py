@@ -7,6 +7,7 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
 django_asgi_app = get_asgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
@@ -15,6 +16,9 @@ from django_rivet.routing import websocket_urlpatterns  # noqa: E402
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": URLRouter([path("rivet/", URLRouter(websocket_urlpatterns))]),
+        # AuthMiddlewareStack gives consumers the session user (ctx.user).
+        "websocket": AuthMiddlewareStack(
+            URLRouter([path("rivet/", URLRouter(websocket_urlpatterns))])
+        ),
     }
 )
