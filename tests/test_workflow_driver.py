@@ -69,6 +69,14 @@ class TestDjangoDriver(EngineDriverContract):
         assert (subject.alarm, subject.alarm_set) == (None, True)
 
 
+class TestDjangoDriverOnAPrivateLoop(EngineDriverContract):
+    """The runtime's mode: database work inline, on the loop's own thread."""
+
+    def make_driver(self):
+        make_workflow()
+        return DjangoDriver("wf-driver", private_loop=True)
+
+
 def test_prefix_end_bounds_a_prefix():
     assert prefix_end(b"\x01\x02") == b"\x01\x03"
     assert prefix_end(b"\x01\xff") == b"\x02"

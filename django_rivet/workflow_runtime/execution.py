@@ -25,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.db.models import F, Min, Q
 
@@ -80,6 +80,8 @@ RETRY_BACKOFF_BASE = 1.0
 RETRY_BACKOFF_MAX = 300.0
 SWEEP_BATCH = 500
 
+T = TypeVar("T")
+
 
 def retry_delay(retry_count: int) -> float:
     """Return the backoff before retrying after ``retry_count`` failed runs."""
@@ -120,12 +122,12 @@ def _send_task(workflow_id: str, eta: float | None) -> None:
         options["eta"] = clock.to_datetime(eta)
     try:
         tasks.run_workflow.apply_async([workflow_id], **options)
-    except Exception:
+    except Exception as exc:
         # The row says when to run; the sweeper sends the task again.
         logger.warning(
-            "could not enqueue workflow=%s; the sweeper will pick it up",
+            "could not enqueue workflow=%s error=%r; the sweeper will pick it up",
             workflow_id,
-            exc_info=True,
+            exc,
         )
 
 
@@ -146,6 +148,23 @@ def schedule_wake(workflow_id: str, wake_at: datetime | None) -> None:
         return
     eta = clock.to_timestamp(wake_at)
     transaction.on_commit(lambda: _send_task(workflow_id, eta), robust=True)
+
+
+def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run engine code on an event loop private to this thread.
+
+    Its driver (``private_loop=True``) does its database work inline, on this
+    thread's connection and inside the caller's transaction if there is one.
+    Call it from synchronous code (never from a thread running a loop).
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 # -- runs ------------------------------------------------------------------------------
@@ -185,10 +204,10 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
             lease.name,
         )
         return _release_for_retry(lease, f"Unknown workflow name {lease.name!r}")
-    driver = DjangoDriver(lease.workflow_id, lease_token=lease.token)
+    driver = DjangoDriver(lease.workflow_id, lease_token=lease.token, private_loop=True)
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
     try:
-        outcome = async_to_sync(_drive)(lease, definition, driver, heartbeat)
+        outcome = run_private(_drive(lease, definition, driver, heartbeat))
     except LeaseLost:
         # Fenced out: a cancel was requested (the next claim carries it out)
         # or a successor took over after our lease expired.
@@ -309,9 +328,12 @@ def _release_outcome(
 
 def _cancel_claimed(lease: Lease) -> tuple[str, datetime | None]:
     driver = DjangoDriver(
-        lease.workflow_id, lease_token=lease.token, stop_on_cancel=False
+        lease.workflow_id,
+        lease_token=lease.token,
+        stop_on_cancel=False,
+        private_loop=True,
     )
-    async_to_sync(cancel_workflow)(lease.workflow_id, driver)
+    run_private(cancel_workflow(lease.workflow_id, driver))
     logger.info("workflow cancelled workflow=%s", lease.workflow_id)
     return _release(
         lease,
@@ -489,9 +511,11 @@ def recover(workflow_id: str) -> bool:
     lease = leases.claim(workflow_id, run=False)
     if lease is None:
         return False
-    driver = DjangoDriver(workflow_id, lease_token=lease.token, stop_on_cancel=False)
+    driver = DjangoDriver(
+        workflow_id, lease_token=lease.token, stop_on_cancel=False, private_loop=True
+    )
     try:
-        recovered = async_to_sync(recover_workflow)(workflow_id, driver)
+        recovered = run_private(recover_workflow(workflow_id, driver))
     except BaseException:
         leases.release(lease)
         raise
@@ -514,9 +538,11 @@ def replay(workflow_id: str, entry_id: str | None = None) -> list[HistoryEntry]:
     lease = leases.claim(workflow_id, run=False)
     if lease is None:
         raise ReplayRefusedError("Cannot replay the workflow while it is running")
-    driver = DjangoDriver(workflow_id, lease_token=lease.token, stop_on_cancel=False)
+    driver = DjangoDriver(
+        workflow_id, lease_token=lease.token, stop_on_cancel=False, private_loop=True
+    )
     try:
-        remaining = async_to_sync(replay_from)(workflow_id, driver, entry_id)
+        remaining = run_private(replay_from(workflow_id, driver, entry_id))
     except BaseException:
         leases.release(lease)
         raise
