@@ -343,25 +343,25 @@ class WorkflowAdmin(ReadOnlyAdmin):
     def cancel_workflows(
         self, request: HttpRequest, queryset: QuerySet[Workflow]
     ) -> None:
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        self._each(request, queryset, "cancel", execution.cancel)
+        self._each(request, queryset, "cancel", operations.cancel)
 
     @admin.action(description="Recover selected failed workflows")
     def recover_workflows(
         self, request: HttpRequest, queryset: QuerySet[Workflow]
     ) -> None:
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        self._each(request, queryset, "recover", execution.recover)
+        self._each(request, queryset, "recover", operations.recover)
 
     @admin.action(description="Wake selected workflows now")
     def wake_workflows(
         self, request: HttpRequest, queryset: QuerySet[Workflow]
     ) -> None:
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        self._each(request, queryset, "wake", execution.wake)
+        self._each(request, queryset, "wake", operations.wake)
 
     @admin.action(description="Replay the selected workflow from a step")
     def replay_workflow(
@@ -410,7 +410,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     ) -> TemplateResponse | None:
         from .encoding import json_loads
         from .exceptions import MalformedRequest
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
         error = ""
         if request.POST.get("apply"):
@@ -427,7 +427,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                     request,
                     queryset,
                     "send to",
-                    lambda workflow_id: execution.send(workflow_id, name, body),
+                    lambda workflow_id: operations.send(workflow_id, name, body),
                 )
                 return None
         return TemplateResponse(

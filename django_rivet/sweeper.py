@@ -206,9 +206,9 @@ for _step in (
 # -- workflows (the workflow runtime) --------------------------------------------------
 def sweep_workflows() -> int:
     """Send run tasks for upcoming and lost wake-ups and expired leases."""
-    from .workflow_runtime import execution
+    from .workflow_runtime import wakeups
 
-    return execution.sweep()
+    return wakeups.sweep()
 
 
 register_step(SweepStep("workflows", sweep_workflows), before="purge_finished")

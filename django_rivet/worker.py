@@ -312,9 +312,9 @@ def _workflows(limit: int) -> int:
 
 
 def _workflows_next_due() -> float | None:
-    from .workflow_runtime import execution
+    from .workflow_runtime import wakeups
 
-    return execution.next_due_at()
+    return wakeups.next_due_at()
 
 
 register_due_work(DueWork("workflows", _workflows, _workflows_next_due))

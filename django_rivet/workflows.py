@@ -159,9 +159,9 @@ class WorkflowHandle:
         The message is stored durably and the workflow woken (after commit)
         if it waits for that name.
         """
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        return execution.send(self.workflow_id, name, body)
+        return operations.send(self.workflow_id, name, body)
 
     async def asend(self, name: str, body: Any = None) -> str:
         """Async :meth:`send`."""
@@ -169,9 +169,9 @@ class WorkflowHandle:
 
     def wake(self) -> bool:
         """Run the workflow now (a sleep not yet due is slept again)."""
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        return execution.wake(self.workflow_id)
+        return operations.wake(self.workflow_id)
 
     async def awake(self) -> bool:
         """Async :meth:`wake`."""
@@ -183,9 +183,9 @@ class WorkflowHandle:
         A workflow no worker is running is cancelled at once; a running one
         stops at its next history write.
         """
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        return execution.cancel(self.workflow_id)
+        return operations.cancel(self.workflow_id)
 
     async def acancel(self) -> bool:
         """Async :meth:`cancel`."""
@@ -196,9 +196,9 @@ class WorkflowHandle:
 
         Returns False (and changes nothing) unless the workflow failed.
         """
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        return execution.recover(self.workflow_id)
+        return operations.recover(self.workflow_id)
 
     async def arecover(self) -> bool:
         """Async :meth:`recover`."""
@@ -227,9 +227,9 @@ class WorkflowHandle:
         Returns the remaining history; raises ``ReplayRefusedError`` while a
         worker runs the workflow.
         """
-        from .workflow_runtime import execution
+        from .workflow_runtime import operations
 
-        return execution.replay(self.workflow_id, entry_id)
+        return operations.replay(self.workflow_id, entry_id)
 
     async def areplay_from(self, entry_id: str | None = None) -> list[HistoryEntry]:
         """Async :meth:`replay_from`."""
@@ -301,7 +301,7 @@ def start(
     """
     from .models import Workflow, WorkflowKV, WorkflowStatus
     from .workflow import keys
-    from .workflow_runtime import execution
+    from .workflow_runtime import wakeups
 
     definition = _definition(workflow)
     workflow_id = uuid.uuid4().hex if id is None else str(id)
@@ -319,7 +319,7 @@ def start(
                 "wake_at": now,
                 "created_at": now,
                 "updated_at": now,
-                **execution.wake_fields(now),
+                **wakeups.wake_fields(now),
             },
         )
         if not created:
@@ -332,7 +332,7 @@ def start(
         WorkflowKV.objects.create(
             workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
         )
-        execution.schedule_wake(workflow_id, now)
+        wakeups.schedule_wake(workflow_id, now)
     return WorkflowHandle(workflow_id, definition.name)
 
 

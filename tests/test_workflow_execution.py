@@ -22,7 +22,7 @@ from django_rivet.testing import freeze_time, run_due, run_until_idle
 from django_rivet.worker import Worker, due_work
 from django_rivet.workflow import workflow
 from django_rivet.workflow.storage import MAX_KV_BATCH_ENTRIES, Storage
-from django_rivet.workflow_runtime import execution, leases, registry
+from django_rivet.workflow_runtime import execution, leases, registry, wakeups
 from django_rivet.workflow_runtime.driver import DjangoDriver
 from tests.testapp.models import StepRow
 
@@ -58,8 +58,8 @@ def sent(monkeypatch):
     """Celery tasks the runtime sends: (workflow_id, eta)."""
     calls = []
     monkeypatch.setattr(
-        execution,
-        "_send_task",
+        wakeups,
+        "send_task",
         lambda workflow_id, eta: calls.append((workflow_id, eta)),
     )
     return calls

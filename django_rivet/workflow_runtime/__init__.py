@@ -3,10 +3,11 @@
 - :mod:`.registry`: workflow name -> definition, discovered from apps;
 - :mod:`.driver`: :class:`DjangoDriver`, the engine driver on the
   ``WorkflowKV`` / ``WorkflowMessage`` tables, fenced by the run's lease;
-- :mod:`.leases`: claim, renew and release the lease on a ``Workflow`` row;
-- :mod:`.execution`: run a workflow until it pauses (Celery task, worker,
-  ``run_until_idle``), schedule its wake-up, and the operations handles and
-  the admin use (cancel, recover, replay from a step).
+- :mod:`.leases`: claim, renew (heartbeat) and release a ``Workflow`` row;
+- :mod:`.execution`: run a workflow until it pauses (the Celery task, the
+  in-process worker, ``run_until_idle``);
+- :mod:`.wakeups`: Celery tasks for due workflows and the sweep step;
+- :mod:`.operations`: cancel, recover, replay, send, wake (handles, admin).
 
 The public API is :mod:`django_rivet.workflows`; the engine core
 (:mod:`django_rivet.workflow`) stays free of Django.

@@ -1,0 +1,151 @@
+"""Wake-ups: Celery tasks for due workflows, and the sweep that repairs them.
+
+The ``Workflow`` row is the source of truth for when a workflow runs next
+(``wake_at``, and ``lease_expires_at`` while a worker holds it); Celery tasks
+only make that prompt. A wake-up within
+:data:`~django_rivet.scheduler.ETA_HORIZON` gets a ``rivet.run_workflow`` ETA
+task once the transaction that decided it commits (or wakes the in-process
+worker when Celery is not used); later ones are sent by :func:`sweep` as they
+come near, which also re-sends tasks that look lost and hands workflows
+whose lease expired (a crashed worker) to a new run. Each task re-checks and
+claims the row, so early, late, lost or duplicated tasks are all harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Min, Q
+
+from .. import clock
+from ..models import Workflow
+
+logger = logging.getLogger("django_rivet.workflows")
+
+__all__ = ["next_due_at", "schedule_wake", "send_task", "sweep", "wake_fields"]
+
+SWEEP_BATCH = 500
+
+
+def _uses_celery() -> bool:
+    from ..scheduler import uses_celery
+
+    return uses_celery()
+
+
+def _eta_horizon() -> float:
+    from ..scheduler import ETA_HORIZON
+
+    return ETA_HORIZON
+
+
+def wake_fields(wake_at: datetime | None) -> dict[str, Any]:
+    """Return the row bookkeeping for a Celery task sent for ``wake_at``.
+
+    Only wake-ups within the ETA horizon get a task now; the sweeper sends
+    the others later (long ETAs outlive the broker's visibility timeout).
+    """
+    if wake_at is None or not _uses_celery():
+        return {}
+    if clock.to_timestamp(wake_at) - clock.now() > _eta_horizon():
+        return {}
+    return {"enqueued_for": wake_at, "enqueued_at": clock.now_datetime()}
+
+
+def send_task(workflow_id: str, eta: float | None) -> None:
+    """Send ``rivet.run_workflow`` now, or with an ETA (errors are logged)."""
+    from .. import tasks
+
+    options: dict[str, Any] = {"retry": False}
+    if eta is not None and eta > clock.now():
+        options["eta"] = clock.to_datetime(eta)
+    try:
+        tasks.run_workflow.apply_async([workflow_id], **options)
+    except Exception as exc:
+        # The row says when to run; the sweeper sends the task again.
+        logger.warning(
+            "could not enqueue workflow=%s error=%r; the sweeper will pick it up",
+            workflow_id,
+            exc,
+        )
+
+
+def schedule_wake(workflow_id: str, wake_at: datetime | None) -> None:
+    """Make the workflow run at ``wake_at``, once the transaction commits.
+
+    Sends a Celery ETA task when :func:`wake_fields` recorded one, or wakes
+    the in-process worker when Celery is not used.
+    """
+    if wake_at is None:
+        return
+    if not _uses_celery():
+        from .. import worker
+
+        transaction.on_commit(worker.notify, robust=True)
+        return
+    if not wake_fields(wake_at):
+        return
+    eta = clock.to_timestamp(wake_at)
+    transaction.on_commit(lambda: send_task(workflow_id, eta), robust=True)
+
+
+def next_due_at() -> float | None:
+    """Return when the next workflow is due or the next lease expires."""
+    times = [
+        Workflow.objects.active()
+        .filter(lease_token="")
+        .aggregate(at=Min("wake_at"))["at"],
+        Workflow.objects.exclude(lease_token="").aggregate(at=Min("lease_expires_at"))[
+            "at"
+        ],
+    ]
+    found = [clock.to_timestamp(at) for at in times if at is not None]
+    return min(found) if found else None
+
+
+def sweep() -> int:
+    """Send Celery tasks for upcoming, lost and crashed workflow runs.
+
+    Upcoming: a wake-up entered the ETA horizon and has no task yet. Lost:
+    due for longer than a sweep interval although a task was sent (the
+    broker or a worker lost it). Crashed: the lease expired. Each row is
+    marked with a conditional update first, so concurrent sweepers send one
+    task. Without Celery the in-process worker runs them itself.
+    """
+    if not _uses_celery():
+        return 0
+    from ..scheduler import grace_period
+
+    now = clock.now_datetime()
+    stale = now - grace_period()
+    horizon = clock.to_datetime(clock.now() + _eta_horizon())
+    unleased = Workflow.objects.active().filter(lease_token="")
+    upcoming = unleased.filter(wake_at__lte=horizon).filter(
+        Q(enqueued_for__isnull=True) | ~Q(enqueued_for=F("wake_at"))
+    )
+    lost = unleased.filter(wake_at__lte=stale).filter(
+        Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)
+    )
+    crashed = (
+        Workflow.objects.expired_leases(now)
+        .active()
+        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale))
+    )
+    sent = 0
+    for rows in (upcoming, lost, crashed):
+        found = rows.order_by("wake_at").values_list("pk", "wake_at")[:SWEEP_BATCH]
+        for workflow_id, wake_at in found:
+            # The conditional update decides which sweeper sends the task.
+            marked = rows.filter(pk=workflow_id).update(
+                enqueued_for=wake_at, enqueued_at=now
+            )
+            if marked:
+                eta = None if wake_at is None else clock.to_timestamp(wake_at)
+                send_task(workflow_id, eta)
+                sent += 1
+    if sent:
+        logger.info("workflow sweep sent=%s", sent)
+    return sent
