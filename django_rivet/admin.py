@@ -179,6 +179,7 @@ class ActorEventAdmin(ReadOnlyAdmin):
 # -- workflows (the workflow runtime) ---------------------------------------------
 # Rows and history are read-only; the actions go through the runtime's
 # operations, which take the workflow's lease first, so they never race a run.
+from django.contrib.admin import helpers  # noqa: E402
 from django.template.response import TemplateResponse  # noqa: E402
 from django.utils.html import format_html_join  # noqa: E402
 
@@ -238,7 +239,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     list_filter = ["status", "name"]
     search_fields = ["=id", "name"]
     ordering = ["-created_at"]
-    fields = [
+    readonly_fields = (
         "id",
         "name",
         "status",
@@ -259,8 +260,8 @@ class WorkflowAdmin(ReadOnlyAdmin):
         "decoded_error",
         "inbox",
         "decoded_history",
-    ]
-    readonly_fields = fields
+    )
+    fields = readonly_fields
     actions = [
         "cancel_workflows",
         "recover_workflows",
@@ -272,9 +273,11 @@ class WorkflowAdmin(ReadOnlyAdmin):
     def _snapshot(self, obj: Workflow) -> Any:
         from .workflows import WorkflowHandle
 
+        # Several fields of one page show the snapshot: read it once.
         cache = getattr(obj, "_rivet_snapshot", None)
         if cache is None:
-            cache = obj._rivet_snapshot = WorkflowHandle(obj.pk, obj.name).snapshot()
+            cache = WorkflowHandle(obj.pk, obj.name).snapshot()
+            setattr(obj, "_rivet_snapshot", cache)  # noqa: B010
         return cache
 
     @admin.display(description="engine state")
@@ -400,7 +403,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                 "opts": self.model._meta,
                 "workflow": obj,
                 "steps": steps,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             },
         )
 
@@ -441,7 +444,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                 "error": error,
                 "message_name": request.POST.get("message_name", ""),
                 "message_body": request.POST.get("message_body", ""),
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             },
         )
 
@@ -457,8 +460,8 @@ class WorkflowMessageAdmin(ReadOnlyAdmin):
     list_display = ["id", "workflow", "name", "created_at"]
     list_select_related = ["workflow"]
     search_fields = ["=workflow__id", "name"]
-    fields = ["id", "workflow", "name", "shown_body", "created_at"]
-    readonly_fields = fields
+    readonly_fields = ("id", "workflow", "name", "shown_body", "created_at")
+    fields = readonly_fields
 
     @admin.display(description="body")
     def shown_body(self, obj: WorkflowMessage) -> str:
