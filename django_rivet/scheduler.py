@@ -24,10 +24,11 @@ only make firing prompt: the database decides.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -106,6 +107,23 @@ def claim_lease() -> float:
 
 def _skip_locked() -> bool:
     return bool(connection.features.has_select_for_update_skip_locked)
+
+
+@contextlib.contextmanager
+def _claim_transaction() -> Iterator[None]:
+    """Open the short transaction of a claim.
+
+    On PostgreSQL its commit need not wait for the disk: a claim lost in a
+    crash leaves the row pending, which is safe, and the later durable commit
+    of the action flushes the WAL past it anyway. That saves one fsync per
+    firing. Only for a transaction of its own, never inside a caller's.
+    """
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
 
 
 def _describe(exc: BaseException) -> str:
@@ -208,7 +226,7 @@ def claim_schedules(
         "claim_token": token,
         "claimed_at": now,
     }
-    with transaction.atomic():
+    with _claim_transaction():
         if _skip_locked():
             picked = list(
                 due.select_for_update(skip_locked=True).values_list("id", flat=True)[
@@ -455,7 +473,7 @@ def claim_cron(job: CronJob) -> CronClaim | Fired:
         return Fired.NOT_CLAIMED
     following = next_run_time(job, scheduled, now)
     token = uuid.uuid4()
-    with transaction.atomic():
+    with _claim_transaction():
         if job.running:
             # Overlap: the previous run has not committed; skip this one.
             if not _advance(job, scheduled, following, {"running": True}):
@@ -657,7 +675,7 @@ def claim_next_message(actor_id: uuid.UUID | str) -> MessageClaim | None:
         .order_by("id")
         .values("id")[:1]
     )
-    with transaction.atomic():
+    with _claim_transaction():
         claimed = QueueMessage.objects.filter(
             id__in=head, status=QueueMessageStatus.PENDING
         ).update(status=QueueMessageStatus.RUNNING, claim_token=token, claimed_at=now)
