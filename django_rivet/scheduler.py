@@ -66,6 +66,7 @@ __all__ = [
     "next_due_at",
     "run_cron",
     "run_due_cron",
+    "send_wakeups_to_celery",
     "uses_celery",
     "wake_cron",
     "wake_queue",
@@ -95,9 +96,24 @@ class Fired(enum.Enum):
         return self not in (Fired.NOT_CLAIMED, Fired.LOST)
 
 
+_celery_override: bool | None = None
+
+
 def uses_celery() -> bool:
-    """Tell whether wake-ups go to Celery (else the embedded worker polls)."""
+    """Tell whether wake-ups go to Celery (else the worker loop polls)."""
+    if _celery_override is not None:
+        return _celery_override
     return not rivet_settings.EMBEDDED_WORKER
+
+
+def send_wakeups_to_celery(enabled: bool | None) -> None:
+    """Force wake-ups on or off for this process (``None``: follow settings).
+
+    ``rivet_worker`` turns them off: it fires everything itself, and a
+    project running it usually has no broker to send to.
+    """
+    global _celery_override
+    _celery_override = enabled
 
 
 def claim_lease() -> float:

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_rivet import actors, worker
-from django_rivet.models import Schedule, ScheduleStatus
+from django_rivet.models import CronJob, Schedule, ScheduleStatus
 from django_rivet.testing import freeze_time, run_due
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -146,3 +146,21 @@ def test_worker_does_not_spin_on_due_work_it_cannot_run():
     loop = worker.Worker(poll_interval=1.0)
     assert loop.run_once() == 0
     assert loop._idle_delay() >= worker.MIN_IDLE_DELAY
+
+
+@pytest.mark.django_db
+def test_rivet_worker_sends_no_celery_tasks(monkeypatch):
+    from django_rivet import scheduler
+
+    sent = []
+    monkeypatch.setattr(scheduler, "_enqueue", lambda *args, **kw: sent.append(args))
+    monkeypatch.setattr(scheduler, "_celery_override", None)
+    with freeze_time(START) as clock:
+        alarm = actors.get_or_create("alarmClock", "no-celery")
+        alarm.call("set_every", "tick", 60)
+        clock.advance(60)
+        call_command("rivet_worker", "--once")
+    # With Celery on, the claim would have sent run_cron for the next run.
+    assert CronJob.objects.get().enqueued_for is None
+    assert sent == []
+    assert scheduler.uses_celery() is False

@@ -35,8 +35,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the loop until interrupted (or once)."""
+        from django_rivet.scheduler import send_wakeups_to_celery
         from django_rivet.worker import Worker, notify
 
+        # This process fires everything itself; don't send Celery tasks.
+        send_wakeups_to_celery(False)
         worker = Worker(poll_interval=options["poll_interval"])
         if options["once"]:
             ran = worker.run_once()
