@@ -55,6 +55,8 @@ if os.environ.get("RIVET_BENCH_FS_BROKER"):
         "data_folder_in": os.path.join(folder, "queue"),
         "data_folder_out": os.path.join(folder, "queue"),
         "processed_folder": os.path.join(folder, "processed"),
+        # kombu's default is ./control, inside whatever the cwd is.
+        "control_folder": os.path.join(folder, "control"),
         "store_processed": False,
         "polling_interval": 0.1,
     }

@@ -10,6 +10,9 @@ sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
   (only near-term work gets one when it is created);
 - ``fire_lost``: schedules, cron runs and queue messages overdue by more than
   one sweep interval are fired right here, in this process;
+- ``workflows``: wake-ups and expired workflow leases get a run task;
+- ``connections``: connections of processes that stopped heartbeating are
+  removed (``on_disconnect`` runs);
 - ``purge_finished``: fired schedules and processed messages older than a day
   are deleted.
 
@@ -212,3 +215,14 @@ def sweep_workflows() -> int:
 
 
 register_step(SweepStep("workflows", sweep_workflows), before="purge_finished")
+
+
+# -- connections (the transport) ---------------------------------------------------
+def sweep_connections() -> int:
+    """Remove connections of processes that stopped heartbeating."""
+    from .connections import sweep_stale_connections
+
+    return sweep_stale_connections()
+
+
+register_step(SweepStep("connections", sweep_connections), before="purge_finished")

@@ -146,3 +146,15 @@ async def test_heartbeat_refreshes_open_connections():
             await asyncio.sleep(0.02)
         assert await sync_to_async(lambda: rows.get().last_seen_at)() > first
         await comm.disconnect()
+
+
+def test_the_periodic_sweep_removes_connections_of_crashed_processes():
+    from django_rivet import sweeper
+
+    with freeze_time() as frozen:
+        connect(params={"name": "ann"}, server_id="crashed")
+        assert sweeper.sweep()["connections"] == 0
+        frozen.advance(stale_after() + 1)
+        assert sweeper.sweep()["connections"] == 1
+    assert not Connection.objects.exists()
+    assert actors.get("chatRoom", "room").call("log")[-1] == ["disconnect", "ann"]
