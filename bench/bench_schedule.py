@@ -303,7 +303,7 @@ def run_with_retries(label: str, env: dict[str, str], attempts: int = 3) -> dict
         print(f"  {label} (attempt {attempt})...", flush=True)
         if base is not None:  # a clean broker folder per attempt
             folder = os.path.join(base, f"attempt-{attempt}")
-            for sub in ("queue", "processed"):
+            for sub in ("queue", "processed", "control"):
                 os.makedirs(os.path.join(folder, sub))
             env = {**env, "RIVET_BENCH_FS_BROKER": folder}
         try:
