@@ -111,5 +111,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_rivet": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "django_rivet": {"handlers": ["console"], "level": "INFO", "propagate": False}
+    },
 }
