@@ -112,6 +112,30 @@ def test_two_workers_never_run_one_workflow_at_once():
         assert row("gated").run_count == 1
 
 
+def test_a_cancel_stops_a_running_workflow_at_its_next_write():
+    gate.clear()
+    entered.clear()
+    with registry.register_temporarily(gated):
+        handle = workflows.start("gated", None, id="stopped")
+        results = []
+        worker = threading.Thread(
+            target=lambda: results.append(execution.run("stopped"))
+        )
+        worker.start()
+        try:
+            assert entered.wait(30)
+            assert handle.cancel() is True
+            assert handle.status == "running"  # the worker still holds it
+        finally:
+            gate.set()
+            worker.join(30)
+        # The step's record was refused; the same worker then cancelled it.
+        assert results == ["cancelled"]
+        assert handle.snapshot().state == "cancelled"
+        assert handle.history() == []
+        assert row("stopped").retry_count == 0
+
+
 def test_an_expired_lease_is_taken_over_and_the_run_resumes_by_replay(
     clock, monkeypatch
 ):

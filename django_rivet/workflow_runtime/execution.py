@@ -124,11 +124,12 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
     try:
         outcome = run_private(_drive(lease, definition, driver, heartbeat))
-    except LeaseLost:
-        # Fenced out: a cancel was requested (the next claim carries it out)
-        # or a successor took over after our lease expired.
-        return release(lease, status=WorkflowStatus.SLEEPING)
     except StorageError as exc:
+        if _lease_lost(exc):
+            # Fenced out: a cancel was requested (the next claim carries it
+            # out) or a successor took over after our lease expired.
+            logger.info("workflow run fenced out workflow=%s", lease.workflow_id)
+            return release(lease, status=WorkflowStatus.SLEEPING)
         logger.warning(
             "workflow storage error workflow=%s error=%s", lease.workflow_id, exc
         )
@@ -139,6 +140,20 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
     finally:
         heartbeat.stop()
     return _release_outcome(lease, driver, outcome)
+
+
+def _lease_lost(error: BaseException) -> bool:
+    """Tell whether ``error`` comes from a write refused by the lease check.
+
+    The engine wraps any flush failure in a plain ``StorageError``; the
+    refusal is its cause.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, LeaseLost):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 async def _drive(
