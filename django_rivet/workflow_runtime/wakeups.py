@@ -14,7 +14,7 @@ claims the row, so early, late, lost or duplicated tasks are all harmless.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -28,6 +28,7 @@ logger = logging.getLogger("django_rivet.workflows")
 __all__ = ["next_due_at", "schedule_wake", "send_task", "sweep", "wake_fields"]
 
 SWEEP_BATCH = 500
+LOST_RESEND = timedelta(seconds=60)
 
 
 def _uses_celery() -> bool:
@@ -111,7 +112,8 @@ def sweep() -> int:
 
     Upcoming: a wake-up entered the ETA horizon and has no task yet. Lost:
     due for longer than a sweep interval although a task was sent (the
-    broker or a worker lost it). Crashed: the lease expired. Each row is
+    broker or a worker lost it). Crashed: the lease expired. Both are re-sent
+    at most every :data:`LOST_RESEND` while they stay that way. Each row is
     marked with a conditional update first, so concurrent sweepers send one
     task. Without Celery the in-process worker runs them itself.
     """
@@ -121,18 +123,25 @@ def sweep() -> int:
 
     now = clock.now_datetime()
     stale = now - grace_period()
+    # A workflow whose task sits behind a backlog looks lost too: re-send
+    # at most once a minute per workflow, so a busy queue does not snowball.
+    resend = now - max(grace_period(), LOST_RESEND)
     horizon = clock.to_datetime(clock.now() + _eta_horizon())
     unleased = Workflow.objects.active().filter(lease_token="")
     upcoming = unleased.filter(wake_at__lte=horizon).filter(
         Q(enqueued_for__isnull=True) | ~Q(enqueued_for=F("wake_at"))
     )
     lost = unleased.filter(wake_at__lte=stale).filter(
-        Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale)
+        Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=resend)
     )
     crashed = (
         Workflow.objects.expired_leases(now)
         .active()
-        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale))
+        .filter(
+            Q(enqueued_at__isnull=True)
+            | Q(enqueued_at__lt=F("lease_expires_at"))  # not sent since it expired
+            | Q(enqueued_at__lt=resend)
+        )
     )
     sent = 0
     for rows in (upcoming, lost, crashed):
