@@ -198,6 +198,11 @@ def _log_event(event: Any) -> None:
 
 
 def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
+    """Release ``lease`` writing ``fields``; schedule the next run if any.
+
+    Returns the status and the wake-up time written (None when the workflow
+    finished, or when the lease had been lost).
+    """
     wake_at = fields.get("wake_at", lease.wake_at)
     status = fields.get("status", lease.status)
     if status in WORKFLOW_ACTIVE and "wake_at" in fields:
@@ -258,6 +263,7 @@ def _release_outcome(
 
 
 def cancel_claimed(lease: Lease) -> tuple[str, datetime | None]:
+    """Cancel the claimed workflow for good and release it."""
     driver = DjangoDriver(
         lease.workflow_id,
         lease_token=lease.token,
