@@ -129,7 +129,11 @@ async def test_embedded_worker_app_follows_the_asgi_lifespan(no_embedded_worker)
 
 
 @pytest.mark.django_db
-def test_rivet_worker_once_runs_what_is_due(capsys):
+def test_rivet_worker_once_runs_what_is_due(capsys, monkeypatch):
+    from django_rivet import scheduler
+
+    # The command turns Celery wake-ups off for its process; undo it after.
+    monkeypatch.setattr(scheduler, "_celery_override", None)
     alarm = actors.get_or_create("alarmClock", "command")
     alarm.call("set_alarm", 0, "now")
     call_command("rivet_worker", "--once")
