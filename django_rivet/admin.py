@@ -11,12 +11,27 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
 
+from . import clock
 from .encoding import cbor_loads, json_dumps
-from .models import Actor, ActorEvent, ActorKV, Connection
+from .models import (
+    Actor,
+    ActorEvent,
+    ActorKV,
+    Connection,
+    CronJob,
+    CronRun,
+    QueueMessage,
+    Schedule,
+    ScheduleStatus,
+    Workflow,
+    WorkflowMessage,
+)
 
 
 def pretty(value: Any) -> str:
@@ -67,7 +82,7 @@ class ActorAdmin(ReadOnlyAdmin):
     list_filter = ["name"]
     search_fields = ["name", "key", "=id"]
     ordering = ["name", "key"]
-    fields = [
+    readonly_fields = (
         "id",
         "name",
         "key_parts",
@@ -77,8 +92,8 @@ class ActorAdmin(ReadOnlyAdmin):
         "kv_size",
         "created_at",
         "updated_at",
-    ]
-    readonly_fields = fields
+    )
+    fields = readonly_fields
     actions = ["destroy_actors"]
 
     @admin.display(description="state")
@@ -112,8 +127,8 @@ class ActorKVAdmin(ReadOnlyAdmin):
     list_display = ["actor", "shown_key", "size"]
     list_select_related = ["actor"]
     search_fields = ["=actor__id", "actor__name"]
-    fields = ["actor", "shown_key", "decoded_value"]
-    readonly_fields = fields
+    readonly_fields = ("actor", "shown_key", "decoded_value")
+    fields = readonly_fields
 
     @admin.display(description="key")
     def shown_key(self, obj: ActorKV) -> str:
@@ -140,7 +155,7 @@ class ConnectionAdmin(ReadOnlyAdmin):
     ]
     list_select_related = ["actor"]
     list_filter = ["server_id"]
-    fields = [
+    readonly_fields = (
         "id",
         "actor",
         "channel_name",
@@ -151,8 +166,8 @@ class ConnectionAdmin(ReadOnlyAdmin):
         "decoded_state",
         "created_at",
         "last_seen_at",
-    ]
-    readonly_fields = fields
+    )
+    fields = readonly_fields
 
     @admin.display(description="params")
     def decoded_params(self, obj: Connection) -> str:
@@ -168,8 +183,8 @@ class ActorEventAdmin(ReadOnlyAdmin):
     list_display = ["actor", "seq", "name", "created_at"]
     list_select_related = ["actor"]
     search_fields = ["=actor__id", "name"]
-    fields = ["actor", "seq", "name", "decoded_args", "created_at"]
-    readonly_fields = fields
+    readonly_fields = ("actor", "seq", "name", "decoded_args", "created_at")
+    fields = readonly_fields
 
     @admin.display(description="args")
     def decoded_args(self, obj: ActorEvent) -> str:
@@ -177,14 +192,185 @@ class ActorEventAdmin(ReadOnlyAdmin):
 
 
 # -- workflows (the workflow runtime) ---------------------------------------------
+# -- schedules, cron and queues -------------------------------------------------
+@admin.register(Schedule)
+class ScheduleAdmin(ReadOnlyAdmin):
+    list_display = ["run_at", "actor", "action", "status", "fired_at", "finished_at"]
+    list_filter = ["status", "action"]
+    list_select_related = ["actor"]
+    search_fields = ["=id", "=actor__id", "actor__name", "action"]
+    ordering = ["-run_at"]
+    readonly_fields = (
+        "id",
+        "actor",
+        "action",
+        "decoded_args",
+        "run_at",
+        "status",
+        "enqueued",
+        "created_at",
+        "fired_at",
+        "finished_at",
+        "error",
+    )
+    fields = readonly_fields
+    actions = ["fire_now"]
+
+    @admin.display(description="args")
+    def decoded_args(self, obj: Schedule) -> str:
+        return pretty_cbor(obj.args)
+
+    def has_fire_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.change_schedule")
+
+    @admin.action(description="Fire selected pending schedules now")
+    def fire_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        from .scheduler import fire_schedule
+
+        outcomes: dict[str, int] = {}
+        pending = queryset.filter(status=ScheduleStatus.PENDING)
+        for schedule_id in pending.values_list("id", flat=True):
+            outcome = fire_schedule(schedule_id, force=True).value
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        skipped = queryset.count() - sum(outcomes.values())
+        summary = ", ".join(f"{n} {what}" for what, n in sorted(outcomes.items()))
+        self.message_user(
+            request,
+            f"Fired: {summary or 'nothing'}; {skipped} not pending.",
+            messages.WARNING if "error" in outcomes else messages.SUCCESS,
+        )
+
+    fire_now.allowed_permissions = ["fire"]  # type: ignore[attr-defined]
+
+
+@admin.register(CronJob)
+class CronJobAdmin(ReadOnlyAdmin):
+    list_display = [
+        "actor",
+        "name",
+        "kind",
+        "cadence",
+        "action",
+        "next_run_at",
+        "running",
+    ]
+    list_filter = ["kind", "running"]
+    list_select_related = ["actor"]
+    search_fields = ["=actor__id", "actor__name", "name", "action"]
+    readonly_fields = (
+        "actor",
+        "name",
+        "kind",
+        "expression",
+        "interval",
+        "timezone",
+        "action",
+        "decoded_args",
+        "max_history",
+        "next_run_at",
+        "running",
+        "created_at",
+        "updated_at",
+        "recent_runs",
+    )
+    fields = readonly_fields
+
+    @admin.display(description="cadence")
+    def cadence(self, obj: CronJob) -> str:
+        return obj.expression or f"every {obj.interval:g} s"
+
+    @admin.display(description="args")
+    def decoded_args(self, obj: CronJob) -> str:
+        return pretty_cbor(obj.args)
+
+    @admin.display(description="history (latest 50)")
+    def recent_runs(self, obj: CronJob) -> str:
+        runs = obj.runs.order_by("-scheduled_at")[:50]
+        if not runs:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    r.scheduled_at,
+                    r.fired_at or "-",
+                    r.finished_at or "-",
+                    r.result,
+                    r.error,
+                )
+                for r in runs
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>scheduled</th><th>fired</th><th>finished</th>"
+            "<th>result</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+
+@admin.register(CronRun)
+class CronRunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "scheduled_at",
+        "job",
+        "action",
+        "result",
+        "fired_at",
+        "finished_at",
+    ]
+    list_filter = ["result"]
+    list_select_related = ["job", "job__actor"]
+    search_fields = ["job__name", "=job__actor__id", "action"]
+    ordering = ["-scheduled_at"]
+    readonly_fields = (
+        "job",
+        "action",
+        "scheduled_at",
+        "fired_at",
+        "finished_at",
+        "result",
+        "error",
+    )
+    fields = readonly_fields
+
+
+@admin.register(QueueMessage)
+class QueueMessageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "actor", "queue", "status", "created_at", "finished_at"]
+    list_filter = ["status", "queue"]
+    list_select_related = ["actor"]
+    search_fields = ["=actor__id", "actor__name", "queue"]
+    ordering = ["-id"]
+    readonly_fields = (
+        "id",
+        "actor",
+        "queue",
+        "status",
+        "decoded_body",
+        "decoded_response",
+        "shown_error",
+        "created_at",
+        "finished_at",
+    )
+    fields = readonly_fields
+
+    @admin.display(description="body")
+    def decoded_body(self, obj: QueueMessage) -> str:
+        return pretty_cbor(obj.body)
+
+    @admin.display(description="response")
+    def decoded_response(self, obj: QueueMessage) -> str:
+        return pretty_cbor(obj.response)
+
+    @admin.display(description="error")
+    def shown_error(self, obj: QueueMessage) -> str:
+        return pretty(obj.error) if obj.error else "-"
+
+
+# -- workflows ---------------------------------------------------------------------
 # Rows and history are read-only; the actions go through the runtime's
 # operations, which take the workflow's lease first, so they never race a run.
-from django.contrib.admin import helpers  # noqa: E402
-from django.template.response import TemplateResponse  # noqa: E402
-from django.utils.html import format_html_join  # noqa: E402
-
-from . import clock  # noqa: E402
-from .models import Workflow, WorkflowMessage  # noqa: E402
 
 
 def _when(timestamp: float | None) -> str:

@@ -81,3 +81,73 @@ def test_viewers_cannot_destroy(viewer, counter):
         {"action": "destroy_actors", "_selected_action": [str(counter.actor_id)]},
     )
     assert ActorRow.objects.filter(pk=counter.actor_id).exists()
+
+
+# -- schedules, cron and queues ---------------------------------------------------
+def state_of(handle):
+    return ActorRow.objects.get(pk=handle.actor_id).decoded_state()
+
+
+def test_fire_now_fires_a_pending_schedule_through_the_scheduler(client):
+    alarm = actors.get_or_create("alarmClock", "admin")
+    schedule_id = alarm.call("set_alarm", 3600, "early")
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    response = client.post(
+        reverse("admin:django_rivet_schedule_changelist"),
+        {"action": "fire_now", "_selected_action": [schedule_id]},
+        follow=True,
+    )
+    assert "Fired: 1 ok; 0 not pending." in response.content.decode()
+    assert [ring["label"] for ring in state_of(alarm)["rings"]] == ["early"]
+    # Fired once: a second attempt finds nothing pending.
+    response = client.post(
+        reverse("admin:django_rivet_schedule_changelist"),
+        {"action": "fire_now", "_selected_action": [schedule_id]},
+        follow=True,
+    )
+    assert "Fired: nothing; 1 not pending." in response.content.decode()
+    assert len(state_of(alarm)["rings"]) == 1
+
+
+def test_viewers_see_schedules_decoded_but_cannot_fire_them(viewer):
+    alarm = actors.get_or_create("alarmClock", "admin")
+    schedule_id = alarm.call("set_alarm", 3600, "label-in-args")
+    page = viewer.get(
+        reverse("admin:django_rivet_schedule_change", args=[schedule_id])
+    ).content.decode()
+    assert "label-in-args" in page
+    viewer.post(
+        reverse("admin:django_rivet_schedule_changelist"),
+        {"action": "fire_now", "_selected_action": [schedule_id]},
+    )
+    assert state_of(alarm)["rings"] == []
+
+
+def test_cron_job_page_shows_its_history(viewer):
+    from django_rivet.models import CronJob
+    from django_rivet.testing import freeze_time, run_due
+
+    with freeze_time() as clock:
+        alarm = actors.get_or_create("alarmClock", "admin")
+        alarm.call("set_every", "tick", 60)
+        clock.advance(60)
+        assert run_due() == 1
+    job = CronJob.objects.get()
+    listing = viewer.get(reverse("admin:django_rivet_cronjob_changelist"))
+    assert "every 60 s" in listing.content.decode()
+    page = viewer.get(reverse("admin:django_rivet_cronjob_change", args=[job.pk]))
+    assert "<td>ok</td>" in page.content.decode()
+
+
+def test_queue_messages_are_shown_decoded(viewer):
+    box = actors.get_or_create("mailbox", "admin")
+    box.send("jobs", {"task": "resize"})
+    page = viewer.get(reverse("admin:django_rivet_queuemessage_changelist"))
+    assert page.status_code == 200
+    from django_rivet.models import QueueMessage
+
+    message = QueueMessage.objects.get()
+    detail = viewer.get(
+        reverse("admin:django_rivet_queuemessage_change", args=[message.pk])
+    ).content.decode()
+    assert "&quot;task&quot;: &quot;resize&quot;" in detail
