@@ -39,8 +39,9 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
 if TYPE_CHECKING:
-    from . import actors as actors
-    from . import workflows as workflows
+    import django_rivet.actors as actors
+    import django_rivet.workflows as workflows
+
     from .actors.definition import Actor as Actor
     from .actors.definition import action as action
     from .actors.definition import queue_handler as queue_handler

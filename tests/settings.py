@@ -112,7 +112,7 @@ else:
     CELERY_BROKER_URL = "memory://"
 CELERY_TASK_IGNORE_RESULT = True
 
-RIVET = {}
+RIVET: dict = {}
 
 LOGGING = {
     "version": 1,

@@ -285,7 +285,7 @@ class Invocation:
 
     def __init__(
         self,
-        row: ActorRow,
+        row: LockedRow,
         definition: type[Actor],
         cached: _Cached,
         state: Any,
@@ -622,6 +622,7 @@ def _lock_row(ref: ActorRef, definition: type[Actor]) -> tuple[LockedRow, bool]:
             if ref.actor_id is None
             else {"actor_id": str(ref.actor_id)},
         )
+    assert ref.name is not None and key is not None  # by-id refs never create
     now = clock.now_datetime()
     new = ActorRow(
         id=uuid.uuid4(),
@@ -671,6 +672,7 @@ def _checkout(
 def _resolve_definition(ref: ActorRef) -> type[Actor]:
     if ref.name is not None:
         return registry.get(ref.name)
+    assert ref.actor_id is not None
     name = (
         ActorRow.objects.filter(pk=ref.actor_id).values_list("name", flat=True).first()
     )
