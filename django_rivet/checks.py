@@ -125,13 +125,13 @@ def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 
     errors: list[Any] = []
-    for name, first, second in registry.conflicts:
+    for name, first, second in registry.actors.conflicts:
         errors.append(
             Error(
                 E101.format(
                     name=name,
-                    first=f"{first.__module__}.{first.__qualname__}",
-                    second=f"{second.__module__}.{second.__qualname__}",
+                    first=registry.describe(first),
+                    second=registry.describe(second),
                 ),
                 hint=E101_HINT,
                 obj=second,
@@ -142,7 +142,7 @@ def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
             errors.append(
                 Error(
-                    E102.format(name=name, cls=f"{cls.__module__}.{cls.__qualname__}"),
+                    E102.format(name=name, cls=registry.describe(cls)),
                     hint=E102_HINT,
                     obj=cls,
                     id="rivet.E102",
@@ -210,5 +210,5 @@ def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             obj=registry.describe(second),
             id="rivet.E201",
         )
-        for name, first, second in registry.conflicts
+        for name, first, second in registry.definitions.conflicts
     ]

@@ -335,9 +335,9 @@ def error_from_dict(data: dict[str, Any]) -> RivetError:
     return error
 
 
-class AlreadyRegistered(Exception):
-    """A different class is already registered under that name."""
+class AlreadyRegistered(ValueError):
+    """A different definition is already registered under that name."""
 
 
 class NotRegistered(LookupError):
-    """No class is registered under that name."""
+    """No definition is registered under that name."""

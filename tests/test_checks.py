@@ -91,7 +91,7 @@ def test_duplicate_actor_names_found_by_autodiscovery_are_e101():
         assert messages[0].obj is Second
     finally:
         registry.unregister("dupe")
-        registry.conflicts.clear()
+        registry.actors.conflicts.clear()
 
 
 def test_invalid_actor_name_is_e102():
@@ -113,3 +113,16 @@ def test_every_check_id_is_documented():
     for name in dir(rivet_checks):
         if name[:1] in "EW" and name[1:].isdigit():
             assert f"rivet.{name}" in text, name
+
+
+def test_registering_another_class_under_a_taken_name_is_refused():
+    from django_rivet.exceptions import AlreadyRegistered, NotRegistered
+
+    class Impostor(Actor):
+        name = "counter"
+
+    with pytest.raises(AlreadyRegistered):
+        registry.register(Impostor)
+    assert registry.get("counter") is not Impostor
+    with pytest.raises(NotRegistered):
+        registry.unregister("neverRegistered")

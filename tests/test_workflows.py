@@ -8,7 +8,7 @@ from django.db import transaction
 
 from django_rivet import Actor, UserError, action, actors, workflows
 from django_rivet.checks import E201
-from django_rivet.exceptions import WorkflowNotFound
+from django_rivet.exceptions import AlreadyRegistered, WorkflowNotFound
 from django_rivet.models import Workflow, WorkflowMessage, WorkflowStatus
 from django_rivet.testing import (
     arun_until_idle,
@@ -367,7 +367,7 @@ def test_duplicate_names_are_a_system_check_error(monkeypatch):
         return None
 
     monkeypatch.setattr(
-        registry, "conflicts", [("greet", test_workflows.greet, impostor)]
+        registry.definitions, "conflicts", [("greet", test_workflows.greet, impostor)]
     )
     errors = [e for e in checks.run_checks() if e.id == "rivet.E201"]
     assert [e.msg for e in errors] == [
@@ -377,7 +377,7 @@ def test_duplicate_names_are_a_system_check_error(monkeypatch):
             second=registry.describe(impostor),
         )
     ]
-    with pytest.raises(ValueError):
+    with pytest.raises(AlreadyRegistered):
         registry.register(impostor)
 
 
@@ -391,7 +391,7 @@ def test_discovery_records_conflicts_instead_of_raising(monkeypatch):
     module = types.ModuleType("tests.testapp.actors")
     module.impostor = impostor
     monkeypatch.setitem(__import__("sys").modules, "tests.testapp.actors", module)
-    monkeypatch.setattr(registry, "conflicts", [])
+    monkeypatch.setattr(registry.definitions, "conflicts", [])
     registry.discover()
-    assert registry.conflicts == [("greet", test_workflows.greet, impostor)]
+    assert registry.definitions.conflicts == [("greet", test_workflows.greet, impostor)]
     assert registry.get("greet") is test_workflows.greet

@@ -9,18 +9,16 @@ Conflicts found during autodiscovery are kept for the system checks
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from ..exceptions import ActorNotFound, AlreadyRegistered, NotRegistered
+from ..exceptions import ActorNotFound
+from ..registries import NameRegistry
 from . import definition
 from .definition import Actor
 
 __all__ = [
     "all_actors",
-    "conflicts",
     "get",
     "lookup",
     "register",
@@ -31,10 +29,18 @@ __all__ = [
 
 A = TypeVar("A", bound=type[Actor])
 
-_registry: dict[str, type[Actor]] = {}
-_lock = threading.Lock()
-# (name, registered class, rejected class) found by autodiscovery.
-conflicts: list[tuple[str, type[Actor], type[Actor]]] = []
+
+def describe(cls: type[Actor]) -> str:
+    """Return ``module.Class`` of an actor class, for messages."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+actors: NameRegistry[type[Actor]] = NameRegistry(
+    "Actor",
+    name_of=lambda cls: cls.name,
+    describe=describe,
+    not_found=lambda name: ActorNotFound(f"Unknown actor {name!r}"),
+)
 
 
 def register(cls: A) -> A:
@@ -43,45 +49,28 @@ def register(cls: A) -> A:
         raise TypeError(f"{cls!r} is not an Actor subclass")
     if cls.abstract:
         raise TypeError(f"{cls.__qualname__} is abstract and cannot be registered")
-    with _lock:
-        existing = _registry.get(cls.name)
-        if existing is not None and existing is not cls:
-            raise AlreadyRegistered(
-                f"Actor name {cls.name!r} is already registered by "
-                f"{existing.__module__}.{existing.__qualname__}"
-            )
-        _registry[cls.name] = cls
+    actors.register(cls)
     return cls
 
 
 def unregister(name_or_cls: str | type[Actor]) -> None:
     """Remove a registration."""
-    name = name_or_cls if isinstance(name_or_cls, str) else name_or_cls.name
-    with _lock:
-        if name not in _registry:
-            raise NotRegistered(f"No actor is registered as {name!r}")
-        del _registry[name]
+    actors.unregister(name_or_cls if isinstance(name_or_cls, str) else name_or_cls.name)
 
 
 def lookup(name: str) -> type[Actor]:
-    """Return the class registered as ``name`` or raise :class:`NotRegistered`."""
-    try:
-        return _registry[name]
-    except KeyError:
-        raise NotRegistered(f"No actor is registered as {name!r}") from None
+    """Return the class registered as ``name`` or raise ``NotRegistered``."""
+    return actors.lookup(name)
 
 
 def get(name: str) -> type[Actor]:
     """Return the class registered as ``name`` or raise ``actor/not_found``."""
-    try:
-        return _registry[name]
-    except KeyError:
-        raise ActorNotFound(f"Unknown actor {name!r}") from None
+    return actors.get(name)
 
 
 def all_actors() -> dict[str, type[Actor]]:
     """Return a snapshot of the registry."""
-    return dict(_registry)
+    return actors.snapshot()
 
 
 def _is_actors_module(module_name: str) -> bool:
@@ -91,32 +80,13 @@ def _is_actors_module(module_name: str) -> bool:
 def register_discovered() -> None:
     """Register the concrete classes defined in discovered ``actors`` modules."""
     for cls in definition.defined_classes:
-        if cls.abstract or not _is_actors_module(cls.__module__):
-            continue
-        try:
-            register(cls)
-        except AlreadyRegistered:
-            pair = (cls.name, _registry[cls.name], cls)
-            if pair not in conflicts:
-                conflicts.append(pair)
+        if not cls.abstract and _is_actors_module(cls.__module__):
+            actors.register_discovered(cls)
 
 
-@contextlib.contextmanager
-def register_temporarily(*classes: type[Actor]) -> Iterator[None]:
-    """Register ``classes`` for the duration of the block (tests).
+def register_temporarily(*classes: type[Actor]) -> AbstractContextManager[None]:
+    """Register ``classes`` for the duration of a ``with`` block (tests).
 
     A class already registered under the same name is restored afterwards.
     """
-    saved = {cls.name: _registry.get(cls.name) for cls in classes}
-    with _lock:
-        for cls in classes:
-            _registry[cls.name] = cls
-    try:
-        yield
-    finally:
-        with _lock:
-            for name, previous in saved.items():
-                if previous is None:
-                    _registry.pop(name, None)
-                else:
-                    _registry[name] = previous
+    return actors.temporarily(*classes)

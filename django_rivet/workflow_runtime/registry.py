@@ -4,23 +4,21 @@
 ``workflows.py`` (or ``actors.py``) are registered by :func:`discover`, which
 ``AppConfig.ready()`` calls after autodiscovery; anything else is registered
 with :func:`register` or, in tests, :func:`register_temporarily`. Two
-different definitions with one name are kept in :data:`conflicts` for the
+different definitions with one name are kept in ``definitions.conflicts`` for the
 system check ``rivet.E201`` instead of crashing startup.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from ..exceptions import WorkflowNotFound
+from ..registries import NameRegistry
 from ..workflow import WorkflowDefinition
 
 __all__ = [
     "all_workflows",
-    "conflicts",
     "discover",
     "get",
     "register",
@@ -30,11 +28,6 @@ __all__ = [
 
 DISCOVERED_MODULES = ("workflows", "actors")
 
-_registry: dict[str, WorkflowDefinition] = {}
-_lock = threading.Lock()
-# (name, registered definition, rejected definition) found by discovery.
-conflicts: list[tuple[str, WorkflowDefinition, WorkflowDefinition]] = []
-
 
 def describe(definition: WorkflowDefinition) -> str:
     """Return ``module.function`` of a definition, for messages."""
@@ -42,41 +35,38 @@ def describe(definition: WorkflowDefinition) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
+definitions: NameRegistry[WorkflowDefinition] = NameRegistry(
+    "Workflow",
+    name_of=lambda definition: definition.name,
+    describe=describe,
+    not_found=lambda name: WorkflowNotFound(f"Unknown workflow {name!r}"),
+)
+
+
 def register(definition: WorkflowDefinition) -> WorkflowDefinition:
     """Register ``definition`` under its name; return it.
 
-    Raises ``ValueError`` when another definition already has the name.
+    Raises :class:`~django_rivet.exceptions.AlreadyRegistered` (a
+    ``ValueError``) when another definition already has the name.
     """
     if not isinstance(definition, WorkflowDefinition):
         raise TypeError(f"{definition!r} is not a @workflow definition")
-    with _lock:
-        existing = _registry.get(definition.name)
-        if existing is not None and existing != definition:
-            raise ValueError(
-                f"Workflow name {definition.name!r} is already registered by "
-                f"{describe(existing)}"
-            )
-        _registry[definition.name] = definition
-    return definition
+    return definitions.register(definition)
 
 
 def unregister(name: str) -> None:
-    """Remove the definition registered as ``name`` (no error when absent)."""
-    with _lock:
-        _registry.pop(name, None)
+    """Remove the definition registered as ``name``."""
+    definitions.unregister(name)
 
 
 def get(name: str) -> WorkflowDefinition:
     """Return the definition registered as ``name`` or raise ``workflow/not_found``."""
-    try:
-        return _registry[name]
-    except KeyError:
-        raise WorkflowNotFound(f"Unknown workflow {name!r}") from None
+    return definitions.get(name)
 
 
 def all_workflows() -> dict[str, WorkflowDefinition]:
     """Return a snapshot of the registry."""
-    return dict(_registry)
+    return definitions.snapshot()
 
 
 def discover() -> None:
@@ -93,34 +83,14 @@ def discover() -> None:
                 continue
             for value in list(vars(module).values()):
                 if isinstance(value, WorkflowDefinition):
-                    _register_discovered(value)
+                    definitions.register_discovered(value)
 
 
-def _register_discovered(definition: WorkflowDefinition) -> None:
-    try:
-        register(definition)
-    except ValueError:
-        pair = (definition.name, _registry[definition.name], definition)
-        if pair not in conflicts:
-            conflicts.append(pair)
-
-
-@contextlib.contextmanager
-def register_temporarily(*definitions: WorkflowDefinition) -> Iterator[None]:
-    """Register ``definitions`` for the duration of the block (tests).
+def register_temporarily(
+    *items: WorkflowDefinition,
+) -> AbstractContextManager[None]:
+    """Register ``items`` for the duration of a ``with`` block (tests).
 
     A definition already registered under the same name is restored afterwards.
     """
-    saved = {d.name: _registry.get(d.name) for d in definitions}
-    with _lock:
-        for definition in definitions:
-            _registry[definition.name] = definition
-    try:
-        yield
-    finally:
-        with _lock:
-            for name, previous in saved.items():
-                if previous is None:
-                    _registry.pop(name, None)
-                else:
-                    _registry[name] = previous
+    return definitions.temporarily(*items)
