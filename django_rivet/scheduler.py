@@ -160,20 +160,7 @@ class _ClaimLost(Exception):
 def _enqueue(task_name: str, args: list[Any], eta: float | None = None) -> None:
     from . import tasks
 
-    task = getattr(tasks, task_name)
-    options: dict[str, Any] = {"retry": False}
-    if eta is not None and eta > clock.now():
-        options["eta"] = clock.to_datetime(eta)
-    try:
-        task.apply_async(args, **options)
-    except Exception:
-        # The database still holds the work; the sweeper fires it.
-        logger.warning(
-            "could not enqueue task=%s args=%s; the sweeper will pick it up",
-            task.name,
-            args,
-            exc_info=True,
-        )
+    tasks.send(task_name, args, eta)
 
 
 def _notify_worker() -> None:

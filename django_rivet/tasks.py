@@ -23,7 +23,41 @@ from celery import shared_task
 
 logger = logging.getLogger("django_rivet.tasks")
 
-__all__ = ["beat_schedule", "deliver_queue", "fire_schedule", "run_cron", "sweep"]
+__all__ = [
+    "beat_schedule",
+    "deliver_queue",
+    "fire_schedule",
+    "run_cron",
+    "send",
+    "sweep",
+]
+
+
+def send(task_name: str, args: list[Any], eta: float | None = None) -> bool:
+    """Send the rivet task ``task_name`` now, or at ``eta`` (epoch seconds).
+
+    Returns False, after logging why, when the broker refuses: the database
+    still holds the work and the sweeper sends the task again, so a broker
+    outage must not fail the commit that preceded it. No retries here, to
+    keep a down broker from stalling the caller.
+    """
+    from . import clock
+
+    task = globals()[task_name]
+    options: dict[str, Any] = {"retry": False}
+    if eta is not None and eta > clock.now():
+        options["eta"] = clock.to_datetime(eta)
+    try:
+        task.apply_async(args, **options)
+    except Exception as exc:
+        logger.warning(
+            "could not send task=%s args=%s error=%r; the sweeper will pick it up",
+            task.name,
+            args,
+            exc,
+        )
+        return False
+    return True
 
 
 @shared_task(name="rivet.fire_schedule", ignore_result=True)

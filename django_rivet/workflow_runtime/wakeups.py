@@ -60,18 +60,7 @@ def send_task(workflow_id: str, eta: float | None) -> None:
     """Send ``rivet.run_workflow`` now, or with an ETA (errors are logged)."""
     from .. import tasks
 
-    options: dict[str, Any] = {"retry": False}
-    if eta is not None and eta > clock.now():
-        options["eta"] = clock.to_datetime(eta)
-    try:
-        tasks.run_workflow.apply_async([workflow_id], **options)
-    except Exception as exc:
-        # The row says when to run; the sweeper sends the task again.
-        logger.warning(
-            "could not enqueue workflow=%s error=%r; the sweeper will pick it up",
-            workflow_id,
-            exc,
-        )
+    tasks.send("run_workflow", [workflow_id], eta)
 
 
 def schedule_wake(workflow_id: str, wake_at: datetime | None) -> None:
