@@ -54,11 +54,20 @@ RIVET_TEST_DATABASE_URL="$url" "$PY" -m pytest -q --db-only "$@"
 scripts/pg.sh stop "$work/pg"
 
 step "Python 3.12 + Django 6"
-py312=$(command -v python3.12 || true)
-if [ -z "$py312" ] && command -v pyenv >/dev/null 2>&1; then
-  py312=$(ls "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1 || true)
+# A pyenv shim answers `command -v` even when it cannot run, so try each
+# candidate for real.
+py312=""
+candidates=$(command -v python3.12 || true)
+if command -v pyenv >/dev/null 2>&1; then
+  candidates="$candidates $(ls "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null || true)"
 fi
-if [ -n "$py312" ] && "$py312" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+for candidate in $candidates; do
+  if "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+    py312=$candidate
+    break
+  fi
+done
+if [ -n "$py312" ]; then
   venv312=.venv-py312
   if [ ! -x "$venv312/bin/python" ] || [ pyproject.toml -nt "$venv312/.installed" ]; then
     "$py312" -m venv "$venv312"
