@@ -35,7 +35,8 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.datastructures import CaseInsensitiveMapping
 
 from . import events
-from .actors.runtime import ActorRef, Mode, Origin, ainvoke, public_error
+from .actors.rows import Mode
+from .actors.runtime import ActorRef, Origin, ainvoke, public_error
 from .conf import rivet_settings
 from .connections import (
     ConnAction,

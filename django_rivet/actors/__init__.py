@@ -128,7 +128,7 @@ def _lookup(ref: ActorRef) -> ActorHandle:
     """Find an existing actor without invoking it."""
     from ..exceptions import ActorNotFound
     from ..models import Actor
-    from .runtime import canonical_key
+    from .rows import canonical_key
 
     if ref.actor_id is not None:
         rows = Actor.objects.filter(pk=ref.actor_id)

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
-import json
 import logging
 import threading
 import time
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 
 from .. import clock, events
 from ..conf import rivet_settings
@@ -49,19 +48,18 @@ from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
     ActionNotFound,
     ActionTimeout,
-    ActorAlreadyExists,
     ActorNotFound,
     Forbidden,
     InternalError,
-    InvalidKey,
     ReentrantCall,
     RivetError,
 )
 from ..models import Actor as ActorRow
 from ..models import ActorEvent, Connection
-from . import registry
+from . import registry, rows
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
+from .rows import ActorRef, LockedRow
 
 logger = logging.getLogger("django_rivet.actors")
 
@@ -77,89 +75,15 @@ __all__ = [
     "clear_cache",
     "evict_idle",
     "invoke",
-    "normalize_key",
     "public_error",
 ]
 
-KEY_PART_MAX_BYTES = 128
-KEY_MAX_BYTES = 1024
-NAME_MAX_LENGTH = 64
 INVOKE_THREADS = 16
 
 # Threads for invocations started from async code (see module docstring).
 executor = ThreadPoolExecutor(
     max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke"
 )
-
-Mode = Literal["get", "get_or_create", "create"]
-
-
-# -- identity -------------------------------------------------------------------
-def normalize_key(key: Any) -> tuple[str, ...]:
-    """Return the canonical tuple form of a key (``"a"`` == ``["a"]``)."""
-    if key is None:
-        parts: tuple[Any, ...] = ()
-    elif isinstance(key, str):
-        parts = (key,)
-    elif isinstance(key, list | tuple):
-        parts = tuple(key)
-    else:
-        raise InvalidKey("An actor key is a string or a list of strings")
-    total = 0
-    for part in parts:
-        if not isinstance(part, str):
-            raise InvalidKey("An actor key is a string or a list of strings")
-        size = len(part.encode("utf-8"))
-        if size > KEY_PART_MAX_BYTES:
-            raise InvalidKey(
-                f"A key part is {size} bytes; the limit is {KEY_PART_MAX_BYTES}",
-                metadata={"size": size, "limit": KEY_PART_MAX_BYTES},
-            )
-        total += size
-    if total > KEY_MAX_BYTES:
-        raise InvalidKey(
-            f"The key is {total} bytes; the limit is {KEY_MAX_BYTES}",
-            metadata={"size": total, "limit": KEY_MAX_BYTES},
-        )
-    return parts
-
-
-def canonical_key(parts: tuple[str, ...]) -> str:
-    """Return the stored, unique form of a normalized key."""
-    return json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass(frozen=True, slots=True)
-class ActorRef:
-    """Which actor to invoke: by ``(name, key)`` or by ``actor_id``."""
-
-    name: str | None = None
-    key: tuple[str, ...] = ()
-    actor_id: uuid.UUID | None = None
-    mode: Mode = "get"
-    input: Any = None
-
-    @classmethod
-    def of(
-        cls, name: str, key: Any = None, *, mode: Mode = "get", input: Any = None
-    ) -> ActorRef:
-        """Build a reference by name and key, validating both."""
-        if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH:
-            raise InvalidKey(f"Actor names are 1 to {NAME_MAX_LENGTH} characters")
-        return cls(name=name, key=normalize_key(key), mode=mode, input=input)
-
-    @classmethod
-    def by_id(cls, actor_id: uuid.UUID | str) -> ActorRef:
-        """Build a reference by actor id."""
-        try:
-            value = (
-                actor_id
-                if isinstance(actor_id, uuid.UUID)
-                else uuid.UUID(str(actor_id))
-            )
-        except ValueError:
-            raise ActorNotFound(f"Invalid actor id {actor_id!r}") from None
-        return cls(actor_id=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,34 +341,12 @@ class Invocation:
         if self.broadcasts:
             changes["event_seq"] = self._write_events()
         if changes:
-            self._update_row(changes)
+            rows.update_row(
+                self.actor_id, changes.get("state"), changes.get("event_seq")
+            )
+            if "state" in changes:
+                self.row.version += 1
         self.state_bytes = new_bytes
-
-    def _update_row(self, changes: dict[str, Any]) -> None:
-        # Raw SQL for the same reason as the locking statement: it runs on
-        # every invocation that changes something.
-        ops = connection.ops
-        assignments, params = [], []
-        if "state" in changes:
-            assignments.append("{state} = %s, {version} = {version} + 1")
-            params.append(changes["state"])
-            self.row.version += 1
-        if "event_seq" in changes:
-            assignments.append("{event_seq} = %s")
-            params.append(changes["event_seq"])
-        assignments.append("{updated_at} = %s")
-        params.append(ops.adapt_datetimefield_value(clock.now_datetime()))
-        pk = ActorRow._meta.pk
-        assert pk is not None
-        params.append(pk.get_db_prep_value(self.actor_id, connection))
-        names = {
-            name: ops.quote_name(name)
-            for name in ("state", "version", "event_seq", "updated_at", "id")
-        }
-        sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
-        sql = sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
 
     def _write_events(self) -> int:
         first = self.row.event_seq + 1
@@ -550,103 +452,6 @@ class RunHook:
 
 
 # -- invoke ---------------------------------------------------------------------------
-@dataclass(slots=True)
-class LockedRow:
-    """The columns of a locked actor row that an invocation needs."""
-
-    id: uuid.UUID
-    name: str
-    key_parts: list[str]
-    state: bytes
-    version: int
-    event_seq: int
-
-
-_COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
-
-
-def _locking_sql(by_id: bool) -> str:
-    """Return the one statement that locks and reads an actor row."""
-    ops = connection.ops
-    table = ops.quote_name(ActorRow._meta.db_table)
-    columns = ", ".join(ops.quote_name(c) for c in _COLUMNS)
-    where = "id = %s" if by_id else "name = %s AND key = %s"
-    if connection.vendor == "postgresql":
-        return f"SELECT {columns} FROM {table} WHERE {where} FOR UPDATE"
-    # Elsewhere (SQLite) the first statement is a write, which takes the
-    # write lock (with its busy timeout) before anything is read.
-    version = ops.quote_name("version")
-    return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
-
-
-def _fetch_locked(ref: ActorRef, key: str | None) -> LockedRow | None:
-    # Raw SQL on purpose: this runs once per invocation and the ORM's query
-    # compilation cost more than the statement itself.
-    pk = ActorRow._meta.pk
-    assert pk is not None
-    if ref.actor_id is not None:
-        params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
-    else:
-        params = [ref.name, key]
-    with connection.cursor() as cursor:
-        cursor.execute(_locking_sql(ref.actor_id is not None), params)
-        found = cursor.fetchone()
-    if found is None:
-        return None
-    actor_id, name, key_parts, state, version, event_seq = found
-    return LockedRow(
-        id=actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id),
-        name=name,
-        key_parts=json.loads(key_parts) if isinstance(key_parts, str) else key_parts,
-        state=bytes(state),
-        version=version,
-        event_seq=event_seq,
-    )
-
-
-def _lock_row(ref: ActorRef, definition: type[Actor]) -> tuple[LockedRow, bool]:
-    """Lock (and maybe create) the actor row; return ``(row, created)``."""
-    key = canonical_key(ref.key) if ref.actor_id is None else None
-    row = _fetch_locked(ref, key)
-    if row is not None:
-        if ref.mode == "create":
-            raise ActorAlreadyExists(
-                f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",
-                metadata={"actor_id": str(row.id)},
-            )
-        return row, False
-    if ref.mode == "get" or ref.actor_id is not None:
-        raise ActorNotFound(
-            "Actor not found",
-            metadata={"name": ref.name, "key": list(ref.key)}
-            if ref.actor_id is None
-            else {"actor_id": str(ref.actor_id)},
-        )
-    assert ref.name is not None and key is not None  # by-id refs never create
-    now = clock.now_datetime()
-    new = ActorRow(
-        id=uuid.uuid4(),
-        name=ref.name,
-        key=key,
-        key_parts=list(ref.key),
-        created_at=now,
-        updated_at=now,
-    )
-    try:
-        with transaction.atomic():
-            new.save(force_insert=True)
-    except IntegrityError:
-        # Another process created it first (PostgreSQL); lock and use theirs.
-        row = _fetch_locked(ref, key)
-        if row is None:
-            raise
-        if ref.mode == "create":
-            raise ActorAlreadyExists(metadata={"actor_id": str(row.id)}) from None
-        return row, False
-    created = LockedRow(new.id, new.name, list(ref.key), b"", 0, 0)
-    return created, True
-
-
 def _checkout(
     row: LockedRow, definition: type[Actor]
 ) -> tuple[_Cached, bool, Any, bytes | None]:
@@ -690,7 +495,7 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     checked_out: tuple[uuid.UUID, _Cached, bool] | None = None
     try:
         with transaction.atomic():
-            row, created = _lock_row(ref, definition)
+            row, created = rows.lock_row(ref)
             if row.id in active:
                 raise ReentrantCall()
             if row.name != definition.name:

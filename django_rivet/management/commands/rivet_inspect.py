@@ -173,7 +173,7 @@ class Command(BaseCommand):
 
     def actor_detail(self, ident: list[str]) -> dict[str, Any]:
         """Return one actor (by id, or by name and key) with its state."""
-        from django_rivet.actors.runtime import canonical_key, normalize_key
+        from django_rivet.actors.rows import canonical_key, normalize_key
         from django_rivet.models import Actor
 
         rows = Actor.objects.all()
