@@ -35,7 +35,7 @@ from .actors.context import Conn
 from .actors.runtime import ActorRef, CallAction, invoke
 from .conf import rivet_settings
 from .encoding import cbor_dumps, cbor_loads
-from .exceptions import ActorNotFound, Forbidden, RivetError
+from .exceptions import ActorNotFound, ConnectionExpired, Forbidden, RivetError
 from .models import ActorEvent, Connection
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ __all__ = [
     "ConnAction",
     "Connect",
     "ConnectResult",
-    "ConnectionExpired",
     "Disconnect",
     "Heartbeat",
     "check_actor_name",
@@ -75,15 +74,6 @@ def heartbeat_interval() -> float:
 def stale_after() -> float:
     """Return the age (seconds) after which a connection counts as dead."""
     return STALE_HEARTBEATS * heartbeat_interval()
-
-
-class ConnectionExpired(RivetError):
-    """The connection was removed (e.g. by the liveness sweep); reconnect."""
-
-    group = "actor"
-    code = "connection_expired"
-    http_status = 410
-    default_message = "This connection no longer exists; reconnect"
 
 
 def check_actor_name(invocation: Invocation, expected: str | None) -> None:

@@ -41,7 +41,6 @@ from .conf import rivet_settings
 from .connections import (
     ConnAction,
     Connect,
-    ConnectionExpired,
     ConnectResult,
     Disconnect,
     heartbeat,
@@ -49,6 +48,7 @@ from .connections import (
 from .encoding import Encoding, cbor_loads, decode, encode, json_dumps, parse_encoding
 from .exceptions import (
     ActorNotFound,
+    ConnectionExpired,
     Forbidden,
     InvalidArgs,
     MalformedRequest,

@@ -13,6 +13,10 @@ from typing import Any
 
 __all__ = [
     "ActionNotFound",
+    "AlreadyRegistered",
+    "ConnectionExpired",
+    "MethodNotAllowed",
+    "NotRegistered",
     "ActionTimeout",
     "ActorAlreadyExists",
     "ActorNotFound",
@@ -280,6 +284,24 @@ class QueueMessageTooLarge(RivetError):
     default_message = "Queue message is too large"
 
 
+class ConnectionExpired(RivetError):
+    """The connection was removed (e.g. by the liveness sweep); reconnect."""
+
+    group = "actor"
+    code = "connection_expired"
+    http_status = 410
+    default_message = "This connection no longer exists; reconnect"
+
+
+class MethodNotAllowed(RivetError):
+    """The route does not answer this HTTP method."""
+
+    group = "request"
+    code = "method_not_allowed"
+    http_status = 405
+    default_message = "Method not allowed"
+
+
 class WorkflowNotFound(RivetError):
     """No workflow (or workflow definition) has that id or name."""
 
@@ -314,6 +336,8 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         QueueFull,
         QueueMessageTooLarge,
         WorkflowNotFound,
+        ConnectionExpired,
+        MethodNotAllowed,
         InternalError,
     )
 }

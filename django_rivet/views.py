@@ -46,8 +46,8 @@ from .exceptions import (
     InvalidArgs,
     InvalidEncoding,
     MalformedRequest,
+    MethodNotAllowed,
     RequestTooLarge,
-    RivetError,
 )
 from .models import Actor as ActorRow
 
@@ -72,15 +72,6 @@ MEDIA_TYPES: dict[Encoding, str] = {
     "json": "application/json",
     "cbor": "application/cbor",
 }
-
-
-class MethodNotAllowed(RivetError):
-    """The route does not answer this HTTP method."""
-
-    group = "request"
-    code = "method_not_allowed"
-    http_status = 405
-    default_message = "Method not allowed"
 
 
 # -- encoding ---------------------------------------------------------------------
