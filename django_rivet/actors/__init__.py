@@ -156,12 +156,12 @@ def get(name: str, key: Any = None) -> ActorHandle:
     return _lookup(_ref(name, key, "get"))
 
 
-def get_or_create(name: str, key: Any = None, *, input: Any = None) -> ActorHandle:
+def get_or_create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
     """Return a handle, creating the actor (with ``input``) if needed."""
     return _ensure(_ref(name, key, "get_or_create", input))
 
 
-def create(name: str, key: Any = None, *, input: Any = None) -> ActorHandle:
+def create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
     """Create a new actor; ``actor/already_exists`` if it exists."""
     return _ensure(_ref(name, key, "create", input))
 
@@ -178,14 +178,12 @@ async def aget(name: str, key: Any = None) -> ActorHandle:
     return await sync_to_async(_lookup)(_ref(name, key, "get"))
 
 
-async def aget_or_create(
-    name: str, key: Any = None, *, input: Any = None
-) -> ActorHandle:
+async def aget_or_create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
     """Async :func:`get_or_create`."""
     return await _aensure(_ref(name, key, "get_or_create", input))
 
 
-async def acreate(name: str, key: Any = None, *, input: Any = None) -> ActorHandle:
+async def acreate(name: str, key: Any = None, input: Any = None) -> ActorHandle:
     """Async :func:`create`."""
     return await _aensure(_ref(name, key, "create", input))
 
