@@ -652,3 +652,13 @@ def test_invocations_from_many_threads_keep_one_cache_consistent():
         thread.join()
     assert errors == []
     assert counter.call("getCount") == 48
+
+
+def test_calls_by_id_to_a_loaded_actor_skip_the_name_lookup():
+    actors.get_or_create("counter", "by-id")
+    handle = actors.get("counter", "by-id")  # addresses the actor by id
+    handle.call("increment")
+    with CaptureQueriesContext(connection) as queries:
+        assert handle.call("increment") == 2
+    lookups = [q["sql"] for q in queries if q["sql"].startswith('SELECT "django_rivet')]
+    assert lookups == []

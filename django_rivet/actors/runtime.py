@@ -478,6 +478,13 @@ def _resolve_definition(ref: ActorRef) -> type[Actor]:
     if ref.name is not None:
         return registry.get(ref.name)
     assert ref.actor_id is not None
+    # An actor loaded in this process needs no lookup; invoke() checks the
+    # locked row's name anyway, in case the id now belongs to another class.
+    with _cache_lock:
+        cached = _cache.get(ref.actor_id)
+    if cached is not None:
+        # The registry, not the cache, says which class serves the name now.
+        return registry.get(cached.definition.name)
     name = (
         ActorRow.objects.filter(pk=ref.actor_id).values_list("name", flat=True).first()
     )
