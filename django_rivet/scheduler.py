@@ -142,6 +142,25 @@ def _claim_transaction() -> Iterator[None]:
         yield
 
 
+def _fired_by(
+    kind: str, id: Any, name: str, scheduled_at: datetime, fired_at: datetime
+) -> Origin:
+    """Return the origin of a scheduled, cron or queue invocation.
+
+    Its ``fire_info`` is what handlers read as ``ctx.fire_info`` (SPEC 3.4).
+    """
+    return Origin(
+        transport=kind,
+        fire_info={
+            "kind": kind,
+            "id": id,
+            "name": name,
+            "scheduled_at": scheduled_at,
+            "fired_at": fired_at,
+        },
+    )
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, RivetError):
         return f"{exc.qualified_code}: {exc.message}"
@@ -295,16 +314,7 @@ def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
     """Fire one claimed schedule through the invocation path."""
     fired_at = clock.now_datetime()
     operation = FireSchedule(claim, fired_at)
-    origin = Origin(
-        transport="schedule",
-        fire_info={
-            "kind": "schedule",
-            "id": str(claim.id),
-            "name": claim.action,
-            "scheduled_at": claim.run_at,
-            "fired_at": fired_at,
-        },
-    )
+    origin = _fired_by("schedule", str(claim.id), claim.action, claim.run_at, fired_at)
     try:
         invoke(ActorRef.by_id(claim.actor_id), operation, origin)
     except _HandlerGone:
@@ -568,16 +578,7 @@ def fire_claimed_cron(claim: CronClaim) -> Fired:
     """Fire one claimed cron run through the invocation path."""
     fired_at = clock.now_datetime()
     operation = RunCron(claim, fired_at)
-    origin = Origin(
-        transport="cron",
-        fire_info={
-            "kind": "cron",
-            "id": claim.job_id,
-            "name": claim.name,
-            "scheduled_at": claim.scheduled_at,
-            "fired_at": fired_at,
-        },
-    )
+    origin = _fired_by("cron", claim.job_id, claim.name, claim.scheduled_at, fired_at)
     try:
         invoke(ActorRef.by_id(claim.actor_id), operation, origin)
     except _HandlerGone:
@@ -741,16 +742,7 @@ def deliver_claimed_message(claim: MessageClaim) -> Fired:
     """Run the queue handler for one claimed message."""
     fired_at = clock.now_datetime()
     operation = DeliverMessage(claim, fired_at)
-    origin = Origin(
-        transport="queue",
-        fire_info={
-            "kind": "queue",
-            "id": claim.id,
-            "name": claim.queue,
-            "scheduled_at": claim.created_at,
-            "fired_at": fired_at,
-        },
-    )
+    origin = _fired_by("queue", claim.id, claim.queue, claim.created_at, fired_at)
     try:
         invoke(ActorRef.by_id(claim.actor_id), operation, origin)
     except Exception as exc:
