@@ -14,3 +14,19 @@ class Bench(Actor):
     def increment(self, ctx):
         ctx.state["n"] += 1
         return ctx.state["n"]
+
+    @action
+    def shout(self, ctx, sent_at):
+        """Broadcast one event to every subscribed connection (P7)."""
+        ctx.broadcast("tick", sent_at)
+        return None
+
+
+class Idle(Actor):
+    """A small actor that only gets loaded (P9's memory per cached actor)."""
+
+    initial_state = {"n": 0}
+
+    @action
+    def touch(self, ctx):
+        return ctx.state["n"]

@@ -1,0 +1,16 @@
+"""The measures, by id, in table order (see bench/README.md)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from bench.measures import (
+    p01_call,
+)
+
+MEASURES: dict[str, ModuleType] = {
+    module.ID: module
+    for module in (
+        p01_call,
+    )
+}
