@@ -64,7 +64,9 @@ else:
 # baselines and rivet get the same treatment.
 DATABASES["default"]["CONN_MAX_AGE"] = None
 
-RIVET = {"EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "") == "1"}
+# The embedded worker's dispatch (no broker) unless a leg runs Celery: a
+# Celery dispatch without a configured app would try a default AMQP broker.
+RIVET = {"EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "1") == "1"}
 
 LOGGING = {
     "version": 1,

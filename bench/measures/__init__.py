@@ -6,11 +6,19 @@ from types import ModuleType
 
 from bench.measures import (
     p01_call,
+    p04_flush,
+    p05_workflow,
+    p06_replay,
+    p11_engine,
 )
 
 MEASURES: dict[str, ModuleType] = {
     module.ID: module
     for module in (
         p01_call,
+        p04_flush,
+        p05_workflow,
+        p06_replay,
+        p11_engine,
     )
 }
