@@ -173,3 +173,41 @@ def row_from(
 def single(samples: list[float]) -> dict[str, float]:
     """Summarize a measure that has no baseline."""
     return summarize(samples)
+
+
+def rounds(
+    measures: dict[str, Callable[[], float]], trials: int, warmup: int = 1
+) -> dict[str, Any]:
+    """Like :func:`alternate` for several measures: rotate their order each trial.
+
+    Returns ``{"summary": {name: summary}, "samples": {name: [...]}}``; pair
+    any two with :func:`paired`.
+    """
+    names = list(measures)
+    for _ in range(warmup):
+        for name in names:
+            measures[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(trials):
+        shift = index % len(names)
+        order = names[shift:] + names[:shift]
+        if index % 2:
+            order.reverse()
+        for name in order:
+            gc.collect()
+            samples[name].append(measures[name]())
+    return {
+        "summary": {name: summarize(found) for name, found in samples.items()},
+        "samples": samples,
+    }
+
+
+def paired(found: dict[str, Any], subject: str, baseline: str) -> dict[str, Any]:
+    """Shape two measures of :func:`rounds` like the result of :func:`alternate`."""
+    subjects, baselines = found["samples"][subject], found["samples"][baseline]
+    ratios = [s / b for s, b in zip(subjects, baselines, strict=True) if b]
+    return {
+        "subject": found["summary"][subject],
+        "baseline": found["summary"][baseline],
+        "ratio": statistics.median(ratios) if ratios else None,
+    }

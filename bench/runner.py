@@ -40,6 +40,8 @@ class Context:
     servers: Servers
     quick: bool
     curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Results shared by measures that come from one leg (P2/P3, P7/P9).
+    memo: dict[str, Any] = field(default_factory=dict)
 
     def size(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full

@@ -67,6 +67,8 @@ DATABASES["default"]["CONN_MAX_AGE"] = None
 # The embedded worker's dispatch (no broker) unless a leg runs Celery: a
 # Celery dispatch without a configured app would try a default AMQP broker.
 RIVET = {"EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "1") == "1"}
+if os.environ.get("RIVET_BENCH_SLEEP_TIMEOUT"):
+    RIVET["SLEEP_TIMEOUT"] = float(os.environ["RIVET_BENCH_SLEEP_TIMEOUT"])
 
 LOGGING = {
     "version": 1,

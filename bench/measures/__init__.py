@@ -6,9 +6,13 @@ from types import ModuleType
 
 from bench.measures import (
     p01_call,
+    p02_http,
+    p03_ws,
     p04_flush,
     p05_workflow,
     p06_replay,
+    p07_broadcast,
+    p09_memory,
     p11_engine,
 )
 
@@ -16,9 +20,13 @@ MEASURES: dict[str, ModuleType] = {
     module.ID: module
     for module in (
         p01_call,
+        p02_http,
+        p03_ws,
         p04_flush,
         p05_workflow,
         p06_replay,
+        p07_broadcast,
+        p09_memory,
         p11_engine,
     )
 }
