@@ -75,11 +75,25 @@ def set_kv_image(workflow_id: str, image: dict[bytes, bytes]) -> None:
         )
 
 
+def start_embedded_worker() -> None:
+    """Start the embedded worker in this process (as daphne does on a request)."""
+    from django_rivet import worker
+
+    worker.start_embedded_worker()
+
+
+def stop_embedded_worker() -> None:
+    from django_rivet import worker
+
+    worker.stop_embedded_worker()
+
+
 def describe() -> dict[str, Any]:
     """Return what this file depends on, for the results' metadata."""
     return {
         "private": [
             "django_rivet.models.WorkflowKV / Workflow (tables, lease columns)",
             "django_rivet.actors.runtime.cached_ids (P9 checks the cache)",
+            "django_rivet.worker.start/stop_embedded_worker (P8)",
         ]
     }

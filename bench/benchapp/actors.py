@@ -30,3 +30,29 @@ class Idle(Actor):
     @action
     def touch(self, ctx):
         return ctx.state["n"]
+
+
+class ScheduleBench(Actor):
+    """Plans schedules and records how late each one ran (P8)."""
+
+    name = "scheduleBench"
+    initial_state = {"late": []}
+
+    @action
+    def plan(self, ctx, run_ats):
+        from datetime import UTC, datetime
+
+        for run_at in run_ats:
+            ctx.schedule.at(datetime.fromtimestamp(run_at, UTC), "ring")
+        return len(run_ats)
+
+    @action
+    def ring(self, ctx):
+        import time
+
+        due = ctx.fire_info["scheduled_at"].timestamp()
+        ctx.state["late"].append(time.time() - due)
+
+    @action
+    def lateness(self, ctx):
+        return ctx.state["late"]

@@ -12,6 +12,7 @@ from bench.measures import (
     p05_workflow,
     p06_replay,
     p07_broadcast,
+    p08_schedule,
     p09_memory,
     p11_engine,
 )
@@ -26,6 +27,7 @@ MEASURES: dict[str, ModuleType] = {
         p05_workflow,
         p06_replay,
         p07_broadcast,
+        p08_schedule,
         p09_memory,
         p11_engine,
     )
