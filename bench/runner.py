@@ -17,7 +17,10 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,8 @@ class Context:
     curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Results shared by measures that come from one leg (P2/P3, P7/P9).
     memo: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def size(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -86,6 +91,15 @@ class Context:
     def curve(self, name: str, point: dict[str, Any]) -> None:
         self.curves.setdefault(name, []).append(point)
 
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Return ``compute()``, computed once per run (legs shared by measures)."""
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self.memo:
+                self.memo[key] = compute()
+        return self.memo[key]
+
 
 # -- the table -----------------------------------------------------------------------
 def fmt(value: float | None, unit: str) -> str:
@@ -129,7 +143,9 @@ def table(rows: list[Row]) -> str:
     out = [" | ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True))]
     out.append("-+-".join("-" * w for w in widths))
     for line in lines:
-        out.append(" | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)))
+        out.append(
+            " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True))
+        )
     return "\n".join(out)
 
 
@@ -165,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("ids", nargs="*", help="measures to run (P1 ... P11)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument(
-        "--output", default=None, help="results file (default bench/results/latest.json)"
+        "--output",
+        default=None,
+        help="results file (default bench/results/latest.json)",
     )
     args = parser.parse_args(argv)
     wanted = [i.upper() for i in args.ids] or list(MEASURES)
@@ -181,24 +199,37 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     failures: dict[str, str] = {}
     timings: dict[str, float] = {}
+
+    def measure(measure_id: str) -> list[Row]:
+        module = MEASURES[measure_id]
+        print(f"==> {measure_id} {module.TITLE}", flush=True)
+        began = time.perf_counter()
+        try:
+            found: list[Row] = module.run(ctx)
+        except Exception as exc:  # report, go on with the next measure
+            failures[measure_id] = f"{type(exc).__name__}: {exc}"
+            print(f"    {measure_id} FAILED: {failures[measure_id]}", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            return []
+        finally:
+            timings[measure_id] = time.perf_counter() - began
+        for row in found:
+            value = fmt(row.value.get("median"), row.unit)
+            ratio = "-" if row.ratio is None else f"{row.ratio:.2f}x"
+            print(f"    {row.id} {row.measure}: {value} ratio {ratio} {row.verdict}",
+                  flush=True)  # fmt: skip
+        return found
+
     try:
-        for measure_id in wanted:
-            module = MEASURES[measure_id]
-            print(f"==> {measure_id} {module.TITLE}", flush=True)
-            began = time.perf_counter()
-            try:
-                found = module.run(ctx)
-            except Exception as exc:  # report, go on with the next measure
-                failures[measure_id] = f"{type(exc).__name__}: {exc}"
-                print(f"    FAILED: {failures[measure_id]}", file=sys.stderr, flush=True)
-                continue
-            finally:
-                timings[measure_id] = time.perf_counter() - began
-            for row in found:
-                print(f"    {row.measure}: {fmt(row.value.get('median'), row.unit)}"
-                      f" ratio {row.ratio if row.ratio is None else round(row.ratio, 2)}"
-                      f" {row.verdict}", flush=True)  # fmt: skip
-            rows += found
+        if args.quick:
+            # Numbers mean nothing in a smoke run: overlap the legs to stay
+            # within a minute. A full run measures one thing at a time.
+            with ThreadPoolExecutor(max_workers=3) as pool:
+                for found in pool.map(measure, wanted):
+                    rows += found
+        else:
+            for measure_id in wanted:
+                rows += measure(measure_id)
     finally:
         servers.close()
     load_after = os.getloadavg()

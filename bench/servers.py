@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen | None, timeout: float = 30) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen | None, timeout: float = 30
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if proc is not None and proc.poll() is not None:
@@ -68,7 +71,9 @@ def python_env(**extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def daphne(env: dict[str, str], threads: int | None = None) -> Iterator[tuple[str, int]]:
+def daphne(
+    env: dict[str, str], threads: int | None = None
+) -> Iterator[tuple[str, int]]:
     """Serve ``bench.asgi`` with daphne; yield its base URL and its pid."""
     port = free_port()
     full = python_env(**env)
@@ -103,9 +108,15 @@ class Servers:
         self._redis_url: str | None = None
         self._templates: dict[str, dict[str, str]] = {}
         self._counter = itertools.count(1)
+        # --quick runs measures in threads: servers and templates start once.
+        self._lock = threading.RLock()
 
     # PostgreSQL and Redis ------------------------------------------------------
     def postgres(self) -> str:
+        with self._lock:
+            return self._start_postgres()
+
+    def _start_postgres(self) -> str:
         if self._pg_url is None:
             folder = self.work / "pg"
             self._pg_url = subprocess.run(
@@ -117,6 +128,10 @@ class Servers:
         return self._pg_url
 
     def redis(self) -> str:
+        with self._lock:
+            return self._start_redis()
+
+    def _start_redis(self) -> str:
         if self._redis_url is None:
             self._redis_url = subprocess.run(
                 [str(SCRIPTS / "redis.sh"), "start", str(self.work / "redis")],
@@ -143,15 +158,18 @@ class Servers:
     # Databases -------------------------------------------------------------------
     def database(self, kind: str) -> dict[str, str]:
         """Return the environment selecting a fresh, migrated database."""
-        template = self._template(kind)
-        number = next(self._counter)
+        with self._lock:
+            template = self._template(kind)
+            number = next(self._counter)
         if kind == "sqlite":
             path = self.work / f"leg{number}.sqlite3"
             shutil.copyfile(template["RIVET_BENCH_SQLITE"], path)
             return {"RIVET_BENCH_SQLITE": str(path)}
         name = f"leg{number}"
         self._psql(f"CREATE DATABASE {name} TEMPLATE rivet_template")
-        return {"RIVET_BENCH_DATABASE_URL": self.postgres().rsplit("/", 1)[0] + "/" + name}
+        return {
+            "RIVET_BENCH_DATABASE_URL": self.postgres().rsplit("/", 1)[0] + "/" + name
+        }
 
     def _template(self, kind: str) -> dict[str, str]:
         if kind not in self._templates:

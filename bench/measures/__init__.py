@@ -14,6 +14,7 @@ from bench.measures import (
     p07_broadcast,
     p08_schedule,
     p09_memory,
+    p10_scaling,
     p11_engine,
 )
 
@@ -29,6 +30,7 @@ MEASURES: dict[str, ModuleType] = {
         p07_broadcast,
         p08_schedule,
         p09_memory,
+        p10_scaling,
         p11_engine,
     )
 }

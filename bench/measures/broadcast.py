@@ -65,8 +65,12 @@ async def _main(url: str, pid: int, count: int, trials: int) -> dict[str, Any]:
         sockets = []
         for start in range(0, count, 50):  # 50 handshakes in flight at most
             batch = [
-                connect(ws_url + path, subprotocols=["rivet"] if rivet else None,
-                        max_queue=None, open_timeout=60)  # fmt: skip
+                connect(
+                    ws_url + path,
+                    subprotocols=["rivet"] if rivet else None,
+                    max_queue=None,
+                    open_timeout=60,
+                )  # fmt: skip
                 for _ in range(start, min(count, start + 50))
             ]
             opened = await asyncio.gather(*batch)
@@ -144,12 +148,13 @@ def leg(count: int, trials: int) -> dict[str, Any]:
 
 def results(ctx: Any) -> dict[str, Any]:
     """Run (once per benchmark run) the connections leg."""
-    if "broadcast" not in ctx.memo:
-        params = ctx.size({"count": 1000, "trials": 15}, {"count": 20, "trials": 2})
-        ctx.memo["broadcast"] = ctx.leg(
+    params = ctx.size({"count": 1000, "trials": 15}, {"count": 10, "trials": 1})
+    return ctx.once(
+        "broadcast",
+        lambda: ctx.leg(
             "bench.measures.broadcast:leg",
             params,
             db="postgresql",
             env={"RIVET_BENCH_REDIS_URL": ctx.servers.redis()},
-        )
-    return ctx.memo["broadcast"]
+        ),
+    )

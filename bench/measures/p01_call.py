@@ -54,11 +54,9 @@ def leg(trials: int, batch: int) -> dict[str, Any]:
 
 
 def run(ctx: Any) -> list:
-    params = ctx.size({"trials": 15, "batch": 200}, {"trials": 3, "batch": 10})
+    params = ctx.size({"trials": 15, "batch": 200}, {"trials": 1, "batch": 5})
     rows = []
     for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):
         found = ctx.leg("bench.measures.p01_call:leg", params, db=db)
-        rows.append(
-            row_from(ID, f"handle.call, {label}", "us", found, "floor", TARGET)
-        )
+        rows.append(row_from(ID, f"handle.call, {label}", "us", found, "floor", TARGET))
     return rows

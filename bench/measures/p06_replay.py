@@ -71,7 +71,7 @@ def leg(size: int, trials: int) -> dict[str, Any]:
 
 
 def run(ctx: Any) -> list:
-    sizes = ctx.size({1_000: 7, 10_000: 5, 100_000: 2}, {30: 2, 100: 2})
+    sizes = ctx.size({1_000: 7, 10_000: 5, 100_000: 2}, {100: 1})
     main = ctx.size(10_000, 100)
     out = []
     for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):

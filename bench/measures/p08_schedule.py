@@ -150,7 +150,7 @@ def leg(mode: str, count: int, spread: float, lead: float) -> dict[str, Any]:
 
 
 def run(ctx: Any) -> list:
-    count, spread, lead = ctx.size((200, 20.0, 3.0), (20, 1.0, 1.0))
+    count, spread, lead = ctx.size((200, 20.0, 3.0), (10, 0.5, 0.5))
     redis_url = ctx.servers.redis()
     out = []
     legs = (

@@ -102,7 +102,7 @@ def run(ctx: Any) -> list:
     if shutil.which("node") is None or shutil.which("npm") is None:
         return [Row(ID, "engine per step (node missing: skipped)", "us", {})]
     script = install_engine()
-    steps, trials = ctx.size((1_000, 15), (50, 2))
+    steps, trials = ctx.size((1_000, 15), (50, 1))
     found = ctx.leg(
         "bench.measures.p11_engine:leg",
         {"steps": steps, "trials": trials, "script": str(script)},

@@ -67,7 +67,9 @@ def leg(trials: int, batch: int) -> dict[str, Any]:
     from bench.benchapp.models import Row
     from bench.servers import daphne
 
-    Row.objects.get_or_create(name="baseline", defaults={"state": cbor2.dumps({"n": 0})})
+    Row.objects.get_or_create(
+        name="baseline", defaults={"state": cbor2.dumps({"n": 0})}
+    )
     connections.close_all()
     env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
     env["RIVET_BENCH_EMBEDDED"] = "0"  # no background worker in the server
@@ -76,7 +78,9 @@ def leg(trials: int, batch: int) -> dict[str, Any]:
         http = stack.enter_context(httpx.Client(base_url=url))
         ws_url = url.replace("http://", "ws://")
         rivet_ws = stack.enter_context(
-            connect(f"{ws_url}/rivet/actors/bench/connect?key=p3", subprotocols=["rivet"])
+            connect(
+                f"{ws_url}/rivet/actors/bench/connect?key=p3", subprotocols=["rivet"]
+            )
         )
         assert json.loads(rivet_ws.recv())["type"] == "init"
         raw_ws = stack.enter_context(connect(f"{ws_url}/baseline/ws"))
@@ -107,10 +111,11 @@ def leg(trials: int, batch: int) -> dict[str, Any]:
 
 def results(ctx: Any) -> dict[str, dict[str, Any]]:
     """Run (once per benchmark run) the transport legs of both databases."""
-    if "transport" not in ctx.memo:
-        params = ctx.size({"trials": 15, "batch": 100}, {"trials": 2, "batch": 5})
-        ctx.memo["transport"] = {
+    params = ctx.size({"trials": 15, "batch": 100}, {"trials": 1, "batch": 3})
+    return ctx.once(  # type: ignore[no-any-return]
+        "transport",
+        lambda: {
             label: ctx.leg("bench.measures.transport:leg", params, db=db)
             for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL"))
-        }
-    return ctx.memo["transport"]
+        },
+    )
