@@ -58,14 +58,13 @@ def actor_cache_size() -> int:
     return len(runtime.cached_ids())
 
 
-def set_kv_image(workflow_id: str, image: dict[bytes, bytes]) -> None:
-    """Replace a workflow's KV rows with ``image`` (P6's prepared history)."""
+def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
+    """Insert ``image`` into a workflow's KV rows (P6's prepared history)."""
     from django.db import transaction
 
     from django_rivet.models import WorkflowKV
 
     with transaction.atomic():
-        WorkflowKV.objects.filter(workflow_id=workflow_id).delete()
         WorkflowKV.objects.bulk_create(
             [
                 WorkflowKV(workflow_id=workflow_id, key=key, value=value)

@@ -84,7 +84,7 @@ class Context:
         if proc.returncode != 0 or not lines or not lines[-1].startswith("RESULT "):
             raise LegFailed(
                 f"{target} {params} failed (exit {proc.returncode}):\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-8000:]}"
             )
         return json.loads(lines[-1][len("RESULT ") :])
 

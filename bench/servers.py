@@ -74,8 +74,13 @@ def python_env(**extra: str) -> dict[str, str]:
 def daphne(
     env: dict[str, str], threads: int | None = None
 ) -> Iterator[tuple[str, int]]:
-    """Serve ``bench.asgi`` with daphne; yield its base URL and its pid."""
+    """Serve ``bench.asgi`` with daphne; yield its base URL and its pid.
+
+    Its stderr goes to a file whose tail is printed when the block fails, so
+    a server-side error shows up in the leg's report.
+    """
     port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="rivet-bench-daphne-", suffix=".log")
     full = python_env(**env)
     if threads is not None:  # sync_to_async's pool: ASGI_THREADS
         full["ASGI_THREADS"] = str(threads)
@@ -86,12 +91,19 @@ def daphne(
         env=full,
         # Access logs would cost the server time and flood the output.
         stdout=subprocess.DEVNULL,
+        stderr=log,
     )  # fmt: skip
     try:
         wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}", proc.pid
+    except BaseException:
+        log.flush()
+        tail = Path(log.name).read_text(errors="replace")[-4000:]
+        print(f"daphne's stderr (tail):\n{tail}", file=sys.stderr, flush=True)
+        raise
     finally:
         stop_process(proc)
+        log.close()
 
 
 class Servers:

@@ -50,8 +50,20 @@ async def _main(url: str, pid: int, count: int, trials: int) -> dict[str, Any]:
     arrivals: dict[str, list[float]] = {"rivet": [], "raw": []}
     expected: dict[str, asyncio.Future | None] = {"rivet": None, "raw": None}
     readers: list[asyncio.Task] = []
+    closed: list[str] = []
 
     async def reader(ws: Any, side: str) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await read(ws, side)
+        except ConnectionClosed as exc:
+            closed.append(f"{side}: {exc}")
+            for done in expected.values():
+                if done is not None and not done.done():
+                    done.set_exception(RuntimeError(f"a connection closed: {exc}"))
+
+    async def read(ws: Any, side: str) -> None:
         async for frame in ws:
             data = json.loads(frame)
             if data.get("type") == "event":

@@ -96,7 +96,7 @@ def leg(steps: int, trials: int) -> dict[str, Any]:
 def run(ctx: Any) -> list:
     ensure_dbos()
     main = ctx.size((1_000, 7), (20, 1))
-    curve = ctx.size((10_000, 2), None)  # quick: no curve leg
+    curve = ctx.size((10_000, 1), None)  # quick: no curve leg
     out = []
     for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):
         found = ctx.leg(

@@ -4,8 +4,10 @@ Subject: a ``benchReplay`` workflow whose history holds N completed steps
 waits for a message; each trial sends it one (untimed) and times
 ``run_until_idle``: claim, load the whole history, replay the N steps (and
 the messages received so far), record the new message, wait again, release.
-The history is prepared fast: the workflow runs once on ``InMemoryDriver``
-and its KV image is copied into the database.
+The history is prepared in linear time: the N step entries are built with
+``Storage`` (as P4 does: what the engine records for a trivial step), flushed
+into an ``InMemoryDriver`` and copied into the database; a first run then
+records the message wait on top, as a real run would.
 
 Baseline: a raw ``SELECT key, value ... ORDER BY key`` of the same rows,
 fetched whole -- the least a load has to read.
@@ -28,22 +30,20 @@ def leg(size: int, trials: int) -> dict[str, Any]:
     from django.db import connection
 
     from bench import internals
-    from bench.benchapp.workflows import bench_replay
+    from bench.measures.p04_flush import build
     from django_rivet import workflows
     from django_rivet.testing import run_until_idle
-    from django_rivet.workflow import InMemoryDriver, run_workflow
+    from django_rivet.workflow import InMemoryDriver
 
     handle = workflows.start("benchReplay", size)
     driver = InMemoryDriver()
     loop = asyncio.new_event_loop()
     try:
-        outcome = loop.run_until_complete(
-            run_workflow(handle.workflow_id, bench_replay.fn, size, driver)
-        )
+        loop.run_until_complete(build(driver, size).flush())
     finally:
         loop.close()
-    assert outcome.state == "sleeping", outcome
-    internals.set_kv_image(handle.workflow_id, driver.kv)
+    internals.add_kv_rows(handle.workflow_id, driver.kv)
+    assert run_until_idle(handle) == "sleeping"  # replays, then waits for m0
     table, fk, key, value = internals.workflow_kv_table()
     select = f"SELECT {key}, {value} FROM {table} WHERE {fk} = %s ORDER BY {key}"
     sent = iter(range(10**9))
