@@ -32,7 +32,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000},
+            "CONFIG": {
+                # redis-py >= 8 defaults socket_timeout to 5 s, as long as
+                # channels_redis's BZPOPMIN wait: every consumer idle for 5 s
+                # then dies with 1011. No read timeout, as redis-py < 8 had.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "capacity": 5000,
+            },
         }
     }
 else:
