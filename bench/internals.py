@@ -53,9 +53,9 @@ def take_lease(workflow_id: str) -> str:
 
 def actor_cache_size() -> int:
     """Return how many actor instances this process holds in its cache."""
-    from django_rivet.actors import runtime
+    from django_rivet.actors import cache
 
-    return len(runtime.cached_ids())
+    return len(cache.cached_ids())
 
 
 def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
@@ -76,13 +76,13 @@ def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
 
 def start_embedded_worker() -> None:
     """Start the embedded worker in this process (as daphne does on a request)."""
-    from django_rivet import worker
+    from django_rivet.scheduling import worker
 
     worker.start_embedded_worker()
 
 
 def stop_embedded_worker() -> None:
-    from django_rivet import worker
+    from django_rivet.scheduling import worker
 
     worker.stop_embedded_worker()
 
@@ -92,7 +92,7 @@ def describe() -> dict[str, Any]:
     return {
         "private": [
             "django_rivet.models.WorkflowKV / Workflow (tables, lease columns)",
-            "django_rivet.actors.runtime.cached_ids (P9 checks the cache)",
-            "django_rivet.worker.start/stop_embedded_worker (P8)",
+            "django_rivet.actors.cache.cached_ids (P9 checks the cache)",
+            "django_rivet.scheduling.worker.start/stop_embedded_worker (P8)",
         ]
     }
