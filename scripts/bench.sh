@@ -6,7 +6,7 @@
 # @rivetkit/workflow-engine from npm into bench/.cache/node (git-ignored)
 # when node and npm are present.
 #
-#   scripts/bench.sh              every measure, full size (~15-25 min)
+#   scripts/bench.sh              every measure, full size (~30 min)
 #   scripts/bench.sh P1 P5        some of them
 #   scripts/bench.sh --quick      tiny sizes, < 1 min: checks each one runs
 set -euo pipefail
