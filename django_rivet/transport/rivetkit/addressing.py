@@ -176,7 +176,8 @@ def gateway_target(segment: str, query: Mapping[str, list[str]]) -> GatewayTarge
     key = _single(query, "rvt-key")
     return GatewayTarget(
         name=segment,
-        key=tuple(key.split(",")) if key else (),
+        # Absent: the empty key; present but empty: the key [""].
+        key=tuple(key.split(",")) if key is not None else (),
         mode="get_or_create" if method == "getOrCreate" else "get",
         input=decode_input(_single(query, "rvt-input"), urlsafe=True),
         token=_single(query, "rvt-token"),
