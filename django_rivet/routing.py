@@ -8,7 +8,7 @@ session user (``ctx.user``, ``info.user`` in ``on_auth``).
 
 from django.urls import path
 
-from .consumers import RivetConsumer
+from .transport.consumer import RivetConsumer
 from .transport.rivetkit.urls import websocket_urlpatterns as rivetkit_patterns
 
 websocket_urlpatterns = [

@@ -5,7 +5,7 @@ path("rivet/", include("django_rivet.urls"))
 
 from django.urls import path, re_path
 
-from . import views
+from .transport import http
 from .transport.rivetkit import http as rivetkit_http
 from .transport.rivetkit import urls as rivetkit_urls
 
@@ -13,12 +13,12 @@ app_name = "django_rivet"
 
 urlpatterns = [
     # DELETE actors/{id} is the RivetKit client's (transport/rivetkit).
-    path("actors/<str:name>", rivetkit_http.destroy_or(views.actor_view), name="actor"),
-    path("actors/<str:name>/actions/<str:action>", views.action_view, name="action"),
-    path("actors/<str:name>/queue/<str:queue>", views.queue_view, name="queue"),
+    path("actors/<str:name>", rivetkit_http.destroy_or(http.actor_view), name="actor"),
+    path("actors/<str:name>/actions/<str:action>", http.action_view, name="action"),
+    path("actors/<str:name>/queue/<str:queue>", http.queue_view, name="queue"),
     re_path(
         r"^actors/(?P<name>[^/]+)/request(?:/(?P<path>.*))?$",
-        views.request_view,
+        http.request_view,
         name="request",
     ),
 ]

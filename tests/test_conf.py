@@ -23,6 +23,8 @@ SPEC_DEFAULTS = {
     "KV_ATOMIC_FLUSH": False,
     "ALLOWED_ORIGINS": None,
     "CORS_ALLOWED_ORIGINS": [],
+    # Beyond SPEC 11 (documented in docs/settings.md):
+    "DISPATCH_BACKEND": None,
 }
 
 

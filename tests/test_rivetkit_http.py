@@ -250,6 +250,28 @@ def test_queue_send_and_wait(client):
     assert response.json() == {"status": "completed", "response": {"got": {"n": 1}}}
 
 
+def test_raw_requests_keep_the_csrf_check_before_any_actor_code():
+    strict = Client(enforce_csrf_checks=True)
+    forged = strict.post(
+        "/rivet/gateway/chatRoom/request/hook?rvt-method=getOrCreate&rvt-key=csrf",
+        "x",
+        content_type="text/plain",
+    )
+    assert forged.status_code == 403
+    assert not ActorRow.objects.filter(name="chatRoom").exists()  # not created
+    room = actors.get_or_create("chatRoom", "csrf")
+    by_id = strict.post(f"/rivet/gateway/{room.actor_id}/request/hook", "x",
+                        content_type="text/plain")  # fmt: skip
+    assert by_id.status_code == 403
+    assert room.call("log") == []  # on_request never ran
+    webhook = strict.post(
+        "/rivet/gateway/webhook/request/in?rvt-method=getOrCreate&rvt-key=w",
+        "x",
+        content_type="text/plain",
+    )
+    assert (webhook.status_code, webhook.content) == (200, b"1")
+
+
 # -- CORS ---------------------------------------------------------------------------
 def preflight(client, origin, path="/rivet/gateway/counter/action/increment"):
     return client.options(

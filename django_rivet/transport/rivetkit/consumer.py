@@ -37,6 +37,11 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils.datastructures import CaseInsensitiveMapping
 
+from ... import events
+from ...actors.errors import public_error
+from ...actors.invocation import Origin
+from ...actors.rows import ActorRef
+from ...actors.spine import ainvoke
 from ...conf import rivet_settings
 from ...encoding import cbor_loads
 from ...exceptions import (
@@ -47,23 +52,12 @@ from ...exceptions import (
     RequestTooLarge,
     RivetError,
 )
+from ...models import ActorEvent, Connection
+from ..connections import ConnAction, Connect, Disconnect, heartbeat
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
 from .cors import websocket_origin_allowed
 from .protocol import ActionCall, WireEncoding
-from .spine import (
-    ActorEvent,
-    ActorRef,
-    ConnAction,
-    Connect,
-    Connection,
-    Disconnect,
-    Origin,
-    ainvoke,
-    events,
-    heartbeat,
-    public_error,
-)
 
 logger = logging.getLogger("django_rivet.transport")
 

@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from ...conf import rivet_settings
-from .spine import origin_allowed
+from ..origins import origin_allowed
 
 __all__ = [
     "ALLOWED_METHODS",

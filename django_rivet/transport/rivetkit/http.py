@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -40,16 +40,24 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 
 from ... import __version__
+from ...actors import registry
+from ...actors.definition import Actor
+from ...actors.errors import public_error
+from ...actors.invocation import Origin
+from ...actors.operations import CallAction
+from ...actors.rows import ActorRef
+from ...actors.spine import ainvoke
 from ...conf import rivet_settings
 from ...encoding import json_dumps, json_loads
 from ...exceptions import (
-    ActionNotFound,
     ActorNotFound,
     InvalidEncoding,
     MalformedRequest,
     MethodNotAllowed,
     RequestTooLarge,
 )
+from ...models import Actor as ActorRow
+from ...scheduling import queues
 from . import protocol
 from .addressing import (
     TOKEN_HEADER,
@@ -62,23 +70,8 @@ from .addressing import (
     serialize_key,
 )
 from .cors import cors
+from .operations import Describe, Destroy, HandleRequest
 from .protocol import WireEncoding
-from .spine import (
-    ActorRef,
-    Authorize,
-    CallAction,
-    Describe,
-    Destroy,
-    Origin,
-    ainvoke,
-    public_error,
-    queues,
-    registry,
-)
-
-if TYPE_CHECKING:
-    from ...actors.definition import Actor
-    from ...actors.runtime import Invocation
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -395,19 +388,15 @@ async def gateway_queue_view(
             raise MethodNotAllowed(metadata={"allowed": ["POST"]})
         address = gateway_target(target, _query(request))
         send = protocol.decode_queue_send(_read_body(request), encoding)
-        if address.name is not None:
-            # Refuse unknown queues before the actor is created.
-            queues.EnqueueMessage(queue, b"").prepare(registry.get(address.name))
         origin = await _gateway_origin(request, address)
-        # The queue API takes no origin, so on_auth runs in an invocation of
-        # its own first, as on django-rivet's own queue route.
-        actor_id = await ainvoke(_ref(address), Authorize(), origin)
+        # on_auth runs in the invocation that stores the message.
         result = await queues.asend(
-            ActorRef(actor_id=actor_id),
+            _ref(address),
             queue,
             send.body,
             wait=send.wait,
             timeout=None if send.timeout is None else send.timeout / 1000,
+            origin=origin,
         )
         status = QUEUE_STATUS.get(result.get("status", ""), "completed")
         data = protocol.encode_queue_result(
@@ -418,44 +407,40 @@ async def gateway_queue_view(
         return _error(exc, encoding)
 
 
-@dataclass(slots=True)
-class HandleRequest:
-    """Pass an ``HttpRequest`` to ``on_request``, after CSRF and ``on_auth``."""
-
-    request: HttpRequest
-    label: str | None = "request"
-
-    def prepare(self, definition: type[Actor]) -> None:
-        """Refuse actors without ``on_request`` before any I/O."""
-        if not definition.overrides("on_request"):
-            raise ActionNotFound(
-                f"Actor {definition.name!r} does not handle raw requests"
-            )
-
-    def run(self, invocation: Invocation) -> HttpResponseBase:
-        """Check CSRF, authorize, then let the actor answer."""
-        rejection = _csrf_rejection(self.request, invocation.definition)
-        if rejection is not None:
-            return rejection
-        invocation.authorize(None)
-        response = invocation.call_hook("on_request", self.request)
-        if not isinstance(response, HttpResponseBase):
-            raise TypeError(
-                f"on_request returned {type(response).__name__}, not an HttpResponse"
-            )
-        return response
-
-
-def _csrf_rejection(
-    request: HttpRequest, definition: type[Actor]
+async def csrf_rejection(
+    request: HttpRequest, address: GatewayTarget
 ) -> HttpResponseBase | None:
-    """Run Django's CSRF check unless the actor class opted out."""
+    """Run Django's CSRF check unless the addressed actor's class opted out.
+
+    Checked before the invocation, so a forged request creates no actor and
+    runs no actor code.
+    """
+    definition = await _definition(address)
     if getattr(definition, "csrf_exempt", False):
         return None
     if "django.middleware.csrf.CsrfViewMiddleware" not in settings.MIDDLEWARE:
         return None
     middleware = CsrfViewMiddleware(lambda r: HttpResponse())
-    return middleware.process_view(request, _protected_view, (), {})
+    # The check may read the session (CSRF_USE_SESSIONS): sync code.
+    return await sync_to_async(middleware.process_view)(
+        request, _protected_view, (), {}
+    )
+
+
+async def _definition(address: GatewayTarget) -> type[Actor]:
+    if address.name is not None:
+        return registry.get(address.name)
+    assert address.actor_id is not None
+    name = (
+        await ActorRow.objects.filter(pk=address.actor_id)
+        .values_list("name", flat=True)
+        .afirst()
+    )
+    if name is None:
+        raise ActorNotFound(
+            "Actor not found", metadata={"actor_id": str(address.actor_id)}
+        )
+    return registry.get(name)
 
 
 def _protected_view(request: HttpRequest) -> HttpResponse:  # pragma: no cover
@@ -478,6 +463,9 @@ async def gateway_request_view(
                 metadata={"size": length, "limit": limit},
             )
         address = gateway_target(target, _strip_rvt(request))
+        rejection = await csrf_rejection(request, address)
+        if rejection is not None:
+            return rejection
         origin = await _gateway_origin(request, address)
         response: HttpResponseBase = await ainvoke(
             _ref(address), HandleRequest(request), origin
