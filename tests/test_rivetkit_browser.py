@@ -149,8 +149,7 @@ def test_page_on_another_origin_connects_and_sees_a_broadcast(tmp_path, encoding
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(
-                f"{page_origin}/?endpoint={endpoint}&key={key}"
-                f"&encoding={encoding}"
+                f"{page_origin}/?endpoint={endpoint}&key={key}&encoding={encoding}"
             )
             expect(page.locator("#status")).to_have_text("connected", timeout=30000)
             expect(page.locator("#ws")).to_have_text("1")
