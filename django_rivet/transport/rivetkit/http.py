@@ -31,17 +31,13 @@ from functools import wraps
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
-from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 
 from ... import __version__
 from ...actors import registry
-from ...actors.definition import Actor
 from ...actors.errors import public_error
 from ...actors.invocation import Origin
 from ...actors.operations import CallAction
@@ -56,7 +52,6 @@ from ...exceptions import (
     MethodNotAllowed,
     RequestTooLarge,
 )
-from ...models import Actor as ActorRow
 from ...scheduling import queues
 from . import protocol
 from .addressing import (
@@ -70,7 +65,7 @@ from .addressing import (
     serialize_key,
 )
 from .cors import cors
-from .operations import Describe, Destroy, HandleRequest
+from .operations import Describe, Destroy, HandleRequest, csrf_rejection
 from .protocol import WireEncoding
 
 logger = logging.getLogger("django_rivet.transport")
@@ -326,11 +321,20 @@ def destroy_or(view: View) -> View:
     async def wrapper(
         request: HttpRequest, *args: Any, **kwargs: Any
     ) -> HttpResponseBase:
-        if request.method in ("DELETE", "OPTIONS"):
-            return await destroy(request, kwargs.get("name", ""))
+        segment = str(kwargs.get("name", ""))
+        if request.method in ("DELETE", "OPTIONS") and _is_actor_id(segment):
+            return await destroy(request, segment)
         return await view(request, *args, **kwargs)
 
     return csrf_exempt(wrapper)
+
+
+def _is_actor_id(segment: str) -> bool:
+    try:
+        parse_actor_id(segment)
+    except ActorNotFound:
+        return False
+    return True
 
 
 async def _destroy_view(request: HttpRequest, actor_id: str) -> HttpResponseBase:
@@ -405,47 +409,6 @@ async def gateway_queue_view(
         return _response(data, encoding)
     except Exception as exc:
         return _error(exc, encoding)
-
-
-async def csrf_rejection(
-    request: HttpRequest, address: GatewayTarget
-) -> HttpResponseBase | None:
-    """Run Django's CSRF check unless the addressed actor's class opted out.
-
-    Checked before the invocation, so a forged request creates no actor and
-    runs no actor code.
-    """
-    definition = await _definition(address)
-    if getattr(definition, "csrf_exempt", False):
-        return None
-    if "django.middleware.csrf.CsrfViewMiddleware" not in settings.MIDDLEWARE:
-        return None
-    middleware = CsrfViewMiddleware(lambda r: HttpResponse())
-    # The check may read the session (CSRF_USE_SESSIONS): sync code.
-    return await sync_to_async(middleware.process_view)(
-        request, _protected_view, (), {}
-    )
-
-
-async def _definition(address: GatewayTarget) -> type[Actor]:
-    if address.name is not None:
-        return registry.get(address.name)
-    assert address.actor_id is not None
-    name = (
-        await ActorRow.objects.filter(pk=address.actor_id)
-        .values_list("name", flat=True)
-        .afirst()
-    )
-    if name is None:
-        raise ActorNotFound(
-            "Actor not found", metadata={"actor_id": str(address.actor_id)}
-        )
-    return registry.get(name)
-
-
-def _protected_view(request: HttpRequest) -> HttpResponse:  # pragma: no cover
-    """Stand-in view for the CSRF check (it is not ``csrf_exempt``)."""
-    raise NotImplementedError
 
 
 @csrf_exempt
