@@ -12,6 +12,12 @@ holds no actor logic. What it adds is delivery:
   means the channel layer lost or reordered something, so the missing range
   is read from the event log (all lower seqs are committed by then: the
   actor lock orders commits). Replays for ``since`` read the log too.
+* **Answers before closes.** A close the server asks for while an action
+  runs (``ctx.destroy()``, ``conn.disconnect()``) waits for that action's
+  answer, so the caller learns the outcome of the action that closed it.
+
+The consumer class is one piece on purpose (about 550 lines): the ordering
+and delivery rules above share its per-connection cursor and queues.
 """
 
 from __future__ import annotations
