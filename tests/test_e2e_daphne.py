@@ -209,6 +209,15 @@ async def test_kick_closes_without_reconnecting(client):
     await ann.close()
 
 
+async def test_destroy_over_a_websocket_is_answered_before_the_close(client):
+    conn = await client.actor("stateWatcher", "ws-destroy").connect()
+    assert await conn.call("destroy") == "destroyed"
+    await wait_for(lambda: conn.status == "disconnected")
+    assert conn.close_code == 1000
+    with pytest.raises(ActorNotFound):
+        await client.actor("stateWatcher", "ws-destroy", create=False).acall("changes")
+
+
 def test_sync_connection(client):
     room = client.actor("chatRoom", "sync")
     received = threading.Event()

@@ -330,3 +330,30 @@ class Vault(Actor):
     def open(self, ctx):
         ctx.state["opened"] += 1
         return ctx.state["opened"]
+
+
+# -- parity with RivetKit's driver tests (issue 16) --------------------------------
+class StateWatcher(Actor):
+    """Counts its own ``on_state_change`` calls; can destroy itself."""
+
+    initial_state = {"count": 0, "connects": 0, "changes": 0}
+
+    def on_state_change(self, ctx, state):
+        state["changes"] += 1
+
+    def on_connect(self, ctx, conn):
+        ctx.state["connects"] += 1
+
+    @action
+    def increment(self, ctx):
+        ctx.state["count"] += 1
+        return ctx.state["count"]
+
+    @action
+    def changes(self, ctx):
+        return ctx.state["changes"]
+
+    @action
+    def destroy(self, ctx):
+        ctx.destroy()
+        return "destroyed"
