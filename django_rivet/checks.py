@@ -5,7 +5,9 @@ Messages are module constants so tests compare them by equality.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.apps import apps
 from django.conf import settings
@@ -13,7 +15,11 @@ from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from . import dispatch
+from .actors import registry
+from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 from .conf import DEFAULTS, rivet_settings
+from .scheduling.cron import MAX_HISTORY_LIMIT
+from .workflow_runtime import registry as workflow_registry
 
 E001 = "Unknown RIVET setting {key!r}."
 E001_HINT = "Valid settings: {valid}."
@@ -28,6 +34,11 @@ E101_HINT = "Give one of the classes a different `name`."
 E102 = "Actor name {name!r} of {cls} is invalid."
 E102_HINT = (
     "Names are 1-64 characters: a letter, then letters, digits, '_', '-' or '.'."
+)
+E005 = "RIVET['CORS_ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
+E005_HINT = (
+    "List each frontend origin as scheme://host[:port] (no path, no wildcard: "
+    "credentials are allowed, so '*' would let any site act as the user)."
 )
 W001 = "The channel layer {alias!r} is in-memory: broadcasts do not cross processes."
 W001_HINT = "Use channels_redis.core.RedisChannelLayer in production."
@@ -111,6 +122,37 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             "DISPATCH_BACKEND",
             "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
         )
+    errors += _check_cors_origins(user.get("CORS_ALLOWED_ORIGINS", []), bad)
+    return errors
+
+
+def _check_cors_origins(origins: Any, bad: Any) -> list[Any]:
+    """Check RIVET['CORS_ALLOWED_ORIGINS'] (the RivetKit-client endpoints)."""
+    if not isinstance(origins, list | tuple) or not all(
+        isinstance(o, str) for o in origins
+    ):
+        bad("CORS_ALLOWED_ORIGINS", "a list of origin strings")
+        return []
+    errors = []
+    for origin in origins:
+        parts = urlsplit(origin)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or "*" in origin
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+            or parts.username
+        ):
+            errors.append(
+                Error(
+                    E005.format(origin=origin),
+                    hint=E005_HINT,
+                    obj="settings.RIVET",
+                    id="rivet.E005",
+                )
+            )
     return errors
 
 
@@ -124,6 +166,76 @@ def _importable_backend(value: Any) -> bool:
     except ImportError:
         return False
     return True
+
+
+# -- retention ------------------------------------------------------------------------
+E301 = (
+    "RIVET[{key!r}] must be None or a number of seconds (or a timedelta) "
+    "from 0 to 100 years."
+)
+E301_HINT = "None keeps rows forever; see docs/settings.md (retention)."
+# Longer periods are "forever" anyway, and would overflow date arithmetic.
+MAX_RETENTION_SECONDS = 100 * 365 * 86400
+E302 = "RIVET['CRON_HISTORY'] must be None or an integer from 0 to {limit}."
+E302_HINT = "It is how many runs each cron job keeps; None keeps them all."
+W301 = (
+    "RIVET['QUEUE_RETENTION'] is shorter than RIVET['ACTION_TIMEOUT']: a sender "
+    "waiting for a reply may find its message purged."
+)
+W301_HINT = "Keep processed queue messages at least as long as senders wait."
+
+RETENTION_SETTINGS = ("WORKFLOW_RETENTION", "SCHEDULE_RETENTION", "QUEUE_RETENTION")
+
+
+def _seconds(value: Any) -> float | None:
+    """Return a retention value in seconds; None if it is not one."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+@register(Tags.compatibility)
+def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check the retention settings and that replies outlive waiting senders."""
+    errors: list[Any] = []
+    user = rivet_settings.user_settings
+    for key in RETENTION_SETTINGS:
+        value = user.get(key, DEFAULTS[key])
+        seconds = _seconds(value)
+        if value is not None and (
+            seconds is None or not 0 <= seconds <= MAX_RETENTION_SECONDS
+        ):
+            errors.append(
+                Error(
+                    E301.format(key=key),
+                    hint=E301_HINT,
+                    obj="settings.RIVET",
+                    id="rivet.E301",
+                )
+            )
+    history = user.get("CRON_HISTORY", DEFAULTS["CRON_HISTORY"])
+    if history is not None and (
+        isinstance(history, bool)
+        or not isinstance(history, int)
+        or not 0 <= history <= MAX_HISTORY_LIMIT
+    ):
+        errors.append(
+            Error(
+                E302.format(limit=MAX_HISTORY_LIMIT),
+                hint=E302_HINT,
+                obj="settings.RIVET",
+                id="rivet.E302",
+            )
+        )
+    queue = _seconds(user.get("QUEUE_RETENTION", DEFAULTS["QUEUE_RETENTION"]))
+    timeout = _seconds(user.get("ACTION_TIMEOUT", DEFAULTS["ACTION_TIMEOUT"]))
+    if queue is not None and timeout is not None and queue < timeout:
+        errors.append(
+            Warning(W301, hint=W301_HINT, obj="settings.RIVET", id="rivet.W301")
+        )
+    return errors
 
 
 @register(Tags.compatibility)
@@ -161,8 +273,6 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 @register(Tags.compatibility)
 def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check actor names: valid, and not defined twice."""
-    from .actors import registry
-    from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 
     errors: list[Any] = []
     for name, first, second in registry.actors.conflicts:
@@ -237,18 +347,16 @@ E201_HINT = "Give one of the @workflow definitions a different name."
 @register(Tags.compatibility)
 def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check that no two discovered @workflow definitions share a name."""
-    from .workflow_runtime import registry
-
     return [
         Error(
             E201.format(
                 name=name,
-                first=registry.describe(first),
-                second=registry.describe(second),
+                first=workflow_registry.describe(first),
+                second=workflow_registry.describe(second),
             ),
             hint=E201_HINT,
-            obj=registry.describe(second),
+            obj=workflow_registry.describe(second),
             id="rivet.E201",
         )
-        for name, first, second in registry.definitions.conflicts
+        for name, first, second in workflow_registry.definitions.conflicts
     ]

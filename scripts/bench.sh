@@ -17,4 +17,11 @@ if ! "$PY" -c 'import dbos, pyinstrument' 2>/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+# The standalone scripts main gained before they are folded into the runner
+# (bench/bench_retention.py, bench_rivetkit.py, bench_transport.py):
+# `scripts/bench.sh retention` runs bench/bench_retention.py.
+if [ $# -eq 1 ] && [ -f "bench/bench_$1.py" ]; then
+  mkdir -p bench/results
+  exec "$PY" "bench/bench_$1.py"
+fi
 exec "$PY" -m bench "$@"

@@ -22,8 +22,14 @@ SPEC_DEFAULTS = {
     "WORKFLOW_POLL_INTERVAL": 0.1,
     "KV_ATOMIC_FLUSH": False,
     "ALLOWED_ORIGINS": None,
+    "CORS_ALLOWED_ORIGINS": [],
     # Beyond SPEC 11 (documented in docs/settings.md):
     "DISPATCH_BACKEND": None,
+    # Retention (issue 19), seconds; None keeps forever.
+    "WORKFLOW_RETENTION": 7 * 86400,
+    "SCHEDULE_RETENTION": 86400,
+    "QUEUE_RETENTION": 86400,
+    "CRON_HISTORY": 100,
 }
 
 

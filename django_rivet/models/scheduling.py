@@ -29,7 +29,7 @@ class ScheduleStatus(models.TextChoices):
     ERROR = "error"
 
 
-class ScheduleQuerySet(models.QuerySet):
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
     """Intent-named filters over schedules."""
 
     def active(self) -> ScheduleQuerySet:
@@ -115,7 +115,7 @@ class CronKind(models.TextChoices):
     EVERY = "every"  # a fixed interval, anchored (no drift)
 
 
-class CronJobQuerySet(models.QuerySet):
+class CronJobQuerySet(models.QuerySet["CronJob"]):
     """Intent-named filters over cron jobs."""
 
     def due(self, now: Any) -> CronJobQuerySet:
@@ -141,7 +141,8 @@ class CronJob(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     action = models.CharField(max_length=255)
     args = models.BinaryField(default=b"")  # CBOR list
-    max_history = models.PositiveIntegerField(default=100)
+    # History entries kept; None follows RIVET["CRON_HISTORY"].
+    max_history = models.PositiveIntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField()
     # A run is claimed and has not committed; a run falling due meanwhile is
     # skipped (overlap).
@@ -234,7 +235,7 @@ class QueueMessageStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class QueueMessageQuerySet(models.QuerySet):
+class QueueMessageQuerySet(models.QuerySet["QueueMessage"]):
     """Intent-named filters over queue messages."""
 
     def active(self) -> QueueMessageQuerySet:
