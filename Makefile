@@ -31,8 +31,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not servers"
 
+## Every benchmark against its same-run baseline (starts its own servers);
+## `make bench ARGS="P1 P5"` for some, ARGS=--quick for the smoke run.
 bench: $(STAMP)
-	scripts/bench.sh
+	scripts/bench.sh $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_rivet tests example_project bench

@@ -1,8 +1,12 @@
-"""Django settings for the benchmarks (one database per process).
+"""Django settings of the benchmarks (one database per process).
 
-``RIVET_BENCH_DATABASE_URL=postgres://...`` selects PostgreSQL (started with
-default durability by the bench); otherwise SQLite in WAL mode at
-``RIVET_BENCH_SQLITE``.
+The runner passes everything through the environment:
+
+* ``RIVET_BENCH_DATABASE_URL=postgres://...`` selects PostgreSQL (started
+  with default durability by the runner); otherwise SQLite in WAL mode at
+  ``RIVET_BENCH_SQLITE``;
+* ``RIVET_BENCH_REDIS_URL`` selects the Redis channel layer and Celery
+  broker; otherwise the in-memory layer and no broker.
 """
 
 import os
@@ -15,14 +19,32 @@ ALLOWED_HOSTS = ["*"]
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
+    "daphne",
     "channels",
     "django_rivet",
     "bench.benchapp",
 ]
-ROOT_URLCONF = "bench.urls"
+ROOT_URLCONF = "bench.site"
 ASGI_APPLICATION = "bench.asgi.application"
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-CELERY_BROKER_URL = os.environ.get("RIVET_BENCH_REDIS_URL", "memory://")
+
+REDIS_URL = os.environ.get("RIVET_BENCH_REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py >= 8 defaults socket_timeout to 5 s, as long as
+                # channels_redis's BZPOPMIN wait: every consumer idle for 5 s
+                # then dies with 1011. No read timeout, as redis-py < 8 had.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "capacity": 5000,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_IGNORE_RESULT = True
 
 _url = os.environ.get("RIVET_BENCH_DATABASE_URL", "")
 if _url:
@@ -44,3 +66,19 @@ else:
             "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
         }
     }
+# Keep the database connection between requests, as a deployment would; the
+# baselines and rivet get the same treatment.
+DATABASES["default"]["CONN_MAX_AGE"] = None
+
+# The embedded worker's dispatch (no broker) unless a leg runs Celery: a
+# Celery dispatch without a configured app would try a default AMQP broker.
+RIVET = {"EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "1") == "1"}
+if os.environ.get("RIVET_BENCH_SLEEP_TIMEOUT"):
+    RIVET["SLEEP_TIMEOUT"] = float(os.environ["RIVET_BENCH_SLEEP_TIMEOUT"])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

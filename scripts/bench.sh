@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Run every benchmark in bench/ (make bench). Each bench_*.py is standalone:
-# it starts what it needs (PostgreSQL with default durability, Redis, daphne,
-# Celery), measures a baseline in the same run, prints a table and writes
-# bench/results/<name>.json. Pass names to run a subset: scripts/bench.sh invoke
+# The benchmarks (make bench): python -m bench, after installing the
+# bench-only extras (DBOS for P5, pyinstrument for profiling) into the venv.
+# Every measure starts what it needs -- PostgreSQL with default durability,
+# Redis, daphne, a Celery worker -- and stops it on exit. P11 installs
+# @rivetkit/workflow-engine from npm into bench/.cache/node (git-ignored)
+# when node and npm are present.
+#
+#   scripts/bench.sh              every measure, full size (~30 min)
+#   scripts/bench.sh P1 P5        some of them
+#   scripts/bench.sh --quick      tiny sizes, < 1 min: checks each one runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
-mkdir -p bench/results
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if [ $# -gt 0 ]; then
-  benches=()
-  for name in "$@"; do benches+=("bench/bench_$name.py"); done
-else
-  benches=(bench/bench_*.py)
+if ! "$PY" -c 'import dbos, pyinstrument' 2>/dev/null; then
+  "$PY" -m pip install -q -e '.[bench]'
 fi
-for bench in "${benches[@]}"; do
-  printf '\n==> %s\n' "$bench"
-  "$PY" "$bench"
-done
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+# The standalone scripts main gained before they are folded into the runner
+# (bench/bench_retention.py, bench_rivetkit.py, bench_transport.py):
+# `scripts/bench.sh retention` runs bench/bench_retention.py.
+if [ $# -eq 1 ] && [ -f "bench/bench_$1.py" ]; then
+  mkdir -p bench/results
+  exec "$PY" "bench/bench_$1.py"
+fi
+exec "$PY" -m bench "$@"

@@ -3,9 +3,11 @@
 #
 # 1. lint (ruff, import-linter, mypy --strict), migrations check, system checks;
 # 2. pytest on SQLite (everything);
-# 3. a throwaway PostgreSQL cluster, and pytest again on the tests that touch
+# 3. the benchmarks' smoke run (every measure at tiny sizes: each executes;
+#    no timing is checked);
+# 4. a throwaway PostgreSQL cluster, and pytest again on the tests that touch
 #    the database (--db-only);
-# 4. when Python 3.12 exists: a second venv with the newest Django 6.x and the
+# 5. when Python 3.12 exists: a second venv with the newest Django 6.x and the
 #    SQLite suite without the real-server tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +52,9 @@ fi
 
 step "pytest on SQLite"
 "$PY" -m pytest -q "$@"
+
+step "benchmarks smoke run (tiny sizes; checks each measure runs, not timings)"
+VENV="$VENV" scripts/bench.sh --quick --output "$work/bench-quick.json"
 
 step "pytest on PostgreSQL"
 url=$(scripts/pg.sh start "$work/pg")

@@ -2,10 +2,11 @@ from django.db import models
 
 
 class Row(models.Model):
-    """The baseline's row: locked and updated by the raw-ORM transaction."""
+    """The baselines' row: locked, read and written like an actor's state."""
 
     name = models.CharField(max_length=64, unique=True)
-    value = models.BigIntegerField(default=0)
+    state = models.BinaryField(default=b"")
+    version = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
         return self.name

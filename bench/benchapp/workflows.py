@@ -7,21 +7,28 @@ def trivial(index: int) -> int:
     return index
 
 
-@workflow(name="benchSteps")
-async def bench_steps(ctx, steps):
-    """``steps`` sequential trivial sync steps (the DBOS comparison's shape)."""
-    for index in range(steps):
+async def steps(ctx, count):
+    """``count`` sequential trivial sync steps (the DBOS comparison's shape)."""
+    for index in range(count):
         await ctx.step(f"s{index}", lambda index=index: trivial(index))
-    return steps
+    return count
 
 
-@workflow(name="benchAsyncSteps")
-async def bench_async_steps(ctx, steps):
-    """The same with async step functions (no hop to the database thread)."""
-    for index in range(steps):
+@workflow(name="benchSteps")
+async def bench_steps(ctx, count):
+    return await steps(ctx, count)
 
-        async def step(index=index):
-            return index
 
-        await ctx.step(f"s{index}", step)
-    return steps
+@workflow(name="benchReplay")
+async def bench_replay(ctx, count):
+    """``count`` steps, then wait for messages forever (P6 replays it).
+
+    Every message wakes it: the run loads the whole history, replays the
+    steps and the messages received so far, records the new one and waits
+    again, so one workflow serves any number of trials.
+    """
+    await steps(ctx, count)
+    index = 0
+    while True:
+        await ctx.messages.next(f"m{index}")
+        index += 1

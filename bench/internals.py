@@ -1,0 +1,98 @@
+"""The one place where the benchmarks touch django-rivet's private parts.
+
+Everything else in bench/ uses the public API (``django_rivet``,
+``.actors``, ``.workflows``, ``.workflow``, ``.testing``) plus
+``django_rivet.workflow.storage.Storage`` and
+``django_rivet.workflow_runtime.driver.DjangoDriver``. What is here needs
+the names of tables and columns, which no public API gives: when a module
+moves, only this file changes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+
+def workflow_kv_table() -> tuple[str, str, str, str]:
+    """Return the quoted (table, workflow id, key, value) names of WorkflowKV."""
+    from django.db import connection
+
+    from django_rivet.models import WorkflowKV
+
+    quote = connection.ops.quote_name
+    fk = WorkflowKV._meta.get_field("workflow").column
+    return (
+        quote(WorkflowKV._meta.db_table),
+        quote(fk),
+        quote("key"),
+        quote("value"),
+    )
+
+
+def delete_workflow_kv(workflow_id: str) -> None:
+    """Delete a workflow's KV rows (between trials, untimed)."""
+    from django_rivet.models import WorkflowKV
+
+    WorkflowKV.objects.filter(workflow_id=workflow_id).delete()
+
+
+def take_lease(workflow_id: str) -> str:
+    """Give ``workflow_id`` a lease held by us, as a worker's claim would."""
+    from django_rivet import clock
+    from django_rivet.models import Workflow
+
+    token = uuid.uuid4().hex
+    expires = clock.now_datetime() + timedelta(hours=1)
+    Workflow.objects.filter(pk=workflow_id).update(
+        lease_token=token, lease_expires_at=expires
+    )
+    return token
+
+
+def actor_cache_size() -> int:
+    """Return how many actor instances this process holds in its cache."""
+    from django_rivet.actors import cache
+
+    return len(cache.cached_ids())
+
+
+def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
+    """Insert ``image`` into a workflow's KV rows (P6's prepared history)."""
+    from django.db import transaction
+
+    from django_rivet.models import WorkflowKV
+
+    with transaction.atomic():
+        WorkflowKV.objects.bulk_create(
+            [
+                WorkflowKV(workflow_id=workflow_id, key=key, value=value)
+                for key, value in image.items()
+            ],
+            batch_size=500,
+        )
+
+
+def start_embedded_worker() -> None:
+    """Start the embedded worker in this process (as daphne does on a request)."""
+    from django_rivet.scheduling import worker
+
+    worker.start_embedded_worker()
+
+
+def stop_embedded_worker() -> None:
+    from django_rivet.scheduling import worker
+
+    worker.stop_embedded_worker()
+
+
+def describe() -> dict[str, Any]:
+    """Return what this file depends on, for the results' metadata."""
+    return {
+        "private": [
+            "django_rivet.models.WorkflowKV / Workflow (tables, lease columns)",
+            "django_rivet.actors.cache.cached_ids (P9 checks the cache)",
+            "django_rivet.scheduling.worker.start/stop_embedded_worker (P8)",
+        ]
+    }

@@ -1,0 +1,36 @@
+"""The measures, by id, in table order (see bench/README.md)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from bench.measures import (
+    p01_call,
+    p02_http,
+    p03_ws,
+    p04_flush,
+    p05_workflow,
+    p06_replay,
+    p07_broadcast,
+    p08_schedule,
+    p09_memory,
+    p10_scaling,
+    p11_engine,
+)
+
+MEASURES: dict[str, ModuleType] = {
+    module.ID: module
+    for module in (
+        p01_call,
+        p02_http,
+        p03_ws,
+        p04_flush,
+        p05_workflow,
+        p06_replay,
+        p07_broadcast,
+        p08_schedule,
+        p09_memory,
+        p10_scaling,
+        p11_engine,
+    )
+}

@@ -1,0 +1,147 @@
+"""P4: ``Storage.flush()`` of N history entries via ``DjangoDriver``.
+
+Subject: a ``Storage`` holding N new step entries (each a name, an entry and
+its metadata: three KV rows) flushed through a ``DjangoDriver`` holding the
+workflow's lease, as a worker's run would: chunks of at most 128 writes,
+each one transaction that renews the lease and upserts its rows.
+
+Baseline: the same rows (the exact key and value bytes the flush wrote,
+recorded once from an in-memory flush) inserted raw, in the same 128-row
+chunks, each one transaction with one multi-row ``INSERT`` into the same
+table. The strongest way to put those rows there without the engine.
+Every trial writes a new workflow's rows, deleted afterwards (untimed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench.core import Target, alternate, row_from
+
+ID = "P4"
+TITLE = "storage.flush() vs raw 128-row bulk inserts"
+TARGET = Target("ratio", "<=", 1.2)
+CHUNK = 128
+
+
+def build(driver: Any, size: int) -> Any:
+    """Return a ``Storage`` holding ``size`` completed steps ``s0``, ``s1``...
+
+    Each entry, name and metadata is what the engine records for a trivial
+    step that succeeded at its first attempt (P6 replays them as such); built
+    directly because the engine's own per-step flush is slower than linear
+    in the history length (see bench/README.md).
+    """
+    from django_rivet import clock
+    from django_rivet.workflow.storage import Storage
+
+    storage = Storage(driver)
+    for index in range(size):
+        name = storage.register_name(f"s{index}")
+        entry = storage.create_entry(
+            (name,), "step", {"output": index}, status="completed"
+        )
+        metadata = storage.meta(entry)
+        metadata.attempts = 1
+        metadata.last_attempt_at = metadata.completed_at = clock.now()
+    return storage
+
+
+def run_private(coroutine: Any) -> Any:
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+def leg(size: int, trials: int) -> dict[str, Any]:
+    from django.db import connection, transaction
+
+    from bench import internals
+    from django_rivet import workflows
+    from django_rivet.workflow import InMemoryDriver
+    from django_rivet.workflow_runtime.driver import DjangoDriver
+
+    class Recorder(InMemoryDriver):
+        def __init__(self) -> None:
+            super().__init__()
+            self.written: list[tuple[bytes, bytes]] = []
+
+        async def batch(self, writes: list[tuple[bytes, bytes]]) -> None:
+            self.written += writes
+            await super().batch(writes)
+
+    recorder = Recorder()
+    run_private(build(recorder, size).flush())
+    rows = recorder.written
+    table, fk, key, value = internals.workflow_kv_table()
+
+    def subject() -> float:
+        workflow_id = workflows.start("benchSteps", 0).workflow_id
+        token = internals.take_lease(workflow_id)
+        driver = DjangoDriver(workflow_id, lease_token=token, private_loop=True)
+        storage = build(driver, size)
+        started = time.perf_counter()
+        run_private(storage.flush())
+        elapsed = time.perf_counter() - started
+        internals.delete_workflow_kv(workflow_id)
+        return elapsed
+
+    def baseline() -> float:
+        workflow_id = workflows.start("benchSteps", 0).workflow_id
+        started = time.perf_counter()
+        for start in range(0, len(rows), CHUNK):
+            chunk = rows[start : start + CHUNK]
+            sql = f"INSERT INTO {table} ({fk}, {key}, {value}) VALUES " + ", ".join(
+                ["(%s, %s, %s)"] * len(chunk)
+            )
+            params: list[Any] = []
+            for k, v in chunk:
+                params += (workflow_id, k, v)
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(sql, params)
+        elapsed = time.perf_counter() - started
+        internals.delete_workflow_kv(workflow_id)
+        return elapsed
+
+    result = alternate(subject, baseline, trials, warmup=1)
+    result["kv_rows"] = len(rows)
+    return result
+
+
+def run(ctx: Any) -> list:
+    sizes = ctx.size(
+        {1_000: 7, 10_000: 5, 100_000: 2},  # size: trials
+        {100: 1},  # quick: one size, one trial
+    )
+    main = ctx.size(10_000, 100)
+    out = []
+    for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):
+        for size, trials in sizes.items():
+            found = ctx.leg(
+                "bench.measures.p04_flush:leg", {"size": size, "trials": trials}, db=db
+            )
+            ctx.curve(
+                f"P4 flush, {label}",
+                {
+                    "size": size,
+                    "value": found["subject"]["median"],
+                    "baseline": found["baseline"]["median"],
+                    "unit": "entries",
+                },
+            )
+            if size == main:
+                out.append(
+                    row_from(
+                        ID,
+                        f"flush {size:,} entries ({found['kv_rows']:,} rows), {label}",
+                        "s",
+                        found,
+                        "raw inserts",
+                        TARGET,
+                    )
+                )
+    return out

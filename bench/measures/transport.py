@@ -1,0 +1,121 @@
+"""P2 and P3: actions through daphne, against same-server floors and baselines.
+
+One leg per database (SQLite-WAL, PostgreSQL) starts one daphne process
+serving ``bench.asgi`` and, from one client process, measures in rotating
+rounds:
+
+* ``rivet_http``: ``POST /rivet/actors/bench/actions/increment`` on one
+  keep-alive ``httpx.Client``;
+* ``http_noop``: a no-op async view on the same server (P2's floor);
+* ``plain_view``: a sync Django view doing the same ORM work as the action
+  (lock the row, read the CBOR state, bump it, write it back);
+* ``rivet_ws``: the same action as WebSocket frames on one connection;
+* ``raw_consumer``: a raw Channels consumer doing that ORM work per frame
+  (P3's baseline); ``ws_noop``: the same frames doing no work (the floor).
+
+Every trial is sequential from one client, so throughput here is round trips
+per second of one client (latency inverted), not the server under load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.core import rounds
+
+MEASURES = ("rivet_http", "http_noop", "plain_view", "rivet_ws", "raw_consumer",
+            "ws_noop")  # fmt: skip
+
+
+def ops_per_s(fn: Callable[[], None], count: int) -> Callable[[], float]:
+    def trial() -> float:
+        started = time.perf_counter()
+        for _ in range(count):
+            fn()
+        return count / (time.perf_counter() - started)
+
+    return trial
+
+
+def ws_round_trip(ws: Any, make_frame: Callable[[int], dict]) -> Callable[[], None]:
+    counter = iter(range(1, 10**9))
+
+    def once() -> None:
+        frame_id = next(counter)
+        ws.send(json.dumps(make_frame(frame_id)))
+        while True:
+            reply = json.loads(ws.recv())
+            if reply.get("id") == frame_id:
+                assert "error" not in reply.get("type", ""), reply
+                return
+
+    return once
+
+
+def leg(trials: int, batch: int) -> dict[str, Any]:
+    import os
+
+    import cbor2
+    import httpx
+    from django.db import connections
+    from websockets.sync.client import connect
+
+    from bench.benchapp.models import Row
+    from bench.servers import daphne
+
+    Row.objects.get_or_create(
+        name="baseline", defaults={"state": cbor2.dumps({"n": 0})}
+    )
+    connections.close_all()
+    env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
+    env["RIVET_BENCH_EMBEDDED"] = "0"  # no background worker in the server
+    with contextlib.ExitStack() as stack:
+        url, _ = stack.enter_context(daphne(env))
+        http = stack.enter_context(httpx.Client(base_url=url))
+        ws_url = url.replace("http://", "ws://")
+        rivet_ws = stack.enter_context(
+            connect(
+                f"{ws_url}/rivet/actors/bench/connect?key=p3", subprotocols=["rivet"]
+            )
+        )
+        assert json.loads(rivet_ws.recv())["type"] == "init"
+        raw_ws = stack.enter_context(connect(f"{ws_url}/baseline/ws"))
+
+        def post(path: str) -> Callable[[], None]:
+            def once() -> None:
+                response = http.post(
+                    path,
+                    content=b'{"args":[]}',
+                    headers={"Content-Type": "application/json"},
+                )
+                assert response.status_code == 200, response.text
+
+            return once
+
+        frame = {"type": "action", "name": "increment", "args": []}
+        fns = {
+            "rivet_http": post("/rivet/actors/bench/actions/increment?key=p2"),
+            "http_noop": post("/baseline/noop"),
+            "plain_view": post("/baseline/view"),
+            "rivet_ws": ws_round_trip(rivet_ws, lambda i: {**frame, "id": i}),
+            "raw_consumer": ws_round_trip(raw_ws, lambda i: {"id": i}),
+            "ws_noop": ws_round_trip(raw_ws, lambda i: {"id": i, "noop": True}),
+        }
+        return rounds({name: ops_per_s(fn, batch) for name, fn in fns.items()},
+                      trials, warmup=2)  # fmt: skip
+
+
+def results(ctx: Any) -> dict[str, dict[str, Any]]:
+    """Run (once per benchmark run) the transport legs of both databases."""
+    params = ctx.size({"trials": 15, "batch": 100}, {"trials": 1, "batch": 3})
+    return ctx.once(  # type: ignore[no-any-return]
+        "transport",
+        lambda: {
+            label: ctx.leg("bench.measures.transport:leg", params, db=db)
+            for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL"))
+        },
+    )

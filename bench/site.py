@@ -1,0 +1,99 @@
+"""Routes served by daphne in the transport benchmarks, with their baselines.
+
+Besides django-rivet's own routes, the baselines do what a Django developer
+would write without django-rivet:
+
+* ``plain_view`` / ``plain_async_view``: a view doing the same database work
+  as the benchmark actor's ``increment`` action (one transaction that locks a
+  row, reads its CBOR state blob, bumps a counter in it and writes it back);
+* ``noop_view``: the server floor, the same request doing no work;
+* ``BaselineConsumer``: a raw Channels consumer doing that work per frame
+  (``"noop": true`` frames skip it: the WebSocket floor);
+* ``GroupConsumer``: a raw consumer in one channel-layer group, forwarding
+  each group message as an event frame (the broadcast baseline).
+"""
+
+from __future__ import annotations
+
+import json
+
+import cbor2
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import connection, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import include, path
+from django.views.decorators.csrf import csrf_exempt
+
+BROADCAST_GROUP = "bench-broadcast"
+
+
+def lock_and_update(name: str = "baseline") -> int:
+    """The baseline's work through the ORM: lock, read, change, write."""
+    from bench.benchapp.models import Row
+
+    with transaction.atomic():
+        rows = Row.objects.filter(name=name)
+        if connection.vendor == "postgresql":
+            blob = rows.select_for_update().values_list("state", flat=True).get()
+        else:  # SQLite: a write takes the database lock before the read
+            rows.update(version=0)
+            blob = rows.values_list("state", flat=True).get()
+        state = cbor2.loads(blob) if blob else {"n": 0}
+        state["n"] += 1
+        rows.update(state=cbor2.dumps(state))
+        return int(state["n"])
+
+
+@csrf_exempt
+def plain_view(request: HttpRequest) -> HttpResponse:
+    """A sync Django view: decode JSON, do the work, answer JSON."""
+    json.loads(request.body or b"{}")
+    return JsonResponse({"output": lock_and_update()})
+
+
+@csrf_exempt
+async def plain_async_view(request: HttpRequest) -> HttpResponse:
+    """The same as an async view (the shape of rivet's views)."""
+    json.loads(request.body or b"{}")
+    return JsonResponse({"output": await sync_to_async(lock_and_update)()})
+
+
+@csrf_exempt
+async def noop_view(request: HttpRequest) -> HttpResponse:
+    """The floor: daphne + Django for a request that does no work."""
+    json.loads(request.body or b"{}")
+    return JsonResponse({"output": None})
+
+
+class BaselineConsumer(AsyncWebsocketConsumer):
+    """A raw consumer: one JSON frame in, the work, one JSON frame out."""
+
+    async def receive(self, text_data=None, bytes_data=None):
+        frame = json.loads(text_data or "{}")
+        value = None
+        if not frame.get("noop"):
+            value = await database_sync_to_async(lock_and_update)()
+        await self.send(text_data=json.dumps({"id": frame.get("id"), "output": value}))
+
+
+class GroupConsumer(AsyncWebsocketConsumer):
+    """A raw consumer in one group: forwards each group message as an event."""
+
+    groups = [BROADCAST_GROUP]
+
+    async def bench_event(self, message):
+        await self.send(
+            text_data=json.dumps(
+                {"type": "event", "name": message["name"], "args": message["args"]}
+            )
+        )
+
+
+urlpatterns = [
+    path("baseline/view", plain_view),
+    path("baseline/async-view", plain_async_view),
+    path("baseline/noop", noop_view),
+    path("rivet/", include("django_rivet.urls")),
+]
