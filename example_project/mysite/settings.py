@@ -27,6 +27,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_rivet",
+    "chat",
+    "orders",
+    "digest",
     "demo",
 ]
 
@@ -46,7 +49,7 @@ STATIC_URL = "/static/"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "mysite" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -96,6 +99,9 @@ else:
     CELERY_BROKER_URL = "memory://"
 
 CELERY_TASK_IGNORE_RESULT = True
+
+# The order workflow "e-mails" its confirmations to the console.
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 RIVET = {
     # Without a Celery worker (make run), the web process fires schedules and
