@@ -1,4 +1,11 @@
-"""App configuration: autodiscovery of actor and workflow modules."""
+"""App configuration: autodiscovery, and the wiring of the layers.
+
+``ready()`` is the one place that knows every layer. It binds what ``ctx``
+offers from the layers above the actor runtime (schedules, cron, queues,
+workflows, the server-side client: :mod:`django_rivet.actors.services`) and
+registers the workflow runtime's and the transport's sweep steps and due
+work with the scheduler, so that no lower layer imports a higher one.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +22,49 @@ class RivetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # No database I/O here, and safe to run twice: registering the same
-        # class again is a no-op.
-        from . import checks  # noqa: F401  (registers the system checks)
-        from .actors import registry
+        """Register checks, discover definitions and wire the layers.
+
+        No database I/O here, and safe to run twice: every registration
+        replaces its own earlier one.
+        """
+        # Imported here, not at module level: the app config module is
+        # imported before the app registry is ready, and these import models.
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            workflows,
+        )
+        from .actors import client, registry, services
+        from .scheduling import cron, queues, schedules, sweeper, worker
+        from .transport import connections
+        from .workflow_runtime import execution, wakeups
+        from .workflow_runtime import registry as workflow_registry
 
         autodiscover_modules("actors", "workflows")
         registry.register_discovered()
-        from .workflow_runtime import registry as workflow_registry
-
         workflow_registry.discover()
 
+        services.bind(
+            actors=client,
+            schedule=schedules.ScheduleAPI,
+            cron=cron.CronAPI,
+            queue=queues.QueueAPI,
+            queue_sender=queues,
+            workflows=workflows,
+        )
+        sweeper.register_step(
+            sweeper.SweepStep("workflows", wakeups.sweep), before="purge_finished"
+        )
+        sweeper.register_step(
+            sweeper.SweepStep("connections", connections.sweep_stale_connections),
+            before="purge_finished",
+        )
+        worker.register_due_work(
+            worker.DueWork(
+                "workflows",
+                lambda limit: execution.run_due(limit=limit),
+                wakeups.next_due_at,
+            )
+        )
         # RIVET["EMBEDDED_WORKER"]: the worker thread starts with the first
         # request this process serves (never in commands or tests otherwise).
-        from .worker import connect_embedded_worker
-
-        connect_embedded_worker()
+        worker.connect_embedded_worker()

@@ -10,7 +10,9 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.utils.module_loading import import_string
 
+from . import dispatch
 from .conf import DEFAULTS, rivet_settings
 
 E001 = "Unknown RIVET setting {key!r}."
@@ -33,6 +35,16 @@ W002 = "Celery runs tasks eagerly: schedules and workflow sleeps ignore their ET
 W002_HINT = "Unset CELERY_TASK_ALWAYS_EAGER in production."
 W003 = "RIVET['EMBEDDED_WORKER'] is on: the web process runs schedules and workflows."
 W003_HINT = "Run Celery workers (with beat for rivet.sweep) and turn it off."
+W004 = (
+    "Nothing dispatches due work in this process: Celery has no broker and "
+    "RIVET['EMBEDDED_WORKER'] is off."
+)
+W004_HINT = (
+    "For development set RIVET['EMBEDDED_WORKER'] = True; in production "
+    "configure Celery (CELERY_BROKER_URL and the project's celery.py). "
+    "Otherwise schedules, queues and workflows wait for a sweep by another "
+    "process. Set RIVET['DISPATCH_BACKEND'] = 'none' to silence this."
+)
 
 _POSITIVE_NUMBERS = (
     "ACTION_TIMEOUT",
@@ -93,7 +105,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         or not all(isinstance(o, str) for o in origins)
     ):
         bad("ALLOWED_ORIGINS", "None or a list of origin strings")
+    dispatch_backend = user.get("DISPATCH_BACKEND")
+    if dispatch_backend is not None and not _importable_backend(dispatch_backend):
+        bad(
+            "DISPATCH_BACKEND",
+            "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
+        )
     return errors
+
+
+def _importable_backend(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    if value in dispatch.BACKENDS:
+        return True
+    try:
+        import_string(value)
+    except ImportError:
+        return False
+    return True
+
+
+@register(Tags.compatibility)
+def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn when due work would only run on another process's sweep."""
+    if rivet_settings.user_settings.get("DISPATCH_BACKEND") is not None:
+        return []
+    if dispatch.configured_name() != "none":
+        return []
+    return [Warning(W004, hint=W004_HINT, obj="settings.RIVET", id="rivet.W004")]
 
 
 @register(Tags.compatibility)

@@ -52,6 +52,11 @@ DEFAULTS: dict[str, Any] = {
     # True: a workflow flush is one database transaction (an oversized flush
     # is rejected) instead of chunks of <= 128 writes.
     "KV_ATOMIC_FLUSH": False,
+    # What makes due work run promptly: "celery", "worker" (the in-process
+    # worker loop), "none" (the sweeper of another process), or a dotted path
+    # to a backend class. None: "worker" with EMBEDDED_WORKER, else "celery"
+    # when a Celery broker is configured, else "none".
+    "DISPATCH_BACKEND": None,
     # Origins allowed to open WebSockets, e.g. ["https://app.example.com"].
     # None: derived from ALLOWED_HOSTS.
     "ALLOWED_ORIGINS": None,

@@ -8,7 +8,7 @@ session user (``ctx.user``, ``info.user`` in ``on_auth``).
 
 from django.urls import path
 
-from .consumers import RivetConsumer
+from .transport.consumer import RivetConsumer
 
 websocket_urlpatterns = [
     path("actors/<str:name>/connect", RivetConsumer.as_asgi()),

@@ -33,7 +33,7 @@ def close_db_connections() -> None:
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from .actors.runtime import close_worker_connections
+    from .actors.spine import close_worker_connections
 
     close_worker_connections()
     # With no event loop running here, thread-sensitive code runs in
@@ -48,9 +48,9 @@ def reset_actor_cache() -> None:
     The next call loads the actor as a fresh process would: ``on_wake`` runs
     and the state is decoded from the database.
     """
-    from .actors.runtime import clear_cache
+    from .actors import cache
 
-    clear_cache()
+    cache.clear()
 
 
 try:  # the pytest plugin part, only when pytest is importable
@@ -284,7 +284,8 @@ def run_due(*, max_rounds: int = 100) -> int:
 
     Fires due schedules and cron runs and delivers queue messages (and any
     kind of due work registered with
-    :func:`django_rivet.worker.register_due_work`, such as workflows), round
+    :func:`django_rivet.scheduling.worker.register_due_work`, such as
+    workflows), round
     after round until nothing is left, using the current clock -- the virtual
     one under :func:`freeze_time`. No broker, no worker::
 
@@ -293,7 +294,7 @@ def run_due(*, max_rounds: int = 100) -> int:
             clock.advance(30)
             assert run_due() == 1
     """
-    from .worker import run_due_work
+    from .scheduling.worker import run_due_work
 
     total = 0
     for _ in range(max_rounds):

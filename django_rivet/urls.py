@@ -5,17 +5,17 @@ path("rivet/", include("django_rivet.urls"))
 
 from django.urls import path, re_path
 
-from . import views
+from .transport import http
 
 app_name = "django_rivet"
 
 urlpatterns = [
-    path("actors/<str:name>", views.actor_view, name="actor"),
-    path("actors/<str:name>/actions/<str:action>", views.action_view, name="action"),
-    path("actors/<str:name>/queue/<str:queue>", views.queue_view, name="queue"),
+    path("actors/<str:name>", http.actor_view, name="actor"),
+    path("actors/<str:name>/actions/<str:action>", http.action_view, name="action"),
+    path("actors/<str:name>/queue/<str:queue>", http.queue_view, name="queue"),
     re_path(
         r"^actors/(?P<name>[^/]+)/request(?:/(?P<path>.*))?$",
-        views.request_view,
+        http.request_view,
         name="request",
     ),
 ]

@@ -51,6 +51,38 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+class RecordingDispatch:
+    """A Celery-like dispatch backend that records what it is asked to run."""
+
+    eta_tasks = True
+
+    def __init__(self):
+        self.sent = []
+
+    def wake(self, job, args, eta=None):
+        self.sent.append((job, args, eta))
+        return True
+
+
+@pytest.fixture
+def recording_dispatch():
+    """Record dispatched jobs instead of sending Celery tasks."""
+    from django_rivet import dispatch
+
+    backend = RecordingDispatch()
+    dispatch.use(backend)
+    yield backend
+    dispatch.use(None)
+
+
+@pytest.fixture
+def restore_dispatch(monkeypatch):
+    """Undo a dispatch backend forced by the code under test (rivet_worker)."""
+    from django_rivet import dispatch
+
+    monkeypatch.setattr(dispatch, "_override", None)
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     """A real redis-server on loopback for the whole session."""

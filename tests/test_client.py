@@ -19,9 +19,9 @@ from django_rivet import (
     UserError,
 )
 from django_rivet.client import AsyncConnection, Client, HTTPError
-from django_rivet.consumers import parse_conn_params
 from django_rivet.exceptions import InternalError
 from django_rivet.testing import conn_params_protocol
+from django_rivet.transport.parsing import parse_conn_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,6 +22,8 @@ SPEC_DEFAULTS = {
     "WORKFLOW_POLL_INTERVAL": 0.1,
     "KV_ATOMIC_FLUSH": False,
     "ALLOWED_ORIGINS": None,
+    # Beyond SPEC 11 (documented in docs/settings.md):
+    "DISPATCH_BACKEND": None,
 }
 
 

@@ -8,8 +8,12 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from django_rivet import Actor, action, actors, clock
-from django_rivet.actors.runtime import ActorRef, invoke
-from django_rivet.connections import (
+from django_rivet.actors.rows import ActorRef
+from django_rivet.actors.spine import invoke
+from django_rivet.models import Connection
+from django_rivet.scheduling import sweeper
+from django_rivet.testing import RivetCommunicator, freeze_time, register_temporarily
+from django_rivet.transport.connections import (
     SERVER_ID,
     Connect,
     Disconnect,
@@ -18,8 +22,6 @@ from django_rivet.connections import (
     sweep_stale_connections,
     touch_connections,
 )
-from django_rivet.models import Connection
-from django_rivet.testing import RivetCommunicator, freeze_time, register_temporarily
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -149,8 +151,6 @@ async def test_heartbeat_refreshes_open_connections():
 
 
 def test_the_periodic_sweep_removes_connections_of_crashed_processes():
-    from django_rivet import sweeper
-
     with freeze_time() as frozen:
         connect(params={"name": "ann"}, server_id="crashed")
         assert sweeper.sweep()["connections"] == 0

@@ -5,9 +5,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_rivet import Actor, InvalidCron, action, actors, scheduler
-from django_rivet.cron import next_cron_time, next_every_time
+from django_rivet import Actor, InvalidCron, action, actors
 from django_rivet.models import CronJob, CronRun
+from django_rivet.scheduling import claims, cron_runs
+from django_rivet.scheduling.crontab import next_cron_time, next_every_time
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 
 pytestmark = pytest.mark.django_db
@@ -209,12 +210,12 @@ def test_a_run_due_while_another_worker_runs_the_job_is_skipped():
         alarm.call("set_every", "tick", 60)
         clock.set(START + timedelta(seconds=60))
         # Another worker claimed the first run and is still running it.
-        claim = scheduler.claim_cron(CronJob.objects.get())
-        assert isinstance(claim, scheduler.CronClaim)
+        claim = cron_runs.claim_cron(CronJob.objects.get())
+        assert isinstance(claim, cron_runs.CronClaim)
         assert run_due() == 0  # not due: the claim moved next_run_at on
         clock.set(START + timedelta(seconds=120))
         assert run_due() == 1  # the second run overlaps the first: skipped
-        assert scheduler.fire_claimed_cron(claim) == scheduler.Fired.OK
+        assert cron_runs.fire_claimed_cron(claim) == claims.Fired.OK
         history = alarm.call("cron_history", "tick")
     assert [(e["result"], e["scheduled_at"] - START) for e in history] == [
         ("ok", timedelta(seconds=60)),

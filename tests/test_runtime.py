@@ -23,9 +23,12 @@ from django_rivet import (
     action,
     actors,
 )
-from django_rivet.actors import runtime
+from django_rivet.actors import cache, errors, spine
+from django_rivet.actors.invocation import Origin
 from django_rivet.actors.kv import ActorKVStore
-from django_rivet.actors.runtime import ActorRef, CallAction, Origin, invoke
+from django_rivet.actors.operations import CallAction
+from django_rivet.actors.rows import ActorRef
+from django_rivet.actors.spine import invoke
 from django_rivet.exceptions import InvalidKey, ReentrantCall
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent
@@ -166,7 +169,7 @@ def test_ctx_sleep_runs_on_sleep_and_evicts(lifecycle):
     handle.call("nap")
     # on_sleep changed the state, so on_state_change follows.
     assert calls == ["on_sleep", "on_state_change:0"]
-    assert handle.actor_id not in runtime.cached_ids()
+    assert handle.actor_id not in cache.cached_ids()
     assert stored_state(handle)["slept"] is True
     handle.call("read")
     assert calls[2:] == ["on_wake", "read"]
@@ -177,12 +180,12 @@ def test_idle_actors_are_evicted_after_sleep_timeout(lifecycle):
         handle = actors.get_or_create(lifecycle, "x")
         calls.clear()
         clock.advance(29)
-        assert runtime.evict_idle() == 0
+        assert spine.evict_idle() == 0
         clock.advance(2)
-        assert runtime.evict_idle() == 1
+        assert spine.evict_idle() == 1
     assert calls == ["on_sleep", "on_state_change:0"]
     assert stored_state(handle)["slept"] is True
-    assert runtime.cached_ids() == set()
+    assert cache.cached_ids() == set()
 
 
 def test_destroy_runs_on_destroy_and_removes_everything(lifecycle):
@@ -367,7 +370,7 @@ def test_other_exceptions_reach_server_side_callers_unchanged():
 
 
 def test_public_error_hides_internal_details(caplog):
-    error = runtime.public_error(RuntimeError("secret detail"))
+    error = errors.public_error(RuntimeError("secret detail"))
     assert error.to_dict() == {
         "group": "rivet",
         "code": "internal_error",
@@ -378,7 +381,7 @@ def test_public_error_hides_internal_details(caplog):
     with override_settings(RIVET={"EXPOSE_ERRORS": True}):
         assert (
             "secret detail"
-            in runtime.public_error(RuntimeError("secret detail")).message
+            in errors.public_error(RuntimeError("secret detail")).message
         )
 
 

@@ -12,10 +12,10 @@ from django_rivet import (
     UserError,
     action,
     actors,
-    scheduler,
 )
-from django_rivet.actors.schedule import MAX_PENDING_SCHEDULES
 from django_rivet.models import CronJob, QueueMessage, Schedule, ScheduleStatus
+from django_rivet.scheduling import claims, schedules, sweeper
+from django_rivet.scheduling.schedules import MAX_PENDING_SCHEDULES
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 
 pytestmark = pytest.mark.django_db
@@ -241,10 +241,10 @@ def test_duplicate_deliveries_fire_once():
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "dupes")
         schedule_id = alarm.call("set_alarm", 1, "once")
-        assert scheduler.fire_schedule(schedule_id) == scheduler.Fired.NOT_CLAIMED
+        assert schedules.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
         clock.advance(1)
-        assert scheduler.fire_schedule(schedule_id) == scheduler.Fired.OK
-        assert scheduler.fire_schedule(schedule_id) == scheduler.Fired.NOT_CLAIMED
+        assert schedules.fire_schedule(schedule_id) == claims.Fired.OK
+        assert schedules.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
         assert run_due() == 0
     assert rings(alarm) == ["once"]
 
@@ -255,14 +255,12 @@ def test_a_claim_taken_over_after_its_lease_fires_once():
         alarm.call("set_alarm", 1, "once")
         clock.advance(1)
         # A firer claims the schedule, then stalls past its lease.
-        (stalled,) = scheduler.claim_schedules(due_before=clock.datetime())
-        clock.advance(scheduler.claim_lease() + 1)
-        from django_rivet import sweeper
-
+        (stalled,) = schedules.claim_schedules(due_before=clock.datetime())
+        clock.advance(claims.claim_lease() + 1)
         assert sweeper.recover_stale_claims() == 1
         assert run_due() == 1
         # The stalled firer wakes up: its claim is gone, nothing happens.
-        assert scheduler.fire_claimed_schedule(stalled) == scheduler.Fired.LOST
+        assert schedules.fire_claimed_schedule(stalled) == claims.Fired.LOST
     assert rings(alarm) == ["once"]
 
 
@@ -277,9 +275,9 @@ def test_a_pending_schedule_can_be_fired_now_on_demand():
     with freeze_time(START):
         alarm = actors.get_or_create("alarmClock", "force")
         schedule_id = alarm.call("set_alarm", 3600, "early")
-        assert scheduler.fire_schedule(schedule_id) == scheduler.Fired.NOT_CLAIMED
-        assert scheduler.fire_schedule(schedule_id, force=True) == scheduler.Fired.OK
-        assert scheduler.fire_schedule(schedule_id, force=True) == (
-            scheduler.Fired.NOT_CLAIMED
+        assert schedules.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
+        assert schedules.fire_schedule(schedule_id, force=True) == claims.Fired.OK
+        assert schedules.fire_schedule(schedule_id, force=True) == (
+            claims.Fired.NOT_CLAIMED
         )
     assert rings(alarm) == ["early"]

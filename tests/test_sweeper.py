@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 
-from django_rivet import actors, scheduler, sweeper
+from django_rivet import actors, dispatch
 from django_rivet.models import (
     CronJob,
     CronRun,
@@ -15,6 +15,7 @@ from django_rivet.models import (
     Schedule,
     ScheduleStatus,
 )
+from django_rivet.scheduling import claims, cron_runs, queues, schedules, sweeper
 from django_rivet.testing import freeze_time, run_due
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -64,11 +65,11 @@ def test_stale_claims_return_to_pending_and_fire_once():
         box.send("jobs", "message")
         clock.advance(10)
         # A worker claims everything, then dies before committing.
-        (schedule_claim,) = scheduler.claim_schedules(due_before=clock.datetime())
-        cron_claim = scheduler.claim_cron(CronJob.objects.get())
-        message_claim = scheduler.claim_next_message(box.actor_id)
+        (schedule_claim,) = schedules.claim_schedules(due_before=clock.datetime())
+        cron_claim = cron_runs.claim_cron(CronJob.objects.get())
+        message_claim = queues.claim_next_message(box.actor_id)
         assert run_due() == 0
-        clock.advance(scheduler.claim_lease() - 10)
+        clock.advance(claims.claim_lease() - 10)
         assert sweeper.recover_stale_claims() == 0
         clock.advance(11)
         assert sweeper.recover_stale_claims() == 3
@@ -77,22 +78,18 @@ def test_stale_claims_return_to_pending_and_fire_once():
         assert job.next_run_at == START + timedelta(seconds=10)  # the lost run
         assert run_due() == 3
         for late in (
-            scheduler.fire_claimed_schedule(schedule_claim),
-            scheduler.fire_claimed_cron(cron_claim),
-            scheduler.deliver_claimed_message(message_claim),
+            schedules.fire_claimed_schedule(schedule_claim),
+            cron_runs.fire_claimed_cron(cron_claim),
+            queues.deliver_claimed_message(message_claim),
         ):
-            assert late == scheduler.Fired.LOST
+            assert late == claims.Fired.LOST
     assert rings(alarm) == ["alarm"]
     assert CronRun.objects.filter(result="ok").count() == 1
     assert QueueMessage.objects.get().status == "done"
 
 
 @pytest.mark.django_db
-def test_work_entering_the_eta_horizon_gets_one_celery_task(monkeypatch):
-    sent = []
-    monkeypatch.setattr(
-        scheduler, "_enqueue", lambda task, args, eta=None: sent.append((task, eta))
-    )
+def test_work_entering_the_eta_horizon_gets_one_celery_task(recording_dispatch):
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "horizon")
         alarm.call("set_alarm", 3600, "in an hour")
@@ -100,10 +97,11 @@ def test_work_entering_the_eta_horizon_gets_one_celery_task(monkeypatch):
         assert Schedule.objects.get().enqueued is False
         assert CronJob.objects.get().enqueued_for is None
         assert sweeper.enqueue_upcoming() == 0
-        clock.advance(3600 - scheduler.ETA_HORIZON)
+        clock.advance(3600 - dispatch.ETA_HORIZON)
         assert sweeper.enqueue_upcoming() == 2
         assert sweeper.enqueue_upcoming() == 0
     due = (START + timedelta(hours=1)).timestamp()
+    sent = [(job, eta) for job, _args, eta in recording_dispatch.sent]
     assert sorted(sent) == [("fire_schedule", due), ("run_cron", due)]
 
 

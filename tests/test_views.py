@@ -280,7 +280,7 @@ def test_body_over_the_limit_is_refused_by_content_length():
 def test_body_longer_than_its_content_length_is_bounded(client):
     from django.test import RequestFactory
 
-    from django_rivet.views import read_body
+    from django_rivet.transport.http import read_body
 
     request = RequestFactory().post(
         "/x", json.dumps({"pad": "x" * 200}), content_type="application/json"

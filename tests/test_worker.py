@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_rivet import actors, worker
+from django_rivet import actors, dispatch
 from django_rivet.models import CronJob, Schedule, ScheduleStatus
+from django_rivet.scheduling import queues, worker
 from django_rivet.testing import freeze_time, run_due
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -81,7 +82,7 @@ def test_worker_loop_fires_work_and_stops_when_asked():
         wait_for(lambda: Schedule.objects.filter(status=ScheduleStatus.DONE).exists())
     finally:
         stop.set()
-        worker.notify()
+        dispatch.notify_worker()
         thread.join(30)
     assert not thread.is_alive()
 
@@ -129,11 +130,8 @@ async def test_embedded_worker_app_follows_the_asgi_lifespan(no_embedded_worker)
 
 
 @pytest.mark.django_db
-def test_rivet_worker_once_runs_what_is_due(capsys, monkeypatch):
-    from django_rivet import scheduler
-
-    # The command turns Celery wake-ups off for its process; undo it after.
-    monkeypatch.setattr(scheduler, "_celery_override", None)
+def test_rivet_worker_once_runs_what_is_due(capsys, restore_dispatch):
+    # The command turns Celery wake-ups off for its process; undone after.
     alarm = actors.get_or_create("alarmClock", "command")
     alarm.call("set_alarm", 0, "now")
     call_command("rivet_worker", "--once")
@@ -142,23 +140,17 @@ def test_rivet_worker_once_runs_what_is_due(capsys, monkeypatch):
 
 @pytest.mark.django_db
 def test_worker_does_not_spin_on_due_work_it_cannot_run():
-    from django_rivet import scheduler
-
     box = actors.get_or_create("mailbox", "held")
     box.send("jobs", "held elsewhere")
-    assert scheduler.claim_next_message(box.actor_id) is not None
+    assert queues.claim_next_message(box.actor_id) is not None
     loop = worker.Worker(poll_interval=1.0)
     assert loop.run_once() == 0
     assert loop._idle_delay() >= worker.MIN_IDLE_DELAY
 
 
 @pytest.mark.django_db
-def test_rivet_worker_sends_no_celery_tasks(monkeypatch):
-    from django_rivet import scheduler
-
-    sent = []
-    monkeypatch.setattr(scheduler, "_enqueue", lambda *args, **kw: sent.append(args))
-    monkeypatch.setattr(scheduler, "_celery_override", None)
+def test_rivet_worker_sends_no_celery_tasks(recording_dispatch):
+    # The command forces the worker backend; the fixture restores dispatch.
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "no-celery")
         alarm.call("set_every", "tick", 60)
@@ -166,5 +158,5 @@ def test_rivet_worker_sends_no_celery_tasks(monkeypatch):
         call_command("rivet_worker", "--once")
     # With Celery on, the claim would have sent run_cron for the next run.
     assert CronJob.objects.get().enqueued_for is None
-    assert sent == []
-    assert scheduler.uses_celery() is False
+    assert recording_dispatch.sent == []
+    assert dispatch.backend().eta_tasks is False

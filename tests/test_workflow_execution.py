@@ -17,9 +17,9 @@ from django.test import override_settings
 
 from django_rivet import workflows
 from django_rivet.models import Workflow, WorkflowStatus
-from django_rivet.sweeper import sweep
+from django_rivet.scheduling.sweeper import sweep
+from django_rivet.scheduling.worker import Worker, due_work
 from django_rivet.testing import freeze_time, run_due, run_until_idle
-from django_rivet.worker import Worker, due_work
 from django_rivet.workflow import workflow
 from django_rivet.workflow.storage import MAX_KV_BATCH_ENTRIES, Storage
 from django_rivet.workflow_runtime import execution, leases, registry, wakeups
@@ -369,14 +369,15 @@ def test_sent_tasks_are_recorded_on_the_row(clock, sent):
     assert row("task").enqueued_for == clock.datetime()
 
 
-def test_without_celery_the_worker_is_notified_instead(clock, sent, monkeypatch):
-    from django_rivet import worker
+def test_without_celery_the_worker_is_notified_instead(clock, monkeypatch):
+    from django_rivet import dispatch
 
     notified = []
-    monkeypatch.setattr(worker, "notify", lambda: notified.append(1))
+    monkeypatch.setattr(dispatch, "notify_worker", lambda: notified.append(1))
     with override_settings(RIVET={"EMBEDDED_WORKER": True}):
+        assert dispatch.backend().eta_tasks is False
         workflows.start("greet", {"name": "a"}, id="embedded")
-        assert notified and not sent
+        assert notified
         assert row("embedded").enqueued_for is None
 
 
@@ -386,7 +387,7 @@ def test_the_worker_loop_runs_due_workflows(clock):
     handle = workflows.start("napper", {"seconds": 30})
     worker = Worker(sweep_interval=3600)
     assert worker.run_once() >= 1
-    from django_rivet.worker import next_due_at
+    from django_rivet.scheduling.worker import next_due_at
 
     assert next_due_at() == pytest.approx(clock.now() + 30)
     clock.advance(30)

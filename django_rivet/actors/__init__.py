@@ -1,30 +1,48 @@
-"""The server-side actor client: ``from django_rivet import actors``.
+"""The actor runtime; this package's top is the server-side client.
 
-Use it from views, tasks, the shell and other actors::
+``from django_rivet import actors`` gives :func:`get`, :func:`get_or_create`,
+:func:`create`, :func:`get_by_id` and their async twins (see
+:mod:`.client`). The package owns what actors are and how they run:
 
-    room = actors.get_or_create("chatRoom", ["acme", "general"])
-    room.call("send_message", "bob", "hi")
-    await room.acall("send_message", "bob", "hi")
+- :mod:`.definition` and :mod:`.registry`: ``Actor``, ``@action``,
+  ``@queue_handler`` and the name registry;
+- :mod:`.spine`: ``invoke``, the one invocation path; :mod:`.invocation`
+  (the run, ``Origin``, ``on_auth`` requests), :mod:`.operations` (shared
+  operations), :mod:`.cache` (the process cache), :mod:`.errors` (wire
+  mapping);
+- :mod:`.context` (``ctx``, ``Conn``), :mod:`.kv` (``ctx.kv``), :mod:`.rows`
+  (identity and the row statements), :mod:`.services` (the interfaces of
+  ``ctx`` members other layers provide).
 
-Errors are raised as they are: :class:`~django_rivet.ActorNotFound`,
-:class:`~django_rivet.UserError`... and, for any other exception a handler
-raises, the original exception (after the rollback).
+It may import the event log, dispatch, storage and the foundation; never
+the scheduler, the workflow runtime or the transport, which build on it.
+
+The client is imported on first use (PEP 562): actor modules import
+``django_rivet.actors.definition`` (through ``from django_rivet import
+Actor``) before Django's models are ready, and that must stay cheap.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
-
 if TYPE_CHECKING:
-    from .runtime import ActorRef
+    from .client import (
+        ActorHandle,
+        acreate,
+        aget,
+        aget_by_id,
+        aget_or_create,
+        create,
+        get,
+        get_by_id,
+        get_or_create,
+    )
 
 __all__ = [
     "ActorHandle",
-    "aget",
     "acreate",
+    "aget",
     "aget_by_id",
     "aget_or_create",
     "create",
@@ -34,162 +52,11 @@ __all__ = [
 ]
 
 
-class ActorHandle:
-    """A reference to one actor instance; calls go through the runtime."""
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'django_rivet.actors' has no attribute {name!r}")
+    from . import client
 
-    def __init__(
-        self, name: str, key: tuple[str, ...], actor_id: uuid.UUID, *, recreate: bool
-    ) -> None:
-        self.name = name
-        self.key = key
-        self.actor_id = actor_id
-        # Handles from get_or_create re-create a destroyed actor on the next
-        # call, as the HTTP API does; the others raise actor/not_found.
-        self._recreate = recreate
-
-    def _ref(self) -> ActorRef:
-        from .runtime import ActorRef
-
-        if self._recreate:
-            return ActorRef(name=self.name, key=self.key, mode="get_or_create")
-        return ActorRef(actor_id=self.actor_id)
-
-    def call(self, action: str, *args: Any) -> Any:
-        """Run an action and return its result."""
-        from .runtime import CallAction, invoke
-
-        return invoke(self._ref(), CallAction(action, list(args)))
-
-    async def acall(self, action: str, *args: Any) -> Any:
-        """Async :meth:`call`."""
-        from .runtime import CallAction, ainvoke
-
-        return await ainvoke(self._ref(), CallAction(action, list(args)))
-
-    def send(
-        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Enqueue a message to the actor's queue ``queue`` (SPEC 3.7)."""
-        from .queue import send
-
-        return send(self._ref(), queue, body, wait=wait, timeout=timeout)
-
-    async def asend(
-        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Async :meth:`send`."""
-        from .queue import asend
-
-        return await asend(self._ref(), queue, body, wait=wait, timeout=timeout)
-
-    def destroy(self) -> None:
-        """Destroy the actor (``on_destroy`` runs; state, KV... removed)."""
-        from .runtime import ActorRef, RunHook, invoke
-
-        invoke(ActorRef(actor_id=self.actor_id), RunHook("destroy"))
-
-    async def adestroy(self) -> None:
-        """Async :meth:`destroy`."""
-        from .runtime import ActorRef, RunHook, ainvoke
-
-        await ainvoke(ActorRef(actor_id=self.actor_id), RunHook("destroy"))
-
-    def __repr__(self) -> str:
-        return f"<ActorHandle {self.name}{list(self.key)} {self.actor_id}>"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ActorHandle) and other.actor_id == self.actor_id
-
-    def __hash__(self) -> int:
-        return hash(self.actor_id)
-
-
-def _ensure(ref: ActorRef) -> ActorHandle:
-    from .runtime import EnsureActor, invoke
-
-    actor_id, _ = invoke(ref, EnsureActor())
-    assert ref.name is not None
-    return ActorHandle(
-        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
-    )
-
-
-async def _aensure(ref: ActorRef) -> ActorHandle:
-    from .runtime import EnsureActor, ainvoke
-
-    actor_id, _ = await ainvoke(ref, EnsureActor())
-    assert ref.name is not None
-    return ActorHandle(
-        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
-    )
-
-
-def _lookup(ref: ActorRef) -> ActorHandle:
-    """Find an existing actor without invoking it."""
-    from ..exceptions import ActorNotFound
-    from ..models import Actor
-    from .rows import canonical_key
-
-    if ref.actor_id is not None:
-        rows = Actor.objects.filter(pk=ref.actor_id)
-    else:
-        rows = Actor.objects.filter(name=ref.name, key=canonical_key(ref.key))
-    row = rows.values_list("id", "name", "key_parts").first()
-    if row is None:
-        raise ActorNotFound(
-            "Actor not found",
-            metadata={"actor_id": str(ref.actor_id)}
-            if ref.actor_id is not None
-            else {"name": ref.name, "key": list(ref.key)},
-        )
-    return ActorHandle(row[1], tuple(row[2]), row[0], recreate=False)
-
-
-def _ref(name: str, key: Any, mode: str, input: Any = None) -> ActorRef:
-    from .runtime import ActorRef
-
-    return ActorRef.of(name, key, mode=mode, input=input)  # type: ignore[arg-type]
-
-
-def get(name: str, key: Any = None) -> ActorHandle:
-    """Return a handle to an existing actor; ``actor/not_found`` if none."""
-    return _lookup(_ref(name, key, "get"))
-
-
-def get_or_create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
-    """Return a handle, creating the actor (with ``input``) if needed."""
-    return _ensure(_ref(name, key, "get_or_create", input))
-
-
-def create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
-    """Create a new actor; ``actor/already_exists`` if it exists."""
-    return _ensure(_ref(name, key, "create", input))
-
-
-def get_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
-    """Return a handle to the actor with this id; ``actor/not_found`` if none."""
-    from .runtime import ActorRef
-
-    return _lookup(ActorRef.by_id(actor_id))
-
-
-async def aget(name: str, key: Any = None) -> ActorHandle:
-    """Async :func:`get`."""
-    return await sync_to_async(_lookup)(_ref(name, key, "get"))
-
-
-async def aget_or_create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
-    """Async :func:`get_or_create`."""
-    return await _aensure(_ref(name, key, "get_or_create", input))
-
-
-async def acreate(name: str, key: Any = None, input: Any = None) -> ActorHandle:
-    """Async :func:`create`."""
-    return await _aensure(_ref(name, key, "create", input))
-
-
-async def aget_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
-    """Async :func:`get_by_id`."""
-    from .runtime import ActorRef
-
-    return await sync_to_async(_lookup)(ActorRef.by_id(actor_id))
+    value = getattr(client, name)
+    globals()[name] = value
+    return value

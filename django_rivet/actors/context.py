@@ -1,17 +1,36 @@
-"""The context handed to every hook and handler (``ctx``) and ``Conn``."""
+"""The context handed to every hook and handler (``ctx``) and ``Conn``.
+
+``ctx`` members that belong to other layers (``ctx.schedule``, ``ctx.cron``,
+``ctx.queue``, ``ctx.workflows``, ``ctx.actors``) are typed by the
+interfaces of :mod:`.services` and bound at start-up, so this module never
+imports the scheduler or the workflow runtime.
+"""
 
 from __future__ import annotations
 
 import uuid
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .. import events
 from ..encoding import cbor_dumps
 from .kv import ActorKVStore
+from .services import (
+    ActorsAPI,
+    CronAPI,
+    QueueAPI,
+    ScheduleAPI,
+    WorkflowsAPI,
+    services,
+)
 
 if TYPE_CHECKING:
-    from .runtime import Invocation
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+
+    from .invocation import Invocation
+
+    User: TypeAlias = AbstractBaseUser | AnonymousUser
 
 __all__ = ["ActorContext", "Conn"]
 
@@ -65,9 +84,14 @@ class Conn:
             events.send_to_channel, self.channel_name, message
         )
 
-    def _changed_state(self) -> bytes | None:
+    def changed_state(self) -> bytes | None:
+        """Return the encoded state if it changed since it was loaded."""
         data = cbor_dumps(self._state)
         return data if data != self._state_bytes else None
+
+    def state_saved(self, data: bytes) -> None:
+        """Record that ``data`` is now the stored state."""
+        self._state_bytes = data
 
     def __repr__(self) -> str:
         return f"<Conn {self.id}>"
@@ -109,13 +133,15 @@ class ActorContext:
         return self._invocation.load_conns()
 
     @property
-    def user(self) -> Any:
+    def user(self) -> User:
         """The Django user of the request/connection, or ``AnonymousUser``."""
         user = self._invocation.origin.user
         if user is None:
+            # Imported here: django.contrib.auth is optional for projects
+            # that never use ctx.user, and its models need the app loaded.
             from django.contrib.auth.models import AnonymousUser
 
-            user = AnonymousUser()
+            return AnonymousUser()
         return user
 
     @property
@@ -139,39 +165,37 @@ class ActorContext:
         self._invocation.sleep_requested = True
 
     # -- other subsystems -----------------------------------------------------
-    @cached_property
-    def actors(self) -> Any:
+    @property
+    def actors(self) -> ActorsAPI:
         """The server-side actor client, for actor-to-actor calls."""
-        from .. import actors
-
+        actors: ActorsAPI = services.require("actors")
         return actors
 
     @cached_property
-    def schedule(self) -> Any:
+    def schedule(self) -> ScheduleAPI:
         """One-shot schedules of this actor (SPEC 3.6)."""
-        from .schedule import ScheduleAPI
-
-        return ScheduleAPI(self._invocation)
+        factory = services.require("schedule")
+        api: ScheduleAPI = factory(self._invocation)
+        return api
 
     @cached_property
-    def cron(self) -> Any:
+    def cron(self) -> CronAPI:
         """Recurring jobs of this actor (SPEC 3.6)."""
-        from .schedule import CronAPI
-
-        return CronAPI(self._invocation)
+        factory = services.require("cron")
+        api: CronAPI = factory(self._invocation)
+        return api
 
     @cached_property
-    def queue(self) -> Any:
+    def queue(self) -> QueueAPI:
         """This actor's own queues (SPEC 3.7)."""
-        from .queue import QueueAPI
+        factory = services.require("queue")
+        api: QueueAPI = factory(self._invocation)
+        return api
 
-        return QueueAPI(self._invocation)
-
-    @cached_property
-    def workflows(self) -> Any:
+    @property
+    def workflows(self) -> WorkflowsAPI:
         """Start and get workflows; starts run after this invocation commits."""
-        from .. import workflows
-
+        workflows: WorkflowsAPI = services.require("workflows")
         return workflows
 
     def __repr__(self) -> str:

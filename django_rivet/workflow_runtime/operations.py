@@ -1,14 +1,17 @@
 """Operations on a workflow outside of its runs: what handles and the admin do.
 
-Each one that writes history (cancel, recover, replay) takes the workflow's
-lease first, so it never races a run, and runs the engine operation on a
-private loop in the calling thread -- inside the caller's transaction when
-there is one. ``send`` and ``wake`` only touch the row and the inbox.
+``start`` stores the row and the input; ``status``, ``snapshot`` and
+``history`` read through the engine's own read functions. Each operation
+that writes history (cancel, recover, replay) takes the workflow's lease
+first, so it never races a run, and runs the engine operation on a private
+loop in the calling thread -- inside the caller's transaction when there is
+one. ``send`` and ``wake`` only touch the row and the inbox.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from django.db import transaction
@@ -16,14 +19,25 @@ from django.db.models import F
 
 from .. import clock
 from ..exceptions import WorkflowNotFound
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage, WorkflowStatus
+from ..models import (
+    WORKFLOW_ACTIVE,
+    Workflow,
+    WorkflowKV,
+    WorkflowMessage,
+    WorkflowStatus,
+)
 from ..workflow import (
     HistoryEntry,
     ReplayRefusedError,
+    WorkflowDefinition,
+    keys,
+    read_history,
     recover_workflow,
     replay_from,
+    schema,
 )
-from . import leases
+from ..workflow.ops import WorkflowSnapshot, read_workflow
+from . import leases, registry
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_private
 from .leases import Lease
@@ -31,12 +45,109 @@ from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
 
-__all__ = ["cancel", "recover", "replay", "send", "wake"]
+__all__ = [
+    "MAX_ID_LENGTH",
+    "cancel",
+    "history",
+    "recover",
+    "replay",
+    "send",
+    "snapshot",
+    "start",
+    "status",
+    "wake",
+]
+
+MAX_ID_LENGTH = 255
 
 
 def _require(workflow_id: str) -> None:
     if not Workflow.objects.filter(pk=workflow_id).exists():
         raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+
+
+def start(
+    definition: WorkflowDefinition, input: Any = None, workflow_id: str | None = None
+) -> tuple[str, str]:
+    """Store a new workflow (idempotent per id); return ``(id, name)``.
+
+    The input is validated and stored now; the first run is dispatched when
+    the surrounding transaction commits. An existing id returns its own
+    name (a different workflow name under that id is a ``ValueError``).
+    """
+    workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
+    if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
+        raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
+    stored = schema.roundtrip(input, "Workflow input")
+    encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, stored)
+    now = clock.now_datetime()
+    with transaction.atomic():
+        row, created = Workflow.objects.get_or_create(
+            id=workflow_id,
+            defaults={
+                "name": definition.name,
+                "status": WorkflowStatus.PENDING,
+                "wake_at": now,
+                "created_at": now,
+                "updated_at": now,
+                **wake_fields(now),
+            },
+        )
+        if not created:
+            if row.name != definition.name:
+                raise ValueError(
+                    f"Workflow id {workflow_id!r} is already used by a "
+                    f"{row.name!r} workflow"
+                )
+            return workflow_id, row.name
+        WorkflowKV.objects.create(
+            workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
+        )
+        schedule_wake(workflow_id, now)
+    return workflow_id, definition.name
+
+
+def definition_of(workflow: str | WorkflowDefinition) -> WorkflowDefinition:
+    """Return the registered definition for a name or a definition."""
+    if not isinstance(workflow, WorkflowDefinition):
+        return registry.get(workflow)
+    # Workers look definitions up by name: an unregistered one could never run.
+    if registry.all_workflows().get(workflow.name) != workflow:
+        raise WorkflowNotFound(f"Workflow {workflow.name!r} is not registered")
+    return workflow
+
+
+def name_of(workflow_id: str) -> str:
+    """Return the workflow name of an existing workflow id."""
+    found = Workflow.objects.filter(pk=workflow_id).values_list("name", flat=True)
+    name = found.first()
+    if name is None:
+        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+    return str(name)
+
+
+def status(workflow_id: str) -> str:
+    """Return the workflow's status (read from its row)."""
+    found = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True)
+    value = found.first()
+    if value is None:
+        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+    return str(value)
+
+
+def _reader(workflow_id: str) -> DjangoDriver:
+    _require(workflow_id)
+    return DjangoDriver(workflow_id, private_loop=True)
+
+
+def snapshot(workflow_id: str) -> WorkflowSnapshot:
+    """Return the stored state, output, error and input (the engine's view)."""
+    return run_private(read_workflow(_reader(workflow_id)))
+
+
+def history(workflow_id: str) -> list[HistoryEntry]:
+    """Return the decoded history entries, in the order they were created."""
+    return run_private(read_history(_reader(workflow_id)))
 
 
 def wake(workflow_id: str) -> bool:

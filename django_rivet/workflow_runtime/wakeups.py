@@ -1,14 +1,15 @@
-"""Wake-ups: Celery tasks for due workflows, and the sweep that repairs them.
+"""Wake-ups: dispatch for due workflows, and the sweep that repairs them.
 
 The ``Workflow`` row is the source of truth for when a workflow runs next
-(``wake_at``, and ``lease_expires_at`` while a worker holds it); Celery tasks
-only make that prompt. A wake-up within
-:data:`~django_rivet.scheduler.ETA_HORIZON` gets a ``rivet.run_workflow`` ETA
-task once the transaction that decided it commits (or wakes the in-process
-worker when Celery is not used); later ones are sent by :func:`sweep` as they
-come near, which also re-sends tasks that look lost and hands workflows
-whose lease expired (a crashed worker) to a new run. Each task re-checks and
-claims the row, so early, late, lost or duplicated tasks are all harmless.
+(``wake_at``, and ``lease_expires_at`` while a worker holds it); dispatch
+only makes that prompt. With the Celery backend a wake-up within
+:data:`~django_rivet.dispatch.ETA_HORIZON` gets a ``rivet.run_workflow`` ETA
+task once the transaction that decided it commits; later ones are sent by
+:func:`sweep` as they come near, which also re-sends tasks that look lost and
+hands workflows whose lease expired (a crashed worker) to a new run. With
+the worker backend the in-process loop is woken and reads due times itself.
+Each run re-checks and claims the row, so early, late, lost or duplicated
+wake-ups are all harmless.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Min, Q
 
-from .. import clock
+from .. import clock, dispatch
 from ..models import Workflow
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -31,52 +32,31 @@ SWEEP_BATCH = 500
 LOST_RESEND = timedelta(seconds=60)
 
 
-def _uses_celery() -> bool:
-    from ..scheduler import uses_celery
-
-    return uses_celery()
-
-
-def _eta_horizon() -> float:
-    from ..scheduler import ETA_HORIZON
-
-    return ETA_HORIZON
-
-
 def wake_fields(wake_at: datetime | None) -> dict[str, Any]:
     """Return the row bookkeeping for a Celery task sent for ``wake_at``.
 
     Only wake-ups within the ETA horizon get a task now; the sweeper sends
     the others later (long ETAs outlive the broker's visibility timeout).
     """
-    if wake_at is None or not _uses_celery():
-        return {}
-    if clock.to_timestamp(wake_at) - clock.now() > _eta_horizon():
+    if wake_at is None or not dispatch.within_eta_horizon(clock.to_timestamp(wake_at)):
         return {}
     return {"enqueued_for": wake_at, "enqueued_at": clock.now_datetime()}
 
 
 def send_task(workflow_id: str, eta: float | None) -> None:
     """Send ``rivet.run_workflow`` now, or with an ETA (errors are logged)."""
-    from .. import tasks
-
-    tasks.send("run_workflow", [workflow_id], eta)
+    dispatch.wake("run_workflow", [workflow_id], eta)
 
 
 def schedule_wake(workflow_id: str, wake_at: datetime | None) -> None:
     """Make the workflow run at ``wake_at``, once the transaction commits.
 
     Sends a Celery ETA task when :func:`wake_fields` recorded one, or wakes
-    the in-process worker when Celery is not used.
+    the in-process worker with the worker backend.
     """
     if wake_at is None:
         return
-    if not _uses_celery():
-        from .. import worker
-
-        transaction.on_commit(worker.notify, robust=True)
-        return
-    if not wake_fields(wake_at):
+    if dispatch.backend().eta_tasks and not wake_fields(wake_at):
         return
     eta = clock.to_timestamp(wake_at)
     transaction.on_commit(lambda: send_task(workflow_id, eta), robust=True)
@@ -106,16 +86,15 @@ def sweep() -> int:
     marked with a conditional update first, so concurrent sweepers send one
     task. Without Celery the in-process worker runs them itself.
     """
-    if not _uses_celery():
+    if not dispatch.backend().eta_tasks:
         return 0
-    from ..scheduler import grace_period
-
+    grace_period = dispatch.grace_period
     now = clock.now_datetime()
     stale = now - grace_period()
     # A workflow whose task sits behind a backlog looks lost too: re-send
     # at most once a minute per workflow, so a busy queue does not snowball.
     resend = now - max(grace_period(), LOST_RESEND)
-    horizon = clock.to_datetime(clock.now() + _eta_horizon())
+    horizon = clock.to_datetime(clock.now() + dispatch.ETA_HORIZON)
     unleased = Workflow.objects.active().filter(lease_token="")
     upcoming = unleased.filter(wake_at__lte=horizon).filter(
         Q(enqueued_for__isnull=True) | ~Q(enqueued_for=F("wake_at"))

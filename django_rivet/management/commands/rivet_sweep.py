@@ -6,6 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from django_rivet.scheduling.sweeper import sweep
+
 
 class Command(BaseCommand):
     """Run one sweep: fire lost schedules, cron runs and queue messages."""
@@ -18,8 +20,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Sweep once and report what each step handled."""
-        from django_rivet.sweeper import sweep
-
         counts = sweep()
         for name, count in counts.items():
             self.stdout.write(f"{name}: {count}")

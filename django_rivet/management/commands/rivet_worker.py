@@ -8,6 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_rivet import dispatch
+from django_rivet.scheduling.worker import Worker
+
 
 class Command(BaseCommand):
     """Fire schedules and cron, deliver queues and sweep, in a loop."""
@@ -35,11 +38,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the loop until interrupted (or once)."""
-        from django_rivet.scheduler import send_wakeups_to_celery
-        from django_rivet.worker import Worker, notify
-
-        # This process fires everything itself; don't send Celery tasks.
-        send_wakeups_to_celery(False)
+        # This process fires everything itself: wake its own loop, never send
+        # Celery tasks (a project running it usually has no broker).
+        dispatch.use("worker")
         worker = Worker(poll_interval=options["poll_interval"])
         if options["once"]:
             ran = worker.run_once()
@@ -49,7 +50,7 @@ class Command(BaseCommand):
 
         def request_stop(signum: int, frame: Any) -> None:
             stop.set()
-            notify()
+            dispatch.notify_worker()
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)

@@ -26,21 +26,24 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from channels.db import database_sync_to_async
 from django.db import connection as db_connection
 from django.db import transaction
-from django.db.models import Min
 
-from . import clock, events
-from .actors.context import Conn
-from .actors.runtime import ActorRef, CallAction, invoke
-from .conf import rivet_settings
-from .encoding import cbor_dumps, cbor_loads
-from .exceptions import ActorNotFound, ConnectionExpired, Forbidden, RivetError
-from .models import ActorEvent, Connection
+from .. import clock, events
+from ..actors.context import Conn
+from ..actors.definition import Actor
+from ..actors.invocation import STATE_MAX_DEPTH, AuthRequest
+from ..actors.operations import CallAction
+from ..actors.rows import ActorRef
+from ..actors.spine import invoke
+from ..conf import rivet_settings
+from ..encoding import cbor_dumps, cbor_loads
+from ..exceptions import ActorNotFound, ConnectionExpired, Forbidden, RivetError
+from ..models import Connection
 
 if TYPE_CHECKING:
-    from .actors.definition import Actor
-    from .actors.runtime import Invocation
+    from ..actors.invocation import Invocation
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -51,7 +54,6 @@ __all__ = [
     "ConnectResult",
     "Disconnect",
     "Heartbeat",
-    "check_actor_name",
     "heartbeat",
     "stale_after",
     "sweep_stale_connections",
@@ -74,18 +76,6 @@ def heartbeat_interval() -> float:
 def stale_after() -> float:
     """Return the age (seconds) after which a connection counts as dead."""
     return STALE_HEARTBEATS * heartbeat_interval()
-
-
-def check_actor_name(invocation: Invocation, expected: str | None) -> None:
-    """Refuse with ``actor/not_found`` unless the actor is of class ``expected``.
-
-    ``?actor_id=`` may point at an actor of another class than the URL names.
-    """
-    if expected is not None and invocation.definition.name != expected:
-        raise ActorNotFound(
-            "Actor not found",
-            metadata={"name": expected, "actor_id": str(invocation.actor_id)},
-        )
 
 
 # -- operations (run by invoke, inside the actor's transaction) --------------------
@@ -112,29 +102,25 @@ class Connect:
     encoding: str = "json"
     subscriptions: list[str] = field(default_factory=list)
     since: int | None = None
-    expected_name: str | None = None
     server_id: str = SERVER_ID
     label: str | None = "connect"
-    # Set when on_auth or on_before_connect refused (close code 4403).
+    # Set when on_before_connect refused (close code 4403).
     refused: bool = False
+    auth = AuthRequest("connect")
 
     def prepare(self, definition: type[Actor]) -> None:
         """Nothing to check before I/O: params were validated by the consumer."""
 
     def run(self, invocation: Invocation) -> ConnectResult:
         """Admit the connection, or raise to refuse it (nothing persists)."""
-        check_actor_name(invocation, self.expected_name)
         try:
-            invocation.authorize(None)
-            try:
-                invocation.call_hook("on_before_connect", self.params)
-            except RivetError:
-                raise
-            except Exception as exc:
-                raise Forbidden("Connection refused") from exc
-        except BaseException:
+            invocation.call_hook("on_before_connect", self.params)
+        except RivetError:
             self.refused = True
             raise
+        except Exception as exc:
+            self.refused = True
+            raise Forbidden("Connection refused") from exc
         state = invocation.call_hook("create_conn_state", self.params)
         state_bytes = cbor_dumps(state)
         now = clock.now_datetime()
@@ -166,34 +152,28 @@ class Connect:
         head = int(invocation.row.event_seq)
         oldest, truncated = None, False
         if self.since is not None:
-            oldest, truncated = log_window(invocation.actor_id, self.since, head)
+            oldest, truncated = events.window(invocation.actor_id, self.since, head)
         return ConnectResult(invocation.actor_id, row.id, head, oldest, truncated)
-
-
-def log_window(actor_id: uuid.UUID, since: int, head: int) -> tuple[int | None, bool]:
-    """Return ``(oldest seq kept, truncated)`` for a replay after ``since``."""
-    oldest = ActorEvent.objects.filter(actor_id=actor_id).aggregate(m=Min("seq"))["m"]
-    if since > head:
-        # The client saw seqs this actor never issued: it was destroyed and
-        # re-created since. Its view is stale in the same way.
-        return oldest, True
-    if since == head:
-        return oldest, False
-    return oldest, oldest is None or oldest > since + 1
 
 
 @dataclass(slots=True)
 class ConnAction:
-    """Run an action for a connection (``ctx.conn`` set, no ``on_auth``).
+    """Run an action for a connection (``ctx.conn`` set).
 
-    The connection passed ``on_auth`` when it connected (SPEC 3: on_auth runs
-    on every WebSocket connect, not on every frame).
+    ``on_auth`` runs for each action, with ``info.action`` set, as it does
+    over HTTP: a connection admitted to the actor is not thereby allowed
+    every action (connection-level checks belong in ``on_before_connect``).
     """
 
     action: str
     args: Any = ()
     label: str | None = None
     _call: CallAction | None = None
+
+    @property
+    def auth(self) -> AuthRequest:
+        """Ask ``on_auth`` about this action."""
+        return AuthRequest("action", action=self.action)
 
     def prepare(self, definition: type[Actor]) -> None:
         """Find the action and check the arguments, before any I/O."""
@@ -217,6 +197,8 @@ class Disconnect:
     # For the sweep: only remove the row if it is still older than this.
     stale_before: datetime | None = None
     label: str | None = "disconnect"
+    # Cleanup must always run: the socket is already gone.
+    auth = None
 
     def prepare(self, definition: type[Actor]) -> None:
         """Nothing to check."""
@@ -252,7 +234,7 @@ class Disconnect:
                     invocation.actor_id,
                     self.conn_id,
                 )
-                invocation.state = cbor_loads(state_before, max_depth=400)
+                invocation.state = cbor_loads(state_before, max_depth=STATE_MAX_DEPTH)
                 del invocation.broadcasts[broadcasts:]
         return True
 
@@ -315,8 +297,6 @@ class Heartbeat:
         return conn_id in self._ids
 
     async def _run(self) -> None:
-        from channels.db import database_sync_to_async
-
         while self._ids:
             await asyncio.sleep(heartbeat_interval())
             try:

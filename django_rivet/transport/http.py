@@ -27,21 +27,16 @@ from django.http.response import HttpResponseBase
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from .actors import registry
-from .actors.runtime import (
-    ActorRef,
-    CallAction,
-    EnsureActor,
-    Operation,
-    Origin,
-    ainvoke,
-    public_error,
-)
-from .conf import rivet_settings
-from .connections import check_actor_name
-from .consumers import parse_actor_id, parse_bool
-from .encoding import Encoding, decode, encode
-from .exceptions import (
+from ..actors import registry
+from ..actors.definition import Actor
+from ..actors.errors import public_error
+from ..actors.invocation import AuthRequest, Operation, Origin
+from ..actors.operations import ACTOR_AUTH, CallAction, EnsureActor
+from ..actors.rows import ActorRef, Mode
+from ..actors.spine import ainvoke
+from ..conf import rivet_settings
+from ..encoding import Encoding, decode, encode
+from ..exceptions import (
     ActionNotFound,
     InvalidArgs,
     InvalidEncoding,
@@ -49,11 +44,12 @@ from .exceptions import (
     MethodNotAllowed,
     RequestTooLarge,
 )
-from .models import Actor as ActorRow
+from ..models import Actor as ActorRow
+from ..scheduling import queues
+from .parsing import parse_actor_id, parse_bool
 
 if TYPE_CHECKING:
-    from .actors.definition import Actor
-    from .actors.runtime import Invocation
+    from ..actors.invocation import Invocation
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -162,13 +158,17 @@ def read_body(request: HttpRequest) -> dict[str, Any]:
 
 # -- addressing -------------------------------------------------------------------
 def actor_ref(
-    request: HttpRequest, name: str, mode: str, input: Any = None
+    request: HttpRequest, name: str, mode: Mode, input: Any = None
 ) -> ActorRef:
-    """Address the actor by ``?actor_id=`` or by name and ``?key=``."""
+    """Address the actor by ``?actor_id=`` or by name and ``?key=``.
+
+    By id, the name still counts: the runtime refuses an actor of another
+    class with ``actor/not_found``.
+    """
     actor_id = request.GET.get("actor_id")
     if actor_id:
         return ActorRef(name=name, actor_id=parse_actor_id(actor_id))
-    return ActorRef.of(name, request.GET.getlist("key"), mode=mode, input=input)  # type: ignore[arg-type]
+    return ActorRef.of(name, request.GET.getlist("key"), mode=mode, input=input)
 
 
 async def http_origin(request: HttpRequest) -> Origin:
@@ -181,36 +181,17 @@ async def http_origin(request: HttpRequest) -> Origin:
 
 # -- operations ---------------------------------------------------------------------
 @dataclass(slots=True)
-class Checked:
-    """Run ``inner`` only if the actor is of class ``name`` (for ``?actor_id=``)."""
-
-    inner: Operation
-    name: str
-    label: str | None = None
-
-    def prepare(self, definition: type[Actor]) -> None:
-        """Delegate to the wrapped operation."""
-        self.inner.prepare(definition)
-        self.label = self.inner.label
-
-    def run(self, invocation: Invocation) -> Any:
-        """Check the class, then run the wrapped operation."""
-        check_actor_name(invocation, self.name)
-        return self.inner.run(invocation)
-
-
-@dataclass(slots=True)
 class Describe:
     """Return the actor's public description (after ``on_auth``)."""
 
     label: str | None = "describe"
+    auth = ACTOR_AUTH
 
     def prepare(self, definition: type[Actor]) -> None:
         """Nothing to check."""
 
     def run(self, invocation: Invocation) -> dict[str, Any]:
-        """Authorize, then describe."""
-        invocation.authorize(None)
+        """Describe the actor."""
         created_at = (
             ActorRow.objects.filter(pk=invocation.actor_id)
             .values_list("created_at", flat=True)
@@ -225,25 +206,12 @@ class Describe:
 
 
 @dataclass(slots=True)
-class Authorize:
-    """Run ``on_auth`` only (before a queue send, which has no origin)."""
-
-    label: str | None = "authorize"
-
-    def prepare(self, definition: type[Actor]) -> None:
-        """Nothing to check."""
-
-    def run(self, invocation: Invocation) -> None:
-        """Authorize the caller."""
-        invocation.authorize(None)
-
-
-@dataclass(slots=True)
 class HandleRequest:
     """Pass an ``HttpRequest`` to ``on_request`` (after ``on_auth``)."""
 
     request: HttpRequest
     label: str | None = "request"
+    auth = AuthRequest("request")
 
     def prepare(self, definition: type[Actor]) -> None:
         """Refuse actors without ``on_request`` before any I/O."""
@@ -253,8 +221,7 @@ class HandleRequest:
             )
 
     def run(self, invocation: Invocation) -> HttpResponseBase:
-        """Authorize, then let the actor answer."""
-        invocation.authorize(None)
+        """Let the actor answer."""
         response = invocation.call_hook("on_request", self.request)
         if not isinstance(response, HttpResponseBase):
             raise TypeError(
@@ -263,10 +230,8 @@ class HandleRequest:
         return response
 
 
-async def _run(ref: ActorRef, operation: Operation, origin: Origin, name: str) -> Any:
-    if ref.actor_id is not None:
-        operation = Checked(operation, name)
-    return await ainvoke(ref, operation, origin)
+async def _run(ref: ActorRef, operation: Operation, request: HttpRequest) -> Any:
+    return await ainvoke(ref, operation, await http_origin(request))
 
 
 # -- views ----------------------------------------------------------------------------
@@ -277,7 +242,7 @@ async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
     try:
         if request.method == "GET":
             ref = actor_ref(request, name, "get")
-            info = await _run(ref, Describe(), await http_origin(request), name)
+            info = await _run(ref, Describe(), request)
             return encoded_response(info, encoding)
         if request.method not in ("PUT", "POST"):
             raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
@@ -286,9 +251,7 @@ async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
             raise MalformedRequest("Create an actor by name and key, not actor_id")
         mode = "get_or_create" if request.method == "PUT" else "create"
         ref = actor_ref(request, name, mode, body.get("input"))
-        actor_id, created = await _run(
-            ref, EnsureActor(), await http_origin(request), name
-        )
+        actor_id, created = await _run(ref, EnsureActor(), request)
         if request.method == "POST":
             return encoded_response({"actor_id": str(actor_id)}, encoding, 201)
         return encoded_response(
@@ -313,9 +276,7 @@ async def action_view(request: HttpRequest, name: str, action: str) -> HttpRespo
         ref = actor_ref(
             request, name, "get_or_create" if create else "get", body.get("input")
         )
-        output = await _run(
-            ref, CallAction(action, args), await http_origin(request), name
-        )
+        output = await _run(ref, CallAction(action, args), request)
         return encoded_response({"output": output}, encoding)
     except Exception as exc:
         return error_response(exc, encoding)
@@ -339,16 +300,15 @@ async def queue_view(request: HttpRequest, name: str, queue: str) -> HttpRespons
             or timeout < 0
         ):
             raise MalformedRequest("timeout must be a non-negative number of seconds")
-        from .actors import queue as queues
-
         ref = actor_ref(request, name, "get_or_create")
-        # Refuse unknown queues before the actor is created.
-        queues.EnqueueMessage(queue, b"").prepare(registry.get(name))
-        # The queue API takes no origin, so on_auth runs in an invocation of
-        # its own first (one more lock, same guarantee for the caller).
-        await _run(ref, Authorize(), await http_origin(request), name)
+        # on_auth runs in the invocation that stores the message.
         result = await queues.asend(
-            ref, queue, body.get("body"), wait=wait, timeout=timeout
+            ref,
+            queue,
+            body.get("body"),
+            wait=wait,
+            timeout=timeout,
+            origin=await http_origin(request),
         )
         return encoded_response(result, encoding)
     except Exception as exc:
@@ -369,7 +329,7 @@ async def request_view(
             return rejection
         create = parse_bool(request.GET.get("create"), "create", True)
         ref = actor_ref(request, name, "get_or_create" if create else "get")
-        return await _run(ref, HandleRequest(request), await http_origin(request), name)
+        return await _run(ref, HandleRequest(request), request)
     except Exception as exc:
         return error_response(exc, encoding)
 

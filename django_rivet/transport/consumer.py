@@ -1,7 +1,7 @@
 """The WebSocket transport (SPEC 4.2): one consumer per connection to an actor.
 
 The consumer decodes frames, runs everything actor-related through the
-runtime (:func:`~django_rivet.actors.runtime.ainvoke`) and encodes replies; it
+runtime (:func:`~django_rivet.actors.spine.ainvoke`) and encodes replies; it
 holds no actor logic. What it adds is delivery:
 
 * **Actions in order.** Frames are queued to one worker task per connection,
@@ -17,45 +17,44 @@ holds no actor logic. What it adds is delivery:
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
 import logging
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
-from django.http.request import split_domain_port, validate_host
-from django.utils.datastructures import CaseInsensitiveMapping
 
-from . import events
-from .actors.rows import Mode
-from .actors.runtime import ActorRef, Origin, ainvoke, public_error
-from .conf import rivet_settings
-from .connections import (
-    ConnAction,
-    Connect,
-    ConnectResult,
-    Disconnect,
-    heartbeat,
-)
-from .encoding import Encoding, cbor_loads, decode, encode, json_dumps, parse_encoding
-from .exceptions import (
+from .. import events
+from ..actors.errors import public_error
+from ..actors.invocation import Origin
+from ..actors.rows import ActorRef
+from ..actors.spine import ainvoke
+from ..conf import rivet_settings
+from ..encoding import Encoding, cbor_loads, decode, encode, json_dumps
+from ..exceptions import (
     ActorNotFound,
     ConnectionExpired,
+    EventLogTruncated,
     Forbidden,
     InvalidArgs,
     MalformedRequest,
     RequestTooLarge,
     RivetError,
 )
-from .models import ActorEvent, Connection
+from ..models import Connection
+from .connections import ConnAction, Connect, ConnectResult, Disconnect, heartbeat
+from .origins import origin_allowed
+from .parsing import (
+    MAX_SUBSCRIPTIONS,
+    SUBPROTOCOL,
+    ConnectRequest,
+    event_name,
+    parse_connect_request,
+    scope_headers,
+)
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -63,212 +62,18 @@ __all__ = [
     "CLOSE_BAD_REQUEST",
     "CLOSE_FORBIDDEN",
     "CLOSE_INTERNAL",
-    "ConnectRequest",
     "RivetConsumer",
-    "origin_allowed",
-    "parse_connect_request",
+    "close_code_for",
 ]
 
-SUBPROTOCOL = "rivet"
-PARAMS_PREFIX = "rivet_conn_params."
-MAX_CONN_PARAMS_BYTES = 4096
-# Base64 of MAX_CONN_PARAMS_BYTES, so oversized params are refused unread.
-MAX_CONN_PARAMS_ENCODED = 4 * -(-MAX_CONN_PARAMS_BYTES // 3)
-MAX_EVENT_NAME_LENGTH = 255  # ActorEvent.name
-MAX_SUBSCRIPTIONS = 256
 # Actions waiting behind the running one; beyond this the consumer stops
 # reading frames (TCP backpressure) instead of buffering without bound.
 MAX_PENDING_ACTIONS = 64
-REPLAY_BATCH = 500
 
 CLOSE_NORMAL = 1000
 CLOSE_INTERNAL = 1011
 CLOSE_BAD_REQUEST = 4400
 CLOSE_FORBIDDEN = 4403
-
-
-# -- the connect request ----------------------------------------------------------
-@dataclass(slots=True)
-class ConnectRequest:
-    """What a client asks for in the URL and the subprotocol list."""
-
-    name: str
-    key: list[str] = field(default_factory=list)
-    actor_id: uuid.UUID | None = None
-    encoding: Encoding = "json"
-    since: int | None = None
-    wildcard: bool = False
-    subscriptions: list[str] = field(default_factory=list)
-    create: bool = True
-    params: Any = None
-    offered_rivet: bool = False
-
-    def ref(self) -> ActorRef:
-        """Return the runtime reference of the addressed actor."""
-        if self.actor_id is not None:
-            return ActorRef(name=self.name, actor_id=self.actor_id)
-        mode: Mode = "get_or_create" if self.create else "get"
-        return ActorRef.of(self.name, self.key, mode=mode)
-
-
-def _single(query: dict[str, list[str]], name: str) -> str | None:
-    values = query.get(name)
-    if not values:
-        return None
-    if len(values) > 1:
-        raise MalformedRequest(f"Query parameter {name!r} given more than once")
-    return values[0]
-
-
-def parse_bool(value: str | None, name: str, default: bool) -> bool:
-    """Parse ``true/false/1/0`` query values."""
-    if value is None or value == "":
-        return default
-    lowered = value.lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise MalformedRequest(f"Query parameter {name!r} must be true or false")
-
-
-def parse_actor_id(value: str) -> uuid.UUID:
-    """Parse ``?actor_id=``; an invalid id names no actor."""
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ActorNotFound(
-            f"Invalid actor id {value!r}", metadata={"actor_id": value}
-        ) from None
-
-
-def parse_conn_params(subprotocols: list[str]) -> tuple[Any, bool]:
-    """Return ``(params, rivet offered)`` from the subprotocol list."""
-    encoded = [p for p in subprotocols if p.startswith(PARAMS_PREFIX)]
-    if len(encoded) > 1:
-        raise MalformedRequest("More than one rivet_conn_params subprotocol")
-    params = None
-    if encoded:
-        text = encoded[0][len(PARAMS_PREFIX) :]
-        if len(text) > MAX_CONN_PARAMS_ENCODED:
-            raise RequestTooLarge(
-                f"Connection params are limited to {MAX_CONN_PARAMS_BYTES} bytes",
-                metadata={"limit": MAX_CONN_PARAMS_BYTES},
-            )
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        except (binascii.Error, ValueError) as exc:
-            raise MalformedRequest(
-                "Connection params are not base64url-encoded JSON"
-            ) from exc
-        if len(raw) > MAX_CONN_PARAMS_BYTES:
-            raise RequestTooLarge(
-                f"Connection params are limited to {MAX_CONN_PARAMS_BYTES} bytes",
-                metadata={"size": len(raw), "limit": MAX_CONN_PARAMS_BYTES},
-            )
-        params = decode(raw, "json")
-    return params, SUBPROTOCOL in subprotocols
-
-
-def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
-    """Read the actor, encoding, replay options and params from the scope."""
-    kwargs = scope.get("url_route", {}).get("kwargs", {})
-    try:
-        query = parse_qs(
-            scope.get("query_string", b"").decode("utf-8"),
-            keep_blank_values=True,
-            strict_parsing=False,
-        )
-    except UnicodeDecodeError as exc:
-        raise MalformedRequest("The query string is not UTF-8") from exc
-    request = ConnectRequest(name=str(kwargs.get("name", "")))
-    request.encoding = parse_encoding(_single(query, "encoding"))
-    request.key = query.get("key", [])
-    actor_id = _single(query, "actor_id")
-    if actor_id:
-        request.actor_id = parse_actor_id(actor_id)
-    request.create = parse_bool(_single(query, "create"), "create", True)
-    since = _single(query, "since")
-    if since is not None and since != "":
-        if not since.isdigit():
-            raise MalformedRequest("since must be a non-negative integer")
-        request.since = int(since)
-    for value in query.get("subscribe", []):
-        for event in value.split(","):
-            if event == "*":
-                request.wildcard = True
-            elif event:
-                request.subscriptions.append(_event_name(event))
-    if len(request.subscriptions) > MAX_SUBSCRIPTIONS:
-        raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
-    request.params, request.offered_rivet = parse_conn_params(
-        list(scope.get("subprotocols") or [])
-    )
-    return request
-
-
-def _event_name(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise MalformedRequest("An event name is a non-empty string")
-    if len(value) > MAX_EVENT_NAME_LENGTH:
-        raise MalformedRequest(
-            f"Event names are at most {MAX_EVENT_NAME_LENGTH} characters"
-        )
-    return value
-
-
-# -- origin validation ------------------------------------------------------------
-_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
-
-
-def _normalize_origin(origin: str) -> str | None:
-    parts = urlsplit(origin.strip().lower())
-    if not parts.scheme or not parts.netloc:
-        return None
-    host, port = split_domain_port(parts.netloc)
-    if not host:
-        return None
-    if port and port != _DEFAULT_PORTS.get(parts.scheme):
-        return f"{parts.scheme}://{host}:{port}"
-    return f"{parts.scheme}://{host}"
-
-
-def origin_allowed(origin: str | None) -> bool:
-    """Tell whether a browser page from ``origin`` may open a socket.
-
-    ``RIVET["ALLOWED_ORIGINS"]`` lists full origins (``"*"`` allows any);
-    when it is None the origin's host must match ``ALLOWED_HOSTS``. A missing
-    Origin header means a non-browser client, which could send any header it
-    likes, so checking it would protect nothing: it is allowed, and
-    ``on_auth`` decides.
-    """
-    if origin is None:
-        return True
-    allowed = rivet_settings.ALLOWED_ORIGINS
-    normalized = _normalize_origin(origin)
-    if allowed is not None:
-        if "*" in allowed:
-            return True
-        return normalized is not None and normalized in {
-            _normalize_origin(entry) for entry in allowed
-        }
-    if normalized is None:
-        return False
-    host, _ = split_domain_port(urlsplit(normalized).netloc)
-    hosts = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not hosts:
-        # Django's own default for DEBUG with empty ALLOWED_HOSTS.
-        hosts = [".localhost", "127.0.0.1", "[::1]"]
-    return validate_host(host, hosts)
-
-
-def _headers(scope: dict[str, Any]) -> CaseInsensitiveMapping[str]:
-    headers: dict[str, str] = {}
-    for raw_name, raw_value in scope.get("headers", []):
-        name = raw_name.decode("latin-1").lower()
-        value = raw_value.decode("latin-1")
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return CaseInsensitiveMapping(headers)
 
 
 def close_code_for(error: RivetError, refused: bool) -> int:
@@ -280,28 +85,7 @@ def close_code_for(error: RivetError, refused: bool) -> int:
     return CLOSE_BAD_REQUEST
 
 
-# -- the event log ----------------------------------------------------------------
-def fetch_events(
-    actor_id: uuid.UUID,
-    after: int,
-    before: int | None,
-    names: list[str] | None,
-    limit: int = REPLAY_BATCH,
-) -> list[tuple[int, str, bytes]]:
-    """Read logged events with ``after < seq < before``, in seq order."""
-    rows = ActorEvent.objects.filter(actor_id=actor_id, seq__gt=after)
-    if before is not None:
-        rows = rows.filter(seq__lt=before)
-    if names is not None:
-        rows = rows.filter(name__in=names)
-    return [
-        (seq, name, bytes(args))
-        for seq, name, args in rows.order_by("seq").values_list("seq", "name", "args")[
-            :limit
-        ]
-    ]
-
-
+# -- the event log --------------------------------------------------------------
 @functools.lru_cache(maxsize=512)
 def _event_frame(name: str, seq: int | None, args: bytes, encoding: Encoding) -> bytes:
     # Every connection of a process receives the same event: decode and
@@ -356,7 +140,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
         try:
             request = self.request = parse_connect_request(self.scope)
             self.encoding = request.encoding
-            headers = _headers(self.scope)
+            headers = scope_headers(self.scope)
             origin_header = headers.get("origin")
             if not origin_allowed(origin_header):
                 raise Forbidden(
@@ -376,7 +160,6 @@ class RivetConsumer(AsyncWebsocketConsumer):
                 encoding=request.encoding,
                 subscriptions=subscriptions + (["*"] if request.wildcard else []),
                 since=request.since,
-                expected_name=request.name if request.actor_id else None,
             )
             result: ConnectResult = await ainvoke(request.ref(), connect, self.origin)
         except Exception as exc:
@@ -465,9 +248,9 @@ class RivetConsumer(AsyncWebsocketConsumer):
             if kind == "action":
                 await self._receive_action(frame)
             elif kind == "subscribe":
-                await self._subscribe(_event_name(frame.get("event")))
+                await self._subscribe(event_name(frame.get("event")))
             elif kind == "unsubscribe":
-                self._unsubscribe(_event_name(frame.get("event")))
+                self._unsubscribe(event_name(frame.get("event")))
             else:
                 raise MalformedRequest(
                     f"Unknown message type {kind[:64]!r}", metadata={"type": kind[:64]}
@@ -587,13 +370,13 @@ class RivetConsumer(AsyncWebsocketConsumer):
         names = None if self.wildcard else sorted(self.subscriptions)
         assert self.actor_id is not None
         while True:
-            rows = await database_sync_to_async(fetch_events)(
+            logged = await database_sync_to_async(events.read)(
                 self.actor_id, self.cursor, before, names
             )
-            for seq, name, args in rows:
-                self.cursor = seq
-                await self._send_event(name, seq, args)
-            if len(rows) < REPLAY_BATCH:
+            for event in logged:
+                self.cursor = event.seq
+                await self._send_event(event.name, event.seq, event.args)
+            if len(logged) < events.READ_BATCH:
                 break
         if before is not None:
             self.cursor = max(self.cursor, before - 1)
@@ -603,13 +386,13 @@ class RivetConsumer(AsyncWebsocketConsumer):
         assert self.actor_id is not None
         after = since
         while after < self.cursor:
-            rows = await database_sync_to_async(fetch_events)(
+            logged = await database_sync_to_async(events.read)(
                 self.actor_id, after, self.cursor + 1, names
             )
-            for seq, name, args in rows:
-                after = seq
-                await self._send_event(name, seq, args)
-            if len(rows) < REPLAY_BATCH:
+            for event in logged:
+                after = event.seq
+                await self._send_event(event.name, event.seq, event.args)
+            if len(logged) < events.READ_BATCH:
                 break
 
     async def _send_event(self, name: str, seq: int | None, args: bytes) -> None:
@@ -720,8 +503,6 @@ def _update_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
 
 
 def _truncated(since: int | None, oldest: int | None, head: int) -> RivetError:
-    from .exceptions import EventLogTruncated
-
     return EventLogTruncated(
         "The event log no longer reaches back to the requested seq; refetch the state",
         metadata={"since": since, "oldest": oldest, "latest": head},

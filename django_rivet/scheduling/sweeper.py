@@ -7,7 +7,7 @@ sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
 - ``recover_stale_claims``: claims whose firer died before committing go back
   to pending (a cron job gets its lost run back);
 - ``enqueue_upcoming``: work entering the ETA horizon gets its Celery task
-  (only near-term work gets one when it is created);
+  (only near-term work gets one when it is created; Celery dispatch only);
 - ``fire_lost``: schedules, cron runs and queue messages overdue by more than
   one sweep interval are fired right here, in this process;
 - ``workflows``: wake-ups and expired workflow leases get a run task;
@@ -18,8 +18,9 @@ sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
 
 Every step is safe with many sweepers at once: each row is claimed with a
 conditional update (``SKIP LOCKED`` batches on PostgreSQL) before anything is
-done with it. Other subsystems add steps with :func:`register_step` (the
-connection liveness check, workflow leases...).
+done with it. The steps of other layers (workflow wake-ups and leases, the
+transport's connection liveness check) are added with :func:`register_step`
+by the app config at start-up: this module does not import those layers.
 """
 
 from __future__ import annotations
@@ -34,14 +35,19 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Least
 
-from . import clock, scheduler
-from .models import (
+from .. import clock, dispatch
+from ..models import (
     CronJob,
     QueueMessage,
     QueueMessageStatus,
     Schedule,
     ScheduleStatus,
 )
+from .claims import claim_lease
+from .cron import wake_cron
+from .cron_runs import run_due_cron
+from .queues import deliver_due_queues
+from .schedules import fire_due_schedules, wake_schedule
 
 logger = logging.getLogger("django_rivet.sweeper")
 
@@ -117,7 +123,7 @@ def sweep() -> dict[str, int]:
 # -- the scheduling steps -------------------------------------------------------------
 def recover_stale_claims() -> int:
     """Return claims older than the claim lease to pending."""
-    before = clock.to_datetime(clock.now() - scheduler.claim_lease())
+    before = clock.to_datetime(clock.now() - claim_lease())
     released = {"claim_token": None, "claimed_at": None}
     with transaction.atomic():
         count = Schedule.objects.stale_claims(before).update(
@@ -150,9 +156,9 @@ def recover_stale_claims() -> int:
 
 def enqueue_upcoming() -> int:
     """Send Celery ETA tasks for work that entered the ETA horizon."""
-    if not scheduler.uses_celery():
+    if not dispatch.backend().eta_tasks:
         return 0
-    horizon = clock.to_datetime(clock.now() + scheduler.ETA_HORIZON)
+    horizon = clock.to_datetime(clock.now() + dispatch.ETA_HORIZON)
     sent = 0
     upcoming = Schedule.objects.filter(
         status=ScheduleStatus.PENDING, enqueued=False, run_at__lte=horizon
@@ -162,7 +168,7 @@ def enqueue_upcoming() -> int:
         if Schedule.objects.filter(pk=schedule_id, enqueued=False).update(
             enqueued=True
         ):
-            scheduler.wake_schedule(schedule_id, clock.to_timestamp(run_at))
+            wake_schedule(schedule_id, clock.to_timestamp(run_at))
             sent += 1
     jobs = CronJob.objects.filter(next_run_at__lte=horizon).filter(
         Q(enqueued_for__isnull=True) | ~Q(enqueued_for=F("next_run_at"))
@@ -171,17 +177,17 @@ def enqueue_upcoming() -> int:
         if CronJob.objects.filter(pk=job_id, next_run_at=next_run_at).update(
             enqueued_for=next_run_at
         ):
-            scheduler.wake_cron(job_id, clock.to_timestamp(next_run_at))
+            wake_cron(job_id, clock.to_timestamp(next_run_at))
             sent += 1
     return sent
 
 
 def fire_lost() -> int:
     """Fire work overdue by more than one sweep interval (its task was lost)."""
-    grace = scheduler.grace_period().total_seconds()
-    handled = scheduler.fire_due_schedules(limit=STEP_BATCH, grace=grace)
-    handled += scheduler.run_due_cron(limit=STEP_BATCH, grace=grace)
-    handled += scheduler.deliver_due_queues(limit=STEP_BATCH, grace=grace)
+    grace = dispatch.grace_period().total_seconds()
+    handled = fire_due_schedules(limit=STEP_BATCH, grace=grace)
+    handled += run_due_cron(limit=STEP_BATCH, grace=grace)
+    handled += deliver_due_queues(limit=STEP_BATCH, grace=grace)
     if handled:
         logger.info("fired lost work count=%s", handled)
     return handled
@@ -204,25 +210,3 @@ for _step in (
     SweepStep("purge_finished", purge_finished),
 ):
     register_step(_step)
-
-
-# -- workflows (the workflow runtime) --------------------------------------------------
-def sweep_workflows() -> int:
-    """Send run tasks for upcoming and lost wake-ups and expired leases."""
-    from .workflow_runtime import wakeups
-
-    return wakeups.sweep()
-
-
-register_step(SweepStep("workflows", sweep_workflows), before="purge_finished")
-
-
-# -- connections (the transport) ---------------------------------------------------
-def sweep_connections() -> int:
-    """Remove connections of processes that stopped heartbeating."""
-    from .connections import sweep_stale_connections
-
-    return sweep_stale_connections()
-
-
-register_step(SweepStep("connections", sweep_connections), before="purge_finished")

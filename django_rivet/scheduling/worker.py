@@ -10,10 +10,11 @@ One loop serves two uses:
   in-memory channel layer, which only spans one process.
 
 The loop runs every registered :class:`DueWork` (schedules, cron, queues;
-the workflow runtime adds its own with :func:`register_due_work`), sweeps
-every ``SWEEP_INTERVAL`` seconds, and otherwise sleeps until the next due
-time, at most ``poll_interval`` seconds -- work created in this process
-wakes it at once (:func:`notify`).
+the app config adds the workflow runtime's with :func:`register_due_work`),
+sweeps every ``SWEEP_INTERVAL`` seconds, and otherwise sleeps until the next
+due time, at most ``poll_interval`` seconds -- work created in this process
+wakes it at once (the ``worker`` dispatch backend,
+:func:`django_rivet.dispatch.notify_worker`).
 
 The embedded worker starts once per process, with the first request the
 server handles (Django's ``request_started``, or :class:`EmbeddedWorkerApp`
@@ -32,7 +33,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .conf import rivet_settings
+from asgiref.sync import sync_to_async
+from django.core.signals import request_started
+from django.db import close_old_connections, connections
+from django.db.models import Min
+
+from .. import clock, dispatch
+from ..conf import rivet_settings
+from ..models import CronJob, QueueMessage, Schedule, ScheduleStatus
+from . import sweeper
+from .cron_runs import run_due_cron
+from .queues import deliver_due_queues
+from .schedules import fire_due_schedules
 
 logger = logging.getLogger("django_rivet.worker")
 
@@ -44,9 +56,9 @@ __all__ = [
     "due_work",
     "embedded_worker_running",
     "next_due_at",
-    "notify",
     "register_due_work",
     "run_due_work",
+    "scheduling_next_due",
     "start_embedded_worker",
     "stop_embedded_worker",
 ]
@@ -72,34 +84,26 @@ class DueWork:
     next_due: Callable[[], float | None] | None = None
 
 
-def _schedules(limit: int) -> int:
-    from . import scheduler
-
-    return scheduler.fire_due_schedules(limit=limit)
-
-
-def _cron(limit: int) -> int:
-    from . import scheduler
-
-    return scheduler.run_due_cron(limit=limit)
-
-
-def _queues(limit: int) -> int:
-    from . import scheduler
-
-    return scheduler.deliver_due_queues(limit=limit)
-
-
-def _scheduling_next_due() -> float | None:
-    from . import scheduler
-
-    return scheduler.next_due_at()
+def scheduling_next_due() -> float | None:
+    """Return when the next schedule, cron run or queue message is due."""
+    times = [
+        Schedule.objects.filter(status=ScheduleStatus.PENDING).aggregate(
+            at=Min("run_at")
+        )["at"],
+        CronJob.objects.aggregate(at=Min("next_run_at"))["at"],
+    ]
+    if QueueMessage.objects.pending().exists():
+        times.append(clock.now_datetime())
+    found = [clock.to_timestamp(t) for t in times if t is not None]
+    return min(found) if found else None
 
 
 _due_work: list[DueWork] = [
-    DueWork("schedules", _schedules, _scheduling_next_due),
-    DueWork("cron", _cron),
-    DueWork("queues", _queues),
+    DueWork(
+        "schedules", lambda limit: fire_due_schedules(limit=limit), scheduling_next_due
+    ),
+    DueWork("cron", lambda limit: run_due_cron(limit=limit)),
+    DueWork("queues", lambda limit: deliver_due_queues(limit=limit)),
 ]
 
 
@@ -129,14 +133,6 @@ def next_due_at() -> float | None:
     return min(found) if found else None
 
 
-_wake = threading.Event()
-
-
-def notify() -> None:
-    """Wake the worker loop of this process: new work may be due."""
-    _wake.set()
-
-
 class Worker:
     """Run due work and sweeps in this process until stopped."""
 
@@ -154,8 +150,6 @@ class Worker:
 
     def run_once(self) -> int:
         """Run due work once (and a sweep when one is due); return items run."""
-        from . import sweeper
-
         ran = run_due_work(self.batch)
         interval = self.sweep_interval
         if interval is None:
@@ -167,8 +161,6 @@ class Worker:
         return ran
 
     def _idle_delay(self) -> float:
-        from . import clock
-
         delay = self.poll_interval
         due = next_due_at()
         if due is not None:
@@ -177,14 +169,12 @@ class Worker:
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set."""
-        from django.db import close_old_connections, connections
-
         logger.info("worker started poll_interval=%s", self.poll_interval)
         try:
             while not stop.is_set():
                 # Cleared before looking for work, so a notify() arriving
                 # while this iteration runs cuts the next sleep short.
-                _wake.clear()
+                dispatch.clear_worker_wakeup()
                 try:
                     # Like a request: drop broken or expired connections.
                     close_old_connections()
@@ -194,7 +184,7 @@ class Worker:
                 except Exception:
                     logger.exception("worker iteration failed")
                     delay = self.poll_interval
-                _wake.wait(delay)
+                dispatch.wait_for_work(delay)
         finally:
             connections.close_all()
             logger.info("worker stopped")
@@ -248,7 +238,7 @@ def stop_embedded_worker(timeout: float = 10.0) -> None:
         return
     thread, stop = running
     stop.set()
-    notify()
+    dispatch.notify_worker()
     thread.join(timeout)
 
 
@@ -265,8 +255,6 @@ def _on_request_started(sender: Any, **kwargs: Any) -> None:
 
 def connect_embedded_worker() -> None:
     """Start the embedded worker with the first request (called at app ready)."""
-    from django.core.signals import request_started
-
     request_started.connect(
         _on_request_started, dispatch_uid="django_rivet.embedded_worker"
     )
@@ -297,24 +285,6 @@ class EmbeddedWorkerApp:
                 start_embedded_worker()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                from asgiref.sync import sync_to_async
-
                 await sync_to_async(stop_embedded_worker, thread_sensitive=False)()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-# -- workflows (the workflow runtime) --------------------------------------------------
-def _workflows(limit: int) -> int:
-    from .workflow_runtime import execution
-
-    return execution.run_due(limit=limit)
-
-
-def _workflows_next_due() -> float | None:
-    from .workflow_runtime import wakeups
-
-    return wakeups.next_due_at()
-
-
-register_due_work(DueWork("workflows", _workflows, _workflows_next_due))

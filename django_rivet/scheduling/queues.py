@@ -3,7 +3,7 @@
 A message is stored in the sender's transaction (``ctx.queue.send``) or in an
 invocation of the receiving actor (``handle.send``), which locks the actor so
 the pending-count limit is exact. Delivery runs each handler once, in order,
-through the invocation path (:func:`django_rivet.scheduler.deliver_queue`).
+through the invocation path (:func:`deliver_queue`), following :mod:`.claims`.
 
 A sender that waits (``wait=True``) delivers the queue itself up to its own
 message right after the commit, then reads the stored reply, so waiting
@@ -17,11 +17,17 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .. import scheduler
+from .. import clock, dispatch
+from ..actors.definition import Actor, HandlerSpec
+from ..actors.errors import public_error
+from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
+from ..actors.rows import ActorRef
+from ..actors.spine import ainvoke, executor, invoke
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
@@ -32,18 +38,24 @@ from ..exceptions import (
     error_from_dict,
 )
 from ..models import QueueMessage, QueueMessageStatus
-from .definition import Actor
+from .claims import Fired, Firing, claim_transaction, describe, fire, fired_by
 
 if TYPE_CHECKING:
-    from .runtime import ActorRef, Invocation
+    from ..actors.invocation import Invocation
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_PENDING_MESSAGES",
     "EnqueueMessage",
+    "MessageClaim",
     "QueueAPI",
     "asend",
+    "claim_next_message",
+    "deliver_claimed_message",
+    "deliver_due_queues",
+    "deliver_queue",
     "send",
+    "wake_queue",
 ]
 
 MAX_PENDING_MESSAGES = 1000
@@ -51,6 +63,11 @@ MAX_MESSAGE_BYTES = 64 * 1024
 # Seconds between checks while a waiting sender's message is being handled
 # elsewhere.
 WAIT_POLL_INTERVAL = 0.05
+
+
+def wake_queue(actor_id: uuid.UUID | str) -> None:
+    """Make an actor's pending queue messages get delivered."""
+    dispatch.wake("deliver_queue", [str(actor_id)])
 
 
 def _encode_body(queue: str, body: Any) -> bytes:
@@ -84,7 +101,7 @@ def _store(invocation: Invocation, queue: str, data: bytes) -> int:
             metadata={"limit": MAX_PENDING_MESSAGES},
         )
     message = QueueMessage.objects.create(actor_id=actor_id, queue=queue, body=data)
-    invocation.after_commit(scheduler.wake_queue, actor_id)
+    invocation.after_commit(wake_queue, actor_id)
     return message.id
 
 
@@ -95,6 +112,11 @@ class EnqueueMessage:
     queue: str
     data: bytes
     label: str | None = None
+
+    @property
+    def auth(self) -> AuthRequest:
+        """Ask ``on_auth`` about sending to this queue."""
+        return AuthRequest("queue", queue=self.queue)
 
     def prepare(self, definition: type[Actor]) -> None:
         """Refuse queues the actor has no handler for."""
@@ -152,7 +174,7 @@ def _outcome(actor_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
 def _deliver_and_check(actor_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
     """Deliver the queue up to ``message_id`` if possible; return its reply."""
     outcome = _outcome(actor_id, message_id)
-    if outcome is None and scheduler.deliver_queue(actor_id, until=message_id):
+    if outcome is None and deliver_queue(actor_id, until=message_id):
         outcome = _outcome(actor_id, message_id)
     return outcome
 
@@ -169,6 +191,7 @@ def send(
     *,
     wait: bool = False,
     timeout: float | None = None,
+    origin: Origin | None = None,
 ) -> dict[str, Any]:
     """Store a message for the actor ``ref``; optionally wait for the reply.
 
@@ -178,11 +201,10 @@ def send(
     is re-raised as its :class:`~django_rivet.RivetError` (internal errors as
     ``rivet/internal_error``).
     """
-    from .runtime import invoke
-
     data = _encode_body(queue, body)
     deadline = _wait_limit(timeout)
-    actor_id, message_id = invoke(ref, EnqueueMessage(queue, data))
+    operation = EnqueueMessage(queue, data)
+    actor_id, message_id = invoke(ref, operation, origin or INTERNAL)
     if not wait:
         return {"status": "queued"}
     while True:
@@ -202,13 +224,13 @@ async def asend(
     *,
     wait: bool = False,
     timeout: float | None = None,
+    origin: Origin | None = None,
 ) -> dict[str, Any]:
     """Async :func:`send`; waiting does not hold a thread between checks."""
-    from .runtime import ainvoke, current_invocation, executor
-
     data = _encode_body(queue, body)
     deadline = _wait_limit(timeout)
-    actor_id, message_id = await ainvoke(ref, EnqueueMessage(queue, data))
+    operation = EnqueueMessage(queue, data)
+    actor_id, message_id = await ainvoke(ref, operation, origin or INTERNAL)
     if not wait:
         return {"status": "queued"}
     if current_invocation() is not None:
@@ -226,3 +248,139 @@ async def asend(
         if remaining <= 0:
             return {"status": "timed_out"}
         await asyncio.sleep(min(WAIT_POLL_INTERVAL, remaining))
+
+
+# -- delivery --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MessageClaim:
+    """A queue message this process may deliver."""
+
+    id: int
+    actor_id: uuid.UUID
+    queue: str
+    body: bytes
+    created_at: datetime
+    token: uuid.UUID
+
+
+def claim_next_message(actor_id: uuid.UUID | str) -> MessageClaim | None:
+    """Claim the actor's oldest unprocessed message, unless one is claimed.
+
+    Only the head of the actor's queue can be claimed, so messages are
+    handled one by one in FIFO order even with several deliverers.
+    """
+    token = uuid.uuid4()
+    now = clock.now_datetime()
+    head = (
+        QueueMessage.objects.active()
+        .filter(actor_id=actor_id)
+        .order_by("id")
+        .values("id")[:1]
+    )
+    with claim_transaction():
+        claimed = QueueMessage.objects.filter(
+            id__in=head, status=QueueMessageStatus.PENDING
+        ).update(status=QueueMessageStatus.RUNNING, claim_token=token, claimed_at=now)
+        if not claimed:
+            return None
+        row = (
+            QueueMessage.objects.active()
+            .filter(actor_id=actor_id, claim_token=token)
+            .values_list("id", "queue", "body", "created_at")
+            .first()
+        )
+    if row is None:  # pragma: no cover - the update just wrote it
+        return None
+    msg_id, queue, body, created_at = row
+    return MessageClaim(
+        msg_id, uuid.UUID(str(actor_id)), queue, bytes(body), created_at, token
+    )
+
+
+class DeliverMessage(Firing):
+    """Operation: consume a message claim, run its handler, store the reply."""
+
+    def __init__(self, claim: MessageClaim, fired_at: datetime) -> None:
+        super().__init__(f"queue {claim.queue}")
+        self.claim = claim
+        self.fired_at = fired_at
+
+    def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
+        """Return the handler of the message's queue."""
+        return definition.queue_handlers.get(self.claim.queue)
+
+    def consume(self, invocation: Invocation) -> bool:
+        """Mark the message done if our claim still holds it."""
+        claim = self.claim
+        return bool(
+            QueueMessage.objects.filter(
+                pk=claim.id, claim_token=claim.token, status=QueueMessageStatus.RUNNING
+            ).update(status=QueueMessageStatus.DONE)
+        )
+
+    def arguments(self) -> list[Any]:
+        """The handler receives the message body."""
+        return [cbor_loads(self.claim.body)]
+
+    def finish(self, invocation: Invocation, result: Any) -> None:
+        """Store the reply for a waiting sender."""
+        QueueMessage.objects.filter(pk=self.claim.id).update(
+            response=cbor_dumps(result), finished_at=clock.now_datetime()
+        )
+
+
+def deliver_claimed_message(claim: MessageClaim) -> Fired:
+    """Run the queue handler for one claimed message."""
+    fired_at = clock.now_datetime()
+
+    def record_error(exc: BaseException) -> None:
+        error = public_error(exc).to_dict()  # logs internal errors in full
+        error["detail"] = describe(exc)
+        QueueMessage.objects.filter(
+            pk=claim.id, claim_token=claim.token, status=QueueMessageStatus.RUNNING
+        ).update(
+            status=QueueMessageStatus.FAILED,
+            finished_at=clock.now_datetime(),
+            error=error,
+        )
+
+    return fire(
+        claim.actor_id,
+        DeliverMessage(claim, fired_at),
+        fired_by("queue", claim.id, claim.queue, claim.created_at, fired_at),
+        what=f"queue message={claim.id} queue={claim.queue}",
+        on_error=record_error,
+    )
+
+
+def deliver_queue(
+    actor_id: uuid.UUID | str, *, limit: int = 100, until: int | None = None
+) -> int:
+    """Deliver the actor's pending messages in order; return how many.
+
+    Stops after message ``until`` when given (a waiting sender delivers up to
+    its own message), or when another deliverer holds the head of the queue.
+    """
+    delivered = 0
+    while delivered < limit:
+        claim = claim_next_message(actor_id)
+        if claim is None:
+            break
+        if deliver_claimed_message(claim).ran:
+            delivered += 1
+        if until is not None and claim.id >= until:
+            break
+    return delivered
+
+
+def deliver_due_queues(limit: int = 100, grace: float = 0.0) -> int:
+    """Deliver messages older than ``grace`` seconds, per actor; return how many."""
+    before = clock.to_datetime(clock.now() - grace)
+    actor_ids = list(
+        QueueMessage.objects.pending()
+        .filter(created_at__lte=before)
+        .order_by()
+        .values_list("actor_id", flat=True)
+        .distinct()[:limit]
+    )
+    return sum(deliver_queue(actor_id, limit=limit) for actor_id in actor_ids)

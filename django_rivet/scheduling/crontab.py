@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from .exceptions import InvalidCron
+from ..exceptions import InvalidCron
 
 __all__ = [
     "MIN_EVERY_SECONDS",

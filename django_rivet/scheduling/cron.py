@@ -1,196 +1,133 @@
-"""``ctx.schedule`` and ``ctx.cron``: durable timers of an actor (SPEC 3.6).
+"""Recurring jobs (SPEC 3.6): ``ctx.cron`` and the timing of their runs.
 
-Everything here writes in the invocation's transaction, so a rolled-back
-action schedules nothing, and wake-ups (Celery ETA tasks, the embedded
-worker) go out only after commit. Scheduled work always calls an action of
-the same actor, through :mod:`django_rivet.scheduler`.
+``ctx.cron.set/every`` writes a ``CronJob`` in the invocation's transaction;
+``next_run_at`` is the source of truth for when it runs next, moved forward
+by compare-and-set (:func:`advance`) so concurrent firers never run one
+occurrence twice. Runs themselves fire in :mod:`.cron_runs`; the timing
+rules are in :mod:`.crontab`.
 """
 
 from __future__ import annotations
 
 import builtins
-import math
-import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import transaction
 
-from .. import clock, cron, scheduler
-from ..encoding import cbor_dumps
-from ..exceptions import ActionNotFound, TooManySchedules
-from ..models import CronJob, CronKind, CronRun, Schedule, ScheduleStatus
+from .. import clock, dispatch
+from ..exceptions import TooManySchedules
+from ..models import CronJob, CronKind, CronRun, CronRunResult
+from . import crontab
+from .schedules import encode_call
 
 if TYPE_CHECKING:
-    from .runtime import Invocation
+    from ..actors.invocation import Invocation
 
 __all__ = [
     "DEFAULT_MAX_HISTORY",
     "MAX_CRON_JOBS",
-    "MAX_PENDING_SCHEDULES",
     "CronAPI",
-    "ScheduleAPI",
+    "advance",
+    "next_run_time",
+    "record_skipped",
+    "skip_overdue",
+    "trim_history",
+    "wake_cron",
 ]
 
-MAX_PENDING_SCHEDULES = 1000
 MAX_CRON_JOBS = 1000
 DEFAULT_MAX_HISTORY = 100
 MAX_HISTORY_LIMIT = 10000
 CRON_NAME_MAX_LENGTH = 128
 
 
-def _encode_call(invocation: Invocation, action: str, args: tuple[Any, ...]) -> bytes:
-    """Check that ``action`` exists and takes ``args``; return them as CBOR."""
-    definition = invocation.definition
-    spec = definition.actions.get(action) if isinstance(action, str) else None
-    if spec is None:
-        raise ActionNotFound(
-            f"Actor {definition.name!r} has no action {action!r}",
-            metadata={"action": action},
+def wake_cron(job_id: int, next_run_at: float) -> None:
+    """Make a cron job's next run fire on time."""
+    dispatch.wake("run_cron", [job_id, next_run_at], eta=next_run_at)
+
+
+def next_run_time(job: CronJob, scheduled: datetime, now: datetime) -> datetime:
+    """Return the run of ``job`` after ``scheduled``, coalescing missed ones."""
+    if job.kind == CronKind.EVERY:
+        assert job.interval is not None
+        return crontab.next_every_time(scheduled, job.interval, now)
+    return crontab.next_cron_time(job.expression, job.timezone, max(scheduled, now))
+
+
+def trim_history(job_id: int, keep: int) -> None:
+    """Delete all but the newest ``keep`` history entries of a job."""
+    boundary = list(
+        CronRun.objects.filter(job_id=job_id)
+        .order_by("-id")
+        .values_list("id", flat=True)[keep : keep + 1]
+    )
+    if boundary:
+        CronRun.objects.filter(job_id=job_id, id__lte=boundary[0]).delete()
+
+
+def advance(
+    job: CronJob,
+    observed: datetime,
+    following: datetime,
+    where: dict[str, Any] | None = None,
+    **changes: Any,
+) -> bool:
+    """Move ``next_run_at`` from ``observed`` to ``following`` (compare-and-set).
+
+    Sends the Celery task for ``following`` after commit when it is near.
+    """
+    enqueue = dispatch.within_eta_horizon(clock.to_timestamp(following))
+    updated = CronJob.objects.filter(
+        pk=job.pk, next_run_at=observed, **(where or {})
+    ).update(
+        next_run_at=following,
+        enqueued_for=following if enqueue else None,
+        updated_at=clock.now_datetime(),
+        **changes,
+    )
+    if updated and enqueue:
+        transaction.on_commit(
+            lambda: wake_cron(job.pk, clock.to_timestamp(following)), robust=True
         )
-    spec.check_args(list(args))
-    return cbor_dumps(list(args))
+    return bool(updated)
 
 
-def _schedule_info(row: Schedule) -> dict[str, Any]:
-    return {
-        "id": str(row.id),
-        "action": row.action,
-        "args": row.decoded_args(),
-        "run_at": row.run_at,
-        "status": row.status,
-        "created_at": row.created_at,
-        "fired_at": row.fired_at,
-        "finished_at": row.finished_at,
-        "error": row.error or None,
-    }
+def record_skipped(job: CronJob, scheduled: datetime) -> None:
+    CronRun.objects.create(
+        job_id=job.pk,
+        action=job.action,
+        scheduled_at=scheduled,
+        result=CronRunResult.SKIPPED,
+    )
 
 
-def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None
+def skip_overdue(job_id: int) -> int:
+    """Record runs that fell due while a run held the job as skipped.
+
+    Called in the transaction that ends a run; returns how many were skipped.
+    """
+    job = CronJob.objects.filter(pk=job_id).first()
+    now = clock.now_datetime()
+    if job is None or job.next_run_at > now:
+        return 0
+    observed = job.next_run_at
+    following = next_run_time(job, observed, now)
+    if not advance(job, observed, following):
+        return 0
+    skipped = 0
+    scheduled = observed
+    # Older entries would be trimmed right away; don't write them.
+    while scheduled < following and skipped < max(job.max_history, 1):
+        record_skipped(job, scheduled)
+        skipped += 1
+        scheduled = next_run_time(job, scheduled, scheduled)
+    return skipped
 
 
-class ScheduleAPI:
-    """One-shot schedules: call an action of this actor later."""
-
-    def __init__(self, invocation: Invocation) -> None:
-        self._invocation = invocation
-        self._actor_id = invocation.actor_id
-        # Pending count, read once per invocation: the actor row is locked,
-        # so only this invocation changes it.
-        self._pending: int | None = None
-
-    def after(self, delay: float | timedelta, action: str, *args: Any) -> str:
-        """Call ``action(*args)`` in ``delay`` seconds; return the schedule id."""
-        if isinstance(delay, timedelta):
-            seconds = delay.total_seconds()
-        elif isinstance(delay, int | float) and not isinstance(delay, bool):
-            seconds = float(delay)
-        else:
-            raise TypeError("delay is a number of seconds or a timedelta")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError("delay must be a finite number of seconds >= 0")
-        return self._create(clock.now() + seconds, action, args)
-
-    def at(self, when: datetime | float, action: str, *args: Any) -> str:
-        """Call ``action(*args)`` at ``when`` (an aware datetime; naive is UTC).
-
-        A time in the past fires as soon as possible.
-        """
-        if isinstance(when, datetime):
-            timestamp = clock.to_timestamp(when)
-        elif isinstance(when, int | float) and not isinstance(when, bool):
-            timestamp = float(when)
-        else:
-            raise TypeError("when is a datetime or epoch seconds")
-        return self._create(timestamp, action, args)
-
-    def _create(self, timestamp: float, action: str, args: tuple[Any, ...]) -> str:
-        data = _encode_call(self._invocation, action, args)
-        if self._pending is None:
-            self._pending = (
-                Schedule.objects.active().filter(actor_id=self._actor_id).count()
-            )
-        pending = self._pending
-        if pending >= MAX_PENDING_SCHEDULES:
-            raise TooManySchedules(
-                f"The actor has {pending} pending schedules; the limit is "
-                f"{MAX_PENDING_SCHEDULES}",
-                metadata={"limit": MAX_PENDING_SCHEDULES},
-            )
-        enqueue = scheduler.within_eta_horizon(timestamp)
-        row = Schedule.objects.create(
-            actor_id=self._actor_id,
-            action=action,
-            args=data,
-            run_at=clock.to_datetime(timestamp),
-            enqueued=enqueue,
-            created_at=clock.now_datetime(),
-        )
-        self._pending = pending + 1
-        if enqueue or not scheduler.uses_celery():
-            self._invocation.after_commit(scheduler.wake_schedule, row.id, timestamp)
-        return str(row.id)
-
-    def cancel(self, schedule_id: uuid.UUID | str) -> bool:
-        """Cancel a pending schedule; return whether one was cancelled."""
-        pk = _as_uuid(schedule_id)
-        if pk is None:
-            return False
-        deleted, _ = Schedule.objects.filter(
-            pk=pk, actor_id=self._actor_id, status=ScheduleStatus.PENDING
-        ).delete()
-        if deleted and self._pending is not None:
-            self._pending -= 1
-        return bool(deleted)
-
-    def get(self, schedule_id: uuid.UUID | str) -> dict[str, Any] | None:
-        """Return a schedule of this actor as a dict, or ``None``.
-
-        Keys: ``id, action, args, run_at, status`` (pending, running, done,
-        error), ``created_at, fired_at, finished_at, error``. Fired schedules
-        are kept for a day.
-        """
-        pk = _as_uuid(schedule_id)
-        row = (
-            Schedule.objects.filter(pk=pk, actor_id=self._actor_id).first()
-            if pk is not None
-            else None
-        )
-        return _schedule_info(row) if row is not None else None
-
-    def list(self) -> builtins.list[dict[str, Any]]:
-        """Return this actor's schedules that have not fired, by run time."""
-        rows = Schedule.objects.active().filter(actor_id=self._actor_id)
-        return [_schedule_info(row) for row in rows.order_by("run_at", "created_at")]
-
-    async def aafter(self, delay: float | timedelta, action: str, *args: Any) -> str:
-        """Async :meth:`after`."""
-        return await sync_to_async(self.after)(delay, action, *args)
-
-    async def aat(self, when: datetime | float, action: str, *args: Any) -> str:
-        """Async :meth:`at`."""
-        return await sync_to_async(self.at)(when, action, *args)
-
-    async def acancel(self, schedule_id: uuid.UUID | str) -> bool:
-        """Async :meth:`cancel`."""
-        return await sync_to_async(self.cancel)(schedule_id)
-
-    async def aget(self, schedule_id: uuid.UUID | str) -> dict[str, Any] | None:
-        """Async :meth:`get`."""
-        return await sync_to_async(self.get)(schedule_id)
-
-    async def alist(self) -> builtins.list[dict[str, Any]]:
-        """Async :meth:`list`."""
-        return await sync_to_async(self.list)()
-
-
+# -- ctx.cron --------------------------------------------------------------------
 def _job_info(job: CronJob) -> dict[str, Any]:
     return {
         "name": job.name,
@@ -249,7 +186,7 @@ class CronAPI:
         it is safe to call from ``on_wake``; any change reschedules it.
         """
         zone_name = tz or getattr(settings, "TIME_ZONE", None) or "UTC"
-        first = cron.validate_cron(expression, zone_name, clock.now_datetime())
+        first = crontab.validate_cron(expression, zone_name, clock.now_datetime())
         return self._save(
             name,
             action,
@@ -277,7 +214,7 @@ class CronAPI:
         The interval is at least 5 seconds; the first run is one interval
         after this call, and the cadence is anchored there (no drift).
         """
-        seconds = cron.validate_interval(interval)
+        seconds = crontab.validate_interval(interval)
         first = clock.to_datetime(clock.now() + seconds)
         return self._save(
             name,
@@ -306,7 +243,7 @@ class CronAPI:
             raise ValueError(
                 f"A cron job name is 1 to {CRON_NAME_MAX_LENGTH} characters"
             )
-        data = _encode_call(self._invocation, action, args)
+        data = encode_call(self._invocation, action, args)
         max_history = _check_max_history(max_history)
         definition = {**rule, "action": action, "args": data}
         job = CronJob.objects.filter(actor_id=self._actor_id, name=name).first()
@@ -315,7 +252,7 @@ class CronAPI:
             if job.max_history != max_history:
                 job.max_history = max_history
                 job.save(update_fields=["max_history"])
-                scheduler.trim_history(job.pk, max_history)
+                trim_history(job.pk, max_history)
             return _job_info(job)
         if (
             job is None
@@ -326,7 +263,7 @@ class CronAPI:
                 metadata={"limit": MAX_CRON_JOBS},
             )
         timestamp = clock.to_timestamp(first)
-        enqueue = scheduler.within_eta_horizon(timestamp)
+        enqueue = dispatch.within_eta_horizon(timestamp)
         fields = {
             **definition,
             "max_history": max_history,
@@ -342,9 +279,9 @@ class CronAPI:
             for key, value in fields.items():
                 setattr(job, key, value)
             job.save(update_fields=list(fields))
-            scheduler.trim_history(job.pk, max_history)
-        if enqueue or not scheduler.uses_celery():
-            self._invocation.after_commit(scheduler.wake_cron, job.pk, timestamp)
+            trim_history(job.pk, max_history)
+        if enqueue or not dispatch.backend().eta_tasks:
+            self._invocation.after_commit(wake_cron, job.pk, timestamp)
         return _job_info(job)
 
     def get(self, name: str) -> dict[str, Any] | None:

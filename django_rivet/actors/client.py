@@ -1,0 +1,179 @@
+"""The server-side actor client: ``from django_rivet import actors``.
+
+Use it from views, tasks, the shell and other actors::
+
+    room = actors.get_or_create("chatRoom", ["acme", "general"])
+    room.call("send_message", "bob", "hi")
+    await room.acall("send_message", "bob", "hi")
+
+Errors are raised as they are: :class:`~django_rivet.ActorNotFound`,
+:class:`~django_rivet.UserError`... and, for any other exception a handler
+raises, the original exception (after the rollback).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from ..exceptions import ActorNotFound
+from ..models import Actor
+from .operations import CallAction, EnsureActor, RunHook
+from .rows import ActorRef, Mode, canonical_key
+from .services import services
+from .spine import ainvoke, invoke
+
+__all__ = [
+    "ActorHandle",
+    "aget",
+    "acreate",
+    "aget_by_id",
+    "aget_or_create",
+    "create",
+    "get",
+    "get_by_id",
+    "get_or_create",
+]
+
+
+class ActorHandle:
+    """A reference to one actor instance; calls go through the runtime."""
+
+    def __init__(
+        self, name: str, key: tuple[str, ...], actor_id: uuid.UUID, *, recreate: bool
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.actor_id = actor_id
+        # Handles from get_or_create re-create a destroyed actor on the next
+        # call, as the HTTP API does; the others raise actor/not_found.
+        self._recreate = recreate
+
+    def _ref(self) -> ActorRef:
+        if self._recreate:
+            return ActorRef(name=self.name, key=self.key, mode="get_or_create")
+        return ActorRef(actor_id=self.actor_id)
+
+    def call(self, action: str, *args: Any) -> Any:
+        """Run an action and return its result."""
+        return invoke(self._ref(), CallAction(action, list(args)))
+
+    async def acall(self, action: str, *args: Any) -> Any:
+        """Async :meth:`call`."""
+        return await ainvoke(self._ref(), CallAction(action, list(args)))
+
+    def send(
+        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Enqueue a message to the actor's queue ``queue`` (SPEC 3.7)."""
+        sender = services.require("queue_sender")
+        result: dict[str, Any] = sender.send(
+            self._ref(), queue, body, wait=wait, timeout=timeout
+        )
+        return result
+
+    async def asend(
+        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Async :meth:`send`."""
+        sender = services.require("queue_sender")
+        result: dict[str, Any] = await sender.asend(
+            self._ref(), queue, body, wait=wait, timeout=timeout
+        )
+        return result
+
+    def destroy(self) -> None:
+        """Destroy the actor (``on_destroy`` runs; state, KV... removed)."""
+        invoke(ActorRef(actor_id=self.actor_id), RunHook("destroy"))
+
+    async def adestroy(self) -> None:
+        """Async :meth:`destroy`."""
+        await ainvoke(ActorRef(actor_id=self.actor_id), RunHook("destroy"))
+
+    def __repr__(self) -> str:
+        return f"<ActorHandle {self.name}{list(self.key)} {self.actor_id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other.actor_id == self.actor_id
+
+    def __hash__(self) -> int:
+        return hash(self.actor_id)
+
+
+def _ensure(ref: ActorRef) -> ActorHandle:
+    actor_id, _ = invoke(ref, EnsureActor())
+    assert ref.name is not None
+    return ActorHandle(
+        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
+    )
+
+
+async def _aensure(ref: ActorRef) -> ActorHandle:
+    actor_id, _ = await ainvoke(ref, EnsureActor())
+    assert ref.name is not None
+    return ActorHandle(
+        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
+    )
+
+
+def _lookup(ref: ActorRef) -> ActorHandle:
+    """Find an existing actor without invoking it."""
+    if ref.actor_id is not None:
+        rows = Actor.objects.filter(pk=ref.actor_id)
+    else:
+        rows = Actor.objects.filter(name=ref.name, key=canonical_key(ref.key))
+    row = rows.values_list("id", "name", "key_parts").first()
+    if row is None:
+        raise ActorNotFound(
+            "Actor not found",
+            metadata={"actor_id": str(ref.actor_id)}
+            if ref.actor_id is not None
+            else {"name": ref.name, "key": list(ref.key)},
+        )
+    return ActorHandle(row[1], tuple(row[2]), row[0], recreate=False)
+
+
+def _ref(name: str, key: Any, mode: Mode, input: Any = None) -> ActorRef:
+    return ActorRef.of(name, key, mode=mode, input=input)
+
+
+def get(name: str, key: Any = None) -> ActorHandle:
+    """Return a handle to an existing actor; ``actor/not_found`` if none."""
+    return _lookup(_ref(name, key, "get"))
+
+
+def get_or_create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
+    """Return a handle, creating the actor (with ``input``) if needed."""
+    return _ensure(_ref(name, key, "get_or_create", input))
+
+
+def create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
+    """Create a new actor; ``actor/already_exists`` if it exists."""
+    return _ensure(_ref(name, key, "create", input))
+
+
+def get_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
+    """Return a handle to the actor with this id; ``actor/not_found`` if none."""
+    return _lookup(ActorRef.by_id(actor_id))
+
+
+async def aget(name: str, key: Any = None) -> ActorHandle:
+    """Async :func:`get`."""
+    return await sync_to_async(_lookup)(_ref(name, key, "get"))
+
+
+async def aget_or_create(name: str, key: Any = None, input: Any = None) -> ActorHandle:
+    """Async :func:`get_or_create`."""
+    return await _aensure(_ref(name, key, "get_or_create", input))
+
+
+async def acreate(name: str, key: Any = None, input: Any = None) -> ActorHandle:
+    """Async :func:`create`."""
+    return await _aensure(_ref(name, key, "create", input))
+
+
+async def aget_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
+    """Async :func:`get_by_id`."""
+    return await sync_to_async(_lookup)(ActorRef.by_id(actor_id))

@@ -1,0 +1,335 @@
+"""One run of actor code: who calls, what runs, and the :class:`Invocation`.
+
+An :class:`Invocation` holds what a run needs once the actor row is locked:
+the row, the checked-out state, ``ctx``, the calling connection, the
+broadcasts to log and the effects to run after commit. Operations (an
+action, a queue handler, a connection hook...) implement
+:class:`Operation`; :func:`django_rivet.actors.spine.invoke` runs them. Every
+operation states what ``on_auth`` is asked about it (:class:`AuthRequest`),
+or ``None`` to opt out explicitly: the spine, not each entry point, runs the
+check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+
+from .. import events
+from ..conf import rivet_settings
+from ..encoding import cbor_dumps, cbor_loads
+from ..exceptions import ActionTimeout, Forbidden, RivetError
+from ..models import Actor as ActorRow
+from ..models import Connection
+from . import rows
+from .context import ActorContext, Conn
+from .definition import Actor, HandlerSpec
+from .rows import LockedRow
+
+if TYPE_CHECKING:
+    from .cache import CachedActor
+    from .context import User
+
+__all__ = [
+    "INTERNAL",
+    "AuthInfo",
+    "AuthRequest",
+    "Invocation",
+    "Operation",
+    "Origin",
+    "active_ids",
+    "current_invocation",
+]
+
+# Decoding limit for stored state: deeper values cannot have been written.
+STATE_MAX_DEPTH = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who is calling; decides ``ctx.conn``, ``ctx.user``, ``ctx.fire_info``."""
+
+    transport: str = "internal"  # http|websocket|schedule|cron|queue|internal
+    user: User | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    request: Any = None  # the HttpRequest, or the ASGI scope of a WebSocket
+    params: Any = None
+    conn_id: uuid.UUID | None = None
+    fire_info: dict[str, Any] | None = None
+
+    @property
+    def external(self) -> bool:
+        """Tell whether ``on_auth`` guards this call."""
+        return self.transport in ("http", "websocket")
+
+
+INTERNAL = Origin()
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """What an operation asks ``on_auth`` to allow.
+
+    ``kind`` is ``"action"``, ``"connect"``, ``"queue"``, ``"request"`` (raw
+    HTTP) or ``"actor"`` (creating, resolving or describing the actor).
+    """
+
+    kind: str
+    action: str | None = None
+    queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthInfo:
+    """What ``on_auth`` is told about the caller and the call."""
+
+    transport: str
+    user: User
+    headers: Mapping[str, str]
+    action: str | None
+    params: Any
+    request: Any
+    kind: str = "action"
+    queue: str | None = None
+
+
+class Operation(Protocol):
+    """What an invocation runs once the actor is locked and loaded."""
+
+    label: str | None
+
+    @property
+    def auth(self) -> AuthRequest | None:
+        """What ``on_auth`` is asked for external callers (None: no check)."""
+        ...
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Check arguments before any I/O; raise a RivetError to refuse."""
+
+    def run(self, invocation: Invocation) -> Any:
+        """Run inside the transaction and return the result."""
+
+
+# Actor ids invoked in the current call chain (re-entrancy guard), and the
+# current invocation (so nested async calls join its transaction).
+active_ids: contextvars.ContextVar[frozenset[uuid.UUID]] = contextvars.ContextVar(
+    "rivet_active_ids", default=frozenset()
+)
+current: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
+    "rivet_current_invocation", default=None
+)
+
+
+def current_invocation() -> Invocation | None:
+    """Return the invocation running in this context, if any."""
+    return current.get()
+
+
+# -- running user code ------------------------------------------------------------
+def run_bounded(
+    func: Callable[..., Any], args: tuple[Any, ...], deadline: float
+) -> Any:
+    """Run a sync or async hook/handler, bounded by ``deadline`` (monotonic)."""
+    if inspect.iscoroutinefunction(func):
+        return _run_async(func(*args), deadline)
+    result = func(*args)
+    if inspect.isawaitable(result):
+        return _run_async(result, deadline)
+    if time.monotonic() > deadline:
+        raise ActionTimeout()
+    return result
+
+
+def _run_async(awaitable: Awaitable[Any], deadline: float) -> Any:
+    async def bounded() -> Any:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ActionTimeout()
+        try:
+            return await asyncio.wait_for(awaitable, remaining)
+        except TimeoutError:
+            raise ActionTimeout() from None
+
+    return async_to_sync(bounded)()
+
+
+# -- the invocation ---------------------------------------------------------------
+class Invocation:
+    """One run of actor code: the locked row, state, ctx and pending effects."""
+
+    def __init__(
+        self,
+        row: LockedRow,
+        definition: type[Actor],
+        cached: CachedActor,
+        state: Any,
+        state_bytes: bytes,
+        origin: Origin,
+        deadline: float,
+        created: bool,
+        input: Any = None,
+    ) -> None:
+        self.row = row
+        self.actor_id: uuid.UUID = row.id
+        self.key: tuple[str, ...] = tuple(row.key_parts)
+        self.definition = definition
+        self.cached = cached
+        self.instance = cached.instance
+        self.state = state
+        self.state_bytes = state_bytes
+        self.origin = origin
+        self.deadline = deadline
+        self.created = created
+        self.input = input
+        self.broadcasts: list[tuple[str, bytes]] = []
+        self.destroy_requested = False
+        self.sleep_requested = False
+        self._conns: dict[uuid.UUID, Conn] = {}
+        self._conns_loaded = False
+        self.conn: Conn | None = None
+        self.ctx = ActorContext(self)
+
+    # -- helpers for operations ----------------------------------------------
+    def call(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run a user callable (sync or async) within the time limit."""
+        return run_bounded(func, args, self.deadline)
+
+    def call_hook(self, hook: str, *args: Any) -> Any:
+        """Run a lifecycle hook if the actor class overrides it."""
+        if not self.definition.overrides(hook):
+            return None
+        return self.call(getattr(self.instance, hook), self.ctx, *args)
+
+    def run_handler(self, spec: HandlerSpec, args: Any) -> Any:
+        """Run an action or queue handler with wire arguments."""
+        return self.call(getattr(self.instance, spec.attribute), self.ctx, *args)
+
+    def after_commit(self, func: Callable[..., Any], *args: Any) -> None:
+        """Run ``func(*args)`` once the invocation's transaction commits."""
+        transaction.on_commit(lambda: func(*args), robust=True)
+
+    def auth_info(self, request: AuthRequest) -> AuthInfo:
+        """Describe the caller and the call for ``on_auth``."""
+        origin = self.origin
+        return AuthInfo(
+            transport=origin.transport,
+            user=self.ctx.user,
+            headers=origin.headers,
+            action=request.action,
+            params=origin.params,
+            request=origin.request,
+            kind=request.kind,
+            queue=request.queue,
+        )
+
+    def authorize(self, request: AuthRequest) -> None:
+        """Run ``on_auth`` for external callers; any exception refuses."""
+        if not self.origin.external or not self.definition.overrides("on_auth"):
+            return
+        try:
+            self.call_hook("on_auth", self.auth_info(request))
+        except ActionTimeout:
+            raise
+        except Exception as exc:
+            message = exc.message if isinstance(exc, RivetError) else "Forbidden"
+            raise Forbidden(message) from exc
+
+    # -- connections ----------------------------------------------------------
+    def _conn_from_row(self, row: Connection) -> Conn:
+        state_bytes = bytes(row.state)
+        params_bytes = bytes(row.params)
+        return Conn(
+            self,
+            id=row.id,
+            channel_name=row.channel_name,
+            params=cbor_loads(params_bytes) if params_bytes else None,
+            state=cbor_loads(state_bytes, max_depth=STATE_MAX_DEPTH)
+            if state_bytes
+            else None,
+            state_bytes=state_bytes or cbor_dumps(None),
+            subscriptions=list(row.subscriptions),
+        )
+
+    def load_conn(self, conn_id: uuid.UUID) -> Conn | None:
+        """Load one connection of this actor (``None`` if gone)."""
+        if conn_id in self._conns:
+            return self._conns[conn_id]
+        row = Connection.objects.filter(pk=conn_id, actor_id=self.actor_id).first()
+        if row is None:
+            return None
+        conn = self._conns[conn_id] = self._conn_from_row(row)
+        return conn
+
+    def load_conns(self) -> list[Conn]:
+        """Load every live connection of this actor."""
+        if not self._conns_loaded:
+            for row in Connection.objects.filter(actor_id=self.actor_id):
+                if row.id not in self._conns:
+                    self._conns[row.id] = self._conn_from_row(row)
+            self._conns_loaded = True
+        return list(self._conns.values())
+
+    def add_conn(self, conn: Conn) -> None:
+        """Track a connection created during this invocation."""
+        self._conns[conn.id] = conn
+
+    def remove_conn(self, conn_id: uuid.UUID) -> Conn | None:
+        """Stop tracking a connection deleted during this invocation."""
+        return self._conns.pop(conn_id, None)
+
+    # -- persistence -------------------------------------------------------------
+    def persist(self) -> None:
+        """Write what changed, in the invocation's transaction."""
+        new_bytes = cbor_dumps(self.state)
+        state: bytes | None = None
+        if new_bytes != self.state_bytes:
+            if not self.created and self.definition.overrides("on_state_change"):
+                self.call_hook("on_state_change", self.state)
+                new_bytes = cbor_dumps(self.state)
+            state = new_bytes
+        for conn in self._conns.values():
+            data = conn.changed_state()
+            if data is not None:
+                Connection.objects.filter(pk=conn.id).update(state=data)
+                conn.state_saved(data)
+        event_seq: int | None = None
+        if self.broadcasts:
+            logged = events.append(self.actor_id, self.row.event_seq, self.broadcasts)
+            event_seq = self.row.event_seq = logged[-1].seq
+            self.after_commit(events.publish, self.actor_id, logged)
+        if state is not None or event_seq is not None:
+            rows.update_row(self.actor_id, state, event_seq)
+            if state is not None:
+                self.row.version += 1
+        self.state_bytes = new_bytes
+
+    def destroy_now(self) -> None:
+        """Run ``on_destroy`` and delete the actor and all it owns."""
+        self.call_hook("on_destroy")
+        channels = list(
+            Connection.objects.filter(actor_id=self.actor_id).values_list(
+                "channel_name", flat=True
+            )
+        )
+        ActorRow.objects.filter(pk=self.actor_id).delete()
+        message = {"type": events.DISCONNECT_MESSAGE, "reason": "destroyed"}
+        for channel in channels:
+            self.after_commit(events.send_to_channel, channel, message)
+
+    def timed_out(self) -> bool:
+        """Tell whether the invocation ran past its deadline."""
+        return time.monotonic() > self.deadline
+
+
+def action_timeout() -> float:
+    """Return the seconds an invocation may run (``ACTION_TIMEOUT``)."""
+    return float(rivet_settings.ACTION_TIMEOUT)

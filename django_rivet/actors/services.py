@@ -1,0 +1,330 @@
+"""What ``ctx`` offers from the layers above the actor runtime, as interfaces.
+
+``ctx.schedule``, ``ctx.cron``, ``ctx.queue`` and ``handle.send`` are built by
+:mod:`django_rivet.scheduling`, ``ctx.workflows`` by
+:mod:`django_rivet.workflows`, ``ctx.actors`` by the server-side client. The
+actor runtime must not import those layers (they import it), so it knows
+them only through the Protocols below; the app config binds the
+implementations at start-up (:func:`bind`). Editors and type checkers see
+the Protocols, so ``ctx.schedule.after(...)`` completes and is checked.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from ..workflow import WorkflowDefinition
+    from ..workflows import WorkflowHandle
+    from .client import ActorHandle
+    from .invocation import Invocation, Origin
+    from .rows import ActorRef
+
+__all__ = [
+    "ActorsAPI",
+    "CronAPI",
+    "QueueAPI",
+    "QueueSender",
+    "ScheduleAPI",
+    "Services",
+    "WorkflowsAPI",
+    "bind",
+    "services",
+]
+
+
+class ScheduleAPI(Protocol):
+    """``ctx.schedule``: one-shot schedules calling an action of this actor."""
+
+    def after(self, delay: float | timedelta, action: str, *args: Any) -> str:
+        """Call ``action(*args)`` in ``delay`` seconds; return the schedule id."""
+        ...
+
+    def at(self, when: datetime | float, action: str, *args: Any) -> str:
+        """Call ``action(*args)`` at ``when``; return the schedule id."""
+        ...
+
+    def cancel(self, schedule_id: uuid.UUID | str) -> bool:
+        """Cancel a pending schedule; return whether one was cancelled."""
+        ...
+
+    def get(self, schedule_id: uuid.UUID | str) -> dict[str, Any] | None:
+        """Return one schedule of this actor as a dict, or ``None``."""
+        ...
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Return this actor's pending schedules."""
+        ...
+
+    async def aafter(self, delay: float | timedelta, action: str, *args: Any) -> str:
+        """Async :meth:`after`."""
+        ...
+
+    async def aat(self, when: datetime | float, action: str, *args: Any) -> str:
+        """Async :meth:`at`."""
+        ...
+
+    async def acancel(self, schedule_id: uuid.UUID | str) -> bool:
+        """Async :meth:`cancel`."""
+        ...
+
+    async def aget(self, schedule_id: uuid.UUID | str) -> dict[str, Any] | None:
+        """Async :meth:`get`."""
+        ...
+
+    async def alist(self) -> builtins.list[dict[str, Any]]:
+        """Async :meth:`list`."""
+        ...
+
+
+class CronAPI(Protocol):
+    """``ctx.cron``: named recurring jobs (cron expressions and intervals)."""
+
+    def set(
+        self,
+        name: str,
+        expression: str,
+        action: str,
+        *args: Any,
+        tz: str | None = None,
+        max_history: int = ...,
+    ) -> dict[str, Any]:
+        """Create or update the job ``name``: call ``action`` on ``expression``."""
+        ...
+
+    def every(
+        self,
+        name: str,
+        interval: float | timedelta,
+        action: str,
+        *args: Any,
+        max_history: int = ...,
+    ) -> dict[str, Any]:
+        """Create or update the job ``name``: call ``action`` every ``interval``."""
+        ...
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """Return the job ``name`` as a dict, or ``None``."""
+        ...
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Return this actor's jobs, by name."""
+        ...
+
+    def delete(self, name: str) -> bool:
+        """Delete the job ``name`` and its history; return whether it existed."""
+        ...
+
+    def history(self, name: str, limit: int = 20) -> builtins.list[dict[str, Any]]:
+        """Return the newest ``limit`` runs of the job ``name``, newest first."""
+        ...
+
+    async def aset(
+        self,
+        name: str,
+        expression: str,
+        action: str,
+        *args: Any,
+        tz: str | None = None,
+        max_history: int = ...,
+    ) -> dict[str, Any]:
+        """Async :meth:`set`."""
+        ...
+
+    async def aevery(
+        self,
+        name: str,
+        interval: float | timedelta,
+        action: str,
+        *args: Any,
+        max_history: int = ...,
+    ) -> dict[str, Any]:
+        """Async :meth:`every`."""
+        ...
+
+    async def aget(self, name: str) -> dict[str, Any] | None:
+        """Async :meth:`get`."""
+        ...
+
+    async def alist(self) -> builtins.list[dict[str, Any]]:
+        """Async :meth:`list`."""
+        ...
+
+    async def adelete(self, name: str) -> bool:
+        """Async :meth:`delete`."""
+        ...
+
+    async def ahistory(
+        self, name: str, limit: int = 20
+    ) -> builtins.list[dict[str, Any]]:
+        """Async :meth:`history`."""
+        ...
+
+
+class QueueAPI(Protocol):
+    """``ctx.queue``: send to this actor's own queues."""
+
+    def send(self, queue: str, body: Any) -> dict[str, Any]:
+        """Enqueue ``body`` for this actor's handler of ``queue``."""
+        ...
+
+    async def asend(self, queue: str, body: Any) -> dict[str, Any]:
+        """Async :meth:`send`."""
+        ...
+
+
+class QueueSender(Protocol):
+    """Send to any actor's queue (``handle.send``, the transport)."""
+
+    def send(
+        self,
+        ref: ActorRef,
+        queue: str,
+        body: Any,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        origin: Origin | None = None,
+    ) -> dict[str, Any]:
+        """Store a message for ``ref``; optionally wait for the reply."""
+        ...
+
+    async def asend(
+        self,
+        ref: ActorRef,
+        queue: str,
+        body: Any,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        origin: Origin | None = None,
+    ) -> dict[str, Any]:
+        """Async :meth:`send`."""
+        ...
+
+
+class WorkflowsAPI(Protocol):
+    """``ctx.workflows``: start and get durable workflows."""
+
+    def start(
+        self,
+        workflow: str | WorkflowDefinition,
+        input: Any = None,
+        id: str | None = None,
+    ) -> WorkflowHandle:
+        """Start a workflow (idempotent per ``id``); runs after commit."""
+        ...
+
+    async def astart(
+        self,
+        workflow: str | WorkflowDefinition,
+        input: Any = None,
+        id: str | None = None,
+    ) -> WorkflowHandle:
+        """Async :meth:`start`."""
+        ...
+
+    def get(self, workflow_id: str) -> WorkflowHandle:
+        """Return the handle of an existing workflow."""
+        ...
+
+    async def aget(self, workflow_id: str) -> WorkflowHandle:
+        """Async :meth:`get`."""
+        ...
+
+
+class ActorsAPI(Protocol):
+    """``ctx.actors``: the server-side client, for actor-to-actor calls."""
+
+    def get(self, name: str, key: Any = None) -> ActorHandle:
+        """Return a handle to an existing actor."""
+        ...
+
+    def get_or_create(
+        self, name: str, key: Any = None, input: Any = None
+    ) -> ActorHandle:
+        """Return a handle, creating the actor if needed."""
+        ...
+
+    def create(self, name: str, key: Any = None, input: Any = None) -> ActorHandle:
+        """Create a new actor."""
+        ...
+
+    def get_by_id(self, actor_id: uuid.UUID | str) -> ActorHandle:
+        """Return a handle to the actor with this id."""
+        ...
+
+    async def aget(self, name: str, key: Any = None) -> ActorHandle:
+        """Async :meth:`get`."""
+        ...
+
+    async def aget_or_create(
+        self, name: str, key: Any = None, input: Any = None
+    ) -> ActorHandle:
+        """Async :meth:`get_or_create`."""
+        ...
+
+    async def acreate(
+        self, name: str, key: Any = None, input: Any = None
+    ) -> ActorHandle:
+        """Async :meth:`create`."""
+        ...
+
+    async def aget_by_id(self, actor_id: uuid.UUID | str) -> ActorHandle:
+        """Async :meth:`get_by_id`."""
+        ...
+
+
+@dataclass(slots=True)
+class Services:
+    """The implementations bound at start-up (``None`` until then)."""
+
+    schedule: Callable[[Invocation], ScheduleAPI] | None = None
+    cron: Callable[[Invocation], CronAPI] | None = None
+    queue: Callable[[Invocation], QueueAPI] | None = None
+    queue_sender: QueueSender | None = None
+    workflows: WorkflowsAPI | None = None
+    actors: ActorsAPI | None = None
+
+    def require(self, name: str) -> Any:
+        """Return the bound implementation ``name``, or explain what is missing."""
+        value = getattr(self, name)
+        if value is None:
+            raise ImproperlyConfigured(
+                f"ctx.{name} is not available: add 'django_rivet' to "
+                "INSTALLED_APPS (its app config binds it when Django starts)."
+            )
+        return value
+
+
+services = Services()
+
+
+def bind(
+    *,
+    schedule: Callable[[Invocation], ScheduleAPI] | None = None,
+    cron: Callable[[Invocation], CronAPI] | None = None,
+    queue: Callable[[Invocation], QueueAPI] | None = None,
+    queue_sender: QueueSender | None = None,
+    workflows: WorkflowsAPI | None = None,
+    actors: ActorsAPI | None = None,
+) -> None:
+    """Bind implementations (the ones given; the others are kept)."""
+    given = {
+        "schedule": schedule,
+        "cron": cron,
+        "queue": queue,
+        "queue_sender": queue_sender,
+        "workflows": workflows,
+        "actors": actors,
+    }
+    for name, value in given.items():
+        if value is not None:
+            setattr(services, name, value)

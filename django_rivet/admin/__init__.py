@@ -1,0 +1,12 @@
+"""The inspector (SPEC 6): every runtime record in the Django admin.
+
+Importing this package registers the model admins (Django's admin
+autodiscovery imports ``django_rivet.admin``). Runtime records are
+read-only; state and history are shown decoded; the actions (destroy an
+actor, fire a schedule now, cancel/recover/wake/replay a workflow, send it a
+message) go through the runtime, never around it.
+"""
+
+from . import actors, scheduling, workflows
+
+__all__ = ["actors", "scheduling", "workflows"]

@@ -1,0 +1,131 @@
+"""The inspector for actors: rows, KV, connections, the event log."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from ..actors.operations import RunHook
+from ..actors.rows import ActorRef
+from ..actors.spine import invoke
+from ..models import Actor, ActorEvent, ActorKV, Connection
+from .rendering import ReadOnlyAdmin, pretty_cbor, render_key
+
+
+@admin.register(Actor)
+class ActorAdmin(ReadOnlyAdmin):
+    list_display = ["name", "key", "id", "version", "kv_size", "updated_at"]
+    list_filter = ["name"]
+    search_fields = ["name", "key", "=id"]
+    ordering = ["name", "key"]
+    readonly_fields = (
+        "id",
+        "name",
+        "key_parts",
+        "decoded_state",
+        "version",
+        "event_seq",
+        "kv_size",
+        "created_at",
+        "updated_at",
+    )
+    fields = readonly_fields
+    actions = ["destroy_actors"]
+
+    @admin.display(description="state")
+    def decoded_state(self, obj: Actor) -> str:
+        return pretty_cbor(obj.state)
+
+    @admin.action(description="Destroy selected actors (runs on_destroy)")
+    def destroy_actors(self, request: HttpRequest, queryset: QuerySet[Actor]) -> None:
+
+        destroyed = 0
+        for actor_id in queryset.values_list("id", flat=True):
+            try:
+                invoke(ActorRef.by_id(actor_id), RunHook("destroy"))
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not destroy {actor_id}: {exc}", messages.ERROR
+                )
+            else:
+                destroyed += 1
+        self.message_user(request, f"Destroyed {destroyed} actor(s).", messages.SUCCESS)
+
+    def has_destroy_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.delete_actor")
+
+    destroy_actors.allowed_permissions = ["destroy"]  # type: ignore[attr-defined]
+
+
+@admin.register(ActorKV)
+class ActorKVAdmin(ReadOnlyAdmin):
+    list_display = ["actor", "shown_key", "size"]
+    list_select_related = ["actor"]
+    search_fields = ["=actor__id", "actor__name"]
+    readonly_fields = ("actor", "shown_key", "decoded_value")
+    fields = readonly_fields
+
+    @admin.display(description="key")
+    def shown_key(self, obj: ActorKV) -> str:
+        return render_key(obj.key)
+
+    @admin.display(description="bytes")
+    def size(self, obj: ActorKV) -> int:
+        return len(bytes(obj.key)) + len(bytes(obj.value))
+
+    @admin.display(description="value")
+    def decoded_value(self, obj: ActorKV) -> str:
+        return pretty_cbor(obj.value)
+
+
+@admin.register(Connection)
+class ConnectionAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "actor",
+        "server_id",
+        "encoding",
+        "created_at",
+        "last_seen_at",
+    ]
+    list_select_related = ["actor"]
+    list_filter = ["server_id"]
+    readonly_fields = (
+        "id",
+        "actor",
+        "channel_name",
+        "server_id",
+        "encoding",
+        "subscriptions",
+        "decoded_params",
+        "decoded_state",
+        "created_at",
+        "last_seen_at",
+    )
+    fields = readonly_fields
+
+    @admin.display(description="params")
+    def decoded_params(self, obj: Connection) -> str:
+        return pretty_cbor(obj.params)
+
+    @admin.display(description="state")
+    def decoded_state(self, obj: Connection) -> str:
+        return pretty_cbor(obj.state)
+
+
+@admin.register(ActorEvent)
+class ActorEventAdmin(ReadOnlyAdmin):
+    list_display = ["actor", "seq", "name", "created_at"]
+    list_select_related = ["actor"]
+    search_fields = ["=actor__id", "name"]
+    readonly_fields = ("actor", "seq", "name", "decoded_args", "created_at")
+    fields = readonly_fields
+
+    @admin.display(description="args")
+    def decoded_args(self, obj: ActorEvent) -> str:
+        return pretty_cbor(obj.args)
+
+
+# -- workflows (the workflow runtime) ---------------------------------------------
+# -- schedules, cron and queues -------------------------------------------------

@@ -1,0 +1,93 @@
+"""What every admin page of the inspector shares: rendering and read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from .. import clock
+from ..encoding import cbor_loads, json_dumps
+
+__all__ = ["ReadOnlyAdmin", "pretty", "pretty_cbor", "render_history", "render_key"]
+
+
+def pretty(value: Any) -> str:
+    """Render a decoded value as indented JSON in a ``<pre>`` block."""
+    try:
+        text = json_dumps(value, indent=2)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return format_html("<pre>{}</pre>", text)
+
+
+def pretty_cbor(data: Any) -> str:
+    """Decode stored CBOR bytes and render them (or say why not)."""
+    raw = bytes(data or b"")
+    if not raw:
+        return "-"
+    try:
+        return pretty(cbor_loads(raw, max_depth=400))
+    except Exception as exc:  # show the bytes rather than break the page
+        return format_html("<pre>undecodable ({}): {}</pre>", exc, raw[:200].hex())
+
+
+def render_key(data: Any) -> str:
+    """Show a KV key as text when it is UTF-8, else as hex."""
+    raw = bytes(data)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + raw.hex()
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """View-only admin for runtime records."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return f"{clock.to_datetime(timestamp):%Y-%m-%d %H:%M:%S.%f}"[:-3]
+
+
+def render_history(entries: list[Any]) -> str:
+    """Render decoded history entries as a table."""
+    if not entries:
+        return "-"
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                entry.seq,
+                entry.kind,
+                entry.location,
+                entry.status,
+                entry.attempts,
+                _when(entry.created_at),
+                _when(entry.completed_at),
+                pretty(entry.output),
+                pretty(entry.error) if entry.error else "-",
+            )
+            for entry in entries
+        ),
+    )
+    return format_html(
+        "<table><thead><tr><th>#</th><th>kind</th><th>location</th><th>status</th>"
+        "<th>attempts</th><th>created</th><th>completed</th><th>output</th>"
+        "<th>error</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )

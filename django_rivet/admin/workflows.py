@@ -1,0 +1,260 @@
+"""The inspector for workflows: rows, decoded history, and their actions.
+
+Rows and history are read-only; the actions go through the runtime's
+operations, which take the workflow's lease first, so they never race a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.html import format_html
+
+from ..encoding import json_loads
+from ..exceptions import MalformedRequest
+from ..models import Workflow, WorkflowMessage
+from ..workflow_runtime import operations
+from ..workflows import WorkflowHandle
+from .rendering import ReadOnlyAdmin, pretty, render_history
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "name",
+        "status",
+        "wake_at",
+        "waiting_for",
+        "run_count",
+        "retry_count",
+        "updated_at",
+    ]
+    list_filter = ["status", "name"]
+    search_fields = ["=id", "name"]
+    ordering = ["-created_at"]
+    readonly_fields = (
+        "id",
+        "name",
+        "status",
+        "engine_state",
+        "created_at",
+        "updated_at",
+        "finished_at",
+        "wake_at",
+        "waiting_for",
+        "cancel_requested",
+        "lease_owner",
+        "lease_expires_at",
+        "run_count",
+        "retry_count",
+        "last_error",
+        "decoded_input",
+        "decoded_output",
+        "decoded_error",
+        "inbox",
+        "decoded_history",
+    )
+    fields = readonly_fields
+    actions = [
+        "cancel_workflows",
+        "recover_workflows",
+        "wake_workflows",
+        "replay_workflow",
+        "send_message",
+    ]
+
+    def _snapshot(self, obj: Workflow) -> Any:
+
+        # Several fields of one page show the snapshot: read it once.
+        cache = getattr(obj, "_rivet_snapshot", None)
+        if cache is None:
+            cache = WorkflowHandle(obj.pk, obj.name).snapshot()
+            setattr(obj, "_rivet_snapshot", cache)  # noqa: B010
+        return cache
+
+    @admin.display(description="engine state")
+    def engine_state(self, obj: Workflow) -> str:
+        return str(self._snapshot(obj).state)
+
+    @admin.display(description="input")
+    def decoded_input(self, obj: Workflow) -> str:
+        return pretty(self._snapshot(obj).input)
+
+    @admin.display(description="output")
+    def decoded_output(self, obj: Workflow) -> str:
+        return pretty(self._snapshot(obj).output)
+
+    @admin.display(description="error")
+    def decoded_error(self, obj: Workflow) -> str:
+        error = self._snapshot(obj).error
+        return pretty(error) if error else "-"
+
+    @admin.display(description="inbox")
+    def inbox(self, obj: Workflow) -> str:
+        messages = obj.messages.order_by("id")[:50]
+        return pretty([{"id": m.pk, "name": m.name} for m in messages])
+
+    @admin.display(description="history")
+    def decoded_history(self, obj: Workflow) -> str:
+
+        try:
+            return render_history(WorkflowHandle(obj.pk, obj.name).history())
+        except Exception as exc:  # show why rather than break the page
+            return format_html("<pre>undecodable history: {}</pre>", exc)
+
+    # Actions -------------------------------------------------------------------
+
+    def has_control_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.change_workflow")
+
+    def _each(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Workflow],
+        verb: str,
+        operation: Any,
+    ) -> None:
+        done = 0
+        for workflow_id in queryset.values_list("id", flat=True):
+            try:
+                changed = operation(workflow_id)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not {verb} {workflow_id}: {exc}", messages.ERROR
+                )
+                continue
+            if changed is False:
+                self.message_user(
+                    request,
+                    f"Did not {verb} {workflow_id} (its status does not allow it).",
+                    messages.WARNING,
+                )
+            else:
+                done += 1
+        self.message_user(request, f"{verb.capitalize()}: {done} workflow(s).")
+
+    @admin.action(description="Cancel selected workflows")
+    def cancel_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+
+        self._each(request, queryset, "cancel", operations.cancel)
+
+    @admin.action(description="Recover selected failed workflows")
+    def recover_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+
+        self._each(request, queryset, "recover", operations.recover)
+
+    @admin.action(description="Wake selected workflows now")
+    def wake_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+
+        self._each(request, queryset, "wake", operations.wake)
+
+    @admin.action(description="Replay the selected workflow from a step")
+    def replay_workflow(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> TemplateResponse | None:
+
+        if queryset.count() != 1:
+            self.message_user(
+                request, "Select exactly one workflow to replay.", messages.WARNING
+            )
+            return None
+        obj = queryset.get()
+        handle = WorkflowHandle(obj.pk, obj.name)
+        if request.POST.get("apply"):
+            entry_id = request.POST.get("entry_id") or None
+            try:
+                handle.replay_from(entry_id)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not replay {obj.pk}: {exc}", messages.ERROR
+                )
+            else:
+                where = f"step {entry_id}" if entry_id else "the start"
+                self.message_user(
+                    request, f"Replaying {obj.pk} from {where}.", messages.SUCCESS
+                )
+            return None
+        steps = [entry for entry in handle.history() if entry.kind == "step"]
+        return TemplateResponse(
+            request,
+            "admin/django_rivet/workflow/replay_from.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Replay workflow {obj.pk}",
+                "opts": self.model._meta,
+                "workflow": obj,
+                "steps": steps,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    @admin.action(description="Send a message to the selected workflows")
+    def send_message(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> TemplateResponse | None:
+        error = ""
+        if request.POST.get("apply"):
+            name = (request.POST.get("message_name") or "").strip()
+            try:
+                body = json_loads(request.POST.get("message_body") or "null")
+            except (MalformedRequest, ValueError) as exc:
+                error = f"The body is not valid JSON: {exc}"
+            else:
+                if not name:
+                    error = "A message needs a name."
+            if not error:
+                self._each(
+                    request,
+                    queryset,
+                    "send to",
+                    lambda workflow_id: operations.send(workflow_id, name, body),
+                )
+                return None
+        return TemplateResponse(
+            request,
+            "admin/django_rivet/workflow/send_message.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Send a message to workflows",
+                "opts": self.model._meta,
+                "workflows": list(queryset),
+                "error": error,
+                "message_name": request.POST.get("message_name", ""),
+                "message_body": request.POST.get("message_body", ""),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    cancel_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    recover_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    wake_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    replay_workflow.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    send_message.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+
+
+@admin.register(WorkflowMessage)
+class WorkflowMessageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "workflow", "name", "created_at"]
+    list_select_related = ["workflow"]
+    search_fields = ["=workflow__id", "name"]
+    readonly_fields = ("id", "workflow", "name", "shown_body", "created_at")
+    fields = readonly_fields
+
+    @admin.display(description="body")
+    def shown_body(self, obj: WorkflowMessage) -> str:
+        try:
+            return pretty(obj.decoded_body())
+        except Exception as exc:
+            return format_html("<pre>undecodable: {}</pre>", exc)

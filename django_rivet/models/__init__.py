@@ -1,0 +1,59 @@
+"""Storage of django-rivet, one module per concern.
+
+- :mod:`.actors`: ``Actor`` (identity, CBOR state, version), ``ActorKV``,
+  ``Connection`` and ``ActorEvent`` (the bounded event log);
+- :mod:`.scheduling`: ``Schedule``, ``CronJob``, ``CronRun``,
+  ``QueueMessage``;
+- :mod:`.workflows`: ``Workflow`` (the runtime's index and lease),
+  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``.
+
+Runtime records are written by the runtime and shown read-only in the admin.
+Values are CBOR bytes (see :mod:`django_rivet.encoding`); KV keys are raw
+bytes compared bytewise (SQLite BLOB and PostgreSQL bytea both order by
+memcmp, which the KV tests check with 0x00 and 0xFF keys). This package is
+the storage layer: it imports only the foundation modules (``clock``,
+``encoding``) and the pure workflow core's schema.
+"""
+
+from .actors import Actor, ActorEvent, ActorKV, Connection
+from .base import now as _now  # referenced by the initial migration
+from .scheduling import (
+    CronJob,
+    CronKind,
+    CronRun,
+    CronRunResult,
+    QueueMessage,
+    QueueMessageStatus,
+    Schedule,
+    ScheduleStatus,
+)
+from .workflows import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowKV,
+    WorkflowMessage,
+    WorkflowStatus,
+)
+
+__all__ = [
+    "WORKFLOW_ACTIVE",
+    "WORKFLOW_FINISHED",
+    "Actor",
+    "ActorEvent",
+    "ActorKV",
+    "Connection",
+    "CronJob",
+    "CronKind",
+    "CronRun",
+    "CronRunResult",
+    "QueueMessage",
+    "QueueMessageStatus",
+    "Schedule",
+    "ScheduleStatus",
+    "Workflow",
+    "WorkflowKV",
+    "WorkflowMessage",
+    "WorkflowStatus",
+    "_now",
+]

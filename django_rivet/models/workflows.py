@@ -1,0 +1,185 @@
+"""Storage of the workflow runtime: the workflow index, its KV and its inbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from ..workflow import schema
+from . import base
+
+# -- workflows: the durable workflow runtime (SPEC 5.2-5.4) --------------------------
+# The engine's history lives in WorkflowKV (its private KV namespace); the
+# Workflow row is the runtime's index over it: status, when to run next, and
+# the lease that keeps two workers from running one workflow at once. A run
+# claims the lease with a conditional update, every write it makes re-checks
+# the lease in the same transaction (fencing), and the release records where
+# the workflow paused. A crashed worker's lease expires and the sweeper hands
+# the workflow to another worker, which resumes it by replay.
+
+
+class WorkflowStatus(models.TextChoices):
+    """Where a workflow stands (the engine's state, mirrored)."""
+
+    PENDING = "pending"  # started, never run yet
+    RUNNING = "running"  # a worker holds its lease (or held it and crashed)
+    SLEEPING = "sleeping"  # paused: a sleep, a retry backoff or a message wait
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ROLLING_BACK = "rolling_back", "rolling back"
+
+
+# Workflows that may still run; the others are finished for good (unless
+# recovered or replayed from the admin or a handle).
+WORKFLOW_ACTIVE = [
+    WorkflowStatus.PENDING,
+    WorkflowStatus.RUNNING,
+    WorkflowStatus.SLEEPING,
+    WorkflowStatus.ROLLING_BACK,
+]
+WORKFLOW_FINISHED = [
+    WorkflowStatus.COMPLETED,
+    WorkflowStatus.FAILED,
+    WorkflowStatus.CANCELLED,
+]
+
+
+class WorkflowQuerySet(models.QuerySet):
+    """Intent-named filters over workflows."""
+
+    def active(self) -> WorkflowQuerySet:
+        """Workflows that have not finished."""
+        return self.filter(status__in=WORKFLOW_ACTIVE)
+
+    def finished(self) -> WorkflowQuerySet:
+        """Completed, failed and cancelled workflows."""
+        return self.filter(status__in=WORKFLOW_FINISHED)
+
+    def due(self, now: Any) -> WorkflowQuerySet:
+        """Unleased active workflows whose wake-up time has come."""
+        return self.filter(status__in=WORKFLOW_ACTIVE, lease_token="", wake_at__lte=now)
+
+    def expired_leases(self, now: Any) -> WorkflowQuerySet:
+        """Workflows whose runner stopped renewing its lease (it crashed)."""
+        return self.exclude(lease_token="").filter(lease_expires_at__lt=now)
+
+    def runnable(self, now: Any) -> WorkflowQuerySet:
+        """Workflows a worker may claim now: due ones and expired leases."""
+        return self.due(now) | self.expired_leases(now).filter(
+            status__in=WORKFLOW_ACTIVE
+        )
+
+
+class Workflow(models.Model):
+    """One workflow instance (``workflows.start``), indexed for the runtime."""
+
+    id = models.CharField(max_length=255, primary_key=True)
+    name = models.CharField(max_length=255)
+    status = models.CharField(
+        max_length=16, choices=WorkflowStatus.choices, default=WorkflowStatus.PENDING
+    )
+    created_at = models.DateTimeField(default=base.now)
+    updated_at = models.DateTimeField(default=base.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # When to run next; None while waiting for a message only (or finished).
+    wake_at = models.DateTimeField(null=True, blank=True)
+    # Message names the workflow waits for ("*" = any), for send() to wake it.
+    waiting_for = models.JSONField(default=list, blank=True)
+    # Bumped by send()/wake(): a release that sees it changed since its claim
+    # runs the workflow again at once (nothing that arrives mid-run is lost).
+    wake_signal = models.PositiveBigIntegerField(default=0)
+    # handle.cancel() on a running workflow: its runner is fenced out at its
+    # next write and the next claim cancels it.
+    cancel_requested = models.BooleanField(default=False)
+    # The lease: a fresh token per claim; "" when nobody holds it.
+    lease_token = models.CharField(max_length=32, blank=True, default="")
+    lease_owner = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    run_count = models.PositiveIntegerField(default=0)
+    # Consecutive runs that ended on an infrastructure error (storage outage,
+    # unknown workflow name, failing rollback handler); drives the backoff.
+    retry_count = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    # The wake_at a Celery task was sent for, and when (the sweeper re-sends
+    # tasks that look lost).
+    enqueued_for = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkflowQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(
+                fields=["wake_at"],
+                condition=models.Q(status__in=WORKFLOW_ACTIVE, lease_token=""),
+                name="rivet_workflow_due",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=~models.Q(lease_token=""),
+                name="rivet_workflow_leased",
+            ),
+            models.Index(fields=["name", "status"], name="rivet_workflow_name"),
+            models.Index(fields=["status", "created_at"], name="rivet_workflow_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"workflow {self.id} ({self.name}, {self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        """Tell whether the workflow completed, failed or was cancelled."""
+        return self.status in WORKFLOW_FINISHED
+
+
+class WorkflowKV(models.Model):
+    """One key of a workflow's private KV namespace (the engine's history)."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="kv_entries", db_index=False
+    )
+    key = models.BinaryField()
+    value = models.BinaryField()
+
+    class Meta:
+        verbose_name = "workflow KV entry"
+        verbose_name_plural = "workflow KV entries"
+        constraints = [
+            # Also the index that serves ordered prefix and range scans.
+            models.UniqueConstraint(
+                fields=["workflow", "key"], name="rivet_workflowkv_unique_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id}:{bytes(self.key)!r}"
+
+
+class WorkflowMessage(models.Model):
+    """A message sent to a workflow (``handle.send``); ``id`` order is FIFO."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
+    name = models.CharField(max_length=255)
+    body = models.BinaryField()  # CBOR, the workflow schema's encoding
+    created_at = models.DateTimeField(default=base.now)
+
+    class Meta:
+        verbose_name = "workflow message"
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["workflow", "id"], name="rivet_wfmessage_inbox"),
+        ]
+
+    def __str__(self) -> str:
+        return f"message {self.id} {self.name} to {self.workflow_id}"
+
+    def decoded_body(self) -> Any:
+        """Return the message body."""
+        return schema.loads(bytes(self.body))

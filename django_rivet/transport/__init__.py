@@ -1,0 +1,15 @@
+"""The edges: HTTP views, the WebSocket consumer and connection lifecycle.
+
+- :mod:`.http`: the HTTP routes of SPEC 4.1 (decode, invoke, encode);
+- :mod:`.consumer`: one WebSocket connection to an actor (SPEC 4.2), with
+  ordered actions and exactly-once, in-order event delivery;
+- :mod:`.connections`: the connection operations (connect, action,
+  disconnect), the per-process heartbeat and the liveness sweep;
+- :mod:`.parsing` and :mod:`.origins`: what every route reads from clients,
+  and the browser Origin check.
+
+The transport decodes, calls the actor runtime's ``invoke`` and encodes; it
+holds no actor logic. It may import every layer below it (actors, the
+queues of the scheduler, events, storage, foundation); nothing in the
+package imports it except the URL and WebSocket routes and the app config.
+"""

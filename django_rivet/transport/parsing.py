@@ -1,0 +1,182 @@
+"""Reading what clients send: query parameters, keys, ids, conn params.
+
+Shared by the HTTP views and the WebSocket consumer (and any other flavour of
+the protocol), so a parameter means the same thing on every route.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from django.utils.datastructures import CaseInsensitiveMapping
+
+from ..actors.rows import ActorRef, Mode
+from ..encoding import Encoding, decode, parse_encoding
+from ..exceptions import ActorNotFound, MalformedRequest, RequestTooLarge
+
+__all__ = [
+    "MAX_CONN_PARAMS_BYTES",
+    "MAX_EVENT_NAME_LENGTH",
+    "MAX_SUBSCRIPTIONS",
+    "PARAMS_PREFIX",
+    "SUBPROTOCOL",
+    "ConnectRequest",
+    "event_name",
+    "parse_actor_id",
+    "parse_bool",
+    "parse_conn_params",
+    "parse_connect_request",
+    "scope_headers",
+]
+
+SUBPROTOCOL = "rivet"
+PARAMS_PREFIX = "rivet_conn_params."
+MAX_CONN_PARAMS_BYTES = 4096
+# Base64 of MAX_CONN_PARAMS_BYTES, so oversized params are refused unread.
+MAX_CONN_PARAMS_ENCODED = 4 * -(-MAX_CONN_PARAMS_BYTES // 3)
+MAX_EVENT_NAME_LENGTH = 255  # ActorEvent.name
+MAX_SUBSCRIPTIONS = 256
+
+
+@dataclass(slots=True)
+class ConnectRequest:
+    """What a client asks for in the URL and the subprotocol list."""
+
+    name: str
+    key: list[str] = field(default_factory=list)
+    actor_id: uuid.UUID | None = None
+    encoding: Encoding = "json"
+    since: int | None = None
+    wildcard: bool = False
+    subscriptions: list[str] = field(default_factory=list)
+    create: bool = True
+    params: Any = None
+    offered_rivet: bool = False
+
+    def ref(self) -> ActorRef:
+        """Return the runtime reference of the addressed actor."""
+        if self.actor_id is not None:
+            return ActorRef(name=self.name, actor_id=self.actor_id)
+        mode: Mode = "get_or_create" if self.create else "get"
+        return ActorRef.of(self.name, self.key, mode=mode)
+
+
+def _single(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise MalformedRequest(f"Query parameter {name!r} given more than once")
+    return values[0]
+
+
+def parse_bool(value: str | None, name: str, default: bool) -> bool:
+    """Parse ``true/false/1/0`` query values."""
+    if value is None or value == "":
+        return default
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise MalformedRequest(f"Query parameter {name!r} must be true or false")
+
+
+def parse_actor_id(value: str) -> uuid.UUID:
+    """Parse ``?actor_id=``; an invalid id names no actor."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ActorNotFound(
+            f"Invalid actor id {value!r}", metadata={"actor_id": value}
+        ) from None
+
+
+def parse_conn_params(subprotocols: list[str]) -> tuple[Any, bool]:
+    """Return ``(params, rivet offered)`` from the subprotocol list."""
+    encoded = [p for p in subprotocols if p.startswith(PARAMS_PREFIX)]
+    if len(encoded) > 1:
+        raise MalformedRequest("More than one rivet_conn_params subprotocol")
+    params = None
+    if encoded:
+        text = encoded[0][len(PARAMS_PREFIX) :]
+        if len(text) > MAX_CONN_PARAMS_ENCODED:
+            raise RequestTooLarge(
+                f"Connection params are limited to {MAX_CONN_PARAMS_BYTES} bytes",
+                metadata={"limit": MAX_CONN_PARAMS_BYTES},
+            )
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError) as exc:
+            raise MalformedRequest(
+                "Connection params are not base64url-encoded JSON"
+            ) from exc
+        if len(raw) > MAX_CONN_PARAMS_BYTES:
+            raise RequestTooLarge(
+                f"Connection params are limited to {MAX_CONN_PARAMS_BYTES} bytes",
+                metadata={"size": len(raw), "limit": MAX_CONN_PARAMS_BYTES},
+            )
+        params = decode(raw, "json")
+    return params, SUBPROTOCOL in subprotocols
+
+
+def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
+    """Read the actor, encoding, replay options and params from the scope."""
+    kwargs = scope.get("url_route", {}).get("kwargs", {})
+    try:
+        query = parse_qs(
+            scope.get("query_string", b"").decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+        )
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest("The query string is not UTF-8") from exc
+    request = ConnectRequest(name=str(kwargs.get("name", "")))
+    request.encoding = parse_encoding(_single(query, "encoding"))
+    request.key = query.get("key", [])
+    actor_id = _single(query, "actor_id")
+    if actor_id:
+        request.actor_id = parse_actor_id(actor_id)
+    request.create = parse_bool(_single(query, "create"), "create", True)
+    since = _single(query, "since")
+    if since is not None and since != "":
+        if not since.isdigit():
+            raise MalformedRequest("since must be a non-negative integer")
+        request.since = int(since)
+    for value in query.get("subscribe", []):
+        for event in value.split(","):
+            if event == "*":
+                request.wildcard = True
+            elif event:
+                request.subscriptions.append(event_name(event))
+    if len(request.subscriptions) > MAX_SUBSCRIPTIONS:
+        raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
+    request.params, request.offered_rivet = parse_conn_params(
+        list(scope.get("subprotocols") or [])
+    )
+    return request
+
+
+def event_name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise MalformedRequest("An event name is a non-empty string")
+    if len(value) > MAX_EVENT_NAME_LENGTH:
+        raise MalformedRequest(
+            f"Event names are at most {MAX_EVENT_NAME_LENGTH} characters"
+        )
+    return value
+
+
+def scope_headers(scope: dict[str, Any]) -> CaseInsensitiveMapping[str]:
+    """Return the scope's headers (repeated ones joined with ", ")."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", []):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return CaseInsensitiveMapping(headers)
