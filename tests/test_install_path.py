@@ -229,5 +229,11 @@ def test_the_production_path_runs_workflows_on_a_celery_worker(project, redis_ur
         try_it(project, env, port)
     assert (project / "staticfiles" / "django_rivet" / "rivet.js").exists()
     daphne_log = next(project.glob("server-*-daphne.log")).read_text()
-    # The web process reached the broker (mysite/__init__.py loads Celery).
+    # The web process reached the broker (mysite/__init__.py loads Celery),
+    # so the dispatch backend chose Celery rather than "none" (rivet.W004).
     assert "could not send task" not in daphne_log
+    checked = subprocess.run(
+        [PYTHON, "manage.py", "check"], cwd=project, env=env, check=True,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert "rivet.W004" not in checked.stdout + checked.stderr
