@@ -79,8 +79,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 step "migrating the example's database (${SQLITE_PATH:-example_project/db.sqlite3})"
-"$PY" example_project/manage.py migrate --noinput -v 0
-login=$("$PY" example_project/manage.py example_setup)
+login=$("$PY" example_project/manage.py example_setup)  # migrates too
 read -r demo_user demo_password <<<"$login"
 
 if [ "$mode" = celery ]; then
