@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run run-celery check-port superuser test test-fast bench lint format install clean
 
 $(STAMP): pyproject.toml
-	@echo "==> installing django-rivet and its dependencies into $(VENV) (first run: about a minute)"
+	@echo "==> installing django-rivet and its dependencies into $(VENV) (first run: a minute or two)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install --disable-pip-version-check -e '.[postgres,redis,client,dev]'
