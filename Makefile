@@ -53,6 +53,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_rivet tests example_project bench
 	$(VENV)/bin/ruff format --check django_rivet tests example_project bench
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy django_rivet
 
 format: $(STAMP)

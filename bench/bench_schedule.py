@@ -254,7 +254,7 @@ def leg(label: str) -> dict:
         return {"baseline_celery_eta": stats(baseline), "schedules": stats(lateness)}
     import logging
 
-    from django_rivet import worker
+    from django_rivet.scheduling import worker
 
     class Errors(logging.Handler):
         def __init__(self) -> None:

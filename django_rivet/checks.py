@@ -13,7 +13,10 @@ from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from . import dispatch
+from .actors import registry
+from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 from .conf import DEFAULTS, rivet_settings
+from .workflow_runtime import registry as workflow_registry
 
 E001 = "Unknown RIVET setting {key!r}."
 E001_HINT = "Valid settings: {valid}."
@@ -166,8 +169,6 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 @register(Tags.compatibility)
 def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check actor names: valid, and not defined twice."""
-    from .actors import registry
-    from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 
     errors: list[Any] = []
     for name, first, second in registry.actors.conflicts:
@@ -242,18 +243,16 @@ E201_HINT = "Give one of the @workflow definitions a different name."
 @register(Tags.compatibility)
 def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check that no two discovered @workflow definitions share a name."""
-    from .workflow_runtime import registry
-
     return [
         Error(
             E201.format(
                 name=name,
-                first=registry.describe(first),
-                second=registry.describe(second),
+                first=workflow_registry.describe(first),
+                second=workflow_registry.describe(second),
             ),
             hint=E201_HINT,
-            obj=registry.describe(second),
+            obj=workflow_registry.describe(second),
             id="rivet.E201",
         )
-        for name, first, second in registry.definitions.conflicts
+        for name, first, second in workflow_registry.definitions.conflicts
     ]

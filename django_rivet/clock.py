@@ -80,7 +80,7 @@ class VirtualClock:
         self._lock = threading.Lock()
         # Waiters from any event loop: (deadline, loop, future).
         self._waiters: list[
-            tuple[float, asyncio.AbstractEventLoop, asyncio.Future]
+            tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]
         ] = []
 
     def now(self) -> float:
@@ -115,7 +115,7 @@ class VirtualClock:
     async def wait_until(self, deadline: float) -> None:
         """Wait until the virtual time reaches ``deadline``."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[None] = loop.create_future()
         with self._lock:
             if deadline <= self._now:
                 return
@@ -129,7 +129,7 @@ class VirtualClock:
                     self._waiters.remove(entry)
 
 
-def _resolve(future: asyncio.Future) -> None:
+def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 

@@ -227,8 +227,9 @@ def use(chosen: DispatchBackend | str | None) -> None:
     """
     global _override
     if isinstance(chosen, str):
-        chosen = import_string(BACKENDS.get(chosen, chosen))()
-    _override = chosen
+        _override = import_string(BACKENDS.get(chosen, chosen))()
+    else:
+        _override = chosen
 
 
 @receiver(setting_changed)

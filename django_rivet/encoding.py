@@ -69,7 +69,7 @@ class _TagPolicy(Mapping[int, Any]):
     def __contains__(self, tag: object) -> bool:
         return tag not in ALLOWED_CBOR_TAGS
 
-    def get(self, tag: int, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, tag: int, default: Any = None) -> Any:
         return default if tag in ALLOWED_CBOR_TAGS else _refuse_tag
 
     def __iter__(self) -> Iterator[int]:

@@ -2,6 +2,10 @@
 
 Also a pytest plugin: ``-p django_rivet.testing`` (or ``pytest_plugins``)
 provides the ``rivet_clock`` fixture.
+
+pytest loads a ``-p`` plugin before pytest-django sets Django up, so the
+helpers import the runtime (which needs the app registry) when called, not
+at module level.
 """
 
 from __future__ import annotations

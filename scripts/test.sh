@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite, as `make test` and CI run it.
 #
-# 1. lint (ruff, mypy), migrations check, system checks;
+# 1. lint (ruff, import-linter, mypy --strict), migrations check, system checks;
 # 2. pytest on SQLite (everything);
 # 3. a throwaway PostgreSQL cluster, and pytest again on the tests that touch
 #    the database (--db-only);
@@ -28,7 +28,10 @@ step "ruff"
 "$VENV/bin/ruff" check django_rivet tests example_project bench
 "$VENV/bin/ruff" format --check django_rivet tests example_project bench
 
-step "mypy"
+step "import layers"
+"$VENV/bin/lint-imports"
+
+step "mypy (strict, see pyproject)"
 "$VENV/bin/mypy" django_rivet
 
 step "migrations are up to date"

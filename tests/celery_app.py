@@ -1,6 +1,7 @@
 """Celery app of the test suite, for real workers started by the tests."""
 
 import os
+from typing import Any
 
 from celery import Celery
 
@@ -14,7 +15,7 @@ app.autodiscover_tasks()
 # Beat (``celery worker -B`` in the scheduling tests) runs the django-rivet
 # sweep; added once the configuration is read, not at import time.
 @app.on_after_configure.connect
-def _add_rivet_sweep(sender, **kwargs):
+def _add_rivet_sweep(sender: Any, **kwargs: Any) -> None:
     from django_rivet.tasks import beat_schedule
 
     sender.conf.beat_schedule = {**beat_schedule(), **sender.conf.beat_schedule}

@@ -9,6 +9,7 @@ PostgreSQL (``make test`` does, with a throwaway cluster), and
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -60,7 +61,7 @@ TEMPLATES = [
 ]
 
 
-def database_from_url(url: str) -> dict:
+def database_from_url(url: str) -> dict[str, Any]:
     """Return a DATABASES entry for a postgres:// URL."""
     parts = urlsplit(url)
     return {
@@ -112,7 +113,7 @@ else:
     CELERY_BROKER_URL = "memory://"
 CELERY_TASK_IGNORE_RESULT = True
 
-RIVET: dict = {}
+RIVET: dict[str, Any] = {}
 
 LOGGING = {
     "version": 1,

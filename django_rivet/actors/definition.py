@@ -12,9 +12,15 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
-from ..exceptions import InvalidArgs
+from ..exceptions import ActionNotFound, InvalidArgs
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    from .context import ActorContext, Conn
+    from .invocation import AuthInfo
 
 __all__ = ["Actor", "HandlerSpec", "action", "queue_handler"]
 
@@ -180,46 +186,44 @@ class Actor:
         defined_classes.append(cls)
 
     # -- state ------------------------------------------------------------
-    def create_state(self, ctx: Any, input: Any) -> Any:
+    def create_state(self, ctx: ActorContext, input: Any) -> Any:
         """Return the initial state (default: a deep copy of initial_state)."""
         return copy.deepcopy(self.initial_state)
 
     # -- lifecycle hooks (no-ops unless overridden) -----------------------
-    def on_create(self, ctx: Any, input: Any) -> Any:
+    def on_create(self, ctx: ActorContext, input: Any) -> object:
         """Run once, after the state exists."""
 
-    def on_wake(self, ctx: Any) -> Any:
+    def on_wake(self, ctx: ActorContext) -> object:
         """Run each time a process loads the actor."""
 
-    def on_sleep(self, ctx: Any) -> Any:
+    def on_sleep(self, ctx: ActorContext) -> object:
         """Run (best effort) when a process evicts the actor."""
 
-    def on_destroy(self, ctx: Any) -> Any:
+    def on_destroy(self, ctx: ActorContext) -> object:
         """Run when the actor is destroyed."""
 
-    def on_state_change(self, ctx: Any, state: Any) -> Any:
+    def on_state_change(self, ctx: ActorContext, state: Any) -> object:
         """Run after an invocation changed the state."""
 
-    def on_auth(self, ctx: Any, info: Any) -> Any:
+    def on_auth(self, ctx: ActorContext, info: AuthInfo) -> object:
         """Raise to refuse an HTTP call or WebSocket connection."""
 
-    def on_before_connect(self, ctx: Any, params: Any) -> Any:
+    def on_before_connect(self, ctx: ActorContext, params: Any) -> object:
         """Raise to refuse a WebSocket connection."""
 
-    def create_conn_state(self, ctx: Any, params: Any) -> Any:
+    def create_conn_state(self, ctx: ActorContext, params: Any) -> Any:
         """Return the initial persisted state of a new connection."""
         return None
 
-    def on_connect(self, ctx: Any, conn: Any) -> Any:
+    def on_connect(self, ctx: ActorContext, conn: Conn) -> object:
         """Run after a connection is accepted."""
 
-    def on_disconnect(self, ctx: Any, conn: Any) -> Any:
+    def on_disconnect(self, ctx: ActorContext, conn: Conn) -> object:
         """Run after a connection went away."""
 
-    def on_request(self, ctx: Any, request: Any) -> Any:
+    def on_request(self, ctx: ActorContext, request: HttpRequest) -> object:
         """Answer a raw HTTP request with an ``HttpResponse``."""
-        from ..exceptions import ActionNotFound
-
         raise ActionNotFound("This actor does not handle raw requests")
 
     @classmethod

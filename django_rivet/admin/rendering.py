@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -43,7 +43,14 @@ def render_key(data: Any) -> str:
         return "0x" + raw.hex()
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+if TYPE_CHECKING:
+    # ModelAdmin is generic only in django-stubs, not at run time.
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
+
+class ReadOnlyAdmin(_ModelAdmin):
     """View-only admin for runtime records."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -29,7 +29,7 @@ class ScheduleStatus(models.TextChoices):
     ERROR = "error"
 
 
-class ScheduleQuerySet(models.QuerySet):
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
     """Intent-named filters over schedules."""
 
     def active(self) -> ScheduleQuerySet:
@@ -115,7 +115,7 @@ class CronKind(models.TextChoices):
     EVERY = "every"  # a fixed interval, anchored (no drift)
 
 
-class CronJobQuerySet(models.QuerySet):
+class CronJobQuerySet(models.QuerySet["CronJob"]):
     """Intent-named filters over cron jobs."""
 
     def due(self, now: Any) -> CronJobQuerySet:
@@ -234,7 +234,7 @@ class QueueMessageStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class QueueMessageQuerySet(models.QuerySet):
+class QueueMessageQuerySet(models.QuerySet["QueueMessage"]):
     """Intent-named filters over queue messages."""
 
     def active(self) -> QueueMessageQuerySet:

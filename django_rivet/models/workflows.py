@@ -46,7 +46,7 @@ WORKFLOW_FINISHED = [
 ]
 
 
-class WorkflowQuerySet(models.QuerySet):
+class WorkflowQuerySet(models.QuerySet["Workflow"]):
     """Intent-named filters over workflows."""
 
     def active(self) -> WorkflowQuerySet:

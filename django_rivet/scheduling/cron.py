@@ -145,7 +145,7 @@ def _job_info(job: CronJob) -> dict[str, Any]:
 
 
 def _same_definition(job: CronJob, definition: dict[str, Any]) -> bool:
-    return (
+    return bool(
         job.kind == definition["kind"]
         and job.expression == definition["expression"]
         and job.interval == definition["interval"]

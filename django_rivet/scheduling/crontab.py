@@ -97,7 +97,7 @@ def next_cron_time(expression: str, tz: str, after: datetime) -> datetime:
     try:
         times = croniter(expression, after.astimezone(local_zone))
         for _ in range(_MAX_SKIPS):
-            candidate = times.get_next(datetime).astimezone(UTC)
+            candidate: datetime = times.get_next(datetime).astimezone(UTC)
             if candidate <= after:
                 continue
             # Normalizing from UTC sets fold=1 on the second occurrence of a

@@ -12,6 +12,9 @@ holds no actor logic. What it adds is delivery:
   means the channel layer lost or reordered something, so the missing range
   is read from the event log (all lower seqs are committed by then: the
   actor lock orders commits). Replays for ``since`` read the log too.
+
+The consumer class is one piece on purpose (about 500 lines): the ordering
+and delivery rules above share its per-connection cursor and queues.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -249,7 +249,9 @@ async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
         body = read_body(request)
         if request.method == "POST" and request.GET.get("actor_id"):
             raise MalformedRequest("Create an actor by name and key, not actor_id")
-        mode = "get_or_create" if request.method == "PUT" else "create"
+        mode: Literal["get_or_create", "create"] = (
+            "get_or_create" if request.method == "PUT" else "create"
+        )
         ref = actor_ref(request, name, mode, body.get("input"))
         actor_id, created = await _run(ref, EnsureActor(), request)
         if request.method == "POST":
@@ -329,7 +331,8 @@ async def request_view(
             return rejection
         create = parse_bool(request.GET.get("create"), "create", True)
         ref = actor_ref(request, name, "get_or_create" if create else "get")
-        return await _run(ref, HandleRequest(request), request)
+        response: HttpResponseBase = await _run(ref, HandleRequest(request), request)
+        return response
     except Exception as exc:
         return error_response(exc, encoding)
 

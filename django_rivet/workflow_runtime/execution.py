@@ -63,7 +63,7 @@ T = TypeVar("T")
 
 def retry_delay(retry_count: int) -> float:
     """Return the backoff before retrying after ``retry_count`` failed runs."""
-    return min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16))
+    return float(min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16)))
 
 
 def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -246,7 +246,7 @@ def _release_outcome(
             retry_count=0,
             last_error="",
         )
-    if state == WorkflowStatus.ROLLING_BACK:
+    if state == "rolling_back":
         # A rollback handler raised: the next run retries it.
         return _release_for_retry(
             lease, f"Rollback failed: {outcome.error!r}", WorkflowStatus.ROLLING_BACK

@@ -107,7 +107,18 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
             "cancel_requested",
             "retry_count",
         ).get()
-    return Lease(workflow_id, token, *found, run=run)
+    name, status, wake_at, wake_signal, cancel_requested, retry_count = found
+    return Lease(
+        workflow_id,
+        token,
+        name,
+        status,
+        wake_at,
+        wake_signal,
+        cancel_requested,
+        retry_count,
+        run=run,
+    )
 
 
 def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:

@@ -19,7 +19,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet import clock
+from django_rivet.actors.rows import canonical_key, normalize_key
 from django_rivet.encoding import json_dumps
+from django_rivet.models import Actor, Workflow
+from django_rivet.workflows import WorkflowHandle
 
 # Stored user values: always shown as JSON, so a string output reads "like this".
 _VALUES = ("input", "output", "error", "state")
@@ -86,7 +89,6 @@ class Command(BaseCommand):
 
     def actor_list(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         """Return the most recently updated actors."""
-        from django_rivet.models import Actor
 
         rows = Actor.objects.order_by("-updated_at")
         if options["name"]:
@@ -103,7 +105,6 @@ class Command(BaseCommand):
 
     def workflow_list(self, options: dict[str, Any]) -> list[dict[str, Any]]:
         """Return the most recently created workflows."""
-        from django_rivet.models import Workflow
 
         rows = Workflow.objects.order_by("-created_at")
         if options["name"]:
@@ -126,8 +127,6 @@ class Command(BaseCommand):
 
     def workflow_detail(self, workflow_id: str) -> dict[str, Any]:
         """Return one workflow with its stored fields and history."""
-        from django_rivet.models import Workflow
-        from django_rivet.workflows import WorkflowHandle
 
         row = Workflow.objects.filter(pk=workflow_id).first()
         if row is None:
@@ -173,8 +172,6 @@ class Command(BaseCommand):
 
     def actor_detail(self, ident: list[str]) -> dict[str, Any]:
         """Return one actor (by id, or by name and key) with its state."""
-        from django_rivet.actors.rows import canonical_key, normalize_key
-        from django_rivet.models import Actor
 
         rows = Actor.objects.all()
         try:

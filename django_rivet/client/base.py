@@ -1,0 +1,37 @@
+"""Shared pieces of the remote client: its errors, wire constants and key handling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ..exceptions import RivetError
+
+MEDIA_TYPES: dict[str, str] = {"json": "application/json", "cbor": "application/cbor"}
+# Close codes after which reconnecting cannot help.
+FINAL_CLOSE_CODES = frozenset({1000, 4400, 4403})
+Status = Literal["connecting", "connected", "disconnected"]
+Handler = Callable[..., Any]
+
+
+class ConnectionLost(RivetError):
+    """The socket closed before the call's answer arrived (it may have run)."""
+
+    group = "client"
+    code = "connection_lost"
+    default_message = "The connection was lost before the answer arrived"
+
+
+class HTTPError(RivetError):
+    """The server answered with an error that is not a rivet error body."""
+
+    group = "client"
+    code = "http_error"
+
+
+def _key_list(key: Any) -> list[str]:
+    if key is None:
+        return []
+    if isinstance(key, str):
+        return [key]
+    return list(key)

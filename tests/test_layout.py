@@ -1,0 +1,71 @@
+"""The package's shape: no import cycles, and modules small enough to read.
+
+The layer order itself is enforced by import-linter (``lint-imports`` in
+``make test``, contracts in pyproject.toml); these tests guard what it does
+not express.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+
+PACKAGE = Path(__file__).resolve().parent.parent / "django_rivet"
+MAX_LINES = 500
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_between_modules():
+    # Function-level imports count; imports only for type checking do not.
+    graph = grimp.build_graph("django_rivet", exclude_type_checking_imports=True)
+    assert _cycles(graph) == []
+
+
+def test_long_modules_say_why_they_are_one_piece():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        source = path.read_text()
+        if source.count("\n") <= MAX_LINES:
+            continue
+        docstring = ast.get_docstring(ast.parse(source)) or ""
+        if "one piece" not in docstring:
+            too_long.append(str(path.relative_to(PACKAGE)))
+    assert too_long == []
