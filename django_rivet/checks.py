@@ -6,6 +6,7 @@ Messages are module constants so tests compare them by equality.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.apps import apps
 from django.conf import settings
@@ -36,6 +37,11 @@ E101_HINT = "Give one of the classes a different `name`."
 E102 = "Actor name {name!r} of {cls} is invalid."
 E102_HINT = (
     "Names are 1-64 characters: a letter, then letters, digits, '_', '-' or '.'."
+)
+E005 = "RIVET['CORS_ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
+E005_HINT = (
+    "List each frontend origin as scheme://host[:port] (no path, no wildcard: "
+    "credentials are allowed, so '*' would let any site act as the user)."
 )
 W001 = "The channel layer {alias!r} is in-memory: broadcasts do not cross processes."
 W001_HINT = "Use channels_redis.core.RedisChannelLayer in production."
@@ -119,6 +125,37 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             "DISPATCH_BACKEND",
             "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
         )
+    errors += _check_cors_origins(user.get("CORS_ALLOWED_ORIGINS", []), bad)
+    return errors
+
+
+def _check_cors_origins(origins: Any, bad: Any) -> list[Any]:
+    """Check RIVET['CORS_ALLOWED_ORIGINS'] (the RivetKit-client endpoints)."""
+    if not isinstance(origins, list | tuple) or not all(
+        isinstance(o, str) for o in origins
+    ):
+        bad("CORS_ALLOWED_ORIGINS", "a list of origin strings")
+        return []
+    errors = []
+    for origin in origins:
+        parts = urlsplit(origin)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or "*" in origin
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+            or parts.username
+        ):
+            errors.append(
+                Error(
+                    E005.format(origin=origin),
+                    hint=E005_HINT,
+                    obj="settings.RIVET",
+                    id="rivet.E005",
+                )
+            )
     return errors
 
 

@@ -60,6 +60,10 @@ DEFAULTS: dict[str, Any] = {
     # Origins allowed to open WebSockets, e.g. ["https://app.example.com"].
     # None: derived from ALLOWED_HOSTS.
     "ALLOWED_ORIGINS": None,
+    # Origins whose pages may call the RivetKit-client endpoints (metadata,
+    # actors, gateway) cross-origin, with credentials, e.g.
+    # ["http://localhost:5173"] for a Vite dev server. Empty: no CORS at all.
+    "CORS_ALLOWED_ORIGINS": [],
 }
 
 

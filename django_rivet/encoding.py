@@ -43,13 +43,23 @@ __all__ = [
 
 Encoding = Literal["json", "cbor"]
 
-# 0/1: date/time, 2/3: bignums, 37: UUID.
-ALLOWED_CBOR_TAGS = frozenset({0, 1, 2, 3, 37})
+# 0/1: date/time, 2/3: bignums, 37: UUID, 64: bytes tagged as a Uint8Array
+# (what JavaScript encoders such as cbor-x write; decoded as bytes).
+ALLOWED_CBOR_TAGS = frozenset({0, 1, 2, 3, 37, 64})
+UINT8_ARRAY_TAG = 64
 # Deep enough for real state, shallow enough to refuse nesting bombs quickly.
 MAX_DEPTH = 128
 
 
 def _refuse_tag(decoder: Any, tag: Any = None) -> Any:
+    raise ValueError("CBOR tag not allowed")
+
+
+def _tag_hook(*args: Any) -> Any:
+    # cbor2 5 calls tag_hook(decoder, tag), cbor2 6 tag_hook(tag, immutable).
+    tag = next((a for a in args if isinstance(a, cbor2.CBORTag)), None)
+    if tag is not None and tag.tag == UINT8_ARRAY_TAG and isinstance(tag.value, bytes):
+        return tag.value
     raise ValueError("CBOR tag not allowed")
 
 
@@ -125,7 +135,7 @@ def cbor_loads(
         value = cbor2.CBORDecoder(
             buffer,
             semantic_decoders=_TAG_POLICY,
-            tag_hook=_refuse_tag,
+            tag_hook=_tag_hook,
             max_depth=max_depth,
             read_size=1,
             str_errors="strict",

@@ -6,11 +6,14 @@ path("rivet/", include("django_rivet.urls"))
 from django.urls import path, re_path
 
 from .transport import http
+from .transport.rivetkit import http as rivetkit_http
+from .transport.rivetkit import urls as rivetkit_urls
 
 app_name = "django_rivet"
 
 urlpatterns = [
-    path("actors/<str:name>", http.actor_view, name="actor"),
+    # DELETE actors/{id} is the RivetKit client's (transport/rivetkit).
+    path("actors/<str:name>", rivetkit_http.destroy_or(http.actor_view), name="actor"),
     path("actors/<str:name>/actions/<str:action>", http.action_view, name="action"),
     path("actors/<str:name>/queue/<str:queue>", http.queue_view, name="queue"),
     re_path(
@@ -19,3 +22,6 @@ urlpatterns = [
         name="request",
     ),
 ]
+
+# The official RivetKit client's endpoints, under the same prefix.
+urlpatterns += rivetkit_urls.urlpatterns

@@ -22,6 +22,7 @@ SPEC_DEFAULTS = {
     "WORKFLOW_POLL_INTERVAL": 0.1,
     "KV_ATOMIC_FLUSH": False,
     "ALLOWED_ORIGINS": None,
+    "CORS_ALLOWED_ORIGINS": [],
     # Beyond SPEC 11 (documented in docs/settings.md):
     "DISPATCH_BACKEND": None,
 }

@@ -8,6 +8,7 @@ import asyncio
 import threading
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from django_rivet import (
     ActionNotFound,
@@ -20,6 +21,7 @@ from django_rivet import (
 )
 from django_rivet.client import Client, ConnectionLost
 from django_rivet.exceptions import EventLogTruncated, InternalError
+from django_rivet.models import Connection
 from tests.servers import daphne_process, daphne_server, free_port, kill9, server_env
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
@@ -39,6 +41,17 @@ async def client(server):
     client = Client(server + "/rivet")
     yield client
     await client.aclose()
+    # The server runs on_disconnect after the socket closed; let it finish
+    # before the test database is flushed, or the flush and the disconnect
+    # lock the same tables in opposite orders (a deadlock on PostgreSQL).
+    await _wait_until_no_connection_rows()
+
+
+async def _wait_until_no_connection_rows(timeout: float = 10.0) -> None:
+    count = sync_to_async(Connection.objects.count)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await count() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
 
 
 async def wait_for(predicate, timeout=10.0):
@@ -185,8 +198,24 @@ async def test_kick_closes_without_reconnecting(client):
     with pytest.raises(ConnectionLost):
         await bob.call("names")
     await wait_for(lambda: ann.status == "connected")
-    assert await ann.call("names") == ["ann"]
+    # The kicked socket is closed first; its on_disconnect runs right after.
+    names = await ann.call("names")
+    for _ in range(100):
+        if names == ["ann"]:
+            break
+        await asyncio.sleep(0.05)
+        names = await ann.call("names")
+    assert names == ["ann"]
     await ann.close()
+
+
+async def test_destroy_over_a_websocket_is_answered_before_the_close(client):
+    conn = await client.actor("stateWatcher", "ws-destroy").connect()
+    assert await conn.call("destroy") == "destroyed"
+    await wait_for(lambda: conn.status == "disconnected")
+    assert conn.close_code == 1000
+    with pytest.raises(ActorNotFound):
+        await client.actor("stateWatcher", "ws-destroy", create=False).acall("changes")
 
 
 def test_sync_connection(client):

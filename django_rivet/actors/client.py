@@ -6,6 +6,13 @@ Use it from views, tasks, the shell and other actors::
     room.call("send_message", "bob", "hi")
     await room.acall("send_message", "bob", "hi")
 
+Handles from :func:`get` and :func:`get_or_create` resolve the actor by
+``(name, key)`` on every call: when the actor is destroyed and created again
+under the same key, the handle reaches the new one (a ``get_or_create``
+handle creates it again itself). Handles from :func:`create` and
+:func:`get_by_id` stay pinned to one ``actor_id``: once that actor is
+destroyed they raise ``actor/not_found``.
+
 Errors are raised as they are: :class:`~django_rivet.ActorNotFound`,
 :class:`~django_rivet.UserError`... and, for any other exception a handler
 raises, the original exception (after the rollback).
@@ -39,21 +46,35 @@ __all__ = [
 
 
 class ActorHandle:
-    """A reference to one actor instance; calls go through the runtime."""
+    """A reference to an actor, by key or by id; calls go through the runtime."""
 
     def __init__(
-        self, name: str, key: tuple[str, ...], actor_id: uuid.UUID, *, recreate: bool
+        self,
+        name: str,
+        key: tuple[str, ...],
+        actor_id: uuid.UUID,
+        *,
+        resolve: Mode | None,
     ) -> None:
         self.name = name
         self.key = key
+        # The id the handle resolved when it was made; a handle that follows
+        # its key may reach a later actor under the same key.
         self.actor_id = actor_id
-        # Handles from get_or_create re-create a destroyed actor on the next
-        # call, as the HTTP API does; the others raise actor/not_found.
-        self._recreate = recreate
+        # How calls find the actor: by key with this mode ("get": the actor
+        # holding the key now, "get_or_create": created again if destroyed),
+        # or None: by actor_id.
+        self._resolve = resolve
 
     def _ref(self) -> ActorRef:
-        if self._recreate:
-            return ActorRef(name=self.name, key=self.key, mode="get_or_create")
+        if self._resolve is not None:
+            return ActorRef(name=self.name, key=self.key, mode=self._resolve)
+        return ActorRef(actor_id=self.actor_id)
+
+    def _destroy_ref(self) -> ActorRef:
+        if self._resolve is not None:
+            # Destroying must not create the actor first.
+            return ActorRef(name=self.name, key=self.key, mode="get")
         return ActorRef(actor_id=self.actor_id)
 
     def call(self, action: str, *args: Any) -> Any:
@@ -86,11 +107,11 @@ class ActorHandle:
 
     def destroy(self) -> None:
         """Destroy the actor (``on_destroy`` runs; state, KV... removed)."""
-        invoke(ActorRef(actor_id=self.actor_id), RunHook("destroy"))
+        invoke(self._destroy_ref(), RunHook("destroy"))
 
     async def adestroy(self) -> None:
         """Async :meth:`destroy`."""
-        await ainvoke(ActorRef(actor_id=self.actor_id), RunHook("destroy"))
+        await ainvoke(self._destroy_ref(), RunHook("destroy"))
 
     def __repr__(self) -> str:
         return f"<ActorHandle {self.name}{list(self.key)} {self.actor_id}>"
@@ -102,24 +123,28 @@ class ActorHandle:
         return hash(self.actor_id)
 
 
+def _handle(ref: ActorRef, actor_id: uuid.UUID) -> ActorHandle:
+    assert ref.name is not None
+    # create() pins the new actor: a later actor under the key is another.
+    resolve: Mode | None = "get_or_create" if ref.mode == "get_or_create" else None
+    return ActorHandle(ref.name, ref.key, actor_id, resolve=resolve)
+
+
 def _ensure(ref: ActorRef) -> ActorHandle:
     actor_id, _ = invoke(ref, EnsureActor())
-    assert ref.name is not None
-    return ActorHandle(
-        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
-    )
+    return _handle(ref, actor_id)
 
 
 async def _aensure(ref: ActorRef) -> ActorHandle:
     actor_id, _ = await ainvoke(ref, EnsureActor())
-    assert ref.name is not None
-    return ActorHandle(
-        ref.name, ref.key, actor_id, recreate=ref.mode == "get_or_create"
-    )
+    return _handle(ref, actor_id)
 
 
 def _lookup(ref: ActorRef) -> ActorHandle:
-    """Find an existing actor without invoking it."""
+    """Find an existing actor without invoking it.
+
+    By key: the handle follows the key; by id: it stays pinned.
+    """
     if ref.actor_id is not None:
         rows = Actor.objects.filter(pk=ref.actor_id)
     else:
@@ -132,7 +157,8 @@ def _lookup(ref: ActorRef) -> ActorHandle:
             if ref.actor_id is not None
             else {"name": ref.name, "key": list(ref.key)},
         )
-    return ActorHandle(row[1], tuple(row[2]), row[0], recreate=False)
+    resolve: Mode | None = "get" if ref.actor_id is None else None
+    return ActorHandle(row[1], tuple(row[2]), row[0], resolve=resolve)
 
 
 def _ref(name: str, key: Any, mode: Mode, input: Any = None) -> ActorRef:

@@ -28,8 +28,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _ACTION_MARK = "_rivet_action_name"
 _QUEUE_MARK = "_rivet_queue_name"
+_TIMEOUT_MARK = "_rivet_timeout"
 NAME_MAX_LENGTH = 64
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+
+# Class attributes that override a project-wide limit for one actor class.
+_LIMIT_OPTIONS = ("action_timeout", "queue_max_pending", "queue_max_message_bytes")
 
 # Every Actor subclass, in definition order; autodiscovery registers the ones
 # defined in an app's actors.py.
@@ -45,6 +49,8 @@ class HandlerSpec:
     signature: inspect.Signature
     is_async: bool
     hints: dict[str, Any]
+    # Seconds this handler may run, overriding the class and ACTION_TIMEOUT.
+    timeout: float | None = None
 
     def check_args(self, args: Any) -> None:
         """Raise ``request/invalid_args`` unless ``args`` fit the signature."""
@@ -104,12 +110,22 @@ def _describe(hint: Any) -> str:
 @overload
 def action(func: F, /) -> F: ...
 @overload
-def action(*, name: str | None = None) -> Callable[[F], F]: ...
-def action(func: F | None = None, /, *, name: str | None = None) -> Any:
-    """Mark a method as an action; ``name`` overrides its wire name."""
+def action(
+    *, name: str | None = None, timeout: float | None = None
+) -> Callable[[F], F]: ...
+def action(
+    func: F | None = None, /, *, name: str | None = None, timeout: float | None = None
+) -> Any:
+    """Mark a method as an action.
+
+    ``name`` overrides its wire name; ``timeout`` (seconds) bounds its
+    invocation instead of the class's ``action_timeout`` or ``ACTION_TIMEOUT``.
+    """
+    _check_positive("timeout", timeout)
 
     def mark(function: F) -> F:
         setattr(function, _ACTION_MARK, name or function.__name__)
+        setattr(function, _TIMEOUT_MARK, timeout)
         return function
 
     return mark(func) if func is not None else mark
@@ -125,6 +141,13 @@ def queue_handler(queue: str) -> Callable[[F], F]:
     return mark
 
 
+def _check_positive(option: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{option} must be a positive number, not {value!r}")
+
+
 def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> HandlerSpec:
     try:
         hints = typing.get_type_hints(function)
@@ -137,6 +160,7 @@ def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> Handl
         signature=inspect.signature(function),
         is_async=inspect.iscoroutinefunction(function),
         hints=hints,
+        timeout=getattr(function, _TIMEOUT_MARK, None),
     )
 
 
@@ -156,6 +180,14 @@ class Actor:
     abstract: ClassVar[bool] = True
     initial_state: ClassVar[Any] = None
 
+    # Per-actor limits; None keeps the project-wide default.
+    #: Seconds an invocation may run (default ``ACTION_TIMEOUT``).
+    action_timeout: ClassVar[float | None] = None
+    #: Unprocessed queue messages the actor may hold (default 1000).
+    queue_max_pending: ClassVar[int | None] = None
+    #: Bytes of one queue message body, CBOR-encoded (default 64 KiB).
+    queue_max_message_bytes: ClassVar[int | None] = None
+
     actions: ClassVar[dict[str, HandlerSpec]] = {}
     queue_handlers: ClassVar[dict[str, HandlerSpec]] = {}
 
@@ -165,6 +197,8 @@ class Actor:
             cls.abstract = False
         if "name" not in cls.__dict__:
             cls.name = default_name(cls)
+        for option in _LIMIT_OPTIONS:
+            _check_positive(f"{cls.__name__}.{option}", getattr(cls, option))
         actions: dict[str, HandlerSpec] = {}
         queues: dict[str, HandlerSpec] = {}
         for klass in reversed(cls.__mro__):
@@ -211,6 +245,10 @@ class Actor:
 
     def on_before_connect(self, ctx: ActorContext, params: Any) -> object:
         """Raise to refuse a WebSocket connection."""
+
+    def can_subscribe(self, ctx: ActorContext, event: str) -> object:
+        """Return False or raise to refuse a connection's subscription to ``event``."""
+        return True
 
     def create_conn_state(self, ctx: ActorContext, params: Any) -> Any:
         """Return the initial persisted state of a new connection."""

@@ -30,7 +30,7 @@ from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import ActionTimeout, Forbidden, RivetError
 from ..models import Actor as ActorRow
 from ..models import Connection
-from . import rows
+from . import registry, rows
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
 from .rows import LockedRow
@@ -174,7 +174,7 @@ class Invocation:
         state: Any,
         state_bytes: bytes,
         origin: Origin,
-        deadline: float,
+        started: float,
         created: bool,
         input: Any = None,
     ) -> None:
@@ -187,8 +187,14 @@ class Invocation:
         self.state = state
         self.state_bytes = state_bytes
         self.origin = origin
-        self.deadline = deadline
+        # Both monotonic. A handler with a timeout of its own
+        # (@action(timeout=...)) is bounded from the start, like the class's.
+        self.started = started
+        self.deadline = started + action_timeout(definition)
         self.created = created
+        # The state as creation left it (create_state, on_create), so a
+        # creating call runs on_state_change only if its work changed that.
+        self.created_bytes: bytes | None = None
         self.input = input
         self.broadcasts: list[tuple[str, bytes]] = []
         self.destroy_requested = False
@@ -211,6 +217,8 @@ class Invocation:
 
     def run_handler(self, spec: HandlerSpec, args: Any) -> Any:
         """Run an action or queue handler with wire arguments."""
+        if spec.timeout is not None:
+            self.deadline = self.started + spec.timeout
         return self.call(getattr(self.instance, spec.attribute), self.ctx, *args)
 
     def after_commit(self, func: Callable[..., Any], *args: Any) -> None:
@@ -292,7 +300,9 @@ class Invocation:
         new_bytes = cbor_dumps(self.state)
         state: bytes | None = None
         if new_bytes != self.state_bytes:
-            if not self.created and self.definition.overrides("on_state_change"):
+            if self.definition.overrides("on_state_change") and (
+                not self.created or new_bytes != self.created_bytes
+            ):
                 self.call_hook("on_state_change", self.state)
                 new_bytes = cbor_dumps(self.state)
             state = new_bytes
@@ -330,6 +340,28 @@ class Invocation:
         return time.monotonic() > self.deadline
 
 
-def action_timeout() -> float:
-    """Return the seconds an invocation may run (``ACTION_TIMEOUT``)."""
+def action_timeout(definition: type[Actor] | None = None) -> float:
+    """Return the seconds an invocation may run.
+
+    The actor class's ``action_timeout`` if set, else ``ACTION_TIMEOUT``; an
+    action's own ``@action(timeout=...)`` applies once it runs
+    (:meth:`Invocation.run_handler`).
+    """
+    if definition is not None and definition.action_timeout is not None:
+        return float(definition.action_timeout)
     return float(rivet_settings.ACTION_TIMEOUT)
+
+
+def longest_action_timeout() -> float:
+    """Return the longest time any registered actor's invocation may run.
+
+    ``ACTION_TIMEOUT`` or a longer per-class or per-action timeout; claims
+    of scheduled work must outlive it.
+    """
+    longest = float(rivet_settings.ACTION_TIMEOUT)
+    for definition in registry.all_actors().values():
+        longest = max(longest, action_timeout(definition))
+        for spec in (*definition.actions.values(), *definition.queue_handlers.values()):
+            if spec.timeout is not None:
+                longest = max(longest, float(spec.timeout))
+    return longest

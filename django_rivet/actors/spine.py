@@ -43,7 +43,7 @@ from django.db import connections, transaction
 
 from .. import clock
 from ..conf import rivet_settings
-from ..encoding import cbor_loads
+from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import ActionTimeout, ActorNotFound, ReentrantCall
 from ..models import Actor as ActorRow
 from . import cache, registry, rows
@@ -54,7 +54,6 @@ from .invocation import (
     Invocation,
     Operation,
     Origin,
-    action_timeout,
     active_ids,
     current,
     current_invocation,
@@ -121,7 +120,8 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     """Run ``operation`` on the actor ``ref`` atomically, one at a time."""
     definition = _resolve_definition(ref)
     operation.prepare(definition)
-    deadline = time.monotonic() + action_timeout()
+    # The time limit counts from here, including the wait for the lock.
+    started = time.monotonic()
     active = active_ids.get()
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
@@ -146,7 +146,7 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
                 state,
                 state_bytes or b"",
                 origin,
-                deadline,
+                started,
                 created,
                 ref.input,
             )
@@ -177,6 +177,8 @@ def _run(invocation: Invocation, operation: Operation, fresh: bool) -> Any:
             invocation.instance.create_state, invocation.ctx, invocation.input
         )
         invocation.call_hook("on_create", invocation.input)
+        if invocation.definition.overrides("on_state_change"):
+            invocation.created_bytes = cbor_dumps(invocation.state)
     if fresh:
         invocation.call_hook("on_wake")
     if invocation.origin.conn_id is not None and invocation.conn is None:

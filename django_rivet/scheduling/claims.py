@@ -37,10 +37,9 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 
 from ..actors.definition import Actor, HandlerSpec
-from ..actors.invocation import Origin
+from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
-from ..conf import rivet_settings
 from ..exceptions import ActionNotFound, RivetError
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ class ClaimLost(Exception):
 
 def claim_lease() -> float:
     """Return the seconds after which an uncommitted claim is presumed dead."""
-    return 2 * float(rivet_settings.ACTION_TIMEOUT) + 60.0
+    return 2 * longest_action_timeout() + 60.0
 
 
 def skip_locked() -> bool:

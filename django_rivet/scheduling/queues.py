@@ -5,22 +5,36 @@ invocation of the receiving actor (``handle.send``), which locks the actor so
 the pending-count limit is exact. Delivery runs each handler once, in order,
 through the invocation path (:func:`deliver_queue`), following :mod:`.claims`.
 
-A sender that waits (``wait=True``) delivers the queue itself up to its own
-message right after the commit, then reads the stored reply, so waiting
-works with no worker running; if another process holds the head of the queue
-it polls until the reply is there or ``timeout`` passes.
+A sender that waits (``wait=True``) has the queue delivered up to its own
+message right after the commit, in a worker thread of the invocation
+executor, and reads the stored reply, so waiting works with no worker
+running. The sender stops waiting at ``timeout`` even while the handler
+runs: the delivery goes on without it and the message is handled once. If
+another process holds the head of the queue it polls until the reply is
+there or ``timeout`` passes. A sender inside a transaction (an actor
+handler, an atomic block) delivers in its own thread instead: its message
+is not committed, so no other thread can see it; ``timeout`` then only
+bounds the polling.
+
+Limits: at most ``MAX_PENDING_MESSAGES`` unprocessed messages per actor and
+``MAX_MESSAGE_BYTES`` per encoded body, unless the actor class sets
+``queue_max_pending`` / ``queue_max_message_bytes``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 
 from .. import clock, dispatch
 from ..actors.definition import Actor, HandlerSpec
@@ -42,6 +56,8 @@ from .claims import Fired, Firing, claim_transaction, describe, fire, fired_by
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
+
+logger = logging.getLogger("django_rivet.scheduling")
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -73,13 +89,16 @@ def wake_queue(actor_id: uuid.UUID | str) -> None:
 def _encode_body(queue: str, body: Any) -> bytes:
     if not isinstance(queue, str) or not queue:
         raise TypeError("queue is a non-empty string")
-    data = cbor_dumps(body)
-    if len(data) > MAX_MESSAGE_BYTES:
+    return cbor_dumps(body)
+
+
+def _check_size(definition: type[Actor], data: bytes) -> None:
+    limit = definition.queue_max_message_bytes or MAX_MESSAGE_BYTES
+    if len(data) > limit:
         raise QueueMessageTooLarge(
-            f"The message is {len(data)} bytes; the limit is {MAX_MESSAGE_BYTES}",
-            metadata={"size": len(data), "limit": MAX_MESSAGE_BYTES},
+            f"The message is {len(data)} bytes; the limit is {limit}",
+            metadata={"size": len(data), "limit": limit},
         )
-    return data
 
 
 def _check_queue(definition: type[Actor], queue: str) -> None:
@@ -93,12 +112,12 @@ def _check_queue(definition: type[Actor], queue: str) -> None:
 def _store(invocation: Invocation, queue: str, data: bytes) -> int:
     """Insert a message under the actor's lock; wake a deliverer after commit."""
     actor_id = invocation.actor_id
+    limit = invocation.definition.queue_max_pending or MAX_PENDING_MESSAGES
     pending = QueueMessage.objects.active().filter(actor_id=actor_id).count()
-    if pending >= MAX_PENDING_MESSAGES:
+    if pending >= limit:
         raise QueueFull(
-            f"The actor has {pending} pending messages; the limit is "
-            f"{MAX_PENDING_MESSAGES}",
-            metadata={"limit": MAX_PENDING_MESSAGES},
+            f"The actor has {pending} pending messages; the limit is {limit}",
+            metadata={"limit": limit},
         )
     message = QueueMessage.objects.create(actor_id=actor_id, queue=queue, body=data)
     invocation.after_commit(wake_queue, actor_id)
@@ -119,8 +138,9 @@ class EnqueueMessage:
         return AuthRequest("queue", queue=self.queue)
 
     def prepare(self, definition: type[Actor]) -> None:
-        """Refuse queues the actor has no handler for."""
+        """Refuse queues the actor has no handler for, and oversized bodies."""
         _check_queue(definition, self.queue)
+        _check_size(definition, self.data)
         self.label = f"send {self.queue}"
 
     def run(self, invocation: Invocation) -> tuple[uuid.UUID, int]:
@@ -142,6 +162,7 @@ class QueueAPI:
         """
         data = _encode_body(queue, body)
         _check_queue(self._invocation.definition, queue)
+        _check_size(self._invocation.definition, data)
         _store(self._invocation, queue, data)
         return {"status": "queued"}
 
@@ -184,6 +205,48 @@ def _wait_limit(timeout: float | None) -> float:
     return time.monotonic() + max(float(limit), 0.0)
 
 
+def _log_late_failure(delivery: Future[Any]) -> None:
+    """Log a delivery that failed after its sender stopped waiting."""
+    if not delivery.cancelled() and delivery.exception() is not None:
+        # A handler's own error is recorded on the message; this is the
+        # delivery machinery itself failing (the database, typically).
+        logger.error("queue delivery failed", exc_info=delivery.exception())
+
+
+def _wait_for_reply(
+    actor_id: uuid.UUID, message_id: int, deadline: float
+) -> dict[str, Any]:
+    """Deliver in a worker thread; stop waiting for it at ``deadline``."""
+    while True:
+        delivery = executor.submit(_deliver_and_check, actor_id, message_id)
+        try:
+            outcome = delivery.result(timeout=max(deadline - time.monotonic(), 0.0))
+        except FutureTimeout:
+            # The handler is still running: it finishes without us.
+            delivery.add_done_callback(_log_late_failure)
+            return {"status": "timed_out"}
+        if outcome is not None:
+            return outcome
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return {"status": "timed_out"}
+        time.sleep(min(WAIT_POLL_INTERVAL, remaining))
+
+
+def _wait_inline(
+    actor_id: uuid.UUID, message_id: int, deadline: float
+) -> dict[str, Any]:
+    """Deliver in this thread and transaction (the message is not committed)."""
+    while True:
+        outcome = _deliver_and_check(actor_id, message_id)
+        if outcome is not None:
+            return outcome
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return {"status": "timed_out"}
+        time.sleep(min(WAIT_POLL_INTERVAL, remaining))
+
+
 def send(
     ref: ActorRef,
     queue: str,
@@ -197,8 +260,10 @@ def send(
 
     Returns ``{"status": "queued"}``, or with ``wait=True``
     ``{"status": "completed", "response": ...}`` or ``{"status": "timed_out"}``
-    (``timeout`` seconds; default ``ACTION_TIMEOUT``). A handler that raised
-    is re-raised as its :class:`~django_rivet.RivetError` (internal errors as
+    (after ``timeout`` seconds, default ``ACTION_TIMEOUT``, even if the
+    handler is still running; the message stays queued and is handled once).
+    A handler that raised is re-raised as its
+    :class:`~django_rivet.RivetError` (internal errors as
     ``rivet/internal_error``).
     """
     data = _encode_body(queue, body)
@@ -207,14 +272,9 @@ def send(
     actor_id, message_id = invoke(ref, operation, origin or INTERNAL)
     if not wait:
         return {"status": "queued"}
-    while True:
-        outcome = _deliver_and_check(actor_id, message_id)
-        if outcome is not None:
-            return outcome
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return {"status": "timed_out"}
-        time.sleep(min(WAIT_POLL_INTERVAL, remaining))
+    if transaction.get_connection().in_atomic_block:
+        return _wait_inline(actor_id, message_id, deadline)
+    return _wait_for_reply(actor_id, message_id, deadline)
 
 
 async def asend(
@@ -235,13 +295,22 @@ async def asend(
         return {"status": "queued"}
     if current_invocation() is not None:
         # Inside an invocation: join its thread and transaction.
-        check = sync_to_async(_deliver_and_check, thread_sensitive=True)
-    else:
-        check = sync_to_async(
-            _deliver_and_check, thread_sensitive=False, executor=executor
-        )
+        inline = sync_to_async(_wait_inline, thread_sensitive=True)
+        result: dict[str, Any] = await inline(actor_id, message_id, deadline)
+        return result
     while True:
-        outcome = await check(actor_id, message_id)
+        # A thread-pool future, not a task: it runs to the end even if this
+        # sender's event loop is gone by then.
+        delivery = executor.submit(_deliver_and_check, actor_id, message_id)
+        done, _ = await asyncio.wait(
+            {asyncio.wrap_future(delivery)},
+            timeout=max(deadline - time.monotonic(), 0.0),
+        )
+        if not done:
+            # The handler is still running: it finishes without us.
+            delivery.add_done_callback(_log_late_failure)
+            return {"status": "timed_out"}
+        outcome = delivery.result()
         if outcome is not None:
             return outcome
         remaining = deadline - time.monotonic()

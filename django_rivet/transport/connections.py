@@ -39,7 +39,13 @@ from ..actors.rows import ActorRef
 from ..actors.spine import invoke
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
-from ..exceptions import ActorNotFound, ConnectionExpired, Forbidden, RivetError
+from ..exceptions import (
+    ActionTimeout,
+    ActorNotFound,
+    ConnectionExpired,
+    Forbidden,
+    RivetError,
+)
 from ..models import Connection
 
 if TYPE_CHECKING:
@@ -54,6 +60,8 @@ __all__ = [
     "ConnectResult",
     "Disconnect",
     "Heartbeat",
+    "Subscribe",
+    "refused_subscriptions",
     "heartbeat",
     "stale_after",
     "sweep_stale_connections",
@@ -91,6 +99,37 @@ class ConnectResult:
     # whether events after ``since`` were already dropped from it.
     oldest: int | None = None
     truncated: bool = False
+    # Subscriptions of the connect request that ``can_subscribe`` refused.
+    refused: dict[str, RivetError] = field(default_factory=dict)
+
+
+def refused_subscriptions(
+    invocation: Invocation, names: list[str]
+) -> dict[str, RivetError]:
+    """Ask ``can_subscribe`` about each event; return the refusals by name.
+
+    ``False`` or any exception refuses with ``actor/forbidden`` (a
+    :class:`~django_rivet.RivetError`'s message is kept). Each call runs in a
+    savepoint, so a failing hook's writes roll back alone.
+    """
+    refused: dict[str, RivetError] = {}
+    if not invocation.definition.overrides("can_subscribe"):
+        return refused
+    for name in names:
+        try:
+            with transaction.atomic():
+                allowed = invocation.call_hook("can_subscribe", name)
+        except ActionTimeout:
+            raise
+        except Exception as exc:
+            message = exc.message if isinstance(exc, RivetError) else "Forbidden"
+            refused[name] = Forbidden(message, metadata={"event": name})
+            continue
+        if allowed is False:
+            refused[name] = Forbidden(
+                f"Subscribing to {name!r} is not allowed", metadata={"event": name}
+            )
+    return refused
 
 
 @dataclass(slots=True)
@@ -123,37 +162,64 @@ class Connect:
             raise Forbidden("Connection refused") from exc
         state = invocation.call_hook("create_conn_state", self.params)
         state_bytes = cbor_dumps(state)
-        now = clock.now_datetime()
-        row = Connection.objects.create(
-            id=uuid.uuid4(),
-            actor_id=invocation.actor_id,
-            channel_name=self.channel_name,
-            server_id=self.server_id,
-            params=cbor_dumps(self.params),
-            state=state_bytes,
-            subscriptions=list(self.subscriptions),
-            encoding=self.encoding,
-            created_at=now,
-            last_seen_at=now,
-        )
         conn = Conn(
             invocation,
-            id=row.id,
+            id=uuid.uuid4(),
             channel_name=self.channel_name,
             params=self.params,
             state=state,
             state_bytes=state_bytes,
             subscriptions=list(self.subscriptions),
         )
-        invocation.add_conn(conn)
+        # can_subscribe sees the connection (ctx.conn) before its row exists.
         invocation.conn = conn
+        refused = refused_subscriptions(invocation, self.subscriptions)
+        conn.subscriptions = [n for n in self.subscriptions if n not in refused]
+        now = clock.now_datetime()
+        row = Connection.objects.create(
+            id=conn.id,
+            actor_id=invocation.actor_id,
+            channel_name=self.channel_name,
+            server_id=self.server_id,
+            params=cbor_dumps(self.params),
+            state=state_bytes,
+            subscriptions=list(conn.subscriptions),
+            encoding=self.encoding,
+            created_at=now,
+            last_seen_at=now,
+        )
+        invocation.add_conn(conn)
         invocation.call_hook("on_connect", conn)
         # Events on_connect broadcasts get seqs above head: they arrive live.
         head = int(invocation.row.event_seq)
         oldest, truncated = None, False
         if self.since is not None:
             oldest, truncated = events.window(invocation.actor_id, self.since, head)
-        return ConnectResult(invocation.actor_id, row.id, head, oldest, truncated)
+        return ConnectResult(
+            invocation.actor_id, row.id, head, oldest, truncated, refused
+        )
+
+
+@dataclass(slots=True)
+class Subscribe:
+    """Ask ``can_subscribe`` whether the calling connection may get ``event``.
+
+    Returns the refusal (``None``: allowed). ``on_auth`` is not asked again:
+    it admitted the connection; ``can_subscribe`` decides per event.
+    """
+
+    event: str
+    label: str | None = "subscribe"
+    auth = None
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check: the consumer validated the name."""
+
+    def run(self, invocation: Invocation) -> RivetError | None:
+        """Run the hook for the calling connection."""
+        if invocation.conn is None:
+            raise ConnectionExpired()
+        return refused_subscriptions(invocation, [self.event]).get(self.event)
 
 
 @dataclass(slots=True)

@@ -12,8 +12,11 @@ holds no actor logic. What it adds is delivery:
   means the channel layer lost or reordered something, so the missing range
   is read from the event log (all lower seqs are committed by then: the
   actor lock orders commits). Replays for ``since`` read the log too.
+* **Answers before closes.** A close the server asks for while an action
+  runs (``ctx.destroy()``, ``conn.disconnect()``) waits for that action's
+  answer, so the caller learns the outcome of the action that closed it.
 
-The consumer class is one piece on purpose (about 500 lines): the ordering
+The consumer class is one piece on purpose (about 550 lines): the ordering
 and delivery rules above share its per-connection cursor and queues.
 """
 
@@ -31,6 +34,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from .. import events
+from ..actors import registry
 from ..actors.errors import public_error
 from ..actors.invocation import Origin
 from ..actors.rows import ActorRef
@@ -48,7 +52,14 @@ from ..exceptions import (
     RivetError,
 )
 from ..models import Connection
-from .connections import ConnAction, Connect, ConnectResult, Disconnect, heartbeat
+from .connections import (
+    ConnAction,
+    Connect,
+    ConnectResult,
+    Disconnect,
+    Subscribe,
+    heartbeat,
+)
 from .origins import origin_allowed
 from .parsing import (
     MAX_SUBSCRIPTIONS,
@@ -122,6 +133,11 @@ class RivetConsumer(AsyncWebsocketConsumer):
         self._worker: asyncio.Task[None] | None = None
         self._save_task: asyncio.Task[None] | None = None
         self._subscriptions_dirty = False
+        # While an action runs, a close the server asked for (ctx.destroy(),
+        # conn.disconnect()) waits for its response, so the caller learns
+        # the outcome of the action that closed its own socket.
+        self._in_action = False
+        self._close_after_action: int | None = None
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler.
@@ -180,8 +196,8 @@ class RivetConsumer(AsyncWebsocketConsumer):
         )
         self.cursor = result.head
         self.since = request.since
-        self.wildcard = request.wildcard
-        self.subscriptions = set(subscriptions)
+        self.wildcard = request.wildcard and "*" not in result.refused
+        self.subscriptions = set(subscriptions) - set(result.refused)
         heartbeat.add(result.conn_id)
         await self.channel_layer.group_add(
             events.actor_group(result.actor_id), self.channel_name
@@ -199,6 +215,8 @@ class RivetConsumer(AsyncWebsocketConsumer):
                 "seq": result.head,
             }
         )
+        for refusal in result.refused.values():
+            await self._send_error(refusal)
         if result.truncated:
             await self._send_error(
                 _truncated(request.since, result.oldest, result.head)
@@ -284,23 +302,33 @@ class RivetConsumer(AsyncWebsocketConsumer):
             item = await self._actions.get()
             if item is None:
                 return
-            action_id, name, args = item
-            assert self.request is not None
+            if self.closed:
+                continue  # the server closed the socket: drop what is queued
+            self._in_action = True
             try:
-                output = await ainvoke(
-                    ActorRef(name=self.request.name, actor_id=self.actor_id),
-                    ConnAction(name, args),
-                    self.origin or Origin(transport="websocket"),
-                )
-            except Exception as exc:
-                await self._send_error(public_error(exc), action_id)
-                if isinstance(exc, ConnectionExpired):
-                    await self._close(CLOSE_INTERNAL)
-                continue
-            await self._send_frame(
-                {"type": "action_response", "id": action_id, "output": output},
-                action_id=action_id,
+                await self._run_action(*item)
+            finally:
+                self._in_action = False
+            if self._close_after_action is not None:
+                await self._close(self._close_after_action)
+
+    async def _run_action(self, action_id: int, name: str, args: Any) -> None:
+        assert self.request is not None
+        try:
+            output = await ainvoke(
+                ActorRef(name=self.request.name, actor_id=self.actor_id),
+                ConnAction(name, args),
+                self.origin or Origin(transport="websocket"),
             )
+        except Exception as exc:
+            await self._send_error(public_error(exc), action_id)
+            if isinstance(exc, ConnectionExpired):
+                await self._close(CLOSE_INTERNAL)
+            return
+        await self._send_frame(
+            {"type": "action_response", "id": action_id, "output": output},
+            action_id=action_id,
+        )
 
     # -- subscriptions ------------------------------------------------------------
     async def _subscribe(self, event: str) -> None:
@@ -308,6 +336,15 @@ class RivetConsumer(AsyncWebsocketConsumer):
             return
         if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
             raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
+        assert self.request is not None
+        if registry.get(self.request.name).overrides("can_subscribe"):
+            refusal = await ainvoke(
+                ActorRef(name=self.request.name, actor_id=self.actor_id),
+                Subscribe(event),
+                self.origin or Origin(transport="websocket"),
+            )
+            if refusal is not None:
+                raise refusal
         if self.since is not None and not self.wildcard and event not in self.replayed:
             # Missed events of this name, up to where live delivery stands.
             self.replayed.add(event)
@@ -362,6 +399,10 @@ class RivetConsumer(AsyncWebsocketConsumer):
         logger.debug(
             "server closes conn_id=%s reason=%s", self.conn_id, message.get("reason")
         )
+        if self._in_action:
+            # Possibly this connection's own action: answer it first.
+            self._close_after_action = CLOSE_NORMAL
+            return
         await self._close(CLOSE_NORMAL)
 
     async def _catch_up(self, before: int | None) -> None:

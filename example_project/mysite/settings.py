@@ -115,6 +115,10 @@ RIVET = {
     )
     == "1",
     "EXPOSE_ERRORS": DEBUG,
+    # Pages on other origins that use the official RivetKit client, e.g.
+    # RIVET_CORS_ALLOWED_ORIGINS="http://localhost:5173" for a Vite dev server
+    # (docs/rivetkit-client.md). Empty: no CORS.
+    "CORS_ALLOWED_ORIGINS": os.environ.get("RIVET_CORS_ALLOWED_ORIGINS", "").split(),
 }
 
 LOGGING = {

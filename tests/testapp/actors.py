@@ -308,3 +308,52 @@ class Mailbox(Actor):
     @action
     def send_to_self(self, ctx, body):
         return ctx.queue.send("jobs", body)
+
+
+# -- the official RivetKit client (issue 15, tests/test_rivetkit_*.py) -------------
+class Vault(Actor):
+    """Opens only for the token the RivetKit client is configured with.
+
+    The client sends its ``token`` in a header, an ``@token`` path segment,
+    ``rvt-token`` or a subprotocol depending on the call; on_auth reads it
+    from one header whatever the transport.
+    """
+
+    initial_state = {"opened": 0}
+    rivetkit_allow_destroy = True
+
+    def on_auth(self, ctx, info):
+        if info.headers.get("X-Rivet-Token") != "open-sesame":
+            raise UserError("Wrong token", code="bad_token")
+
+    @action
+    def open(self, ctx):
+        ctx.state["opened"] += 1
+        return ctx.state["opened"]
+
+
+# -- parity with RivetKit's driver tests (issue 16) --------------------------------
+class StateWatcher(Actor):
+    """Counts its own ``on_state_change`` calls; can destroy itself."""
+
+    initial_state = {"count": 0, "connects": 0, "changes": 0}
+
+    def on_state_change(self, ctx, state):
+        state["changes"] += 1
+
+    def on_connect(self, ctx, conn):
+        ctx.state["connects"] += 1
+
+    @action
+    def increment(self, ctx):
+        ctx.state["count"] += 1
+        return ctx.state["count"]
+
+    @action
+    def changes(self, ctx):
+        return ctx.state["changes"]
+
+    @action
+    def destroy(self, ctx):
+        ctx.destroy()
+        return "destroyed"

@@ -1,0 +1,446 @@
+"""The WebSocket flavour the official RivetKit client speaks.
+
+``ws://host/rivet/gateway/{target}/connect`` with the subprotocols
+``rivet`` (selected by the server), ``rivet_encoding.{json|cbor|bare}``,
+``rivet_conn_params.{percent-encoded JSON}`` and, for tokens,
+``rivet_token.{token}``. Frames are ``{body: {tag, val}}`` in the chosen
+encoding (:mod:`.protocol`): the server sends ``Init`` once admitted, then
+``ActionResponse``/``Error`` (with the request's ``actionId``) and
+``Event`` frames for the events the client subscribed to.
+
+Admission, actions and the goodbye go through the invocation spine with
+the same operations as django-rivet's own consumer (``Connect``,
+``ConnAction``, ``Disconnect``), so ``on_auth``, ``on_before_connect``,
+``create_conn_state``, ``on_connect`` and ``on_disconnect`` run as they do
+there, one at a time with the actor's other work. A refused connection gets
+an ``Error`` frame, then a close whose reason is ``group.code`` (servers
+that pass close reasons on, such as uvicorn, deliver it; daphne 4 drops it,
+which is why the ``Error`` frame comes first).
+
+Delivery follows the own consumer's rules: one action at a time per
+connection, in order; events in ``seq`` order and once, gaps in the live
+stream filled from the event log. The protocol has no replay after a
+reconnect, so events are only those broadcast while subscribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils.datastructures import CaseInsensitiveMapping
+
+from ... import events
+from ...actors.errors import public_error
+from ...actors.invocation import Origin
+from ...actors.rows import ActorRef
+from ...actors.spine import ainvoke
+from ...conf import rivet_settings
+from ...encoding import cbor_loads
+from ...exceptions import (
+    ActorNotFound,
+    ConnectionExpired,
+    Forbidden,
+    MalformedRequest,
+    RequestTooLarge,
+    RivetError,
+)
+from ...models import ActorEvent, Connection
+from ..connections import ConnAction, Connect, Disconnect, heartbeat
+from . import protocol
+from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
+from .cors import websocket_origin_allowed
+from .protocol import ActionCall, WireEncoding
+
+logger = logging.getLogger("django_rivet.transport")
+
+__all__ = ["RivetKitConsumer"]
+
+SUBPROTOCOL = "rivet"
+ENCODING_PREFIX = "rivet_encoding."
+PARAMS_PREFIX = "rivet_conn_params."
+TOKEN_PREFIX = "rivet_token."
+MAX_SUBSCRIPTIONS = 256
+MAX_EVENT_NAME_LENGTH = 255
+# Actions waiting behind the running one; beyond this the consumer stops
+# reading frames (TCP backpressure) instead of buffering without bound.
+MAX_PENDING_ACTIONS = 64
+LOG_BATCH = 500
+
+# daphne refuses close codes outside 1000 and 3000-4999.
+CLOSE_NORMAL = 1000
+CLOSE_BAD_REQUEST = 4400
+CLOSE_FORBIDDEN = 4403
+CLOSE_INTERNAL = 4500
+# Why the server closes a connection, as the client's close reasons read.
+DISCONNECT_REASONS = {
+    "destroyed": "actor.destroyed",
+    "stale": "actor.connection_expired",
+}
+
+
+def _headers(scope: dict[str, Any]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", []):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
+def _subprotocol_value(subprotocols: list[str], prefix: str) -> str | None:
+    values = [p[len(prefix) :] for p in subprotocols if p.startswith(prefix)]
+    if len(values) > 1:
+        raise MalformedRequest(f"More than one {prefix[:-1]} subprotocol")
+    return values[0] if values else None
+
+
+def _event_name(value: str) -> str:
+    if not value or len(value) > MAX_EVENT_NAME_LENGTH:
+        raise MalformedRequest(
+            f"Event names are 1 to {MAX_EVENT_NAME_LENGTH} characters"
+        )
+    return value
+
+
+def _fetch_events(
+    actor_id: uuid.UUID, after: int, before: int | None, names: list[str]
+) -> list[tuple[int, str, bytes]]:
+    rows = ActorEvent.objects.filter(actor_id=actor_id, seq__gt=after, name__in=names)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    return [
+        (seq, name, bytes(args))
+        for seq, name, args in rows.order_by("seq").values_list("seq", "name", "args")[
+            :LOG_BATCH
+        ]
+    ]
+
+
+def _save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
+    Connection.objects.filter(pk=conn_id).update(subscriptions=names)
+
+
+class RivetKitConsumer(AsyncWebsocketConsumer):
+    """One RivetKit-client connection to one actor."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.encoding: WireEncoding = "json"
+        self.actor_id: uuid.UUID | None = None
+        self.conn_id: uuid.UUID | None = None
+        self.origin = Origin(transport="websocket")
+        self.subscriptions: set[str] = set()
+        self.cursor = 0
+        self.closed = False
+        self._actions: asyncio.Queue[ActionCall | None] = asyncio.Queue(
+            MAX_PENDING_ACTIONS
+        )
+        self._worker: asyncio.Task[None] | None = None
+        self._save_task: asyncio.Task[None] | None = None
+        self._subscriptions_dirty = False
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Route a message; the database is only reached through the spine."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    # -- connect ------------------------------------------------------------------
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        """Parse the request, admit it through the spine, send ``Init``."""
+        subprotocols = list(self.scope.get("subprotocols") or [])
+        offered = SUBPROTOCOL in subprotocols
+        connect: Connect | None = None
+        try:
+            self.encoding = protocol.parse_encoding(
+                _subprotocol_value(subprotocols, ENCODING_PREFIX)
+            )
+            params_text = _subprotocol_value(subprotocols, PARAMS_PREFIX)
+            params = decode_conn_params(
+                None if params_text is None else unquote(params_text)
+            )
+            kwargs = self.scope.get("url_route", {}).get("kwargs", {})
+            query = parse_qs(
+                self.scope.get("query_string", b"").decode("utf-8", "replace"),
+                keep_blank_values=True,
+            )
+            target = gateway_target(str(kwargs.get("target", "")), query)
+            headers = _headers(self.scope)
+            if not websocket_origin_allowed(headers.get("origin")):
+                raise Forbidden(
+                    "Origin not allowed", metadata={"origin": headers.get("origin")}
+                )
+            token = _subprotocol_value(subprotocols, TOKEN_PREFIX) or target.token
+            if token is not None:
+                headers[TOKEN_HEADER.lower()] = token
+            self.origin = Origin(
+                transport="websocket",
+                user=self.scope.get("user"),
+                headers=CaseInsensitiveMapping(headers),
+                request=self.scope,
+                params=params,
+            )
+            if target.actor_id is not None:
+                ref = ActorRef(actor_id=target.actor_id)
+            else:
+                assert target.name is not None
+                create = target.mode == "get_or_create"
+                ref = ActorRef.of(
+                    target.name,
+                    list(target.key),
+                    mode="get_or_create" if create else "get",
+                    input=target.input if create else None,
+                )
+            connect = Connect(
+                params=params, channel_name=self.channel_name, encoding=self.encoding
+            )
+            result = await ainvoke(ref, connect, self.origin)
+        except Exception as exc:
+            await self._refuse(exc, offered, connect is not None and connect.refused)
+            return
+        await self.accept(subprotocol=SUBPROTOCOL if offered else None)
+        self.actor_id, self.conn_id = result.actor_id, result.conn_id
+        self.origin = Origin(
+            transport="websocket",
+            user=self.origin.user,
+            headers=self.origin.headers,
+            request=self.scope,
+            params=self.origin.params,
+            conn_id=result.conn_id,
+        )
+        self.cursor = result.head
+        heartbeat.add(result.conn_id)
+        await self.channel_layer.group_add(
+            events.actor_group(result.actor_id), self.channel_name
+        )
+        logger.debug(
+            "rivetkit connected actor_id=%s conn_id=%s", result.actor_id, result.conn_id
+        )
+        await self._send_raw(
+            protocol.encode_init(
+                str(result.actor_id), str(result.conn_id), self.encoding
+            )
+        )
+        self._worker = asyncio.create_task(self._action_loop())
+
+    async def _refuse(self, exc: BaseException, offered: bool, refused: bool) -> None:
+        error = public_error(exc)
+        if refused or isinstance(error, Forbidden):
+            code = CLOSE_FORBIDDEN
+        elif error.http_status >= 500:
+            code = CLOSE_INTERNAL
+        else:
+            code = CLOSE_BAD_REQUEST
+        logger.info(
+            "rivetkit connection refused code=%s error=%s path=%s",
+            code,
+            error.qualified_code,
+            self.scope.get("path"),
+        )
+        await self.accept(subprotocol=SUBPROTOCOL if offered else None)
+        await self._send_error(error, None)
+        await self._close(code, f"{error.group}.{error.code}")
+
+    # -- frames from the client ----------------------------------------------------
+    async def websocket_receive(self, message: dict[str, Any]) -> None:
+        """Check the size, decode and route one client frame."""
+        if self.conn_id is None or self.closed:
+            return
+        data = message.get("bytes")
+        if data is None:
+            data = message.get("text") or ""
+        limit = int(rivet_settings.MAX_INCOMING_MESSAGE_BYTES)
+        size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8"))
+        try:
+            if size > limit:
+                raise RequestTooLarge(
+                    f"The frame is {size} bytes; the limit is {limit}",
+                    metadata={"size": size, "limit": limit},
+                )
+            frame = protocol.decode_frame(data, self.encoding)
+            if isinstance(frame, ActionCall):
+                await self._actions.put(frame)
+            elif frame.subscribe:
+                self._subscribe(_event_name(frame.event))
+            else:
+                self._unsubscribe(frame.event)
+        except Exception as exc:  # a bad frame must not kill the connection
+            await self._send_error(public_error(exc), None)
+
+    async def _action_loop(self) -> None:
+        while True:
+            call = await self._actions.get()
+            if call is None:
+                return
+            try:
+                output = await ainvoke(
+                    ActorRef(actor_id=self.actor_id),
+                    ConnAction(call.name, call.args),
+                    self.origin,
+                )
+                data = protocol.encode_action_response(call.id, output, self.encoding)
+            except Exception as exc:
+                await self._send_error(public_error(exc), call.id)
+                if isinstance(exc, ConnectionExpired):
+                    await self._close(CLOSE_NORMAL, "actor.connection_expired")
+                continue
+            await self._send_checked(data, call.id)
+
+    # -- subscriptions ------------------------------------------------------------
+    def _subscribe(self, event: str) -> None:
+        if event in self.subscriptions:
+            return
+        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
+        self.subscriptions.add(event)
+        self._schedule_save()
+
+    def _unsubscribe(self, event: str) -> None:
+        if event in self.subscriptions:
+            self.subscriptions.discard(event)
+            self._schedule_save()
+
+    def _schedule_save(self) -> None:
+        # A burst of subscription frames (one per event after Init) collapses
+        # into one UPDATE.
+        self._subscriptions_dirty = True
+        if self._save_task is None or self._save_task.done():
+            self._save_task = asyncio.create_task(self._save_subscriptions())
+
+    async def _save_subscriptions(self) -> None:
+        while self._subscriptions_dirty and not self.closed:
+            self._subscriptions_dirty = False
+            assert self.conn_id is not None
+            try:
+                await database_sync_to_async(_save_subscriptions)(
+                    self.conn_id, sorted(self.subscriptions)
+                )
+            except Exception:
+                logger.exception("saving subscriptions failed conn_id=%s", self.conn_id)
+
+    # -- events -------------------------------------------------------------------
+    async def rivet_event(self, message: dict[str, Any]) -> None:
+        """Deliver a broadcast in seq order, once, if subscribed."""
+        seq = int(message["seq"])
+        if self.closed or seq <= self.cursor:
+            return
+        if seq > self.cursor + 1:
+            await self._catch_up(seq)
+        self.cursor = seq
+        if message["name"] in self.subscriptions:
+            await self._send_event(message["name"], message["args"])
+
+    async def rivet_send(self, message: dict[str, Any]) -> None:
+        """Deliver ``conn.send(...)`` to this connection."""
+        if not self.closed:
+            await self._send_event(message["name"], message["args"])
+
+    async def rivet_disconnect(self, message: dict[str, Any]) -> None:
+        """Close on ``conn.disconnect()``, destruction or a stale sweep."""
+        reason = DISCONNECT_REASONS.get(
+            message.get("reason") or "", "actor.disconnected"
+        )
+        await self._close(CLOSE_NORMAL, reason)
+
+    async def _catch_up(self, before: int) -> None:
+        """Deliver subscribed events the channel layer skipped (from the log)."""
+        if self.subscriptions:
+            assert self.actor_id is not None
+            names = sorted(self.subscriptions)
+            while True:
+                rows = await database_sync_to_async(_fetch_events)(
+                    self.actor_id, self.cursor, before, names
+                )
+                for seq, name, args in rows:
+                    self.cursor = seq
+                    await self._send_event(name, args)
+                if len(rows) < LOG_BATCH:
+                    break
+        self.cursor = max(self.cursor, before - 1)
+
+    async def _send_event(self, name: str, args: bytes) -> None:
+        try:
+            values = cbor_loads(bytes(args), max_depth=400)
+            data = protocol.encode_event(name, values, self.encoding)
+        except Exception:
+            logger.exception("undeliverable event name=%s", name)
+            return
+        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        if len(data) > limit:
+            # A connection-level Error would fail the client's pending calls.
+            logger.warning(
+                "event too large name=%s size=%s limit=%s", name, len(data), limit
+            )
+            return
+        await self._send_raw(data)
+
+    # -- sending ------------------------------------------------------------------
+    async def _send_checked(self, data: bytes, action_id: int) -> None:
+        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        if len(data) > limit:
+            await self._send_error(
+                RequestTooLarge(
+                    f"The response is {len(data)} bytes; the limit is {limit}",
+                    metadata={"size": len(data), "limit": limit},
+                ),
+                action_id,
+            )
+            return
+        await self._send_raw(data)
+
+    async def _send_error(self, error: RivetError, action_id: int | None) -> None:
+        await self._send_raw(protocol.encode_error(error, action_id, self.encoding))
+
+    async def _send_raw(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.encoding == "json":
+            await self.send(text_data=data.decode("utf-8"))
+        else:
+            await self.send(bytes_data=data)
+
+    async def _close(self, code: int, reason: str) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.close(code=code, reason=reason)
+
+    # -- disconnect ---------------------------------------------------------------
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        """Drop queued actions, finish the running one, run ``on_disconnect``."""
+        self.closed = True
+        try:
+            await self._shutdown()
+        finally:
+            raise StopConsumer()
+
+    async def _shutdown(self) -> None:
+        if self._worker is not None:
+            while not self._actions.empty():
+                self._actions.get_nowait()
+            self._actions.put_nowait(None)
+            await self._worker
+        if self._save_task is not None:
+            await self._save_task
+        if self.conn_id is None or self.actor_id is None:
+            return
+        heartbeat.discard(self.conn_id)
+        await self.channel_layer.group_discard(
+            events.actor_group(self.actor_id), self.channel_name
+        )
+        try:
+            await ainvoke(ActorRef(actor_id=self.actor_id), Disconnect(self.conn_id))
+        except ActorNotFound:
+            pass  # destroyed: its connections went with it
+        except Exception:
+            logger.exception(
+                "disconnect failed actor_id=%s conn_id=%s", self.actor_id, self.conn_id
+            )

@@ -1,0 +1,457 @@
+"""HTTP endpoints the official RivetKit client calls.
+
+Mounted under the same prefix as django-rivet's own routes, so that
+``createClient("http://host/rivet")`` works:
+
+* ``GET metadata`` -- what the client fetches before its first call;
+* ``GET/PUT/POST actors`` and ``DELETE actors/{id}`` -- the REST API it
+  resolves and creates actors with (always JSON);
+* ``gateway/{target}/action/{name}``, ``.../queue/{name}``,
+  ``.../request/{path}`` -- calls to one actor, by id or by name (see
+  :mod:`.addressing`), in the encoding the client names in
+  ``x-rivet-encoding`` (JSON, CBOR or BARE; errors come back in the same
+  encoding, which is what the client decodes them with).
+
+Every call runs through the invocation spine (``ainvoke``) with ``on_auth``,
+the same operations, limits and error codes as django-rivet's own routes.
+Bodies are size-checked before they are read. CSRF: as for the own routes,
+the action and queue endpoints only take ``application/json`` or
+``application/octet-stream`` bodies plus an ``x-rivet-encoding`` header,
+which a cross-site form cannot send without a CORS preflight
+(:mod:`.cors`); raw ``request/`` calls keep Django's CSRF check unless the
+actor class sets ``csrf_exempt = True``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from functools import wraps
+from typing import Any, Literal
+from urllib.parse import parse_qs
+
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.utils.datastructures import CaseInsensitiveMapping
+from django.views.decorators.csrf import csrf_exempt
+
+from ... import __version__
+from ...actors import registry
+from ...actors.errors import public_error
+from ...actors.invocation import Origin
+from ...actors.operations import CallAction
+from ...actors.rows import ActorRef
+from ...actors.spine import ainvoke
+from ...conf import rivet_settings
+from ...encoding import json_dumps, json_loads
+from ...exceptions import (
+    ActorNotFound,
+    InvalidEncoding,
+    MalformedRequest,
+    MethodNotAllowed,
+    RequestTooLarge,
+)
+from ...scheduling import queues
+from . import protocol
+from .addressing import (
+    TOKEN_HEADER,
+    GatewayTarget,
+    decode_conn_params,
+    decode_input,
+    gateway_target,
+    parse_actor_id,
+    parse_key,
+    serialize_key,
+)
+from .cors import cors
+from .operations import Describe, Destroy, HandleRequest, csrf_rejection
+from .protocol import WireEncoding
+
+logger = logging.getLogger("django_rivet.transport")
+
+__all__ = [
+    "actors_view",
+    "destroy_or",
+    "gateway_action_view",
+    "gateway_queue_view",
+    "gateway_request_view",
+    "metadata_view",
+]
+
+OCTET_STREAM = "application/octet-stream"
+MEDIA_TYPES: dict[WireEncoding, str] = {
+    "json": "application/json",
+    "cbor": OCTET_STREAM,
+    "bare": OCTET_STREAM,
+}
+BODY_TYPES = frozenset({"application/json", OCTET_STREAM})
+# The runtime the client logs; it reads nothing else from these fields.
+RUNTIME = "django-rivet"
+MAX_ACTOR_IDS = 100
+QUEUE_STATUS = {
+    "completed": "completed",
+    "queued": "completed",
+    "timed_out": "timedOut",
+}
+
+View = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
+
+
+# -- plumbing ---------------------------------------------------------------------
+def _encoding(request: HttpRequest) -> WireEncoding:
+    return protocol.parse_encoding(request.headers.get("x-rivet-encoding"))
+
+
+def _error(exc: BaseException, encoding: WireEncoding = "json") -> HttpResponse:
+    error = public_error(exc)
+    return HttpResponse(
+        protocol.encode_http_error(error, encoding),
+        status=error.http_status,
+        content_type=MEDIA_TYPES[encoding],
+    )
+
+
+def _response(data: bytes, encoding: WireEncoding, status: int = 200) -> HttpResponse:
+    limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+    if len(data) > limit:
+        return _error(
+            RequestTooLarge(
+                f"The response is {len(data)} bytes; the limit is {limit}",
+                metadata={"size": len(data), "limit": limit},
+            ),
+            encoding,
+        )
+    return HttpResponse(data, status=status, content_type=MEDIA_TYPES[encoding])
+
+
+def _json(value: Any, status: int = 200) -> HttpResponse:
+    return _response(json_dumps(value).encode("utf-8"), "json", status)
+
+
+def _content_length(request: HttpRequest) -> int:
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise MalformedRequest("Invalid Content-Length") from None
+    if length < 0:
+        raise MalformedRequest("Invalid Content-Length")
+    return length
+
+
+def _read_body(request: HttpRequest) -> bytes:
+    """Read a JSON or binary body, refusing other types and oversized ones."""
+    if request.content_type not in BODY_TYPES:
+        raise InvalidEncoding(
+            "Send the body as application/json or application/octet-stream",
+            metadata={"content_type": request.content_type},
+        )
+    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    length = _content_length(request)
+    if length > limit:
+        raise RequestTooLarge(
+            f"The body is {length} bytes; the limit is {limit}",
+            metadata={"size": length, "limit": limit},
+        )
+    # Bounded even when Content-Length lies or is absent (chunked bodies).
+    data = request.read(limit + 1)
+    if len(data) > limit:
+        raise RequestTooLarge(
+            f"The body is over the limit of {limit} bytes", metadata={"limit": limit}
+        )
+    return data
+
+
+def _query(request: HttpRequest) -> dict[str, list[str]]:
+    return {key: request.GET.getlist(key) for key in request.GET}
+
+
+async def _origin(request: HttpRequest, token: str | None, params: Any) -> Origin:
+    """Describe the caller; the client's token is shown to on_auth as a header."""
+    user = await request.auser() if hasattr(request, "auser") else None
+    headers = dict(request.headers)
+    if token is not None and TOKEN_HEADER not in request.headers:
+        headers[TOKEN_HEADER] = token
+    return Origin(
+        transport="http",
+        user=user,
+        headers=CaseInsensitiveMapping(headers),
+        request=request,
+        params=params,
+    )
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _ref(target: GatewayTarget) -> ActorRef:
+    if target.actor_id is not None:
+        return ActorRef(actor_id=target.actor_id)
+    assert target.name is not None
+    create = target.mode == "get_or_create"
+    return ActorRef.of(
+        target.name,
+        list(target.key),
+        mode="get_or_create" if create else "get",
+        input=target.input if create else None,
+    )
+
+
+def _millis(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _actor_json(info: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """Describe an actor the way the RivetKit REST API does."""
+    created = _millis(info["created_at"])
+    return {
+        "actor_id": str(info["actor_id"]),
+        "name": info["name"],
+        "key": serialize_key(info["key"]),
+        "namespace_id": namespace,
+        "runner_name_selector": "default",
+        "create_ts": created,
+        # Actors load on demand: always started and connectable.
+        "start_ts": created,
+        "connectable_ts": created,
+        "sleep_ts": None,
+        "destroy_ts": None,
+        "error": None,
+    }
+
+
+# -- metadata -----------------------------------------------------------------------
+@csrf_exempt
+@cors
+async def metadata_view(request: HttpRequest) -> HttpResponseBase:
+    """``GET metadata``: tell the client what it talks to."""
+    if request.method not in ("GET", "HEAD"):
+        return _error(MethodNotAllowed(metadata={"allowed": ["GET"]}))
+    return _json(
+        {
+            "runtime": RUNTIME,
+            "version": __version__,
+            "envoyProtocolVersion": 1,
+            "actorNames": {name: {"metadata": {}} for name in registry.all_actors()},
+        }
+    )
+
+
+# -- the actor REST API -------------------------------------------------------------
+@csrf_exempt
+@cors
+async def actors_view(request: HttpRequest) -> HttpResponseBase:
+    """``GET`` (find), ``PUT`` (get-or-create) and ``POST`` (create) actors."""
+    namespace = request.GET.get("namespace") or "default"
+    try:
+        origin = await _origin(request, _bearer(request), None)
+        if request.method == "GET":
+            return await _find_actors(request, origin, namespace)
+        if request.method not in ("PUT", "POST"):
+            raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
+        if request.content_type != "application/json":
+            raise InvalidEncoding("The actors API takes JSON")
+        body = json_loads(_read_body(request))
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            raise MalformedRequest("The body needs a string 'name'")
+        key = body.get("key")
+        if key is not None and not isinstance(key, str):
+            raise MalformedRequest("key must be a key string")
+        mode: Literal["get_or_create", "create"] = (
+            "get_or_create" if request.method == "PUT" else "create"
+        )
+        input_ = body.get("input")
+        if input_ is not None and not isinstance(input_, str):
+            raise MalformedRequest("input must be base64 of CBOR")
+        ref = ActorRef.of(
+            body["name"],
+            parse_key(key),
+            mode=mode,
+            input=decode_input(input_, urlsafe=False),
+        )
+        info = await ainvoke(ref, Describe(), origin)
+        actor = _actor_json(info, namespace)
+        if request.method == "PUT":
+            return _json({"actor": actor, "created": info["created"]})
+        return _json({"actor": actor})
+    except Exception as exc:
+        return _error(exc)
+
+
+async def _find_actors(
+    request: HttpRequest, origin: Origin, namespace: str
+) -> HttpResponse:
+    found: list[dict[str, Any]] = []
+    ids = request.GET.get("actor_ids")
+    name = request.GET.get("name")
+    if ids is not None:
+        refs = []
+        for value in [part for part in ids.split(",") if part][:MAX_ACTOR_IDS]:
+            try:
+                refs.append(ActorRef(actor_id=parse_actor_id(value)))
+            except ActorNotFound:
+                continue
+    elif name is not None and "key" in request.GET:
+        refs = [ActorRef.of(name, parse_key(request.GET["key"]), mode="get")]
+    else:
+        raise MalformedRequest(
+            "Find actors by actor_ids, or by name and key; listing is not supported"
+        )
+    for ref in refs:
+        try:
+            info = await ainvoke(ref, Describe(), origin)
+        except ActorNotFound:
+            continue
+        found.append(_actor_json(info, namespace))
+    return _json({"actors": found})
+
+
+def destroy_or(view: View) -> View:
+    """Route ``DELETE actors/{id}`` here, anything else to ``view``.
+
+    The RivetKit REST path ``actors/{actor_id}`` is also django-rivet's
+    ``actors/{name}``; only ``DELETE`` with an actor id is the client's.
+    """
+
+    destroy = csrf_exempt(cors(_destroy_view))
+
+    @wraps(view)
+    async def wrapper(
+        request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponseBase:
+        segment = str(kwargs.get("name", ""))
+        if request.method in ("DELETE", "OPTIONS") and _is_actor_id(segment):
+            return await destroy(request, segment)
+        return await view(request, *args, **kwargs)
+
+    return csrf_exempt(wrapper)
+
+
+def _is_actor_id(segment: str) -> bool:
+    try:
+        parse_actor_id(segment)
+    except ActorNotFound:
+        return False
+    return True
+
+
+async def _destroy_view(request: HttpRequest, actor_id: str) -> HttpResponseBase:
+    try:
+        if request.method != "DELETE":
+            raise MethodNotAllowed(metadata={"allowed": ["DELETE"]})
+        origin = await _origin(request, _bearer(request), None)
+        await ainvoke(ActorRef(actor_id=parse_actor_id(actor_id)), Destroy(), origin)
+        return _json({})
+    except Exception as exc:
+        return _error(exc)
+
+
+# -- the gateway --------------------------------------------------------------------
+async def _gateway_origin(request: HttpRequest, target: GatewayTarget) -> Origin:
+    token = target.token or request.headers.get(TOKEN_HEADER)
+    params = decode_conn_params(request.headers.get("x-rivet-conn-params"))
+    return await _origin(request, token, params)
+
+
+@csrf_exempt
+@cors
+async def gateway_action_view(
+    request: HttpRequest, target: str, action: str
+) -> HttpResponseBase:
+    """``POST gateway/{target}/action/{name}``: run an action, return ``{output}``."""
+    encoding: WireEncoding = "json"
+    try:
+        encoding = _encoding(request)
+        if request.method != "POST":
+            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
+        address = gateway_target(target, _query(request))
+        args = protocol.decode_action_args(_read_body(request), encoding)
+        origin = await _gateway_origin(request, address)
+        output = await ainvoke(_ref(address), CallAction(action, args), origin)
+        try:
+            data = protocol.encode_action_output(output, encoding)
+        except (TypeError, ValueError) as exc:
+            return _error(exc, encoding)
+        return _response(data, encoding)
+    except Exception as exc:
+        return _error(exc, encoding)
+
+
+@csrf_exempt
+@cors
+async def gateway_queue_view(
+    request: HttpRequest, target: str, queue: str
+) -> HttpResponseBase:
+    """``POST gateway/{target}/queue/{name}``: enqueue, maybe wait for the reply."""
+    encoding: WireEncoding = "json"
+    try:
+        encoding = _encoding(request)
+        if request.method != "POST":
+            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
+        address = gateway_target(target, _query(request))
+        send = protocol.decode_queue_send(_read_body(request), encoding)
+        origin = await _gateway_origin(request, address)
+        # on_auth runs in the invocation that stores the message.
+        result = await queues.asend(
+            _ref(address),
+            queue,
+            send.body,
+            wait=send.wait,
+            timeout=None if send.timeout is None else send.timeout / 1000,
+            origin=origin,
+        )
+        status = QUEUE_STATUS.get(result.get("status", ""), "completed")
+        data = protocol.encode_queue_result(
+            status, result.get("response"), "response" in result, encoding
+        )
+        return _response(data, encoding)
+    except Exception as exc:
+        return _error(exc, encoding)
+
+
+@csrf_exempt
+@cors
+async def gateway_request_view(
+    request: HttpRequest, target: str, path: str = ""
+) -> HttpResponseBase:
+    """``ANY gateway/{target}/request/{path}``: the actor's ``on_request``."""
+    try:
+        limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+        length = _content_length(request)
+        if length > limit:
+            raise RequestTooLarge(
+                f"The body is {length} bytes; the limit is {limit}",
+                metadata={"size": length, "limit": limit},
+            )
+        address = gateway_target(target, _strip_rvt(request))
+        rejection = await csrf_rejection(request, address)
+        if rejection is not None:
+            return rejection
+        origin = await _gateway_origin(request, address)
+        response: HttpResponseBase = await ainvoke(
+            _ref(address), HandleRequest(request), origin
+        )
+        return response
+    except Exception as exc:
+        return _error(exc)
+
+
+def _strip_rvt(request: HttpRequest) -> dict[str, list[str]]:
+    """The ``rvt-*`` parameters (the rest of the query is the actor's)."""
+    query = parse_qs(request.META.get("QUERY_STRING", ""), keep_blank_values=True)
+    return {key: value for key, value in query.items() if key.startswith("rvt-")}
+
+
+@csrf_exempt
+@cors
+async def gateway_unknown_view(
+    request: HttpRequest, target: str, rest: str = ""
+) -> HttpResponseBase:
+    """Any other gateway path (raw WebSockets over HTTP, inspector...)."""
+    return _error(
+        MalformedRequest(
+            "This gateway path is not supported", metadata={"path": rest[:128]}
+        )
+    )
