@@ -64,6 +64,17 @@ DEFAULTS: dict[str, Any] = {
     # actors, gateway) cross-origin, with credentials, e.g.
     # ["http://localhost:5173"] for a Vite dev server. Empty: no CORS at all.
     "CORS_ALLOWED_ORIGINS": [],
+    # Retention (seconds or a timedelta; None keeps forever). The sweeper
+    # deletes what is older in bounded batches; rivet_purge does it on demand.
+    # A finished workflow (completed, failed, cancelled) with its history and
+    # inbox, this long after it finished.
+    "WORKFLOW_RETENTION": 7 * 86400,
+    # A fired schedule, this long after it fired.
+    "SCHEDULE_RETENTION": 86400,
+    # A processed queue message and its reply, this long after processing.
+    "QUEUE_RETENTION": 86400,
+    # History entries kept per cron job that did not pass max_history.
+    "CRON_HISTORY": 100,
 }
 
 

@@ -1,5 +1,6 @@
 """System checks: each id fires on its misconfiguration and only then."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,49 @@ def test_unknown_key_is_e001():
 def test_bad_values_are_e004(rivet):
     with override_settings(RIVET=rivet):
         assert ids(run_checks()) == ["rivet.E004"]
+
+
+@pytest.mark.parametrize(
+    "rivet",
+    [
+        {"WORKFLOW_RETENTION": -1},
+        {"SCHEDULE_RETENTION": "7 days"},
+        {"QUEUE_RETENTION": True},
+        {"WORKFLOW_RETENTION": float("nan")},
+        {"WORKFLOW_RETENTION": timedelta(days=365 * 200)},
+    ],
+)
+def test_bad_retention_periods_are_e301(rivet):
+    with override_settings(RIVET=rivet):
+        messages = run_checks()
+    assert ids(messages) == ["rivet.E301"]
+    (key,) = rivet
+    assert [m.msg for m in messages if m.id == "rivet.E301"] == [
+        rivet_checks.E301.format(key=key)
+    ]
+
+
+@pytest.mark.parametrize("value", [-1, 10001, "100", True, 2.5])
+def test_bad_cron_history_is_e302(value):
+    with override_settings(RIVET={"CRON_HISTORY": value}):
+        assert ids(run_checks()) == ["rivet.E302"]
+
+
+@override_settings(
+    RIVET={
+        "WORKFLOW_RETENTION": None,
+        "SCHEDULE_RETENTION": 0,
+        "QUEUE_RETENTION": timedelta(hours=1),
+        "CRON_HISTORY": None,
+    }
+)
+def test_none_zero_and_timedeltas_are_valid_retention_settings():
+    assert ids(run_checks()) == []
+
+
+@override_settings(RIVET={"QUEUE_RETENTION": 30, "ACTION_TIMEOUT": 60})
+def test_queue_retention_shorter_than_a_sender_waits_is_w301():
+    assert ids(run_checks()) == ["rivet.W301"]
 
 
 def test_missing_channel_layer_alias_is_e003():

@@ -25,6 +25,11 @@ SPEC_DEFAULTS = {
     "CORS_ALLOWED_ORIGINS": [],
     # Beyond SPEC 11 (documented in docs/settings.md):
     "DISPATCH_BACKEND": None,
+    # Retention (issue 19), seconds; None keeps forever.
+    "WORKFLOW_RETENTION": 7 * 86400,
+    "SCHEDULE_RETENTION": 86400,
+    "QUEUE_RETENTION": 86400,
+    "CRON_HISTORY": 100,
 }
 
 

@@ -94,7 +94,7 @@ class CronAPI(Protocol):
         action: str,
         *args: Any,
         tz: str | None = None,
-        max_history: int = ...,
+        max_history: int | None = ...,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` on ``expression``."""
         ...
@@ -105,7 +105,7 @@ class CronAPI(Protocol):
         interval: float | timedelta,
         action: str,
         *args: Any,
-        max_history: int = ...,
+        max_history: int | None = ...,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` every ``interval``."""
         ...
@@ -133,7 +133,7 @@ class CronAPI(Protocol):
         action: str,
         *args: Any,
         tz: str | None = None,
-        max_history: int = ...,
+        max_history: int | None = ...,
     ) -> dict[str, Any]:
         """Async :meth:`set`."""
         ...
@@ -144,7 +144,7 @@ class CronAPI(Protocol):
         interval: float | timedelta,
         action: str,
         *args: Any,
-        max_history: int = ...,
+        max_history: int | None = ...,
     ) -> dict[str, Any]:
         """Async :meth:`every`."""
         ...

@@ -8,12 +8,15 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from ..models import CronJob, CronRun, QueueMessage, Schedule, ScheduleStatus
+from ..scheduling.cron import history_limit
 from ..scheduling.schedules import fire_schedule
 from .rendering import ReadOnlyAdmin, pretty, pretty_cbor
+from .retention import RetentionAdmin
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(ReadOnlyAdmin):
+class ScheduleAdmin(RetentionAdmin):
+    retention_table = "Schedule"
     list_display = ["run_at", "actor", "action", "status", "fired_at", "finished_at"]
     list_filter = ["status", "action"]
     list_select_related = ["actor"]
@@ -84,7 +87,7 @@ class CronJobAdmin(ReadOnlyAdmin):
         "timezone",
         "action",
         "decoded_args",
-        "max_history",
+        "kept_history",
         "next_run_at",
         "running",
         "created_at",
@@ -100,6 +103,12 @@ class CronJobAdmin(ReadOnlyAdmin):
     @admin.display(description="args")
     def decoded_args(self, obj: CronJob) -> str:
         return pretty_cbor(obj.args)
+
+    @admin.display(description="max history")
+    def kept_history(self, obj: CronJob) -> str:
+        keep = history_limit(obj.max_history)
+        shown = "all runs" if keep is None else f"{keep} runs"
+        return shown if obj.max_history is not None else f"{shown} (CRON_HISTORY)"
 
     @admin.display(description="history (latest 50)")
     def recent_runs(self, obj: CronJob) -> str:
@@ -128,7 +137,8 @@ class CronJobAdmin(ReadOnlyAdmin):
 
 
 @admin.register(CronRun)
-class CronRunAdmin(ReadOnlyAdmin):
+class CronRunAdmin(RetentionAdmin):
+    retention_table = "CronRun"
     list_display = [
         "scheduled_at",
         "job",
@@ -154,7 +164,8 @@ class CronRunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(QueueMessage)
-class QueueMessageAdmin(ReadOnlyAdmin):
+class QueueMessageAdmin(RetentionAdmin):
+    retention_table = "QueueMessage"
     list_display = ["id", "actor", "queue", "status", "created_at", "finished_at"]
     list_filter = ["status", "queue"]
     list_select_related = ["actor"]

@@ -20,11 +20,13 @@ from ..exceptions import MalformedRequest
 from ..models import Workflow, WorkflowMessage
 from ..workflow_runtime import operations
 from ..workflows import WorkflowHandle
-from .rendering import ReadOnlyAdmin, pretty, render_history
+from .rendering import pretty, render_history
+from .retention import RetentionAdmin, purge_note
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(ReadOnlyAdmin):
+class WorkflowAdmin(RetentionAdmin):
+    retention_table = "Workflow"
     list_display = [
         "id",
         "name",
@@ -46,6 +48,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
         "created_at",
         "updated_at",
         "finished_at",
+        "purge",
         "wake_at",
         "waiting_for",
         "cancel_requested",
@@ -77,6 +80,10 @@ class WorkflowAdmin(ReadOnlyAdmin):
             cache = WorkflowHandle(obj.pk, obj.name).snapshot()
             setattr(obj, "_rivet_snapshot", cache)  # noqa: B010
         return cache
+
+    @admin.display(description="purged")
+    def purge(self, obj: Workflow) -> str:
+        return purge_note(obj)
 
     @admin.display(description="engine state")
     def engine_state(self, obj: Workflow) -> str:
@@ -245,7 +252,8 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
 
 @admin.register(WorkflowMessage)
-class WorkflowMessageAdmin(ReadOnlyAdmin):
+class WorkflowMessageAdmin(RetentionAdmin):
+    retention_table = "WorkflowMessage"
     list_display = ["id", "workflow", "name", "created_at"]
     list_select_related = ["workflow"]
     search_fields = ["=workflow__id", "name"]

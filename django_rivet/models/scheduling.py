@@ -141,7 +141,8 @@ class CronJob(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     action = models.CharField(max_length=255)
     args = models.BinaryField(default=b"")  # CBOR list
-    max_history = models.PositiveIntegerField(default=100)
+    # History entries kept; None follows RIVET["CRON_HISTORY"].
+    max_history = models.PositiveIntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField()
     # A run is claimed and has not committed; a run falling due meanwhile is
     # skipped (overlap).

@@ -65,6 +65,16 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         """Workflows whose runner stopped renewing its lease (it crashed)."""
         return self.exclude(lease_token="").filter(lease_expires_at__lt=now)
 
+    def finished_before(self, when: Any) -> WorkflowQuerySet:
+        """Finished workflows nobody holds, that finished before ``when``.
+
+        What retention may delete: never an active workflow, nor one whose
+        lease an operation (recover, replay) holds.
+        """
+        return self.filter(
+            status__in=WORKFLOW_FINISHED, finished_at__lt=when, lease_token=""
+        )
+
     def runnable(self, now: Any) -> WorkflowQuerySet:
         """Workflows a worker may claim now: due ones and expired leases."""
         return self.due(now) | self.expired_leases(now).filter(
@@ -124,6 +134,12 @@ class Workflow(models.Model):
             ),
             models.Index(fields=["name", "status"], name="rivet_workflow_name"),
             models.Index(fields=["status", "created_at"], name="rivet_workflow_status"),
+            # Serves the retention purge (oldest finished first).
+            models.Index(
+                fields=["finished_at"],
+                condition=models.Q(status__in=WORKFLOW_FINISHED),
+                name="rivet_workflow_finished",
+            ),
         ]
 
     def __str__(self) -> str:

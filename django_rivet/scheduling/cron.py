@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 
 from .. import clock, dispatch
+from ..conf import rivet_settings
 from ..exceptions import TooManySchedules
 from ..models import CronJob, CronKind, CronRun, CronRunResult
 from . import crontab
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
     from ..actors.invocation import Invocation
 
 __all__ = [
-    "DEFAULT_MAX_HISTORY",
     "MAX_CRON_JOBS",
+    "MAX_HISTORY_LIMIT",
     "CronAPI",
     "advance",
+    "history_limit",
     "next_run_time",
     "record_skipped",
     "skip_overdue",
@@ -39,7 +41,6 @@ __all__ = [
 ]
 
 MAX_CRON_JOBS = 1000
-DEFAULT_MAX_HISTORY = 100
 MAX_HISTORY_LIMIT = 10000
 CRON_NAME_MAX_LENGTH = 128
 
@@ -57,8 +58,22 @@ def next_run_time(job: CronJob, scheduled: datetime, now: datetime) -> datetime:
     return crontab.next_cron_time(job.expression, job.timezone, max(scheduled, now))
 
 
-def trim_history(job_id: int, keep: int) -> None:
+def history_limit(max_history: int | None) -> int | None:
+    """Return how many runs a job keeps (``None``: all of them).
+
+    A job set without ``max_history`` follows ``RIVET["CRON_HISTORY"]``, read
+    now, so changing the setting applies to it from its next run.
+    """
+    if max_history is not None:
+        return max_history
+    setting = rivet_settings.CRON_HISTORY
+    return None if setting is None else int(setting)
+
+
+def trim_history(job_id: int, keep: int | None) -> None:
     """Delete all but the newest ``keep`` history entries of a job."""
+    if keep is None:
+        return
     boundary = list(
         CronRun.objects.filter(job_id=job_id)
         .order_by("-id")
@@ -120,7 +135,9 @@ def skip_overdue(job_id: int) -> int:
     skipped = 0
     scheduled = observed
     # Older entries would be trimmed right away; don't write them.
-    while scheduled < following and skipped < max(job.max_history, 1):
+    keep = history_limit(job.max_history)
+    bound = MAX_HISTORY_LIMIT if keep is None else max(keep, 1)
+    while scheduled < following and skipped < bound:
         record_skipped(job, scheduled)
         skipped += 1
         scheduled = next_run_time(job, scheduled, scheduled)
@@ -137,7 +154,7 @@ def _job_info(job: CronJob) -> dict[str, Any]:
         "tz": job.timezone,
         "action": job.action,
         "args": job.decoded_args(),
-        "max_history": job.max_history,
+        "max_history": history_limit(job.max_history),
         "next_run_at": job.next_run_at,
         "running": job.running,
         "created_at": job.created_at,
@@ -155,7 +172,9 @@ def _same_definition(job: CronJob, definition: dict[str, Any]) -> bool:
     )
 
 
-def _check_max_history(max_history: int) -> int:
+def _check_max_history(max_history: int | None) -> int | None:
+    if max_history is None:
+        return None
     if isinstance(max_history, bool) or not isinstance(max_history, int):
         raise TypeError("max_history is an integer")
     if not 0 <= max_history <= MAX_HISTORY_LIMIT:
@@ -177,13 +196,15 @@ class CronAPI:
         action: str,
         *args: Any,
         tz: str | None = None,
-        max_history: int = DEFAULT_MAX_HISTORY,
+        max_history: int | None = None,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` on ``expression``.
 
         ``tz`` is an IANA zone name (default: ``settings.TIME_ZONE``).
         Setting a job again with the same definition keeps its next run, so
         it is safe to call from ``on_wake``; any change reschedules it.
+        ``max_history`` runs are kept (0-10000; ``None`` follows
+        ``RIVET["CRON_HISTORY"]``).
         """
         zone_name = tz or getattr(settings, "TIME_ZONE", None) or "UTC"
         first = crontab.validate_cron(expression, zone_name, clock.now_datetime())
@@ -207,12 +228,13 @@ class CronAPI:
         interval: float | timedelta,
         action: str,
         *args: Any,
-        max_history: int = DEFAULT_MAX_HISTORY,
+        max_history: int | None = None,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` every ``interval``.
 
         The interval is at least 5 seconds; the first run is one interval
         after this call, and the cadence is anchored there (no drift).
+        ``max_history`` is as in :meth:`set`.
         """
         seconds = crontab.validate_interval(interval)
         first = clock.to_datetime(clock.now() + seconds)
@@ -235,7 +257,7 @@ class CronAPI:
         name: str,
         action: str,
         args: tuple[Any, ...],
-        max_history: int,
+        max_history: int | None,
         rule: dict[str, Any],
         first: datetime,
     ) -> dict[str, Any]:
@@ -252,7 +274,7 @@ class CronAPI:
             if job.max_history != max_history:
                 job.max_history = max_history
                 job.save(update_fields=["max_history"])
-                trim_history(job.pk, max_history)
+                trim_history(job.pk, history_limit(max_history))
             return _job_info(job)
         if (
             job is None
@@ -279,7 +301,7 @@ class CronAPI:
             for key, value in fields.items():
                 setattr(job, key, value)
             job.save(update_fields=list(fields))
-            trim_history(job.pk, max_history)
+            trim_history(job.pk, history_limit(max_history))
         if enqueue or not dispatch.backend().eta_tasks:
             self._invocation.after_commit(wake_cron, job.pk, timestamp)
         return _job_info(job)
@@ -317,7 +339,7 @@ class CronAPI:
         action: str,
         *args: Any,
         tz: str | None = None,
-        max_history: int = DEFAULT_MAX_HISTORY,
+        max_history: int | None = None,
     ) -> dict[str, Any]:
         """Async :meth:`set`."""
         return await sync_to_async(self.set)(
@@ -330,7 +352,7 @@ class CronAPI:
         interval: float | timedelta,
         action: str,
         *args: Any,
-        max_history: int = DEFAULT_MAX_HISTORY,
+        max_history: int | None = None,
     ) -> dict[str, Any]:
         """Async :meth:`every`."""
         return await sync_to_async(self.every)(

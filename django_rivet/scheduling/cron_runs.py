@@ -29,6 +29,7 @@ from .claims import (
 )
 from .cron import (
     advance,
+    history_limit,
     next_run_time,
     record_skipped,
     skip_overdue,
@@ -61,7 +62,7 @@ class CronClaim:
     args: bytes
     scheduled_at: datetime
     token: uuid.UUID
-    max_history: int
+    max_history: int | None  # None: follow RIVET["CRON_HISTORY"]
 
 
 def claim_cron(job: CronJob) -> CronClaim | Fired:
@@ -78,7 +79,7 @@ def claim_cron(job: CronJob) -> CronClaim | Fired:
             if not advance(job, scheduled, following, {"running": True}):
                 return Fired.NOT_CLAIMED
             record_skipped(job, scheduled)
-            trim_history(job.pk, job.max_history)
+            trim_history(job.pk, history_limit(job.max_history))
             return Fired.SKIPPED
         claimed = advance(
             job,
@@ -159,7 +160,7 @@ def _record(claim: CronClaim, fired_at: datetime, result: str, error: str = "") 
         error=error,
     )
     skip_overdue(claim.job_id)
-    trim_history(claim.job_id, claim.max_history)
+    trim_history(claim.job_id, history_limit(claim.max_history))
 
 
 def fire_claimed_cron(claim: CronClaim) -> Fired:

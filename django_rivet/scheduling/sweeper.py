@@ -13,8 +13,9 @@ sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
 - ``workflows``: wake-ups and expired workflow leases get a run task;
 - ``connections``: connections of processes that stopped heartbeating are
   removed (``on_disconnect`` runs);
-- ``purge_finished``: fired schedules and processed messages older than a day
-  are deleted.
+- ``purge_finished``: finished workflows, fired schedules and processed
+  queue messages past their retention are deleted, one bounded batch per
+  table (:mod:`.retention`).
 
 Every step is safe with many sweepers at once: each row is claimed with a
 conditional update (``SKIP LOCKED`` batches on PostgreSQL) before anything is
@@ -29,7 +30,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -47,21 +47,18 @@ from .claims import claim_lease
 from .cron import wake_cron
 from .cron_runs import run_due_cron
 from .queues import deliver_due_queues
+from .retention import purge_pass
 from .schedules import fire_due_schedules, wake_schedule
 
 logger = logging.getLogger("django_rivet.sweeper")
 
 __all__ = [
-    "FINISHED_RETENTION",
     "SweepStep",
     "register_step",
     "steps",
     "sweep",
 ]
 
-# Fired schedules and processed queue messages stay this long (the admin
-# shows them; waiting senders read replies).
-FINISHED_RETENTION = timedelta(days=1)
 # Upper bound on the work one step does in one sweep, so a sweep stays short
 # and several sweepers share a backlog.
 STEP_BATCH = 500
@@ -194,13 +191,8 @@ def fire_lost() -> int:
 
 
 def purge_finished() -> int:
-    """Delete fired schedules and processed messages past retention."""
-    before = clock.now_datetime() - FINISHED_RETENTION
-    old_schedules = Schedule.objects.finished_before(before).values("pk")
-    deleted, _ = Schedule.objects.filter(pk__in=old_schedules[:STEP_BATCH]).delete()
-    old_messages = QueueMessage.objects.finished_before(before).values("pk")
-    purged, _ = QueueMessage.objects.filter(pk__in=old_messages[:STEP_BATCH]).delete()
-    return deleted + purged
+    """Delete one batch per table of what retention lets go; return the rows."""
+    return sum(purge_pass(STEP_BATCH).values())
 
 
 for _step in (
