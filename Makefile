@@ -4,23 +4,39 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-celery test test-fast bench lint format install clean
+.PHONY: run run-celery check-port superuser test test-fast bench lint format install clean
 
 $(STAMP): pyproject.toml
+	@echo "==> installing django-rivet and its dependencies into $(VENV) (first run: a minute or two)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[postgres,redis,client,dev]'
+	$(PY) -m pip install --disable-pip-version-check -e '.[postgres,redis,client,dev]'
 	touch $(STAMP)
+	@echo "==> installed into $(VENV)"
 
 install: $(STAMP)
 
-## Start the example project (daphne + embedded worker, SQLite, no servers).
-run: $(STAMP)
-	scripts/run.sh
+## Start the example project (daphne + embedded worker, SQLite, no servers)
+## on http://$(HOST):$(PORT)/. The port is checked before anything else.
+HOST ?= 127.0.0.1
+PORT ?= 8000
+RUN := HOST=$(HOST) PORT=$(PORT) scripts/run.sh
+
+run: check-port $(STAMP)
+	@$(RUN)
 
 ## The production shape on one machine: Redis + Celery worker/beat + daphne.
-run-celery: $(STAMP)
-	scripts/run.sh --celery
+run-celery: check-port $(STAMP)
+	@$(RUN) --celery
+
+check-port:
+	@$(RUN) --check-port
+
+## Create your own superuser for the example's admin (make run prints a
+## demo login too).
+superuser: $(STAMP)
+	$(PY) example_project/manage.py migrate --noinput -v 0
+	$(PY) example_project/manage.py createsuperuser
 
 ## Lint, migrations check, system checks, then the suite on SQLite and on a
 ## throwaway PostgreSQL (and on Python 3.12 + Django 6 when available).

@@ -26,7 +26,12 @@ E001_HINT = "Valid settings: {valid}."
 E002 = "django-rivet needs 'channels' in INSTALLED_APPS."
 E002_HINT = "Add 'daphne' and 'channels' to INSTALLED_APPS."
 E003 = "RIVET['CHANNEL_LAYER'] names {alias!r}, which CHANNEL_LAYERS does not define."
-E003_HINT = "Define CHANNEL_LAYERS[{alias!r}] or change RIVET['CHANNEL_LAYER']."
+E003_HINT = (
+    "Define CHANNEL_LAYERS = {{{alias!r}: {{'BACKEND': "
+    "'channels.layers.InMemoryChannelLayer'}}}} for development "
+    "('channels_redis.core.RedisChannelLayer' with CONFIG hosts in production), "
+    "or change RIVET['CHANNEL_LAYER']. See docs/quickstart.md."
+)
 E004 = "RIVET[{key!r}] must be {expected}."
 E004_HINT = "See docs/settings.md for the default and meaning of each setting."
 E101 = "Actor name {name!r} is defined by both {first} and {second}."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -189,3 +190,54 @@ def celery_broker(url: str) -> Iterator[None]:
     finally:
         app.conf.broker_url = previous
         reset_pools()
+
+
+@contextlib.contextmanager
+def example_server(
+    folder: str | os.PathLike[str], port: int | None = None
+) -> Iterator[tuple[str, str, str]]:
+    """Run ``scripts/run.sh`` (what ``make run`` runs) on a database in ``folder``.
+
+    Yields ``(url, user, password)`` from its banner, once the banner is out.
+    """
+    port = port or free_port()
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DJANGO_", "RIVET_"))
+        and name not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env.update(
+        PORT=str(port),
+        HOST="127.0.0.1",
+        SQLITE_PATH=os.path.join(folder, "example.sqlite3"),
+        VENV=sys.prefix,
+        PYTHONUNBUFFERED="1",
+    )
+    log = open(os.path.join(folder, "run.log"), "w+b")
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "run.sh")],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        banner = None
+        while banner is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise RuntimeError("scripts/run.sh failed:\n" + log.read().decode())
+            log.seek(0)
+            text = log.read().decode(errors="replace")
+            if "Ctrl-C stops everything" in text:
+                banner = text
+            else:
+                time.sleep(0.1)
+        url = re.search(r"ready in [\d.]+ s: (\S+)/\n", banner).group(1)
+        user, password = re.search(r"user (\S+), password (\S+)", banner).groups()
+        yield url, user, password
+    finally:
+        stop_process(proc, timeout=30)
+        log.close()

@@ -94,6 +94,9 @@ def test_missing_channel_layer_alias_is_e003():
     with override_settings(RIVET={"CHANNEL_LAYER": "other"}):
         messages = [m for m in run_checks() if m.id == "rivet.E003"]
     assert [m.msg for m in messages] == [rivet_checks.E003.format(alias="other")]
+    # The hint gives what a new project lacks: the setting and a backend path.
+    assert "CHANNEL_LAYERS = {'other': {'BACKEND': " in messages[0].hint
+    assert "channels.layers.InMemoryChannelLayer" in messages[0].hint
 
 
 def test_channels_not_installed_is_e002(settings):

@@ -1,6 +1,6 @@
 from django.shortcuts import render
 
 
-def index(request):
-    """The demo page: rivet.js talks to the actors of this project."""
-    return render(request, "demo/index.html")
+def counter(request):
+    """The counter and clock page: rivet.js talks to the demo actors."""
+    return render(request, "demo/counter.html")

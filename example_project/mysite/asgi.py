@@ -10,7 +10,6 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
-
 from django_rivet.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -3,7 +3,9 @@
 SQLite and in-process everything by default (``make run``). Environment:
 ``DATABASE_URL=postgres://user:pass@host:port/name`` switches to PostgreSQL;
 ``REDIS_URL=redis://host:port/0`` switches the channel layer and the Celery
-broker to Redis (``make run-celery``).
+broker to Redis (``make run-celery``); ``SQLITE_PATH`` moves the SQLite
+file; ``DJANGO_ALLOWED_HOSTS=a,b`` replaces the loopback names (for
+``make run HOST=0.0.0.0``).
 """
 
 import os
@@ -13,7 +15,9 @@ from urllib.parse import unquote, urlsplit
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+ALLOWED_HOSTS = os.environ.get(
+    "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]"
+).split(",")
 USE_TZ = True
 TIME_ZONE = "UTC"
 
@@ -27,6 +31,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_rivet",
+    "chat",
+    "orders",
+    "digest",
     "demo",
 ]
 
@@ -46,7 +53,7 @@ STATIC_URL = "/static/"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "mysite" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -96,6 +103,9 @@ else:
     CELERY_BROKER_URL = "memory://"
 
 CELERY_TASK_IGNORE_RESULT = True
+
+# The order workflow "e-mails" its confirmations to the console.
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 RIVET = {
     # Without a Celery worker (make run), the web process fires schedules and

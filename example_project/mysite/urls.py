@@ -1,15 +1,20 @@
-from demo import views
 from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
+
+from . import views
 
 urlpatterns = [
     path("", views.index, name="index"),
+    path("chat/", include("chat.urls")),
+    path("orders/", include("orders.urls")),
+    path("digest/", include("digest.urls")),
+    path("counter/", include("demo.urls")),
     path("admin/", admin.site.urls),
     path("rivet/", include("django_rivet.urls")),
 ]
 
-# daphne serves no static files: in development (DEBUG) Django does, so the
-# demo page can load rivet.js.
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns  # noqa: E402
-
+# Plain daphne serves no static files: in development (DEBUG) Django does,
+# so the pages can load rivet.js. In production, collectstatic and a proxy
+# (or WhiteNoise) serve them; see docs/deployment.md.
 urlpatterns += staticfiles_urlpatterns()
