@@ -1,5 +1,6 @@
 """The in-process worker loop, the embedded worker and rivet_worker."""
 
+import logging
 import threading
 import time
 from datetime import UTC, datetime
@@ -136,6 +137,35 @@ def test_rivet_worker_once_runs_what_is_due(capsys, restore_dispatch):
     alarm.call("set_alarm", 0, "now")
     call_command("rivet_worker", "--once")
     assert "ran 1 due item(s)" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_rivet_worker_logs_each_firing_with_its_lateness(caplog, restore_dispatch):
+    with freeze_time(START) as clock:
+        alarm = actors.get_or_create("alarmClock", "logged")
+        alarm.call("set_alarm", 10, "late")
+        clock.advance(12.5)
+        with caplog.at_level(logging.INFO, logger="django_rivet"):
+            call_command("rivet_worker", "--once")
+    fired = [r.getMessage() for r in caplog.records if r.msg.startswith("fired ")]
+    assert len(fired) == 1
+    assert "action=ring" in fired[0]
+    assert f"actor_id={alarm.actor_id}" in fired[0]
+    assert fired[0].endswith("late_ms=2500")
+
+
+def test_rivet_worker_shows_its_log_when_the_project_configured_none(
+    capsys, monkeypatch
+):
+    from django_rivet.management.commands.rivet_worker import show_work_log
+
+    rivet_logger = logging.getLogger("django_rivet")
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(rivet_logger, "handlers", [])
+    monkeypatch.setattr(rivet_logger, "level", logging.NOTSET)
+    show_work_log()
+    logging.getLogger("django_rivet.scheduler").info("fired schedule id=1")
+    assert "INFO django_rivet.scheduler fired schedule id=1" in capsys.readouterr().err
 
 
 @pytest.mark.django_db

@@ -234,4 +234,18 @@ def fire(
         )
         on_error(exc)
         return Fired.ERROR
-    return Fired.OK if operation.consumed else Fired.LOST
+    if not operation.consumed:
+        return Fired.LOST
+    logger.info(
+        "fired %s actor_id=%s late_ms=%.0f", what, actor_id, _lateness_ms(origin)
+    )
+    return Fired.OK
+
+
+def _lateness_ms(origin: Origin) -> float:
+    """Return how late a firing ran after it was due, in milliseconds."""
+    info = origin.fire_info or {}
+    scheduled, fired = info.get("scheduled_at"), info.get("fired_at")
+    if not isinstance(scheduled, datetime) or not isinstance(fired, datetime):
+        return 0.0
+    return max(0.0, (fired - scheduled).total_seconds() * 1000)

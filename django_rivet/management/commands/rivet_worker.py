@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -41,6 +43,8 @@ class Command(BaseCommand):
         # This process fires everything itself: wake its own loop, never send
         # Celery tasks (a project running it usually has no broker).
         dispatch.use("worker")
+        if options["verbosity"] >= 1:
+            show_work_log()
         worker = Worker(poll_interval=options["poll_interval"])
         if options["once"]:
             ran = worker.run_once()
@@ -56,3 +60,23 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, request_stop)
         self.stdout.write("rivet worker running; Ctrl-C to stop")
         worker.run(stop)
+
+
+def show_work_log() -> None:
+    """Print django-rivet's INFO lines (one per piece of work) on stderr.
+
+    Only when the project configured no handler that would receive them:
+    Django's default logging shows no INFO line of third-party loggers, and a
+    worker that runs work silently looks stuck. A project with its own
+    ``LOGGING`` keeps full control.
+    """
+    logger = logging.getLogger("django_rivet")
+    if logger.hasHandlers():
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    )
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
