@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "ENTRIES",
@@ -33,6 +34,7 @@ __all__ = [
     "range_of",
     "strinc",
     "unpack",
+    "unpack_location",
     "workflow_key",
 ]
 
@@ -48,10 +50,10 @@ _FALSE = 0x26
 _TRUE = 0x27
 _ESCAPE = 0xFF
 
-Element = None | bytes | str | int | float | bool | tuple
+Element = None | bytes | str | int | float | bool | tuple[Any, ...]
 
 
-def pack(items: tuple) -> bytes:
+def pack(items: tuple[Any, ...]) -> bytes:
     """Encode a tuple as order-preserving bytes."""
     out = bytearray()
     for item in items:
@@ -59,7 +61,7 @@ def pack(items: tuple) -> bytes:
     return bytes(out)
 
 
-def unpack(data: bytes) -> tuple:
+def unpack(data: bytes) -> tuple[Any, ...]:
     """Decode bytes produced by :func:`pack` back into a tuple."""
     items, pos = _decode_sequence(data, 0, nested=False)
     if pos != len(data):
@@ -67,7 +69,59 @@ def unpack(data: bytes) -> tuple:
     return tuple(items)
 
 
-def range_of(prefix: tuple, *, include_prefix: bool = False) -> tuple[bytes, bytes]:
+def unpack_location(data: bytes, start: int) -> Location:
+    """Decode the location packed in ``data`` from offset ``start``.
+
+    The fast path of loading history: a location is small non-negative ints
+    and ``(int, int)`` iteration markers, decoded here without the general
+    machinery; anything else falls back to :func:`unpack`.
+    """
+    items: list[int | tuple[int, int]] = []
+    pos, end = start, len(data)
+    while pos < end:
+        code = data[pos]
+        if _INT_ZERO < code <= _INT_ZERO + 8:
+            length = code - _INT_ZERO
+            items.append(int.from_bytes(data[pos + 1 : pos + 1 + length], "big"))
+            pos += 1 + length
+        elif code == _INT_ZERO:
+            items.append(0)
+            pos += 1
+        elif code == _NESTED:
+            pair, pos = _unpack_marker(data, pos + 1)
+            if pair is None:
+                break
+            items.append(pair)
+        else:
+            break
+    else:
+        return tuple(items)
+    return tuple(unpack(data[start:]))  # pragma: no cover - not engine keys
+
+
+def _unpack_marker(data: bytes, pos: int) -> tuple[tuple[int, int] | None, int]:
+    numbers: list[int] = []
+    while pos < len(data):
+        code = data[pos]
+        if code == _NULL:
+            if len(numbers) == 2:
+                return (numbers[0], numbers[1]), pos + 1
+            return None, pos
+        if code == _INT_ZERO:
+            numbers.append(0)
+            pos += 1
+        elif _INT_ZERO < code <= _INT_ZERO + 8:
+            length = code - _INT_ZERO
+            numbers.append(int.from_bytes(data[pos + 1 : pos + 1 + length], "big"))
+            pos += 1 + length
+        else:
+            return None, pos
+    return None, pos
+
+
+def range_of(
+    prefix: tuple[Any, ...], *, include_prefix: bool = False
+) -> tuple[bytes, bytes]:
     """Return the half-open byte range ``[start, end)`` of keys extending ``prefix``.
 
     With ``include_prefix`` the key equal to ``pack(prefix)`` is inside the range.
@@ -159,11 +213,14 @@ def _float_from(raw: bytes) -> float:
         data[0] ^= 0x80
     else:
         data = bytearray(b ^ 0xFF for b in data)
-    return struct.unpack(">d", bytes(data))[0]
+    value: float = struct.unpack(">d", bytes(data))[0]
+    return value
 
 
-def _decode_sequence(data: bytes, pos: int, *, nested: bool) -> tuple[list, int]:
-    items: list = []
+def _decode_sequence(
+    data: bytes, pos: int, *, nested: bool
+) -> tuple[list[Element], int]:
+    items: list[Element] = []
     while pos < len(data):
         code = data[pos]
         if nested and code == _NULL:
@@ -252,12 +309,12 @@ def name_key(index: int) -> bytes:
     return pack((NAMES, index))
 
 
-def entry_key(location: Iterable) -> bytes:
+def entry_key(location: Iterable[int | tuple[int, int]]) -> bytes:
     """Return the key of the history entry at ``location``."""
     return pack((ENTRIES, *location))
 
 
-def entry_prefix(location: Iterable) -> tuple[bytes, bytes]:
+def entry_prefix(location: Iterable[int | tuple[int, int]]) -> tuple[bytes, bytes]:
     """Return the key range of every entry strictly below ``location``."""
     return range_of((ENTRIES, *location))
 

@@ -22,7 +22,7 @@ golden fixtures under ``tests/workflow/fixtures/v<N>/`` that keep decoding.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -95,7 +95,7 @@ def _rejecting(tag: int) -> Any:
     return reject
 
 
-class _RestrictedTags(Mapping):
+class _RestrictedTags(Mapping[int, Any]):
     """Semantic decoders that refuse every tag outside the allowed set."""
 
     def __getitem__(self, tag: int) -> Any:
@@ -180,25 +180,34 @@ def check_value(value: Any, path: str = "value") -> None:
     raise TypeError(f"{path} is a {type(value).__name__}, which cannot be stored")
 
 
-def roundtrip(value: Any, what: str = "value", *, limit: int | None = None) -> Any:
+def roundtrip(value: Any, what: str = "value") -> Any:
     """Return ``value`` as stored and read back; raise if it cannot be stored.
 
-    Raises :class:`StepOutputError` for unstorable types and for encodings over
-    ``limit`` bytes.
+    Raises :class:`StepOutputError` for unstorable types (sizes are checked
+    where the value is recorded, see ``limits.check_record``).
     """
+    if value is None or type(value) in _SCALARS:
+        return value  # stored and read back as itself
     try:
         check_value(value, what)
         encoded = dumps(value)
     except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:
         raise StepOutputError(f"{what} cannot be stored: {exc}") from exc
-    if limit is not None and len(encoded) > limit:
-        raise StepOutputError(
-            f"{what} is {len(encoded)} bytes encoded, over the {limit} byte limit"
-        )
     return loads(encoded)
 
 
+# Types that CBOR always encodes and gives back unchanged (floats: NaN and
+# infinities too; ints of any size, big ones as bignum tags). Not str: a
+# lone surrogate cannot be encoded.
+_SCALARS = frozenset({bool, int, float, bytes})
+
+
 # --- Records ---------------------------------------------------------------------
+
+
+# Where a record reports that it changed: the dirty set of the Storage that
+# owns it (an insertion-ordered dict used as a set), or None when detached.
+DirtySink = dict[Any, None]
 
 
 @dataclass(slots=True, eq=False)
@@ -214,6 +223,12 @@ class Entry:
     # a flush that saw that generation succeeded.
     gen: int = field(default=1, compare=False)
     flushed: int = field(default=0, compare=False)
+    # Bookkeeping of the owning Storage: its dirty set, the packed key, and
+    # the encoding made by the size check (``(gen, bytes)``), reused by the
+    # flush while the entry has not changed since.
+    sink: DirtySink | None = field(default=None, compare=False, repr=False)
+    key: bytes = field(default=b"", compare=False, repr=False)
+    encoded: tuple[int, bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def dirty(self) -> bool:
@@ -223,6 +238,8 @@ class Entry:
     def touch(self) -> None:
         """Mark the entry changed."""
         self.gen += 1
+        if self.sink is not None:
+            self.sink[self] = None
 
 
 @dataclass(slots=True, eq=False)
@@ -239,6 +256,8 @@ class EntryMetadata:
     rollback_error: str | None = None
     gen: int = field(default=1, compare=False)
     flushed: int = field(default=0, compare=False)
+    sink: DirtySink | None = field(default=None, compare=False, repr=False)
+    key: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def dirty(self) -> bool:
@@ -248,6 +267,8 @@ class EntryMetadata:
     def touch(self) -> None:
         """Mark the metadata changed."""
         self.gen += 1
+        if self.sink is not None:
+            self.sink[self] = None
 
 
 _METADATA_FIELDS = (
@@ -286,29 +307,54 @@ def _envelope(record_type: str, **fields: Any) -> bytes:
     return dumps({"v": SCHEMA_VERSION, "type": record_type, **fields})
 
 
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Version N -> the function turning a version-N record into a version-(N+1)
+# one. Decoding applies them in a chain up to SCHEMA_VERSION, so a record of
+# any supported version comes out in the current shape. Version 1 is the
+# first and current version: nothing to upgrade yet. A version 2 adds
+# ``1: _upgrade_v1_to_v2`` here, keeps it forever, and adds the fixtures of
+# version 2 (docs/storage-format.md, "Adding a version"). The test suite
+# registers a test-only version 0 here to prove the chain on real fixtures.
+UPGRADES: dict[int, Upgrade] = {}
+
+
+def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Bring a decoded record of any supported version to ``SCHEMA_VERSION``."""
+    version = record.get("v")
+    if type(version) is not int:
+        raise SchemaError(f"Unknown workflow schema version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"Workflow schema version {version} is newer than this django-rivet "
+            f"(it reads up to version {SCHEMA_VERSION}): upgrade django-rivet"
+        )
+    while version < SCHEMA_VERSION:
+        step = UPGRADES.get(version)
+        if step is None:
+            raise SchemaError(f"Unknown workflow schema version {version!r}")
+        record = step(record)
+        if record.get("v") != version + 1:
+            raise SchemaError(
+                f"The upgrade of schema version {version} did not produce "
+                f"version {version + 1}"
+            )
+        version += 1
+    return record
+
+
 def _open(data: bytes, record_type: str) -> dict[str, Any]:
     record = loads(data)
     if not isinstance(record, dict):
         raise SchemaError("A workflow record must be a CBOR map")
-    version = record.get("v")
-    upgrade = _UPGRADES.get(version)  # type: ignore[arg-type]
-    if upgrade is None:
-        raise SchemaError(f"Unknown workflow schema version {version!r}")
-    record = upgrade(record)
+    if record.get("v") != SCHEMA_VERSION:
+        record = upgrade_record(record)
     if record.get("type") != record_type:
         raise SchemaError(
             f"Expected a {record_type!r} record, found {record.get('type')!r}"
         )
-    return record
-
-
-def _upgrade_v1(record: dict[str, Any]) -> dict[str, Any]:
-    # Version 1 is current. A version 2 would add ``_upgrade_v1 -> v2`` here and
-    # keep this function for the fixtures and databases written by version 1.
-    return record
-
-
-_UPGRADES = {1: _upgrade_v1}
+    opened: dict[str, Any] = record
+    return opened
 
 
 def encode_name(name: str) -> bytes:
@@ -324,10 +370,18 @@ def decode_name(data: bytes) -> str:
     return name
 
 
-def encode_entry(entry: Entry) -> bytes:
-    """Encode a history entry (its location lives in the key)."""
+def encode_entry(entry: Entry, data: dict[str, Any] | None = None) -> bytes:
+    """Encode a history entry (its location lives in the key).
+
+    ``data`` replaces ``entry.data`` in the encoding (to measure a change
+    before making it).
+    """
     return _envelope(
-        "entry", id=entry.id, seq=entry.seq, kind=entry.kind, data=entry.data
+        "entry",
+        id=entry.id,
+        seq=entry.seq,
+        kind=entry.kind,
+        data=entry.data if data is None else data,
     )
 
 
@@ -471,14 +525,48 @@ def history_entry(
     )
 
 
+def superseded(
+    location: keys.Location,
+    entries: Mapping[keys.Location, Entry],
+    name_index: Mapping[str, int],
+) -> bool:
+    """Tell whether the entry at ``location`` is left over from a deletion.
+
+    Pruning a loop writes the loop entry's ``pruned_before`` and deletes the
+    older iterations; finishing a race writes its winner and deletes the
+    losing branches. The writes and the deletions are separate driver calls
+    (unless the driver is atomic), so a crash or a failed delete in between
+    leaves entries that the recorded loop or race already disowned: an
+    iteration below ``pruned_before``, or an entry under a branch that is not
+    the winner. They are not history: loading skips them and deletes them
+    again (deletions are idempotent).
+    """
+    for depth in range(1, len(location)):
+        parent = entries.get(location[:depth])
+        if parent is None:
+            continue
+        if parent.kind == "loop":
+            marker = location[depth]
+            pruned_before = parent.data.get("pruned_before") or 0
+            if isinstance(marker, tuple) and marker[1] < pruned_before:
+                return True
+        elif parent.kind == "race":
+            winner = parent.data.get("winner")
+            if winner is not None and location[depth] != name_index.get(str(winner)):
+                return True
+    return False
+
+
 def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
     """Decode a workflow's raw KV rows into its history, in creation order.
 
     ``rows`` may hold every key of the workflow's namespace; names, entries and
-    metadata are picked out by their key prefix, the rest is ignored.
+    metadata are picked out by their key prefix, the rest is ignored. Entries
+    left over from an interrupted deletion (see :func:`superseded`) are not
+    history and are left out.
     """
     names: dict[int, str] = {}
-    entries: list[Entry] = []
+    found: dict[keys.Location, Entry] = {}
     metadata: dict[str, EntryMetadata] = {}
     for key, value in rows:
         parts = keys.unpack(bytes(key))
@@ -487,9 +575,12 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
         if parts[0] == keys.NAMES:
             names[parts[1]] = decode_name(value)
         elif parts[0] == keys.ENTRIES:
-            entries.append(decode_entry(value, parts[1:]))
+            location = parts[1:]
+            found[location] = decode_entry(value, location)
         elif parts[0] == keys.METADATA:
             metadata[parts[1]] = decode_metadata(value)
     registry = [names.get(i, f"#{i}") for i in range(max(names, default=-1) + 1)]
+    index = {name: i for i, name in reversed(list(enumerate(registry)))}
+    entries = [e for loc, e in found.items() if not superseded(loc, found, index)]
     entries.sort(key=lambda entry: (entry.seq, keys.pack(entry.location)))
     return [history_entry(e, metadata.get(e.id), registry) for e in entries]

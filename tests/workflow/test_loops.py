@@ -88,7 +88,9 @@ async def test_a_loop_resumes_from_its_last_committed_state(clock, driver, mode)
     # The failure was not in a step: a re-run replays and carries on.
     outcome = await execute(clock, "wf-1", wf, driver, mode)
     assert outcome.state == "completed" and outcome.output == 5
-    assert executed[0] == 2  # committed at iteration 2, not replayed from 0
+    # Every finished iteration was saved: the resume starts at the one that
+    # crashed (3), not at the last pruning point (2) nor at 0.
+    assert executed[0] == 3
 
 
 async def test_old_iterations_are_pruned_at_each_interval(clock, driver, mode):

@@ -74,13 +74,14 @@ def snapshot(storage: Storage) -> dict:
     }
 
 
-async def test_atomic_drivers_get_the_whole_write_list_in_one_batch(clock):
+async def test_atomic_drivers_get_the_whole_write_list_in_one_call(clock):
     driver = AtomicDriver()
     storage = Storage(driver)
     for index in range(129):
         storage.register_name(f"name-{index}")
     await storage.flush()
     assert [len(batch) for batch in driver.batches] == [129]
+    assert driver.calls == ["atomic_flush"]
 
 
 async def test_other_drivers_get_chunks_of_at_most_128_writes(clock):
