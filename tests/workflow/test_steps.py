@@ -23,7 +23,7 @@ from django_rivet.workflow import (
 )
 
 from .conftest import START
-from .helpers import RecordingDriver, drive, execute
+from .helpers import RecordingDriver, drive, execute, run_to_end
 
 
 async def test_simple_step_completes(clock, driver, mode):
@@ -295,6 +295,30 @@ async def test_retry_on_timeout_retries_timed_out_steps(clock, driver):
     assert outcome.state == "completed"
     assert outcome.output == "ok"
     assert len(attempts) == 2
+
+
+async def test_retry_on_timeout_gives_max_retries_more_runs(clock, driver, mode):
+    attempts = []
+
+    async def hangs():
+        attempts.append(clock.now())
+        await asyncio.Event().wait()
+
+    async def wf(ctx, _):
+        return await ctx.step(
+            "s", hangs, timeout=5, retry_on_timeout=True, max_retries=2,
+            retry_backoff_base=1,
+        )  # fmt: skip
+
+    if mode == "live":
+        outcome = await drive(clock, run_workflow("wf-1", wf, None, driver, "live"))
+    else:
+        outcome = await drive(clock, run_to_end(clock, "wf-1", wf, driver, mode))
+    assert outcome.state == "failed"
+    assert isinstance(outcome.error, StepExhaustedError)
+    # max_retries=2: three runs, each cut off after 5 s (the backoffs of 2
+    # and 4 s from each attempt's start are over by then).
+    assert [t - START for t in attempts] == [0, 5, 10]
 
 
 async def test_a_step_started_without_await_fails_the_next_entry(clock, driver, mode):
