@@ -78,10 +78,11 @@ class WorkflowContext:
     ) -> Coroutine[Any, Any, Any]:
         """Run ``fn()`` once, durably; replays return the recorded output.
 
-        ``max_retries`` is the number of attempts in all (Rivet semantics):
-        failed attempts wait ``min(retry_backoff_max, retry_backoff_base *
-        2**attempts)`` seconds. ``CriticalError``/``RollbackError`` and timeouts
-        (unless ``retry_on_timeout``) are never retried. ``ephemeral`` steps are
+        ``max_retries`` counts the retries after the first attempt, as
+        RivetKit's engine does (3: up to 4 runs): failed attempts wait
+        ``min(retry_backoff_max, retry_backoff_base * 2**attempts)`` seconds.
+        ``CriticalError``/``RollbackError`` (``StorageLimitError`` among them)
+        and timeouts (unless ``retry_on_timeout``) are never retried. ``ephemeral`` steps are
         written by the next flush instead of their own; ``transaction=True``
         hands ``fn`` and the step's history write to the driver together
         (``driver.run_transactional``), so their effects commit as one. A
@@ -128,8 +129,10 @@ class WorkflowContext:
     ) -> Coroutine[Any, Any, Any]:
         """Call ``fn(ctx, state)`` until it returns ``Loop.break_(value)``.
 
-        State is committed every ``history_prune_interval`` iterations, and
-        iterations older than the last ``history_size`` are pruned then.
+        Each finished iteration's state is saved with the next flush (a
+        resume goes on after it); every ``history_prune_interval``
+        iterations the loop flushes and prunes the iterations older than the
+        last ``history_size``, with one range delete.
         """
         size = history_prune_interval if history_size is None else history_size
         return self._entry(
