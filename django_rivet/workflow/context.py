@@ -82,8 +82,9 @@ class WorkflowContext:
         RivetKit's engine does (3: up to 4 runs): failed attempts wait
         ``min(retry_backoff_max, retry_backoff_base * 2**attempts)`` seconds.
         ``CriticalError``/``RollbackError`` (``StorageLimitError`` among them)
-        and timeouts (unless ``retry_on_timeout``) are never retried. ``ephemeral`` steps are
-        written by the next flush instead of their own; ``transaction=True``
+        and timeouts (unless ``retry_on_timeout``) are never retried.
+        ``ephemeral`` steps are written by the next flush instead of their
+        own; ``transaction=True``
         hands ``fn`` and the step's history write to the driver together
         (``driver.run_transactional``), so their effects commit as one. A
         transactional step is not cut off by ``timeout``: abandoning it could

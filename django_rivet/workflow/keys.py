@@ -304,14 +304,39 @@ WORKFLOW_ERROR = 3
 WORKFLOW_INPUT = 4
 
 
+# The hot keys (one of each per step) are built directly: the same bytes
+# as ``pack`` (``tests/workflow/test_keys.py`` checks), without its
+# general type dispatch.
+_NAME_PREFIX = pack((NAMES,))
+_ENTRY_PREFIX = pack((ENTRIES,))
+_METADATA_PREFIX = pack((METADATA,))
+
+
+def _uint(value: int) -> bytes:
+    if value == 0:
+        return b"\x14"
+    length = (value.bit_length() + 7) // 8
+    if value < 0 or length > 8:
+        return pack((value,))
+    return bytes((_INT_ZERO + length,)) + value.to_bytes(length, "big")
+
+
 def name_key(index: int) -> bytes:
     """Return the key of name registry slot ``index``."""
-    return pack((NAMES, index))
+    return _NAME_PREFIX + _uint(index)
 
 
 def entry_key(location: Iterable[int | tuple[int, int]]) -> bytes:
     """Return the key of the history entry at ``location``."""
-    return pack((ENTRIES, *location))
+    parts = [_ENTRY_PREFIX]
+    for segment in location:
+        if type(segment) is int:
+            parts.append(_uint(segment))
+        elif type(segment) is tuple and len(segment) == 2:
+            parts += (b"\x05", _uint(segment[0]), _uint(segment[1]), b"\x00")
+        else:
+            return pack((ENTRIES, *location))
+    return b"".join(parts)
 
 
 def entry_prefix(location: Iterable[int | tuple[int, int]]) -> tuple[bytes, bytes]:
@@ -321,7 +346,8 @@ def entry_prefix(location: Iterable[int | tuple[int, int]]) -> tuple[bytes, byte
 
 def metadata_key(entry_id: str) -> bytes:
     """Return the key of an entry's metadata."""
-    return pack((METADATA, entry_id))
+    escaped = entry_id.encode("utf-8").replace(b"\x00", b"\x00\xff")
+    return _METADATA_PREFIX + b"\x02" + escaped + b"\x00"
 
 
 def workflow_key(field: int) -> bytes:

@@ -224,21 +224,47 @@ async def _invoke(ctx: WorkflowContext, fn: Callable[[], Any]) -> Any:
 async def _call_with_timeout(
     ctx: WorkflowContext, name: str, fn: Callable[[], Any], timeout: float | None
 ) -> Any:
+    """Run the step function, cut off after ``timeout`` seconds (clock time).
+
+    The function runs in the calling task; a timer task, started only if the
+    function suspends (a step that finishes without yielding to the loop
+    pays for no task), cancels the caller at the deadline, and the
+    cancellation becomes :class:`StepTimeoutError`.
+    """
     if not timeout or timeout <= 0:
         return await _invoke(ctx, fn)
     deadline = clock.now() + timeout
-    work = asyncio.ensure_future(_invoke(ctx, fn))
-    timer = asyncio.ensure_future(clock.wait_until(deadline))
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+    timer: asyncio.Future[None] | None = None
+
+    async def expire() -> None:
+        nonlocal expired
+        await clock.wait_until(deadline)
+        expired = True
+        task.cancel()
+
+    def arm() -> None:
+        nonlocal timer
+        timer = asyncio.ensure_future(expire())
+
+    armed = asyncio.get_running_loop().call_soon(arm)
     try:
-        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        result = await _invoke(ctx, fn)
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise StepTimeoutError(
+                f'Step "{name}" timed out after {timeout:g} seconds'
+            ) from None
+        raise
     finally:
-        timer.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-    if work.cancelled():
-        raise StepTimeoutError(f'Step "{name}" timed out after {timeout:g} seconds')
-    return work.result()
+        armed.cancel()
+        if timer is not None:
+            timer.cancel()
+    if expired:
+        task.uncancel()  # the function swallowed the cancellation: it finished
+    return result
 
 
 async def _attempt_failed(

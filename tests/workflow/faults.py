@@ -289,7 +289,9 @@ def _shape(history: list[Any]) -> list[tuple[str, str, str, Any]]:
             return [(m["name"], m["body"]) for m in entry.output or ()]
         return entry.output
 
-    return [(h.kind, h.location, h.status, output(h)) for h in history]
+    # By location: parallel branches may record their entries in another
+    # order from one run to the next.
+    return sorted((h.kind, h.location, h.status, output(h)) for h in history)
 
 
 @dataclasses.dataclass

@@ -46,6 +46,14 @@ class FailingDriver(RecordingDriver):
             raise OSError("batch failed")
         await super().batch(writes)
 
+    async def atomic_flush(self, writes, deletions):
+        # The whole flush is one unit: it fails (and writes nothing) when
+        # its first batch or its deletes would have.
+        if self.fail_batch == 1 or (self.fail_delete and deletions):
+            self.fail_batch, self.fail_delete = None, False
+            raise OSError("transaction failed")
+        await super().atomic_flush(writes, deletions)
+
     async def delete_range(self, start, end):
         if self.fail_delete:
             self.fail_delete = False
