@@ -27,8 +27,10 @@ __all__ = [
     "WORKFLOW_STATE",
     "Location",
     "entry_key",
+    "entry_id_of",
     "entry_prefix",
     "metadata_key",
+    "name_index_of",
     "name_key",
     "pack",
     "range_of",
@@ -310,6 +312,7 @@ WORKFLOW_INPUT = 4
 _NAME_PREFIX = pack((NAMES,))
 _ENTRY_PREFIX = pack((ENTRIES,))
 _METADATA_PREFIX = pack((METADATA,))
+_METADATA_STRING = _METADATA_PREFIX + bytes((_STRING,))
 
 
 def _uint(value: int) -> bytes:
@@ -344,10 +347,32 @@ def entry_prefix(location: Iterable[int | tuple[int, int]]) -> tuple[bytes, byte
     return range_of((ENTRIES, *location))
 
 
+def name_index_of(key: bytes) -> int:
+    """Return the index in a key made by :func:`name_key` (load's fast path)."""
+    if len(key) > 2 and key[:2] == _NAME_PREFIX:
+        code = key[2]
+        if code == _INT_ZERO and len(key) == 3:
+            return 0
+        if _INT_ZERO < code <= _INT_ZERO + 8 and len(key) == 3 + code - _INT_ZERO:
+            return int.from_bytes(key[3:], "big")
+    index: int = unpack(key)[1]
+    return index
+
+
+def entry_id_of(key: bytes) -> str:
+    """Return the entry id in a key made by :func:`metadata_key`."""
+    body = key[3:-1]
+    if key[:3] == _METADATA_STRING and key[-1:] == b"\x00":
+        if b"\x00" not in body.replace(b"\x00\xff", b""):
+            return body.replace(b"\x00\xff", b"\x00").decode("utf-8")
+    entry_id: str = unpack(key)[1]
+    return entry_id
+
+
 def metadata_key(entry_id: str) -> bytes:
     """Return the key of an entry's metadata."""
     escaped = entry_id.encode("utf-8").replace(b"\x00", b"\x00\xff")
-    return _METADATA_PREFIX + b"\x02" + escaped + b"\x00"
+    return _METADATA_STRING + escaped + b"\x00"
 
 
 def workflow_key(field: int) -> bytes:

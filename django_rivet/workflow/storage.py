@@ -199,7 +199,7 @@ class Storage:
         for key, value in rows:
             family = key[:2]
             if family == _NAMES:
-                names[keys.unpack(key)[1]] = schema.decode_name(value)
+                names[keys.name_index_of(key)] = schema.decode_name(value)
                 continue
             if not names_done:
                 # Names sort first: register them before any entry, which
@@ -233,7 +233,7 @@ class Storage:
         storage._flushed_names = len(storage.names)
         ids = {entry.id for entry in entries.values()}
         for key, value in metadata_rows:
-            entry_id = keys.unpack(key)[1]
+            entry_id = keys.entry_id_of(key)
             if entry_id not in ids:
                 # The metadata of an entry that is gone (its delete was lost).
                 storage.pending_keys[key] = None

@@ -160,3 +160,5 @@ def test_the_fast_workflow_keys_are_the_packed_tuples(location, entry_id, index)
     assert keys.unpack_location(keys.entry_key(location), 2) == location
     assert keys.metadata_key(entry_id) == keys.pack((keys.METADATA, entry_id))
     assert keys.name_key(index) == keys.pack((keys.NAMES, index))
+    assert keys.name_index_of(keys.name_key(index)) == index
+    assert keys.entry_id_of(keys.metadata_key(entry_id)) == entry_id
