@@ -532,6 +532,18 @@ def superseded(
 ) -> bool:
     """Tell whether the entry at ``location`` is left over from a deletion.
 
+    See :func:`disowned_at`.
+    """
+    return disowned_at(location, entries, name_index) is not None
+
+
+def disowned_at(
+    location: keys.Location,
+    entries: Mapping[keys.Location, Entry],
+    name_index: Mapping[str, int],
+) -> int | None:
+    """Return the depth of the loop or race that disowned ``location``, or None.
+
     Pruning a loop writes the loop entry's ``pruned_before`` and deletes the
     older iterations; finishing a race writes its winner and deletes the
     losing branches. The writes and the deletions are separate driver calls
@@ -549,12 +561,12 @@ def superseded(
             marker = location[depth]
             pruned_before = parent.data.get("pruned_before") or 0
             if isinstance(marker, tuple) and marker[1] < pruned_before:
-                return True
+                return depth
         elif parent.kind == "race":
             winner = parent.data.get("winner")
             if winner is not None and location[depth] != name_index.get(str(winner)):
-                return True
-    return False
+                return depth
+    return None
 
 
 def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:

@@ -262,25 +262,19 @@ class Storage:
         prefixes: dict[bytes, None] = {}
         for location, entry in stale:
             self.pending_keys[keys.metadata_key(entry.id)] = None
-            for depth in range(1, len(location)):
-                parent = self.entries.get(location[:depth])
-                if parent is None:
-                    continue
-                if parent.kind == "loop" and isinstance(location[depth], tuple):
-                    loop_index = location[depth - 1]
-                    assert isinstance(loop_index, int)
-                    start = keys.entry_key((*location[:depth], (loop_index, 0)))
-                    end = keys.entry_key(
-                        (
-                            *location[:depth],
-                            (loop_index, int(parent.data["pruned_before"])),
-                        )
-                    )
-                    spans[(start, end)] = None
-                    break
-                if parent.kind == "race":
-                    prefixes[keys.entry_key(location[: depth + 1])] = None
-                    break
+            depth = schema.disowned_at(location, self.entries, self._name_index)
+            assert depth is not None
+            parent = self.entries[location[:depth]]
+            if parent.kind == "loop":
+                loop_index = location[depth - 1]
+                assert isinstance(loop_index, int)
+                scope = location[:depth]
+                pruned_before = int(parent.data["pruned_before"])
+                start = keys.entry_key((*scope, (loop_index, 0)))
+                end = keys.entry_key((*scope, (loop_index, pruned_before)))
+                spans[(start, end)] = None
+            else:  # a race's losing branch
+                prefixes[keys.entry_key(location[: depth + 1])] = None
         self.pending_ranges += [span for span in spans if span[0] < span[1]]
         self.pending_prefixes += list(prefixes)
         if stale:

@@ -251,3 +251,39 @@ async def test_a_failed_atomic_flush_changes_nothing_and_is_redone(clock):
         "l/~5/s",
         "l/~6/s",
     ]
+
+
+async def test_a_lost_loser_deletion_inside_a_loop_is_redone_for_the_race(clock):
+    driver = DropsDeletes("lost")
+
+    async def slow(ctx):
+        await ctx.step("slow-step", lambda: "slow")
+        await ctx.sleep("nap", 3600)
+
+    once = [True]
+
+    async def body(ctx, state):
+        if state == 1 and once:
+            driver.armed = bool(once.pop())  # lose iteration 1's loser deletion
+        await ctx.race("r", {"slow": slow, "fast": lambda c: c.step("f", lambda: 1)})
+        return Loop.break_(state) if state == 2 else Loop.continue_(state + 1)
+
+    async def wf(ctx, _):
+        await ctx.loop("l", body, state=0, history_prune_interval=100)
+        await ctx.sleep("after", 10)
+        return "done"
+
+    first = await run_workflow("wf-1", wf, None, driver)
+    assert first.state == "sleeping"
+
+    def stored_entries():
+        prefix = keys.pack((keys.ENTRIES,))
+        return len([k for k in driver.kv if k.startswith(prefix)])
+
+    assert stored_entries() == 3 * 2 + 1 + 2 + 1  # the lost loser is still there
+    clock.advance(10)
+    driver.calls.clear()
+    assert (await run_workflow("wf-1", wf, None, driver)).output == "done"
+    assert driver.calls.count("delete_prefix") == 1  # the race's, not a range
+    assert "delete_range" not in driver.calls
+    assert stored_entries() == 3 * 2 + 1 + 1
