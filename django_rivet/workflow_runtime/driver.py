@@ -26,9 +26,11 @@ successor's.
 
 Batching. ``atomic_batch`` follows ``RIVET["KV_ATOMIC_FLUSH"]``: False (the
 default) lets the engine split flushes into chunks of at most 128 writes,
-each its own transaction; True makes each flush one transaction, and a flush
+each its own transaction, its deletions after them; True makes each flush,
+writes and deletions together, one ``atomic_flush`` transaction, and a flush
 over :data:`ATOMIC_FLUSH_MAX_WRITES` writes or :data:`ATOMIC_FLUSH_MAX_BYTES`
-bytes is rejected whole. Alarms are only recorded here: the lease holder
+bytes is rejected whole (``StorageLimitError``: the engine fails the step
+whose writes it carried). Alarms are only recorded here: the lease holder
 applies them to the ``Workflow`` row when it releases the lease.
 """
 
