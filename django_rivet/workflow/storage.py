@@ -2,51 +2,40 @@
 
 ``Storage`` loads everything once per run with one ordered range read
 (names, entries, workflow fields, metadata), lets the context change it, and
-writes the changes back with :meth:`Storage.flush`, as SPEC 5.3 prescribes:
-
-1. one write list: new names, dirty entries, dirty metadata, changed
-   workflow fields (compared with their flushed shadows);
-2. an ``atomic_batch`` driver gets the whole flush, writes and deletions,
-   in one ``atomic_flush()`` call (one transaction); any other driver gets
-   ``batch()`` chunks of at most ``MAX_KV_BATCH_ENTRIES`` writes and
-   ``MAX_KV_BATCH_PAYLOAD_BYTES`` key+value bytes, then
-3. the pending deletions (prefixes, keys in chunks of 128, ranges), at most
-   ``MAX_CONCURRENT_DELETES`` at once, then the few writes that recreate a
-   key inside a deleted span;
-4. only when every write and delete succeeded are dirty markers and shadows
-   cleared, so a failed flush is simply redone in full by the next one.
+writes the changes back with :meth:`Storage.flush` (SPEC 5.3): one write
+list of new names, dirty entries, dirty metadata and changed workflow fields
+(compared with their flushed shadows), plus the pending deletions, sent by
+:mod:`.flush`; dirty markers and shadows are cleared only once everything
+succeeded, so a failed flush is redone in full by the next one.
 
 Cost. Changed records sit in a dirty set (a record reports itself when
 touched) and every entry is indexed under each scope that contains it, so a
 flush, a prune and a scope check cost what changed, not the history size.
+Dirty markers are generation counters: a change made while a flush is in
+flight (a parallel join branch) stays dirty.
 
 Durability. Deletions are idempotent and may be lost with a crash (or fail)
 after the writes that made them due: loading drops entries a recorded loop
-or race has disowned (``schema.superseded``) and orphaned metadata, and
-schedules their deletion again with the next flush. Whatever the order of
-writes and deletes, an interrupted flush leaves history the next run can
-complete.
+or race has disowned (``schema.disowned_at``) and orphaned metadata, and
+schedules their deletion again with the next flush.
 
-Dirty markers are generation counters: a change made while a flush is in
-flight (a parallel join branch) bumps the generation, and the flush only
-acknowledges the generation it actually wrote.
+The module is one piece: the dirty set, the scope index, the name registry
+and the pending deletions are one state that every method keeps consistent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from django_rivet import clock
 
 from . import keys, schema
-from .driver import EngineDriver, KVDeletions, KVWrite
-from .errors import StorageError, StorageLimitError
+from .driver import EngineDriver, KVWrite
+from .flush import Plan, apply, chunk_writes, doomed, driver_call
 from .limits import (
     MAX_CONCURRENT_DELETES,
     MAX_KV_BATCH_ENTRIES,
@@ -66,8 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_rivet.workflow")
-
-T = TypeVar("T")
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 
@@ -89,72 +76,6 @@ _NAMES = keys.pack((keys.NAMES,))
 _ENTRIES = keys.pack((keys.ENTRIES,))
 _WORKFLOW = keys.pack((keys.WORKFLOW,))
 _METADATA = keys.pack((keys.METADATA,))
-
-
-def chunk_writes(writes: list[KVWrite]) -> list[list[KVWrite]]:
-    """Split ``writes`` into batches within the entry and byte limits.
-
-    Raises :class:`StorageLimitError` if one write alone is over the byte limit.
-    """
-    chunks: list[list[KVWrite]] = []
-    chunk: list[KVWrite] = []
-    total = 0
-    for write in writes:
-        size = len(write[0]) + len(write[1])
-        if size > MAX_KV_BATCH_PAYLOAD_BYTES:
-            raise StorageLimitError(
-                f"KV batch write is {size} bytes, exceeding the "
-                f"{MAX_KV_BATCH_PAYLOAD_BYTES} byte limit"
-            )
-        full = len(chunk) >= MAX_KV_BATCH_ENTRIES
-        if chunk and (full or total + size > MAX_KV_BATCH_PAYLOAD_BYTES):
-            chunks.append(chunk)
-            chunk, total = [], 0
-        chunk.append(write)
-        total += size
-    if chunk:
-        chunks.append(chunk)
-    return chunks
-
-
-async def driver_call(awaitable: Awaitable[T], what: str) -> T:
-    """Await a driver call, reporting its failure as :class:`StorageError`.
-
-    Whatever a driver raises is infrastructure trouble, never the workflow's
-    failure: the host retries the run later. ``StorageLimitError`` (a refusal
-    of what the engine asked to store) passes unchanged.
-    """
-    try:
-        return await awaitable
-    except (StorageError, StorageLimitError):
-        raise
-    except Exception as exc:
-        logger.warning("workflow driver call failed call=%s error=%r", what, exc)
-        raise StorageError(f"Workflow storage failed ({what}): {exc}") from exc
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What one flush writes and deletes, with the generations it acknowledges."""
-
-    writes: list[KVWrite] = field(default_factory=list)
-    rewrites: list[KVWrite] = field(default_factory=list)
-    names_upto: int = 0
-    marks: list[tuple[Entry | EntryMetadata, int]] = field(default_factory=list)
-    fields: dict[int, bytes | None] = field(default_factory=dict)
-    deletions: KVDeletions = field(default_factory=KVDeletions)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.writes or self.rewrites or self.deletions)
-
-
-def _doomed(key: bytes, deletions: KVDeletions, single: set[bytes]) -> bool:
-    if key in single:
-        return True
-    if any(key.startswith(prefix) for prefix in deletions.prefixes):
-        return True
-    return any(start <= key < end for start, end in deletions.ranges)
 
 
 class Storage:
@@ -476,8 +397,8 @@ class Storage:
             self._encoded_fields[f] != self._shadows[f] for f in self._dirty_fields
         )
 
-    def _plan(self, *, with_deletions: bool, only_fields: bool = False) -> _Plan:
-        plan = _Plan(names_upto=self._flushed_names)
+    def _plan(self, *, with_deletions: bool, only_fields: bool = False) -> Plan:
+        plan = Plan(names_upto=self._flushed_names)
         writes = plan.writes
         if not only_fields:
             plan.names_upto = len(self.names)
@@ -507,15 +428,15 @@ class Storage:
                 # A key written again after its deletion was scheduled (a new
                 # entry where old ones were pruned) must land after the delete.
                 single = set(deletions.keys)
-                later = [w for w in writes if _doomed(w[0], deletions, single)]
+                later = [w for w in writes if doomed(w[0], deletions, single)]
                 if later:
                     plan.writes = [
-                        w for w in writes if not _doomed(w[0], deletions, single)
+                        w for w in writes if not doomed(w[0], deletions, single)
                     ]
                     plan.rewrites = later
         return plan
 
-    def _plan_records(self, plan: _Plan) -> None:
+    def _plan_records(self, plan: Plan) -> None:
         entries: list[Entry] = []
         metadata: list[EntryMetadata] = []
         for record in self._dirty:
@@ -541,7 +462,7 @@ class Storage:
             writes.append((record.key, schema.encode_metadata(record)))
             marks.append((record, record.gen))
 
-    def _commit(self, plan: _Plan) -> None:
+    def _commit(self, plan: Plan) -> None:
         names_before = self._flushed_names
         self._flushed_names = max(self._flushed_names, plan.names_upto)
         dirty = self._dirty
@@ -581,56 +502,10 @@ class Storage:
             plan = self._plan(with_deletions=True, only_fields=only_fields)
             if plan.empty:
                 return
-            # Every size is checked before any I/O.
-            chunks = chunk_writes(plan.writes)
-            later = chunk_writes(plan.rewrites)
-            try:
-                if self.driver.atomic_batch:
-                    await self.driver.atomic_flush(
-                        plan.writes + plan.rewrites, plan.deletions
-                    )
-                else:
-                    for chunk in chunks:
-                        await self.driver.batch(chunk)
-                    await self._delete(plan.deletions)
-                    for chunk in later:
-                        await self.driver.batch(chunk)
-            except StorageLimitError:
-                raise  # the driver refused the unit: the caller decides
-            except Exception as exc:
-                logger.warning("workflow flush failed error=%r", exc)
-                raise StorageError(f"Workflow storage failed: {exc}") from exc
+            await apply(self.driver, plan)
             self._commit(plan)
 
-    async def _delete(self, deletions: KVDeletions) -> None:
-        driver = self.driver
-        operations: list[Callable[[], Awaitable[None]]] = []
-        for prefix in deletions.prefixes:
-            operations.append(functools.partial(driver.delete_prefix, prefix))
-        for start in range(0, len(deletions.keys), MAX_KV_BATCH_ENTRIES):
-            chunk = deletions.keys[start : start + MAX_KV_BATCH_ENTRIES]
-            operations.append(functools.partial(driver.batch_delete, chunk))
-        for low, high in deletions.ranges:
-            operations.append(functools.partial(driver.delete_range, low, high))
-        if not operations:
-            return
-        if len(operations) == 1:
-            await operations[0]()
-            return
-        limit = asyncio.Semaphore(MAX_CONCURRENT_DELETES)
-
-        async def run(operation: Callable[[], Awaitable[None]]) -> None:
-            async with limit:
-                await operation()
-
-        results = await asyncio.gather(
-            *(run(operation) for operation in operations), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-
-    def transactional_writes(self) -> tuple[list[KVWrite], _Plan]:
+    def transactional_writes(self) -> tuple[list[KVWrite], Plan]:
         """Build the write list of a transactional step without clearing markers.
 
         The caller hands the writes to ``driver.run_transactional`` and calls
@@ -640,6 +515,6 @@ class Storage:
         chunk_writes(plan.writes)  # the same single-write limit as any flush
         return plan.writes, plan
 
-    def acknowledge(self, plan: _Plan) -> None:
+    def acknowledge(self, plan: Plan) -> None:
         """Clear the dirty markers a successful transactional write covered."""
         self._commit(plan)

@@ -2,7 +2,8 @@
 
 One driver serves one workflow (the engine's rule): its KV methods address
 the ``WorkflowKV`` rows of that workflow, its message methods the workflow's
-``WorkflowMessage`` inbox.
+``WorkflowMessage`` inbox. The module is one piece: one class implementing
+the engine's whole driver protocol on one connection and one lease.
 
 Threads and transactions. The runtime runs each workflow on an event loop of
 its own in the worker's thread (the Celery task's, the in-process worker's)
