@@ -129,7 +129,9 @@ class WorkflowHandle:
         """Send a message to the workflow (``ctx.messages``); return its id.
 
         The message is stored durably and the workflow woken (after commit)
-        if it waits for that name.
+        if it waits for that name. A body that cannot be stored raises
+        ``TypeError``; one over ``MAX_MESSAGE_BODY_BYTES`` encoded raises
+        ``StorageLimitError`` (``workflow/storage_limit``) and sends nothing.
         """
         return operations.send(self.workflow_id, name, body)
 
@@ -222,8 +224,9 @@ def start(
     changes nothing (a different workflow name under that id is a
     ``ValueError``). Without ``id`` a random one is used. The input is
     validated and stored now; raises ``workflow/not_found`` for an unknown
-    name and ``StepOutputError`` for an input that cannot be stored. The
-    first run is enqueued when the surrounding transaction commits.
+    name, ``StepOutputError`` for an input that cannot be stored and
+    ``StorageLimitError`` (``workflow/storage_limit``) for one too large to
+    store. The first run is enqueued when the surrounding transaction commits.
     """
     definition = operations.definition_of(workflow)
     workflow_id, name = operations.start(definition, input, id)

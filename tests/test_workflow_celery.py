@@ -6,6 +6,11 @@ same test database. Nothing here asserts timing: the tests poll the database
 with generous deadlines.
 """
 
+import collections
+import contextlib
+import json
+import random
+import subprocess
 import time
 
 import pytest
@@ -13,7 +18,15 @@ import redis
 
 from django_rivet import workflows
 from django_rivet.models import Workflow
-from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.servers import (
+    PYTHON,
+    ROOT,
+    celery_broker,
+    celery_worker,
+    kill9,
+    server_env,
+    stop_process,
+)
 from tests.testapp.models import StepRow
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
@@ -45,6 +58,21 @@ def env(redis_url):
         RIVET_TEST_REDIS_URL=redis_url,
         DJANGO_SETTINGS_MODULE="tests.workflow_settings",
     )
+
+
+@contextlib.contextmanager
+def celery_beat(env, folder):
+    """Run ``celery beat`` (the sweep) alone; stop it by pid on exit."""
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "celery", "-A", "tests.celery_app", "beat",
+         "-s", str(folder / "beat-schedule"), "--loglevel", "WARNING"],
+        cwd=ROOT,
+        env=env,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        stop_process(proc)
 
 
 def waits_for_go(workflow_id):
@@ -95,3 +123,85 @@ def test_a_killed_worker_s_workflow_finishes_elsewhere_with_each_transactional_r
     once = {step: n for step, n in counts.items() if int(step[1:]) % 2 == 0}
     assert once == {f"s{index}": 1 for index in range(0, 20, 2)}
     assert Workflow.objects.get(pk="killed").run_count >= 2
+
+
+def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
+    broker, env, tmp_path
+):
+    """Issue 11: 20 workflows x 20 steps, two workers, 5 SIGKILLs at random.
+
+    Half the steps are ``transaction=True`` and write one row: each such row
+    must exist exactly once. Every step logs the pid and lease token that ran
+    it (``crashWriter``): the spans of two leases of one workflow never
+    overlap, so no workflow ever ran on two workers at once.
+    """
+    log = tmp_path / "leases.jsonl"
+    env = {**env, "RIVET_TEST_LEASE_LOG": str(log)}
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    count, steps = 20, 20
+    handles = [
+        workflows.start("crashWriter", {"steps": steps, "delay": 0.1}, id=f"c{i}")
+        for i in range(count)
+    ]
+
+    def finished() -> int:
+        return Workflow.objects.filter(
+            pk__in=[h.workflow_id for h in handles], status="completed"
+        ).count()
+
+    kills = []
+    with contextlib.ExitStack() as stack:
+        # The sweep runs in a beat of its own: a worker's embedded beat is a
+        # child process that a SIGKILL of the worker would leave running.
+        stack.enter_context(celery_beat(env, tmp_path))
+        workers = [
+            stack.enter_context(celery_worker(env, name=f"w{n}")) for n in range(2)
+        ]
+        wait_for(lambda: log.exists(), what="a first step")
+        while len(kills) < 5:
+            # A random point, not a wait: after a restart the new worker
+            # boots (~2 s), then both are busy with one workflow each.
+            time.sleep(rng.uniform(1.5, 4.0))
+            victim = rng.randrange(len(workers))
+            done = finished()
+            kill9(workers[victim])
+            kills.append((victim, done))
+            workers[victim] = stack.enter_context(
+                celery_worker(env, name=f"w{victim}-{len(kills)}")
+            )
+        assert kills[-1][1] < count, f"the work ended before the kills ({seed=})"
+        wait_for(lambda: finished() == count, timeout=240, what=f"all done ({seed=})")
+    for handle in handles:
+        assert handle.result(timeout=5) == steps
+    rows = collections.Counter(
+        StepRow.objects.filter(workflow_id__startswith="c").values_list(
+            "workflow_id", "step", "transactional"
+        )
+    )
+    for handle in handles:
+        for index in range(steps):
+            key = (handle.workflow_id, f"s{index}", index % 2 == 0)
+            if index % 2 == 0:
+                assert rows[key] == 1, f"{key} x{rows[key]} ({seed=})"
+            else:
+                assert rows[key] >= 1, f"{key} missing ({seed=})"
+    spans: dict[tuple[str, str], list[float]] = {}
+    owners: dict[str, set[int]] = collections.defaultdict(set)
+    for line in log.read_text().splitlines():
+        run = json.loads(line)
+        owners[run["token"]].add(run["pid"])
+        span = spans.setdefault((run["workflow"], run["token"]), [run["start"], 0.0])
+        span[0] = min(span[0], run["start"])
+        span[1] = max(span[1], run["end"])
+    assert all(len(pids) == 1 for pids in owners.values())  # a lease, one worker
+    for workflow_id in {workflow_id for workflow_id, _ in spans}:
+        leased = sorted(s for (w, _), s in spans.items() if w == workflow_id)
+        for before, after in zip(leased, leased[1:], strict=False):
+            assert before[1] <= after[0], f"{workflow_id} ran twice at once ({seed=})"
+    resumed = sum(
+        1 for h in handles if len({t for (w, t) in spans if w == h.workflow_id}) > 1
+    )
+    assert resumed >= 1, f"no kill interrupted a workflow ({seed=})"
+    print(f"kills={len(kills)} (worker, done before) {kills}; workflows resumed "
+          f"under a new lease: {resumed}; seed={seed}")  # fmt: skip

@@ -440,10 +440,18 @@ def test_by_default_a_flush_is_written_in_chunks(clock, monkeypatch):
 def test_kv_atomic_flush_writes_a_flush_in_one_transaction(clock, monkeypatch):
     Workflow.objects.create(id="atomic", name="greet")
     sizes = _count_batches(monkeypatch)
+    units = []
+    original = DjangoDriver.atomic_flush
+
+    async def counting(self, writes, deletions):
+        units.append(len(writes))
+        return await original(self, writes, deletions)
+
+    monkeypatch.setattr(DjangoDriver, "atomic_flush", counting)
     with override_settings(RIVET={"KV_ATOMIC_FLUSH": True}):
         driver = DjangoDriver("atomic")
         _flush_many(driver, 100)
-    assert sizes == [300]
+    assert units == [300] and sizes == []
     assert len(async_to_sync(driver.list)(b"")) == 300
 
 

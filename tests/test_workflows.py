@@ -120,7 +120,7 @@ def test_result_raises_the_failure():
 
 
 def test_result_of_a_failure_of_user_code_keeps_the_original_name():
-    handle = workflows.start("flaky", {"fail": 9, "max_retries": 1})
+    handle = workflows.start("flaky", {"fail": 9, "max_retries": 0})
     assert run_until_idle(handle) == "failed"
     with pytest.raises(StepExhaustedError):
         handle.result()

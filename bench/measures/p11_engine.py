@@ -10,6 +10,10 @@ its simulated latency removed (even ``sleep(0)`` is a >= 1 ms timer in
 Node, which would be unfair to it). Node runs one long-lived process that
 answers one trial per line, so its JIT stays warm; trials alternate.
 Skipped (a row saying so) when ``node``/``npm`` are missing.
+
+Growth: the same engine at 10,000 steps against itself at 1,000, trials
+alternating in one process; the ratio of the per-step costs must stay
+within 1.2 (flat: a flush costs what changed, not the history size).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from bench.core import Row, Target, alternate, row_from
 ID = "P11"
 TITLE = "pure engine per-step cost vs @rivetkit/workflow-engine"
 TARGET = Target("ratio", "<=", 2.0)
+GROWTH_TARGET = Target("ratio", "<=", 1.2)
 PACKAGE = "@rivetkit/workflow-engine@2.3.19"
 HERE = Path(__file__).resolve().parent.parent
 CACHE = HERE / ".cache" / "node"
@@ -51,30 +56,49 @@ def install_engine() -> Path:
     return script
 
 
-def leg(steps: int, trials: int, script: str) -> dict[str, Any]:
+async def _workflow(ctx: Any, count: int) -> int:
+    for index in range(count):
+
+        async def step(index: int = index) -> int:
+            return index
+
+        await ctx.step(f"s{index}", step)
+    return count
+
+
+def _engine_trial(loop: asyncio.AbstractEventLoop, steps: int) -> Any:
+    """Return a trial: one workflow of ``steps`` steps, microseconds per step."""
     from django_rivet.workflow import InMemoryDriver, run_workflow
 
-    async def workflow(ctx: Any, count: int) -> int:
-        for index in range(count):
-
-            async def step(index: int = index) -> int:
-                return index
-
-            await ctx.step(f"s{index}", step)
-        return count
-
     counter = iter(range(10**9))
-    loop = asyncio.new_event_loop()
 
-    def subject() -> float:
+    def trial() -> float:
         driver = InMemoryDriver()
         started = time.perf_counter()
         outcome = loop.run_until_complete(
-            run_workflow(f"wf-{next(counter)}", workflow, steps, driver)
+            run_workflow(f"wf-{next(counter)}", _workflow, steps, driver)
         )
         elapsed = time.perf_counter() - started
         assert outcome.state == "completed" and outcome.output == steps, outcome
         return elapsed / steps * 1e6
+
+    return trial
+
+
+def growth_leg(small: int, big: int, trials: int) -> dict[str, Any]:
+    """Per-step cost at ``big`` steps against ``small`` steps, alternating."""
+    loop = asyncio.new_event_loop()
+    try:
+        return alternate(
+            _engine_trial(loop, big), _engine_trial(loop, small), trials, warmup=1
+        )
+    finally:
+        loop.close()
+
+
+def leg(steps: int, trials: int, script: str) -> dict[str, Any]:
+    loop = asyncio.new_event_loop()
+    subject = _engine_trial(loop, steps)
 
     node = subprocess.Popen(
         ["node", script],
@@ -99,8 +123,22 @@ def leg(steps: int, trials: int, script: str) -> dict[str, Any]:
 
 
 def run(ctx: Any) -> list:
+    small, big, trials = ctx.size((1_000, 10_000, 5), (20, 200, 1))
+    grown = ctx.leg(
+        "bench.measures.p11_engine:growth_leg",
+        {"small": small, "big": big, "trials": trials},
+        django=False,
+    )
+    growth = row_from(
+        ID,
+        f"engine per step at {big:,} steps vs {small:,}",
+        "us",
+        grown,
+        f"{small:,} steps",
+        GROWTH_TARGET,
+    )
     if shutil.which("node") is None or shutil.which("npm") is None:
-        return [Row(ID, "engine per step (node missing: skipped)", "us", {})]
+        return [Row(ID, "engine per step (node missing: skipped)", "us", {}), growth]
     script = install_engine()
     steps, trials = ctx.size((1_000, 15), (50, 1))
     found = ctx.leg(
@@ -116,5 +154,6 @@ def run(ctx: Any) -> list:
             found,
             "RivetKit engine",
             TARGET,
-        )
+        ),
+        growth,
     ]

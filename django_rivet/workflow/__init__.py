@@ -9,7 +9,7 @@ tests, the Django driver in production). See SPEC section 5 and
 from __future__ import annotations
 
 from .context import WorkflowContext
-from .driver import EngineDriver, InMemoryDriver
+from .driver import EngineDriver, InMemoryDriver, KVDeletions
 from .errors import (
     CriticalError,
     EntryInProgressError,
@@ -35,6 +35,14 @@ from .errors import (
     WorkflowError,
     WorkflowInterrupt,
 )
+from .limits import (
+    MAX_CONCURRENT_DELETES,
+    MAX_KV_BATCH_ENTRIES,
+    MAX_KV_BATCH_PAYLOAD_BYTES,
+    MAX_MESSAGE_BODY_BYTES,
+    check_record,
+    encode_message_body,
+)
 from .ops import (
     WorkflowSnapshot,
     cancel_workflow,
@@ -46,11 +54,6 @@ from .ops import (
 )
 from .runner import WorkflowRun, run_workflow, start_workflow
 from .schema import SCHEMA_VERSION, HistoryEntry, decode_history
-from .storage import (
-    MAX_CONCURRENT_DELETES,
-    MAX_KV_BATCH_ENTRIES,
-    MAX_KV_BATCH_PAYLOAD_BYTES,
-)
 from .values import (
     Failure,
     Loop,
@@ -71,6 +74,7 @@ __all__ = [
     "MAX_CONCURRENT_DELETES",
     "MAX_KV_BATCH_ENTRIES",
     "MAX_KV_BATCH_PAYLOAD_BYTES",
+    "MAX_MESSAGE_BODY_BYTES",
     "SCHEMA_VERSION",
     "CriticalError",
     "EngineDriver",
@@ -82,6 +86,7 @@ __all__ = [
     "HistoryEntry",
     "InMemoryDriver",
     "JoinError",
+    "KVDeletions",
     "Loop",
     "LoopBreak",
     "LoopContinue",
@@ -114,7 +119,9 @@ __all__ = [
     "WorkflowRun",
     "WorkflowSnapshot",
     "cancel_workflow",
+    "check_record",
     "decode_history",
+    "encode_message_body",
     "read_history",
     "read_workflow",
     "recover_workflow",

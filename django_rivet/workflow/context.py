@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django_rivet import clock
 
@@ -32,6 +32,8 @@ from .values import StepResult
 
 __all__ = ["WorkflowContext"]
 
+T = TypeVar("T")
+
 DEFAULT_TRY_CATCH = ("critical", "timeout", "exhausted", "join", "race")
 
 
@@ -44,7 +46,7 @@ class WorkflowContext:
         self._run = run
         self._scope: keys.Location = tuple(scope)
         self._checkpoint = checkpoint
-        self._in_flight: Coroutine | None = None
+        self._in_flight: Coroutine[Any, Any, Any] | None = None
         self.messages = messages.Messages(self)
 
     # Identity ----------------------------------------------------------------
@@ -76,11 +78,13 @@ class WorkflowContext:
     ) -> Coroutine[Any, Any, Any]:
         """Run ``fn()`` once, durably; replays return the recorded output.
 
-        ``max_retries`` is the number of attempts in all (Rivet semantics):
-        failed attempts wait ``min(retry_backoff_max, retry_backoff_base *
-        2**attempts)`` seconds. ``CriticalError``/``RollbackError`` and timeouts
-        (unless ``retry_on_timeout``) are never retried. ``ephemeral`` steps are
-        written by the next flush instead of their own; ``transaction=True``
+        ``max_retries`` counts the retries after the first attempt, as
+        RivetKit's engine does (3: up to 4 runs): failed attempts wait
+        ``min(retry_backoff_max, retry_backoff_base * 2**attempts)`` seconds.
+        ``CriticalError``/``RollbackError`` (``StorageLimitError`` among them)
+        and timeouts (unless ``retry_on_timeout``) are never retried.
+        ``ephemeral`` steps are written by the next flush instead of their
+        own; ``transaction=True``
         hands ``fn`` and the step's history write to the driver together
         (``driver.run_transactional``), so their effects commit as one. A
         transactional step is not cut off by ``timeout``: abandoning it could
@@ -100,7 +104,7 @@ class WorkflowContext:
 
     def try_step(
         self, name: str, fn: Callable[[], Any], **options: Any
-    ) -> Coroutine[Any, Any, StepResult]:
+    ) -> Coroutine[Any, Any, StepResult[Any]]:
         """Run a step like :meth:`step`, returning failures as a ``StepResult``."""
         opts = steps.StepOptions(**options)
         return self._entry(lambda: steps.try_step(self, name, fn, opts))
@@ -111,7 +115,7 @@ class WorkflowContext:
         fn: Callable[[WorkflowContext], Any],
         *,
         catch: Iterable[str | type[BaseException]] = DEFAULT_TRY_CATCH,
-    ) -> Coroutine[Any, Any, StepResult]:
+    ) -> Coroutine[Any, Any, StepResult[Any]]:
         """Run ``fn(ctx)`` as a scope; step, join and race failures become results."""
         return self._entry(lambda: flow.run_try_block(self, name, fn, tuple(catch)))
 
@@ -126,8 +130,10 @@ class WorkflowContext:
     ) -> Coroutine[Any, Any, Any]:
         """Call ``fn(ctx, state)`` until it returns ``Loop.break_(value)``.
 
-        State is committed every ``history_prune_interval`` iterations, and
-        iterations older than the last ``history_size`` are pruned then.
+        Each finished iteration's state is saved with the next flush (a
+        resume goes on after it); every ``history_prune_interval``
+        iterations the loop flushes and prunes the iterations older than the
+        last ``history_size``, with one range delete.
         """
         size = history_prune_interval if history_size is None else history_size
         return self._entry(
@@ -146,7 +152,9 @@ class WorkflowContext:
         """Run branches in parallel; return ``(winner, value)`` of the first."""
         return self._entry(lambda: flow.run_race(self, name, dict(branches)))
 
-    def sleep(self, name: str, duration: float | timedelta) -> Coroutine:
+    def sleep(
+        self, name: str, duration: float | timedelta
+    ) -> Coroutine[Any, Any, None]:
         """Sleep durably for ``duration`` (seconds or a timedelta)."""
         seconds = (
             duration.total_seconds()
@@ -155,18 +163,20 @@ class WorkflowContext:
         )
         return self._entry(lambda: self._sleep(name, lambda: clock.now() + seconds))
 
-    def sleep_until(self, name: str, moment: float | datetime) -> Coroutine:
+    def sleep_until(
+        self, name: str, moment: float | datetime
+    ) -> Coroutine[Any, Any, None]:
         """Sleep durably until ``moment`` (a datetime or epoch seconds)."""
         deadline = (
             clock.to_timestamp(moment) if isinstance(moment, datetime) else moment
         )
         return self._entry(lambda: self._sleep(name, lambda: float(deadline)))
 
-    def rollback_checkpoint(self, name: str) -> Coroutine:
+    def rollback_checkpoint(self, name: str) -> Coroutine[Any, Any, None]:
         """Mark where rollbacks start; steps with ``rollback=`` need one first."""
         return self._entry(lambda: self._rollback_checkpoint(name))
 
-    def removed(self, name: str, original_type: str) -> Coroutine:
+    def removed(self, name: str, original_type: str) -> Coroutine[Any, Any, None]:
         """Stand in for an entry the code no longer makes, so replays still match."""
         if original_type not in schema.ENTRY_KINDS:
             raise ValueError(f"Unknown entry kind {original_type!r}")
@@ -178,7 +188,9 @@ class WorkflowContext:
 
     # Plumbing ------------------------------------------------------------------
 
-    def _entry(self, factory: Callable[[], Coroutine]) -> Coroutine:
+    def _entry(
+        self, factory: Callable[[], Coroutine[Any, Any, T]]
+    ) -> Coroutine[Any, Any, T]:
         stale = self._in_flight
         if stale is not None:
             close_unstarted(stale)
@@ -189,7 +201,7 @@ class WorkflowContext:
         self._in_flight = coroutine
         return coroutine
 
-    async def _guard(self, factory: Callable[[], Coroutine]) -> Any:
+    async def _guard(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
         try:
             return await factory()
         finally:
@@ -243,10 +255,7 @@ class WorkflowContext:
 
     def _validate(self) -> None:
         run = self._run
-        depth = len(self._scope)
-        for location in run.storage.entries:
-            if len(location) <= depth or location[:depth] != self._scope:
-                continue
+        for location in run.storage.entries_under(self._scope):
             if location in run.visited:
                 continue
             if any(location[:i] in run.covered for i in range(1, len(location))):
@@ -327,20 +336,17 @@ class WorkflowContext:
         if self._run.rollback:
             raise RollbackStop()
         storage = self._run.storage
-        depth = len(self._scope)
         # History recorded in this scope by an earlier run predates the gate:
         # that instance started on the old code, so it is pinned to version 1.
-        in_flight = any(
-            len(loc) > depth and loc[:depth] == self._scope
-            for loc in storage.loaded_locations
-        )
+        loaded = storage.loaded_locations
+        in_flight = any(loc in loaded for loc in storage.entries_under(self._scope))
         version = 1 if in_flight else int(latest)
         entry = storage.create_entry(location, "version_check", {"version": version})
         complete(storage, entry)
         return version
 
 
-def close_unstarted(coroutine: Coroutine) -> None:
+def close_unstarted(coroutine: Coroutine[Any, Any, Any]) -> None:
     # An entry coroutine that never started would warn "never awaited" at GC.
-    if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:  # type: ignore[arg-type]
+    if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:
         coroutine.close()

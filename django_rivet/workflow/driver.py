@@ -16,15 +16,35 @@ import inspect
 import uuid
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django_rivet import clock
 
+from .limits import encode_message_body
 from .values import Message
 
-__all__ = ["EngineDriver", "InMemoryDriver", "KVWrite", "call_maybe_async"]
+__all__ = [
+    "EngineDriver",
+    "InMemoryDriver",
+    "KVDeletions",
+    "KVWrite",
+    "call_maybe_async",
+]
 
 KVWrite = tuple[bytes, bytes]
+
+
+@dataclass(slots=True)
+class KVDeletions:
+    """The deletions of one flush: key prefixes, single keys, half-open ranges."""
+
+    prefixes: list[bytes] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
+    ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.prefixes or self.keys or self.ranges)
 
 
 @runtime_checkable
@@ -34,9 +54,18 @@ class EngineDriver(Protocol):
     KV: ``list(prefix)`` returns ``(key, value)`` pairs sorted by key bytes;
     ``delete_range(start, end)`` is half-open; ``batch(writes)`` writes a list
     atomically (one transaction). With ``atomic_batch = True`` the engine hands
-    every flush to ``batch`` whole and the driver must reject a unit it cannot
-    take, never split it; with ``False`` the engine splits flushes into chunks
-    of at most 128 writes and 976 KiB.
+    every flush, writes and deletions together, to one
+    ``atomic_flush(writes, deletions)`` call, which applies every deletion and
+    then every write in one transaction; the driver must reject a unit it
+    cannot take with ``StorageLimitError``, never split it. With ``False`` the
+    engine splits flushes into ``batch`` chunks of at most 128 writes and
+    976 KiB and runs the deletions after them (``atomic_flush`` is then never
+    called).
+
+    Failures: a driver reports its own failures (the database is down, a
+    lease was lost) as ``StorageError``; the engine treats any exception of a
+    KV, alarm or message call as one. The exception is ``run_transactional``,
+    whose ``fn`` errors are the step's own and must come out unchanged.
 
     Messages: ``add_message(name, data)`` appends to the inbox and returns the
     message id; ``receive_messages(names, count, completable)`` returns up to
@@ -84,6 +113,11 @@ class EngineDriver(Protocol):
 
     async def batch_delete(self, keys: builtins.list[bytes]) -> None:
         """Delete every key in one transaction."""
+
+    async def atomic_flush(
+        self, writes: builtins.list[KVWrite], deletions: KVDeletions
+    ) -> None:
+        """Apply ``deletions``, then ``writes``, in one transaction."""
 
     async def set_alarm(self, workflow_id: str, wake_at: float) -> None:
         """Ask to run ``workflow_id`` again at ``wake_at`` (epoch seconds)."""
@@ -138,7 +172,7 @@ class InMemoryDriver:
         self.messages: builtins.list[Message] = []
         self.responses: dict[str, Any] = {}
         self._waiters: builtins.list[
-            tuple[builtins.list[str] | None, asyncio.Future]
+            tuple[builtins.list[str] | None, asyncio.Future[None]]
         ] = []
 
     # KV ----------------------------------------------------------------------
@@ -157,11 +191,22 @@ class InMemoryDriver:
 
     async def delete_prefix(self, prefix: bytes) -> None:
         """Delete every key starting with ``prefix``."""
-        for key in [k for k in self._sorted if k.startswith(prefix)]:
-            self._remove(key)
+        self._delete_prefix(prefix)
 
     async def delete_range(self, start: bytes, end: bytes) -> None:
         """Delete every key in ``[start, end)``."""
+        self._delete_range(start, end)
+
+    def _delete_prefix(self, prefix: bytes) -> None:
+        low = bisect_left(self._sorted, prefix)
+        high = low
+        while high < len(self._sorted) and self._sorted[high].startswith(prefix):
+            high += 1
+        for key in self._sorted[low:high]:
+            del self.kv[key]
+        del self._sorted[low:high]
+
+    def _delete_range(self, start: bytes, end: bytes) -> None:
         low = bisect_left(self._sorted, start)
         high = bisect_left(self._sorted, end)
         for key in self._sorted[low:high]:
@@ -187,6 +232,19 @@ class InMemoryDriver:
         """Delete every key."""
         for key in keys:
             self._remove(key)
+
+    async def atomic_flush(
+        self, writes: builtins.list[KVWrite], deletions: KVDeletions
+    ) -> None:
+        """Apply ``deletions`` then ``writes`` (nothing here fails halfway)."""
+        for prefix in deletions.prefixes:
+            self._delete_prefix(prefix)
+        for start, end in deletions.ranges:
+            self._delete_range(start, end)
+        for key in deletions.keys:
+            self._remove(key)
+        for key, value in writes:
+            self._put(key, value)
 
     async def run_transactional(
         self,
@@ -231,7 +289,12 @@ class InMemoryDriver:
     # Messages -----------------------------------------------------------------
 
     async def add_message(self, name: str, data: Any) -> str:
-        """Append a message and wake live runs waiting for it."""
+        """Append a message and wake live runs waiting for it.
+
+        Refuses bodies a workflow could not store, as the Django driver does
+        (``TypeError``, or ``StorageLimitError`` when too large).
+        """
+        encode_message_body(data)
         message = Message(uuid.uuid4().hex, name, data, clock.now())
         self.messages.append(message)
         for names, future in builtins.list(self._waiters):
@@ -260,7 +323,7 @@ class InMemoryDriver:
     async def wait_for_messages(self, names: Iterable[str] | None) -> None:
         """Return once a message with one of ``names`` is added."""
         wanted = None if names is None else builtins.list(names)
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (wanted, future)
         self._waiters.append(entry)
         try:

@@ -42,6 +42,8 @@ __all__ = [
     "WorkflowInterrupt",
     "error_from_info",
     "error_info",
+    "mark_reported",
+    "was_reported",
 ]
 
 
@@ -143,8 +145,15 @@ class RaceError(WorkflowError):
         super().__init__(f'Every branch of race "{name}" failed: {detail}')
 
 
-class StorageLimitError(WorkflowError):
-    """A single KV write is larger than one batch may carry."""
+class StorageLimitError(CriticalError):
+    """A value or a flush is larger than workflow storage takes.
+
+    Raised before anything is written, naming what was too big and the
+    limit. It is a :class:`CriticalError`: a step whose output (or whose
+    writes, refused by an atomic driver) is over the limit fails at once,
+    without retries, and an oversized loop state, join or race result,
+    workflow input or output fails the workflow.
+    """
 
     code = "storage_limit"
     default_message = "Workflow storage limit exceeded"
@@ -249,14 +258,38 @@ KNOWN_ERRORS: dict[str, type[WorkflowError]] = {
 }
 
 
+# Error messages are stored in history: a huge one (an exception carrying a
+# whole response body) must not make the failure itself unstorable.
+MAX_ERROR_MESSAGE_CHARS = 8192
+
+
 def error_info(error: BaseException, **extra: Any) -> dict[str, Any]:
-    """Return the storable description ``{name, message, ...}`` of ``error``."""
+    """Return the storable description ``{name, message, ...}`` of ``error``.
+
+    Messages longer than :data:`MAX_ERROR_MESSAGE_CHARS` are cut there.
+    """
     if isinstance(error, RecordedError):
         name = error.original_name
     else:
         name = type(error).__name__
     message = error.message if isinstance(error, RivetError) else str(error)
+    if len(message) > MAX_ERROR_MESSAGE_CHARS:
+        message = message[:MAX_ERROR_MESSAGE_CHARS] + " [truncated]"
     return {"name": name, "message": message, **extra}
+
+
+_REPORTED = "_rivet_reported"
+
+
+def mark_reported(error: BaseException) -> BaseException:
+    """Note that ``on_error`` already heard of ``error`` (a step's own event)."""
+    setattr(error, _REPORTED, True)
+    return error
+
+
+def was_reported(error: BaseException) -> bool:
+    """Tell whether :func:`mark_reported` was called on ``error``."""
+    return bool(getattr(error, _REPORTED, False))
 
 
 def error_from_info(info: Mapping[str, Any] | None) -> WorkflowError:

@@ -115,10 +115,15 @@ async def emit(hook: ErrorHook | None, event: ErrorEvent) -> None:
         )
 
 
-def complete(storage: Storage, entry: schema.Entry, **data: Any) -> None:
-    """Mark ``entry`` and its metadata completed, updating ``data``."""
-    entry.data.update(data)
-    entry.touch()
+def complete(
+    storage: Storage, entry: schema.Entry, what: str = "", **data: Any
+) -> None:
+    """Mark ``entry`` and its metadata completed, updating ``data``.
+
+    The update goes through the size check (``what`` names the entry in the
+    error); over the limit nothing changes and ``StorageLimitError`` is raised.
+    """
+    storage.update(entry, what or f"The {entry.kind} entry", **data)
     metadata = storage.meta(entry)
     metadata.status = "completed"
     metadata.completed_at = clock.now()

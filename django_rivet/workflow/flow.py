@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import schema
+from . import keys, schema
 from .driver import call_maybe_async
 from .errors import (
     EntryInProgressError,
@@ -27,6 +27,7 @@ from .values import Failure, LoopBreak, LoopContinue, StepResult
 
 if TYPE_CHECKING:
     from .context import WorkflowContext
+    from .storage import Storage
 
 __all__ = ["merge_interrupts", "run_join", "run_loop", "run_race", "run_try_block"]
 
@@ -79,8 +80,9 @@ async def run_loop(
             raise RollbackStop()
         state = schema.roundtrip(state, f'State of loop "{name}"')
         iteration = 0
-        data = {"state": state, "iteration": 0, "pruned_before": 0}
+        data = {"state": None, "iteration": 0, "pruned_before": 0}
         entry = storage.create_entry(location, "loop", data, status="running")
+        storage.update(entry, f'State of loop "{name}"', state=state)
 
     def prune(current: int) -> None:
         if interval <= 0 or size <= 0 or current == 0 or current % interval:
@@ -89,9 +91,9 @@ async def run_loop(
         start = int(entry.data["pruned_before"])
         if keep_from > start:
             storage.delete_iterations(location, loop_index, start, keep_from)
-            entry.data["pruned_before"] = keep_from
-            entry.touch()
+            storage.update(entry, what, pruned_before=keep_from)
 
+    what = f'State of loop "{name}"'
     while True:
         if run.evicted():
             raise EvictedError()
@@ -106,21 +108,32 @@ async def run_loop(
             value = schema.roundtrip(result.value, f'Output of loop "{name}"')
             if run.rollback:
                 return value
-            complete(storage, entry, output=value, state=state, iteration=iteration)
+            complete(
+                storage,
+                entry,
+                f'Loop "{name}" (its output and state)',
+                output=value,
+                state=state,
+                iteration=iteration,
+            )
             prune(iteration + 1)
             await storage.flush()
             return value
         if isinstance(result, LoopContinue):
-            state = schema.roundtrip(result.state, f'State of loop "{name}"')
+            state = schema.roundtrip(result.state, what)
         elif result is not None:
             raise TypeError(
                 f'Loop "{name}" body must return Loop.continue_(state) or '
                 f"Loop.break_(value), not {type(result).__name__}"
             )
         iteration += 1
-        if not run.rollback and iteration % max(interval, 1) == 0:
-            entry.data.update(state=state, iteration=iteration)
-            entry.touch()
+        if run.rollback:
+            continue
+        # Every finished iteration is saved with the next flush (the one the
+        # next iteration's first entry makes, or a pause's): a resume goes on
+        # after it. Pruning points flush here.
+        storage.update(entry, what, state=state, iteration=iteration)
+        if interval > 0 and iteration % interval == 0:
             prune(iteration)
             await storage.flush()
 
@@ -128,7 +141,9 @@ async def run_loop(
 # --- join and race ------------------------------------------------------------
 
 
-async def _branch(ctx: WorkflowContext, fn: Callable[..., Any], scope: tuple) -> Any:
+async def _branch(
+    ctx: WorkflowContext, fn: Callable[..., Any], scope: keys.Location
+) -> Any:
     child = ctx._child(scope)
     try:
         result = await call_maybe_async(fn, child)
@@ -140,7 +155,10 @@ async def _branch(ctx: WorkflowContext, fn: Callable[..., Any], scope: tuple) ->
 
 
 def _branch_records(
-    ctx: WorkflowContext, entry: schema.Entry, names: list[str], location: tuple
+    ctx: WorkflowContext,
+    entry: schema.Entry,
+    names: list[str],
+    location: keys.Location,
 ) -> dict[str, dict[str, Any]]:
     recorded = entry.data["branches"]
     unknown = [branch for branch in recorded if branch not in names]
@@ -149,12 +167,27 @@ def _branch_records(
         raise HistoryDivergedError(
             f'"{where}" recorded branches {unknown} the code no longer has'
         )
+    # A working copy: the entry changes through ``_save_branches`` only,
+    # after the size check.
+    working = {branch: dict(record) for branch, record in recorded.items()}
     for branch in names:
-        recorded.setdefault(branch, {"status": "pending"})
-    return recorded
+        working.setdefault(branch, {"status": "pending"})
+    return working
 
 
-async def _settle(tasks: dict[str, asyncio.Future]) -> None:
+def _save_branches(
+    storage: Storage,
+    entry: schema.Entry,
+    what: str,
+    recorded: dict[str, dict[str, Any]],
+    **data: Any,
+) -> None:
+    """Record the branch statuses (a copy) in the entry, size-checked."""
+    copy = {branch: dict(record) for branch, record in recorded.items()}
+    storage.update(entry, what, branches=copy, **data)
+
+
+async def _settle(tasks: dict[str, asyncio.Future[Any]]) -> None:
     """Wait for every task; if we are cancelled, cancel them first."""
     try:
         if tasks:
@@ -163,7 +196,7 @@ async def _settle(tasks: dict[str, asyncio.Future]) -> None:
         await _cancel_all(tasks.values())
 
 
-async def _cancel_all(tasks: Any) -> None:
+async def _cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
     """Cancel the unfinished tasks and wait until they have stopped."""
     pending = [task for task in tasks if not task.done()]
     for task in pending:
@@ -173,7 +206,9 @@ async def _cancel_all(tasks: Any) -> None:
 
 
 async def _replay_for_rollback(
-    ctx: WorkflowContext, branches: dict[str, Callable[..., Any]], location: tuple
+    ctx: WorkflowContext,
+    branches: dict[str, Callable[..., Any]],
+    location: keys.Location,
 ) -> bool:
     """Replay branches one by one to collect rollback handlers; False if stopped."""
     storage = ctx._run.storage
@@ -214,7 +249,7 @@ async def run_join(
 
     results: dict[str, Any] = {}
     errors: dict[str, BaseException] = {}
-    tasks: dict[str, asyncio.Future] = {}
+    tasks: dict[str, asyncio.Future[Any]] = {}
     for branch, fn in branches.items():
         status = recorded[branch]
         scope = (*location, storage.register_name(branch))
@@ -227,7 +262,8 @@ async def run_join(
         else:
             status["status"] = "running"
             tasks[branch] = asyncio.ensure_future(_branch(ctx, fn, scope))
-    entry.touch()
+    what = f'Results of join "{name}"'
+    _save_branches(storage, entry, what, recorded)
     await _settle(tasks)
 
     interrupts: list[WorkflowInterrupt] = []
@@ -240,7 +276,7 @@ async def run_join(
             except Exception as exc:
                 error = exc
             else:
-                status.update(status="completed", output=value)
+                recorded[branch] = {"status": "completed", "output": value}
                 results[branch] = value
                 continue
         if isinstance(error, _FATAL) or not isinstance(
@@ -248,12 +284,13 @@ async def run_join(
         ):
             raise error
         if isinstance(error, WorkflowInterrupt):
-            status["status"] = "pending"
+            recorded[branch] = {**status, "status": "pending"}
             interrupts.append(error)
             continue
-        status.update(status="failed", error=error_info(error))
+        recorded[branch] = {"status": "failed", "error": error_info(error)}
         errors[branch] = error
-    entry.touch()
+    # One size check for the join's record, all branch results together.
+    _save_branches(storage, entry, what, recorded)
     if interrupts:
         await storage.flush()
         raise merge_interrupts(interrupts)
@@ -298,8 +335,8 @@ async def run_race(
     recorded = _branch_records(ctx, entry, list(branches), location)
 
     errors: dict[str, BaseException] = {}
-    tasks: dict[str, asyncio.Future] = {}
-    scopes: dict[str, tuple] = {}
+    tasks: dict[str, asyncio.Future[Any]] = {}
+    scopes: dict[str, keys.Location] = {}
     for branch, fn in branches.items():
         scopes[branch] = (*location, storage.register_name(branch))
         if recorded[branch]["status"] == "failed":
@@ -309,7 +346,8 @@ async def run_race(
         recorded[branch]["status"] = "running"
         task = asyncio.ensure_future(_branch(ctx, fn, scopes[branch]))
         tasks[branch] = task
-    entry.touch()
+    what = f'Result of race "{name}"'
+    _save_branches(storage, entry, what, recorded)
 
     winner: str | None = None
     value: Any = None
@@ -348,15 +386,19 @@ async def run_race(
 
     if winner is not None:
         for branch in branches:
-            if branch != winner:
-                if recorded[branch]["status"] != "failed":
-                    recorded[branch] = {"status": "cancelled"}
-                storage.delete_subtree(scopes[branch])
+            if branch != winner and recorded[branch]["status"] != "failed":
+                recorded[branch] = {"status": "cancelled"}
         recorded[winner] = {"status": "completed", "output": value}
-        complete(storage, entry, winner=winner)
+        # The record is measured before anything changes: an oversized
+        # winning value fails the race with its losers' history intact.
+        copy = {branch: dict(record) for branch, record in recorded.items()}
+        complete(storage, entry, what, winner=winner, branches=copy)
+        for branch in branches:
+            if branch != winner:
+                storage.delete_subtree(scopes[branch])
         await storage.flush()
         return winner, value
-    entry.touch()
+    _save_branches(storage, entry, what, recorded)
     if interrupts:
         await storage.flush()
         raise merge_interrupts(interrupts)
@@ -375,7 +417,7 @@ async def run_try_block(
     name: str,
     fn: Callable[..., Any],
     catch: tuple[str | type[BaseException], ...],
-) -> StepResult:
+) -> StepResult[Any]:
     """Run ``fn`` in its own scope, turning caught failures into a result."""
     location = ctx._visit(name)
     if location in ctx._run.storage.entries:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "ENTRIES",
@@ -26,13 +27,16 @@ __all__ = [
     "WORKFLOW_STATE",
     "Location",
     "entry_key",
+    "entry_id_of",
     "entry_prefix",
     "metadata_key",
+    "name_index_of",
     "name_key",
     "pack",
     "range_of",
     "strinc",
     "unpack",
+    "unpack_location",
     "workflow_key",
 ]
 
@@ -48,10 +52,10 @@ _FALSE = 0x26
 _TRUE = 0x27
 _ESCAPE = 0xFF
 
-Element = None | bytes | str | int | float | bool | tuple
+Element = None | bytes | str | int | float | bool | tuple[Any, ...]
 
 
-def pack(items: tuple) -> bytes:
+def pack(items: tuple[Any, ...]) -> bytes:
     """Encode a tuple as order-preserving bytes."""
     out = bytearray()
     for item in items:
@@ -59,7 +63,7 @@ def pack(items: tuple) -> bytes:
     return bytes(out)
 
 
-def unpack(data: bytes) -> tuple:
+def unpack(data: bytes) -> tuple[Any, ...]:
     """Decode bytes produced by :func:`pack` back into a tuple."""
     items, pos = _decode_sequence(data, 0, nested=False)
     if pos != len(data):
@@ -67,7 +71,59 @@ def unpack(data: bytes) -> tuple:
     return tuple(items)
 
 
-def range_of(prefix: tuple, *, include_prefix: bool = False) -> tuple[bytes, bytes]:
+def unpack_location(data: bytes, start: int) -> Location:
+    """Decode the location packed in ``data`` from offset ``start``.
+
+    The fast path of loading history: a location is small non-negative ints
+    and ``(int, int)`` iteration markers, decoded here without the general
+    machinery; anything else falls back to :func:`unpack`.
+    """
+    items: list[int | tuple[int, int]] = []
+    pos, end = start, len(data)
+    while pos < end:
+        code = data[pos]
+        if _INT_ZERO < code <= _INT_ZERO + 8:
+            length = code - _INT_ZERO
+            items.append(int.from_bytes(data[pos + 1 : pos + 1 + length], "big"))
+            pos += 1 + length
+        elif code == _INT_ZERO:
+            items.append(0)
+            pos += 1
+        elif code == _NESTED:
+            pair, pos = _unpack_marker(data, pos + 1)
+            if pair is None:
+                break
+            items.append(pair)
+        else:
+            break
+    else:
+        return tuple(items)
+    return tuple(unpack(data[start:]))  # pragma: no cover - not engine keys
+
+
+def _unpack_marker(data: bytes, pos: int) -> tuple[tuple[int, int] | None, int]:
+    numbers: list[int] = []
+    while pos < len(data):
+        code = data[pos]
+        if code == _NULL:
+            if len(numbers) == 2:
+                return (numbers[0], numbers[1]), pos + 1
+            return None, pos
+        if code == _INT_ZERO:
+            numbers.append(0)
+            pos += 1
+        elif _INT_ZERO < code <= _INT_ZERO + 8:
+            length = code - _INT_ZERO
+            numbers.append(int.from_bytes(data[pos + 1 : pos + 1 + length], "big"))
+            pos += 1 + length
+        else:
+            return None, pos
+    return None, pos
+
+
+def range_of(
+    prefix: tuple[Any, ...], *, include_prefix: bool = False
+) -> tuple[bytes, bytes]:
     """Return the half-open byte range ``[start, end)`` of keys extending ``prefix``.
 
     With ``include_prefix`` the key equal to ``pack(prefix)`` is inside the range.
@@ -159,11 +215,14 @@ def _float_from(raw: bytes) -> float:
         data[0] ^= 0x80
     else:
         data = bytearray(b ^ 0xFF for b in data)
-    return struct.unpack(">d", bytes(data))[0]
+    value: float = struct.unpack(">d", bytes(data))[0]
+    return value
 
 
-def _decode_sequence(data: bytes, pos: int, *, nested: bool) -> tuple[list, int]:
-    items: list = []
+def _decode_sequence(
+    data: bytes, pos: int, *, nested: bool
+) -> tuple[list[Element], int]:
+    items: list[Element] = []
     while pos < len(data):
         code = data[pos]
         if nested and code == _NULL:
@@ -247,24 +306,73 @@ WORKFLOW_ERROR = 3
 WORKFLOW_INPUT = 4
 
 
+# The hot keys (one of each per step) are built directly: the same bytes
+# as ``pack`` (``tests/workflow/test_keys.py`` checks), without its
+# general type dispatch.
+_NAME_PREFIX = pack((NAMES,))
+_ENTRY_PREFIX = pack((ENTRIES,))
+_METADATA_PREFIX = pack((METADATA,))
+_METADATA_STRING = _METADATA_PREFIX + bytes((_STRING,))
+
+
+def _uint(value: int) -> bytes:
+    if value == 0:
+        return b"\x14"
+    length = (value.bit_length() + 7) // 8
+    if value < 0 or length > 8:
+        return pack((value,))
+    return bytes((_INT_ZERO + length,)) + value.to_bytes(length, "big")
+
+
 def name_key(index: int) -> bytes:
     """Return the key of name registry slot ``index``."""
-    return pack((NAMES, index))
+    return _NAME_PREFIX + _uint(index)
 
 
-def entry_key(location: Iterable) -> bytes:
+def entry_key(location: Iterable[int | tuple[int, int]]) -> bytes:
     """Return the key of the history entry at ``location``."""
-    return pack((ENTRIES, *location))
+    parts = [_ENTRY_PREFIX]
+    for segment in location:
+        if type(segment) is int:
+            parts.append(_uint(segment))
+        elif type(segment) is tuple and len(segment) == 2:
+            parts += (b"\x05", _uint(segment[0]), _uint(segment[1]), b"\x00")
+        else:
+            return pack((ENTRIES, *location))
+    return b"".join(parts)
 
 
-def entry_prefix(location: Iterable) -> tuple[bytes, bytes]:
+def entry_prefix(location: Iterable[int | tuple[int, int]]) -> tuple[bytes, bytes]:
     """Return the key range of every entry strictly below ``location``."""
     return range_of((ENTRIES, *location))
 
 
+def name_index_of(key: bytes) -> int:
+    """Return the index in a key made by :func:`name_key` (load's fast path)."""
+    if len(key) > 2 and key[:2] == _NAME_PREFIX:
+        code = key[2]
+        if code == _INT_ZERO and len(key) == 3:
+            return 0
+        if _INT_ZERO < code <= _INT_ZERO + 8 and len(key) == 3 + code - _INT_ZERO:
+            return int.from_bytes(key[3:], "big")
+    index: int = unpack(key)[1]
+    return index
+
+
+def entry_id_of(key: bytes) -> str:
+    """Return the entry id in a key made by :func:`metadata_key`."""
+    body = key[3:-1]
+    if key[:3] == _METADATA_STRING and key[-1:] == b"\x00":
+        if b"\x00" not in body.replace(b"\x00\xff", b""):
+            return body.replace(b"\x00\xff", b"\x00").decode("utf-8")
+    entry_id: str = unpack(key)[1]
+    return entry_id
+
+
 def metadata_key(entry_id: str) -> bytes:
     """Return the key of an entry's metadata."""
-    return pack((METADATA, entry_id))
+    escaped = entry_id.encode("utf-8").replace(b"\x00", b"\x00\xff")
+    return _METADATA_STRING + escaped + b"\x00"
 
 
 def workflow_key(field: int) -> bytes:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from django_rivet import clock
 
 from . import schema
-from .errors import MessageTimeoutError, MessageWaitError
+from .errors import MessageTimeoutError, MessageWaitError, StorageLimitError
 from .execution import RollbackStop, complete
+from .storage import driver_call
 from .values import Message
 
 if TYPE_CHECKING:
@@ -88,20 +89,40 @@ def _to_message(record: dict[str, Any]) -> Message:
     )
 
 
-async def _take(ctx: WorkflowContext, names: list[str] | None, count: int) -> list:
+async def _take(
+    ctx: WorkflowContext, names: list[str] | None, count: int
+) -> list[Message]:
     """Receive up to ``count`` messages that history has not recorded yet."""
     run = ctx._run
     driver = run.driver
     fresh: list[Message] = []
     while True:
-        batch = await driver.receive_messages(names, count - len(fresh), True)
+        batch = await driver_call(
+            driver.receive_messages(names, count - len(fresh), True),
+            "receive messages",
+        )
         stale = [m for m in batch if m.id in run.consumed_messages]
         fresh += [m for m in batch if m.id not in run.consumed_messages]
         for message in stale:
             # Recorded by an earlier run that crashed before completing it.
-            await driver.complete_message(message.id, None)
+            await _complete(ctx, message.id)
         if not stale or len(fresh) >= count:
             return fresh
+
+
+async def _complete(ctx: WorkflowContext, message_id: str) -> None:
+    await driver_call(
+        ctx._run.driver.complete_message(message_id, None), "complete message"
+    )
+
+
+def _record(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "name": message.name,
+        "body": schema.roundtrip(message.body, f'Message "{message.name}"'),
+        "created_at": float(message.created_at),
+    }
 
 
 async def _receive(
@@ -121,7 +142,7 @@ async def _receive(
             recorded = [_to_message(m) for m in entry.data["messages"]]
             if not run.rollback:
                 for message in recorded:
-                    await run.driver.complete_message(message.id, None)
+                    await _complete(ctx, message.id)
             return recorded
         if state == "timed_out":
             return []
@@ -142,20 +163,22 @@ async def _receive(
         entry = storage.create_entry(location, "message", data)
     received = await _take(ctx, names, count)
     if received:
-        records = [
-            {
-                "id": m.id,
-                "name": m.name,
-                "body": schema.roundtrip(m.body, f'Message "{m.name}"'),
-                "created_at": float(m.created_at),
-            }
-            for m in received
-        ]
-        complete(storage, entry, state="received", messages=records)
+        records = [_record(m) for m in received]
+        what = f'Messages received by "{name}"'
+        while True:
+            try:
+                complete(storage, entry, what, state="received", messages=records)
+                break
+            except StorageLimitError:
+                if len(records) == 1:
+                    raise
+                # A batch too large for one record: take fewer now; the rest
+                # stay in the inbox (they were never completed) for later.
+                records = records[:-1]
         await storage.flush()
-        for message in received:
-            run.consumed_messages.add(message.id)
-            await run.driver.complete_message(message.id, None)
+        for record in records:
+            run.consumed_messages.add(record["id"])
+            await _complete(ctx, record["id"])
         return [_to_message(record) for record in records]
     if deadline is not None and clock.now() >= deadline:
         complete(storage, entry, state="timed_out")

@@ -90,12 +90,10 @@ async def recover_workflow(workflow_id: str, driver: EngineDriver) -> bool:
         if entry.kind not in ("join", "race"):
             continue
         branches = entry.data.get("branches", {})
-        failed = [b for b in branches.values() if b.get("status") == "failed"]
-        for branch in failed:
-            branch.clear()
-            branch["status"] = "pending"
+        failed = [b for b, r in branches.items() if r.get("status") == "failed"]
         if failed:
-            entry.touch()
+            reset = {b: {"status": "pending"} for b in failed}
+            storage.update(entry, "", branches={**branches, **reset})
             metadata = storage.meta(entry)
             metadata.status = "running"
             metadata.touch()
@@ -146,10 +144,7 @@ async def replay_from(
                 "Cannot replay the workflow while a step is running"
             )
     for entry in doomed:
-        del storage.entries[entry.location]
-        storage.pending_keys.append(keys.entry_key(entry.location))
-        if storage.metadata.pop(entry.id, None) is not None:
-            storage.pending_keys.append(keys.metadata_key(entry.id))
+        storage.delete_entry(entry.location)
     storage.set_field(keys.WORKFLOW_OUTPUT, UNSET)
     storage.set_field(keys.WORKFLOW_ERROR, UNSET)
     storage.state = "sleeping"

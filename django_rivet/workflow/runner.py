@@ -26,14 +26,16 @@ from .errors import (
     RollbackCheckpointError,
     StepOutputError,
     StorageError,
+    StorageLimitError,
     WorkflowInterrupt,
     error_from_info,
     error_info,
+    was_reported,
 )
 from .execution import RollbackStop, Run, emit
 from .messages import ANY_MESSAGE
 from .ops import WorkflowSnapshot, cancel_workflow, read_workflow, recover_workflow
-from .storage import UNSET, Storage
+from .storage import UNSET, Storage, driver_call
 from .values import (
     ErrorHook,
     RollbackContext,
@@ -199,10 +201,12 @@ class WorkflowRun:
         tasks = [asyncio.ensure_future(wait) for wait in waits]
         try:
             await asyncio.sleep(0)  # let waiters register before the last check
-            if outcome.waiting_for and await self.driver.receive_messages(
-                names, 1, True
-            ):
-                return
+            if outcome.waiting_for:
+                arrived = await driver_call(
+                    self.driver.receive_messages(names, 1, True), "receive messages"
+                )
+                if arrived:
+                    return
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in tasks:
@@ -220,11 +224,11 @@ class WorkflowRun:
         if not storage.has_field(keys.WORKFLOW_INPUT):
             try:
                 stored = schema.roundtrip(self.input, "Workflow input")
-            except StepOutputError as error:
+                storage.set_field(keys.WORKFLOW_INPUT, stored)
+            except (StepOutputError, StorageLimitError) as error:
                 return await self._fail(
                     storage, error, None, previously_failed, roll_back=False
                 )
-            storage.set_field(keys.WORKFLOW_INPUT, stored)
         input = storage.get_field(keys.WORKFLOW_INPUT)
         if storage.state == "rolling_back":
             stored_error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
@@ -237,6 +241,7 @@ class WorkflowRun:
             output = await self.fn(ctx, input)
             ctx._finish()
             output = schema.roundtrip(output, "Workflow output")
+            storage.set_field(keys.WORKFLOW_OUTPUT, output)
         except WorkflowInterrupt as pause:
             return await self._pause(storage, pause)
         except StorageError:
@@ -246,12 +251,22 @@ class WorkflowRun:
         finally:
             ctx._abandon()
         storage.state = "completed"
-        storage.set_field(keys.WORKFLOW_OUTPUT, output)
         storage.set_field(keys.WORKFLOW_ERROR, UNSET)
-        await storage.flush()
-        await self.driver.clear_alarm(self.workflow_id)
+        try:
+            await storage.flush()
+        except StorageLimitError as error:
+            return await self._fail(storage, error, input, previously_failed)
+        await self._alarm(None)
         logger.debug("workflow completed workflow=%s", self.workflow_id)
         return WorkflowOutcome("completed", output=output)
+
+    async def _alarm(self, wake_at: float | None) -> None:
+        """Set the driver alarm at ``wake_at``, or clear it for None."""
+        if wake_at is None:
+            call = self.driver.clear_alarm(self.workflow_id)
+        else:
+            call = self.driver.set_alarm(self.workflow_id, wake_at)
+        await driver_call(call, "alarm")
 
     def _new_run(self, storage: Storage, *, rollback: bool) -> Run:
         return Run(
@@ -267,16 +282,17 @@ class WorkflowRun:
         self, storage: Storage, pause: WorkflowInterrupt
     ) -> WorkflowOutcome:
         storage.state = "sleeping"
-        await storage.flush()
+        try:
+            await storage.flush()
+        except StorageLimitError as error:
+            input = storage.get_field(keys.WORKFLOW_INPUT)
+            return await self._fail(storage, error, input, False)
         if isinstance(pause, EvictedError):
             # Another worker should pick the workflow up again right away.
             now = clock.now()
-            await self.driver.set_alarm(self.workflow_id, now)
+            await self._alarm(now)
             return WorkflowOutcome("sleeping", sleep_until=now)
-        if pause.deadline is not None:
-            await self.driver.set_alarm(self.workflow_id, pause.deadline)
-        else:
-            await self.driver.clear_alarm(self.workflow_id)
+        await self._alarm(pause.deadline)
         logger.debug(
             "workflow sleeping workflow=%s until=%s waiting_for=%s",
             self.workflow_id,
@@ -298,18 +314,41 @@ class WorkflowRun:
     ) -> WorkflowOutcome:
         logger.info("workflow failed workflow=%s error=%r", self.workflow_id, error)
         storage.set_field(keys.WORKFLOW_ERROR, error_info(error))
-        # A step with a rollback handler but no checkpoint fails without rollback.
-        if not roll_back or isinstance(error, RollbackCheckpointError):
-            storage.state = "failed"
-            await storage.flush()
+        # A step with a rollback handler but no checkpoint fails without
+        # rollback, and so does a run whose changes the driver refused as too
+        # large (nothing would record the rollback's progress).
+        roll_back = roll_back and not isinstance(error, RollbackCheckpointError)
+        refused = await self._flush_failure(
+            storage, "rolling_back" if roll_back else "failed"
+        )
+        if refused or not roll_back:
             await self._report_failure(error, previously_failed)
             return WorkflowOutcome("failed", error=error)
-        storage.state = "rolling_back"
-        await storage.flush()
         return await self._roll_back(storage, input, error, previously_failed)
 
+    async def _flush_failure(self, storage: Storage, state: str) -> bool:
+        """Flush with ``state``; True if the driver refused it as too large.
+
+        Then only the workflow fields are written, as ``failed``: the
+        failure itself is always recorded, never retried forever.
+        """
+        storage.state = state
+        try:
+            await storage.flush()
+        except StorageLimitError as exc:
+            logger.warning(
+                "workflow changes refused as too large workflow=%s error=%r",
+                self.workflow_id,
+                exc,
+            )
+            storage.state = "failed"
+            await storage.flush(only_fields=True)
+            return True
+        return False
+
     async def _report_failure(self, error: BaseException, repeated: bool) -> None:
-        if not repeated:
+        # A step's terminal failure was reported by the step (once).
+        if not repeated and not was_reported(error):
             await emit(self.on_error, WorkflowErrorEvent(self.workflow_id, error))
 
     async def _roll_back(
@@ -326,6 +365,8 @@ class WorkflowRun:
             await self.fn(ctx, input)
         except EvictedError:
             return WorkflowOutcome("rolling_back", error=error)
+        except StorageError:
+            raise
         except (RollbackStop, WorkflowInterrupt, Exception):
             pass  # the replay only collects handlers; it ends where history ends
         finally:
@@ -343,7 +384,7 @@ class WorkflowRun:
             except EvictedError:
                 return WorkflowOutcome("rolling_back", error=error)
             except Exception as rollback_error:
-                metadata.rollback_error = str(rollback_error)
+                metadata.rollback_error = error_info(rollback_error)["message"]
                 metadata.touch()
                 await storage.flush()
                 logger.warning(

@@ -6,13 +6,8 @@ and decodes all of them: names, history entries (every entry kind), entry
 metadata and the workflow fields (state, output, error, input). The engine, the
 admin inspector and ``handle.history()`` all decode through here.
 
-Decoding is restricted: only the CBOR tags for datetimes (0, 1), bignums (2, 3)
-and UUIDs (37) are accepted; anything else raises :class:`SchemaError`. User
-values (step outputs, loop state, inputs, message bodies) must be made of
-``None``, bools, ints, floats, str, bytes, lists, tuples, dicts, datetimes,
-UUIDs and :class:`Message`; :func:`roundtrip` checks that and returns the value
-as a replay will see it (tuples come back as lists, naive datetimes as aware
-UTC ones, messages as ``{id, name, body, created_at}`` maps).
+The values inside are safe CBOR (:mod:`.cbor`: restricted tags, storable
+types only), whose functions this module re-exports.
 
 ``docs/storage-format.md`` describes the format; a format change adds a version
 here (a decoder for the old version that upgrades to the current model) and
@@ -21,17 +16,13 @@ golden fixtures under ``tests/workflow/fixtures/v<N>/`` that keep decoding.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import cbor2
-
 from . import keys
-from .errors import SchemaError, StepOutputError
-from .values import Message
+from .cbor import check_value, dumps, loads, roundtrip
+from .errors import SchemaError
 
 __all__ = [
     "ENTRY_KINDS",
@@ -41,11 +32,13 @@ __all__ = [
     "Entry",
     "EntryMetadata",
     "HistoryEntry",
+    "check_value",
     "decode_entry",
     "decode_history",
     "decode_metadata",
     "decode_name",
     "decode_workflow_field",
+    "disowned_at",
     "dumps",
     "encode_entry",
     "encode_metadata",
@@ -54,6 +47,8 @@ __all__ = [
     "loads",
     "location_string",
     "roundtrip",
+    "superseded",
+    "upgrade_record",
 ]
 
 SCHEMA_VERSION = 1
@@ -80,125 +75,12 @@ WORKFLOW_STATES = (
     "rolling_back",
 )
 
-_ALLOWED_TAGS = frozenset({0, 1, 2, 3, 37})
-
-
-# --- Safe CBOR -----------------------------------------------------------------
-
-
-def _rejecting(tag: int) -> Any:
-    # cbor2 calls semantic decoders with the decoder and, in some versions,
-    # more arguments: accept any so the refusal is always the one raised.
-    def reject(*args: Any) -> Any:
-        raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
-
-    return reject
-
-
-class _RestrictedTags(Mapping):
-    """Semantic decoders that refuse every tag outside the allowed set."""
-
-    def __getitem__(self, tag: int) -> Any:
-        if tag in _ALLOWED_TAGS:
-            raise KeyError(tag)
-        return _rejecting(tag)
-
-    def get(self, tag: Any, default: Any = None) -> Any:
-        return default if tag in _ALLOWED_TAGS else _rejecting(tag)
-
-    def __contains__(self, tag: object) -> bool:
-        return tag not in _ALLOWED_TAGS
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def _reject_unknown_tag(*args: Any) -> Any:
-    # The hook's arguments changed across cbor2 versions; find the tag itself.
-    tag = next((a.tag for a in args if isinstance(a, cbor2.CBORTag)), "?")
-    raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
-
-
-_RESTRICTED = _RestrictedTags()
-
-
-def _encode_extra(encoder: Any, value: Any) -> None:
-    # Messages are what ctx.messages hands out; they are stored as plain maps.
-    if isinstance(value, Message):
-        encoder.encode(_message_map(value))
-        return
-    raise cbor2.CBOREncodeTypeError(f"cannot store a {type(value).__name__}")
-
-
-def _message_map(message: Message) -> dict[str, Any]:
-    return {
-        "id": message.id,
-        "name": message.name,
-        "body": message.body,
-        "created_at": message.created_at,
-    }
-
-
-def dumps(value: Any) -> bytes:
-    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
-    return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
-
-
-def loads(data: bytes) -> Any:
-    """Decode CBOR, accepting only the datetime, bignum and UUID tags."""
-    try:
-        return cbor2.loads(
-            data, semantic_decoders=_RESTRICTED, tag_hook=_reject_unknown_tag
-        )
-    except cbor2.CBORDecodeError as exc:
-        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-        raise SchemaError(f"Undecodable CBOR: {exc}{cause}") from exc
-
-
-def check_value(value: Any, path: str = "value") -> None:
-    """Raise ``TypeError`` unless ``value`` is made of storable types only."""
-    if value is None or isinstance(value, bool | int | float | str | bytes):
-        return
-    if isinstance(value, datetime | uuid.UUID):
-        return
-    if isinstance(value, Message):
-        check_value(value.body, f"{path}.body")
-        return
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            check_value(item, f"{path}[{index}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not (key is None or isinstance(key, str | int | bytes | float)):
-                raise TypeError(f"{path} has a {type(key).__name__} key")
-            check_value(item, f"{path}[{key!r}]")
-        return
-    raise TypeError(f"{path} is a {type(value).__name__}, which cannot be stored")
-
-
-def roundtrip(value: Any, what: str = "value", *, limit: int | None = None) -> Any:
-    """Return ``value`` as stored and read back; raise if it cannot be stored.
-
-    Raises :class:`StepOutputError` for unstorable types and for encodings over
-    ``limit`` bytes.
-    """
-    try:
-        check_value(value, what)
-        encoded = dumps(value)
-    except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:
-        raise StepOutputError(f"{what} cannot be stored: {exc}") from exc
-    if limit is not None and len(encoded) > limit:
-        raise StepOutputError(
-            f"{what} is {len(encoded)} bytes encoded, over the {limit} byte limit"
-        )
-    return loads(encoded)
-
-
 # --- Records ---------------------------------------------------------------------
+
+
+# Where a record reports that it changed: the dirty set of the Storage that
+# owns it (an insertion-ordered dict used as a set), or None when detached.
+DirtySink = dict[Any, None]
 
 
 @dataclass(slots=True, eq=False)
@@ -214,6 +96,12 @@ class Entry:
     # a flush that saw that generation succeeded.
     gen: int = field(default=1, compare=False)
     flushed: int = field(default=0, compare=False)
+    # Bookkeeping of the owning Storage: its dirty set, the packed key, and
+    # the encoding made by the size check (``(gen, bytes)``), reused by the
+    # flush while the entry has not changed since.
+    sink: DirtySink | None = field(default=None, compare=False, repr=False)
+    key: bytes = field(default=b"", compare=False, repr=False)
+    encoded: tuple[int, bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def dirty(self) -> bool:
@@ -223,6 +111,8 @@ class Entry:
     def touch(self) -> None:
         """Mark the entry changed."""
         self.gen += 1
+        if self.sink is not None:
+            self.sink[self] = None
 
 
 @dataclass(slots=True, eq=False)
@@ -239,6 +129,8 @@ class EntryMetadata:
     rollback_error: str | None = None
     gen: int = field(default=1, compare=False)
     flushed: int = field(default=0, compare=False)
+    sink: DirtySink | None = field(default=None, compare=False, repr=False)
+    key: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def dirty(self) -> bool:
@@ -248,6 +140,8 @@ class EntryMetadata:
     def touch(self) -> None:
         """Mark the metadata changed."""
         self.gen += 1
+        if self.sink is not None:
+            self.sink[self] = None
 
 
 _METADATA_FIELDS = (
@@ -286,29 +180,54 @@ def _envelope(record_type: str, **fields: Any) -> bytes:
     return dumps({"v": SCHEMA_VERSION, "type": record_type, **fields})
 
 
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Version N -> the function turning a version-N record into a version-(N+1)
+# one. Decoding applies them in a chain up to SCHEMA_VERSION, so a record of
+# any supported version comes out in the current shape. Version 1 is the
+# first and current version: nothing to upgrade yet. A version 2 adds
+# ``1: _upgrade_v1_to_v2`` here, keeps it forever, and adds the fixtures of
+# version 2 (docs/storage-format.md, "Adding a version"). The test suite
+# registers a test-only version 0 here to prove the chain on real fixtures.
+UPGRADES: dict[int, Upgrade] = {}
+
+
+def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Bring a decoded record of any supported version to ``SCHEMA_VERSION``."""
+    version = record.get("v")
+    if type(version) is not int:
+        raise SchemaError(f"Unknown workflow schema version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"Workflow schema version {version} is newer than this django-rivet "
+            f"(it reads up to version {SCHEMA_VERSION}): upgrade django-rivet"
+        )
+    while version < SCHEMA_VERSION:
+        step = UPGRADES.get(version)
+        if step is None:
+            raise SchemaError(f"Unknown workflow schema version {version!r}")
+        record = step(record)
+        if record.get("v") != version + 1:
+            raise SchemaError(
+                f"The upgrade of schema version {version} did not produce "
+                f"version {version + 1}"
+            )
+        version += 1
+    return record
+
+
 def _open(data: bytes, record_type: str) -> dict[str, Any]:
     record = loads(data)
     if not isinstance(record, dict):
         raise SchemaError("A workflow record must be a CBOR map")
-    version = record.get("v")
-    upgrade = _UPGRADES.get(version)  # type: ignore[arg-type]
-    if upgrade is None:
-        raise SchemaError(f"Unknown workflow schema version {version!r}")
-    record = upgrade(record)
+    if record.get("v") != SCHEMA_VERSION:
+        record = upgrade_record(record)
     if record.get("type") != record_type:
         raise SchemaError(
             f"Expected a {record_type!r} record, found {record.get('type')!r}"
         )
-    return record
-
-
-def _upgrade_v1(record: dict[str, Any]) -> dict[str, Any]:
-    # Version 1 is current. A version 2 would add ``_upgrade_v1 -> v2`` here and
-    # keep this function for the fixtures and databases written by version 1.
-    return record
-
-
-_UPGRADES = {1: _upgrade_v1}
+    opened: dict[str, Any] = record
+    return opened
 
 
 def encode_name(name: str) -> bytes:
@@ -324,10 +243,18 @@ def decode_name(data: bytes) -> str:
     return name
 
 
-def encode_entry(entry: Entry) -> bytes:
-    """Encode a history entry (its location lives in the key)."""
+def encode_entry(entry: Entry, data: dict[str, Any] | None = None) -> bytes:
+    """Encode a history entry (its location lives in the key).
+
+    ``data`` replaces ``entry.data`` in the encoding (to measure a change
+    before making it).
+    """
     return _envelope(
-        "entry", id=entry.id, seq=entry.seq, kind=entry.kind, data=entry.data
+        "entry",
+        id=entry.id,
+        seq=entry.seq,
+        kind=entry.kind,
+        data=entry.data if data is None else data,
     )
 
 
@@ -471,14 +398,60 @@ def history_entry(
     )
 
 
+def superseded(
+    location: keys.Location,
+    entries: Mapping[keys.Location, Entry],
+    name_index: Mapping[str, int],
+) -> bool:
+    """Tell whether the entry at ``location`` is left over from a deletion.
+
+    See :func:`disowned_at`.
+    """
+    return disowned_at(location, entries, name_index) is not None
+
+
+def disowned_at(
+    location: keys.Location,
+    entries: Mapping[keys.Location, Entry],
+    name_index: Mapping[str, int],
+) -> int | None:
+    """Return the depth of the loop or race that disowned ``location``, or None.
+
+    Pruning a loop writes the loop entry's ``pruned_before`` and deletes the
+    older iterations; finishing a race writes its winner and deletes the
+    losing branches. The writes and the deletions are separate driver calls
+    (unless the driver is atomic), so a crash or a failed delete in between
+    leaves entries that the recorded loop or race already disowned: an
+    iteration below ``pruned_before``, or an entry under a branch that is not
+    the winner. They are not history: loading skips them and deletes them
+    again (deletions are idempotent).
+    """
+    for depth in range(1, len(location)):
+        parent = entries.get(location[:depth])
+        if parent is None:
+            continue
+        if parent.kind == "loop":
+            marker = location[depth]
+            pruned_before = parent.data.get("pruned_before") or 0
+            if isinstance(marker, tuple) and marker[1] < pruned_before:
+                return depth
+        elif parent.kind == "race":
+            winner = parent.data.get("winner")
+            if winner is not None and location[depth] != name_index.get(str(winner)):
+                return depth
+    return None
+
+
 def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
     """Decode a workflow's raw KV rows into its history, in creation order.
 
     ``rows`` may hold every key of the workflow's namespace; names, entries and
-    metadata are picked out by their key prefix, the rest is ignored.
+    metadata are picked out by their key prefix, the rest is ignored. Entries
+    left over from an interrupted deletion (see :func:`superseded`) are not
+    history and are left out.
     """
     names: dict[int, str] = {}
-    entries: list[Entry] = []
+    found: dict[keys.Location, Entry] = {}
     metadata: dict[str, EntryMetadata] = {}
     for key, value in rows:
         parts = keys.unpack(bytes(key))
@@ -487,9 +460,12 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
         if parts[0] == keys.NAMES:
             names[parts[1]] = decode_name(value)
         elif parts[0] == keys.ENTRIES:
-            entries.append(decode_entry(value, parts[1:]))
+            location = parts[1:]
+            found[location] = decode_entry(value, location)
         elif parts[0] == keys.METADATA:
             metadata[parts[1]] = decode_metadata(value)
     registry = [names.get(i, f"#{i}") for i in range(max(names, default=-1) + 1)]
+    index = {name: i for i, name in reversed(list(enumerate(registry)))}
+    entries = [e for loc, e in found.items() if not superseded(loc, found, index)]
     entries.sort(key=lambda entry: (entry.seq, keys.pack(entry.location)))
     return [history_entry(e, metadata.get(e.id), registry) for e in entries]

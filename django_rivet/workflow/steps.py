@@ -23,10 +23,13 @@ from .errors import (
     StepExhaustedError,
     StepFailedError,
     StepTimeoutError,
+    StorageError,
+    StorageLimitError,
     error_info,
+    mark_reported,
 )
 from .execution import RollbackAction, RollbackStop
-from .storage import MAX_KV_BATCH_PAYLOAD_BYTES
+from .storage import Storage
 from .values import Failure, StepErrorEvent, StepResult
 
 if TYPE_CHECKING:
@@ -35,9 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["StepOptions", "backoff", "failure_kind", "run_step", "try_step"]
 
 logger = logging.getLogger("django_rivet.workflow")
-
-# Room for the entry envelope around an output inside one KV write.
-_OUTPUT_LIMIT = MAX_KV_BATCH_PAYLOAD_BYTES - 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class StepOptions:
 
 def backoff(attempts: int, base: float, maximum: float) -> float:
     """Return the retry delay after ``attempts`` attempts (no jitter: replayable)."""
-    return min(maximum, base * 2**attempts)
+    return float(min(maximum, base * 2**attempts))
 
 
 def failure_kind(error: BaseException) -> str | None:
@@ -78,7 +78,7 @@ def failure_kind(error: BaseException) -> str | None:
 
 async def try_step(
     ctx: WorkflowContext, name: str, fn: Callable[[], Any], options: StepOptions
-) -> StepResult:
+) -> StepResult[Any]:
     """Run a step, returning critical, timeout and exhausted failures."""
     try:
         value = await run_step(ctx, name, fn, options)
@@ -115,8 +115,8 @@ async def run_step(
             raise _recorded_failure(name, metadata.attempts, entry, metadata.error)
         if run.rollback:
             raise RollbackStop()
-        if metadata.attempts >= options.max_retries:
-            # Attempts ran out without the exhaustion being recorded (a crash,
+        if metadata.attempts > options.max_retries:
+            # Retries ran out without the exhaustion being recorded (a crash,
             # or max_retries lowered since): record it now.
             info = entry.data.get("error") or metadata.error or {}
             info = {**info, "kind": "exhausted"}
@@ -143,30 +143,46 @@ async def run_step(
     metadata.attempts += 1
     metadata.last_attempt_at = clock.now()
     metadata.touch()
+    what = f'Output of step "{name}"'
     try:
         if options.transaction:
             return await _run_transactional(ctx, name, fn, entry)
         raw = await _call_with_timeout(ctx, name, fn, options.timeout)
-        output = schema.roundtrip(raw, f'Output of step "{name}"', limit=_OUTPUT_LIMIT)
+        _record_success(storage, entry, schema.roundtrip(raw, what), what)
+    except StorageError:
+        raise  # the driver's trouble, not the step's: the host retries the run
     except Exception as error:
         failure = await _attempt_failed(ctx, name, entry, options, error)
         if failure is error:
             raise
         raise failure from error
-    _record_success(storage, entry, output)
+    output = entry.data["output"]
     if not options.ephemeral:
-        await storage.flush()
+        try:
+            await storage.flush()
+        except StorageLimitError as refused:
+            # The driver refused the writes as one unit too large: the step
+            # fails once, as critical, without its output (RivetKit's rule).
+            _undo_success(storage, entry)
+            raise await _attempt_failed(ctx, name, entry, options, refused) from None
     return output
 
 
-def _record_success(storage: Any, entry: schema.Entry, output: Any) -> None:
-    entry.data["output"] = output
-    entry.data.pop("error", None)
-    entry.touch()
+def _record_success(
+    storage: Storage, entry: schema.Entry, output: Any, what: str
+) -> None:
+    storage.update(entry, what, remove=("error",), output=output)
     metadata = storage.meta(entry)
     metadata.status = "completed"
     metadata.error = None
     metadata.completed_at = clock.now()
+    metadata.touch()
+
+
+def _undo_success(storage: Storage, entry: schema.Entry) -> None:
+    storage.update(entry, "", remove=("output",))
+    metadata = storage.meta(entry)
+    metadata.status, metadata.completed_at = "running", None
     metadata.touch()
 
 
@@ -175,13 +191,13 @@ async def _run_transactional(
 ) -> Any:
     storage = ctx._run.storage
     done: dict[str, Any] = {}
+    what = f'Output of step "{name}"'
 
     def make_writes(raw: Any) -> list[tuple[bytes, bytes]]:
         # Runs inside the driver's transaction: raising here rolls ``fn`` back.
-        output = schema.roundtrip(raw, f'Output of step "{name}"', limit=_OUTPUT_LIMIT)
-        _record_success(storage, entry, output)
+        _record_success(storage, entry, schema.roundtrip(raw, what), what)
         writes, plan = storage.transactional_writes()
-        done["output"], done["plan"] = output, plan
+        done["plan"] = plan
         return writes
 
     try:
@@ -189,14 +205,10 @@ async def _run_transactional(
     except BaseException:
         if "plan" in done:
             # The transaction rolled back after we recorded success: undo it.
-            entry.data.pop("output", None)
-            entry.touch()
-            metadata = storage.meta(entry)
-            metadata.status, metadata.completed_at = "running", None
-            metadata.touch()
+            _undo_success(storage, entry)
         raise
     storage.acknowledge(done["plan"])
-    return done["output"]
+    return entry.data["output"]
 
 
 async def _invoke(ctx: WorkflowContext, fn: Callable[[], Any]) -> Any:
@@ -212,21 +224,47 @@ async def _invoke(ctx: WorkflowContext, fn: Callable[[], Any]) -> Any:
 async def _call_with_timeout(
     ctx: WorkflowContext, name: str, fn: Callable[[], Any], timeout: float | None
 ) -> Any:
+    """Run the step function, cut off after ``timeout`` seconds (clock time).
+
+    The function runs in the calling task; a timer task, started only if the
+    function suspends (a step that finishes without yielding to the loop
+    pays for no task), cancels the caller at the deadline, and the
+    cancellation becomes :class:`StepTimeoutError`.
+    """
     if not timeout or timeout <= 0:
         return await _invoke(ctx, fn)
     deadline = clock.now() + timeout
-    work = asyncio.ensure_future(_invoke(ctx, fn))
-    timer = asyncio.ensure_future(clock.wait_until(deadline))
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+    timer: asyncio.Future[None] | None = None
+
+    async def expire() -> None:
+        nonlocal expired
+        await clock.wait_until(deadline)
+        expired = True
+        task.cancel()
+
+    def arm() -> None:
+        nonlocal timer
+        timer = asyncio.ensure_future(expire())
+
+    armed = asyncio.get_running_loop().call_soon(arm)
     try:
-        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        result = await _invoke(ctx, fn)
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise StepTimeoutError(
+                f'Step "{name}" timed out after {timeout:g} seconds'
+            ) from None
+        raise
     finally:
-        timer.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-    if work.cancelled():
-        raise StepTimeoutError(f'Step "{name}" timed out after {timeout:g} seconds')
-    return work.result()
+        armed.cancel()
+        if timer is not None:
+            timer.cancel()
+    if expired:
+        task.uncancel()  # the function swallowed the cancellation: it finished
+    return result
 
 
 async def _attempt_failed(
@@ -236,7 +274,13 @@ async def _attempt_failed(
     options: StepOptions,
     error: Exception,
 ) -> BaseException:
-    """Record a failed attempt, report it, and return what the caller raises."""
+    """Record a failed attempt, report it, and return what the caller raises.
+
+    ``max_retries`` counts retries: attempt ``max_retries + 1`` is the last.
+    A terminal failure (exhausted, critical, rollback, a timeout that is not
+    retried) is reported here once, and the error raised is marked so that
+    the workflow's failure does not report it a second time.
+    """
     run = ctx._run
     metadata = run.storage.meta(entry)
     attempt = metadata.attempts
@@ -245,12 +289,10 @@ async def _attempt_failed(
     else:
         terminal = isinstance(error, CriticalError | RollbackError)
         kind = failure_kind(error) if terminal else None
-    if kind is None and attempt >= options.max_retries:
+    if kind is None and attempt > options.max_retries:
         kind = "exhausted"
     info = error_info(error, kind=kind or "failed")
-    entry.data.pop("output", None)
-    entry.data["error"] = info
-    entry.touch()
+    run.storage.update(entry, "", remove=("output",), error=info)
     metadata.status = "failed" if kind is None else "exhausted"
     metadata.error = info
     metadata.touch()
@@ -274,7 +316,9 @@ async def _attempt_failed(
             step_name=name,
             attempt=attempt,
             max_retries=options.max_retries,
-            remaining_retries=max(0, options.max_retries - attempt) if not kind else 0,
+            remaining_retries=(
+                max(0, options.max_retries + 1 - attempt) if kind is None else 0
+            ),
             will_retry=kind is None,
             retry_delay=retry_delay,
             retry_at=retry_at,
@@ -285,9 +329,9 @@ async def _attempt_failed(
         assert retry_at is not None
         return StepFailedError(name, attempt, retry_at, error)
     if kind == "exhausted":
-        return _exhausted(name, attempt, info)
+        return mark_reported(_exhausted(name, attempt, info))
     error.attempts = attempt  # type: ignore[attr-defined]
-    return error
+    return mark_reported(error)
 
 
 def _exhausted(name: str, attempts: int, info: dict[str, Any]) -> StepExhaustedError:
@@ -305,11 +349,14 @@ def _recorded_failure(
     entry: schema.Entry,
     info: dict[str, Any] | None,
 ) -> BaseException:
-    """Rebuild the failure of an exhausted step from history."""
+    """Rebuild the failure of an exhausted step from history.
+
+    It was reported when it was recorded: marked so it is not reported again.
+    """
     info = entry.data.get("error") or info or {}
     kind = info.get("kind")
     if kind in ("exhausted", "failed", None):
-        return _exhausted(name, attempts, info)
+        return mark_reported(_exhausted(name, attempts, info))
     default = {
         "timeout": StepTimeoutError,
         "rollback": RollbackError,
@@ -319,4 +366,4 @@ def _recorded_failure(
         cls = default
     error = cls(str(info.get("message", "")))
     error.attempts = attempts  # type: ignore[attr-defined]
-    return error
+    return mark_reported(error)

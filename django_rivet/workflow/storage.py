@@ -1,23 +1,26 @@
 """The in-memory image of one workflow's KV namespace, and its flush.
 
-``Storage`` loads everything once per run (names, entries, metadata, workflow
-fields), lets the context mutate it with dirty tracking, and writes changes
-back with :meth:`Storage.flush`, exactly as SPEC 5.3 prescribes:
+``Storage`` loads everything once per run with one ordered range read
+(names, entries, workflow fields, metadata), lets the context change it, and
+writes the changes back with :meth:`Storage.flush` (SPEC 5.3): one write
+list of new names, dirty entries, dirty metadata and changed workflow fields
+(compared with their flushed shadows), plus the pending deletions, sent by
+:mod:`.flush`; dirty markers and shadows are cleared only once everything
+succeeded, so a failed flush is redone in full by the next one.
 
-1. one write list: new names, dirty entries, dirty metadata, changed workflow
-   fields (compared with their flushed shadows);
-2. an ``atomic_batch`` driver gets the list whole in one ``batch()``; any other
-   driver gets chunks of at most ``MAX_KV_BATCH_ENTRIES`` writes and
-   ``MAX_KV_BATCH_PAYLOAD_BYTES`` key+value bytes (one write over that limit
-   raises before anything is written);
-3. then the pending deletions (prefixes, keys in chunks of 128, ranges), at
-   most ``MAX_CONCURRENT_DELETES`` at once;
-4. only when every write and delete succeeded are dirty markers and shadows
-   cleared, so a failed flush is simply redone in full by the next one.
-
+Cost. Changed records sit in a dirty set (a record reports itself when
+touched) and every entry is indexed under each scope that contains it, so a
+flush, a prune and a scope check cost what changed, not the history size.
 Dirty markers are generation counters: a change made while a flush is in
-flight (a parallel join branch) bumps the generation, and the flush only
-acknowledges the generation it actually wrote.
+flight (a parallel join branch) stays dirty.
+
+Durability. Deletions are idempotent and may be lost with a crash (or fail)
+after the writes that made them due: loading drops entries a recorded loop
+or race has disowned (``schema.disowned_at``) and orphaned metadata, and
+schedules their deletion again with the next flush.
+
+The module is one piece: the dirty set, the scope index, the name registry
+and the pending deletions are one state that every method keeps consistent.
 """
 
 from __future__ import annotations
@@ -25,15 +28,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_rivet import clock
 
 from . import keys, schema
 from .driver import EngineDriver, KVWrite
-from .errors import StorageError, StorageLimitError
+from .flush import Plan, apply, chunk_writes, doomed, driver_call
+from .limits import (
+    MAX_CONCURRENT_DELETES,
+    MAX_KV_BATCH_ENTRIES,
+    MAX_KV_BATCH_PAYLOAD_BYTES,
+    check_record,
+)
 from .schema import Entry, EntryMetadata
 
 __all__ = [
@@ -43,13 +51,10 @@ __all__ = [
     "UNSET",
     "Storage",
     "chunk_writes",
+    "driver_call",
 ]
 
 logger = logging.getLogger("django_rivet.workflow")
-
-MAX_KV_BATCH_ENTRIES = 128
-MAX_KV_BATCH_PAYLOAD_BYTES = 976 * 1024
-MAX_CONCURRENT_DELETES = 64
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 
@@ -59,61 +64,18 @@ _FIELDS = (
     keys.WORKFLOW_ERROR,
     keys.WORKFLOW_INPUT,
 )
+_FIELD_NAMES = {
+    keys.WORKFLOW_STATE: "Workflow state",
+    keys.WORKFLOW_OUTPUT: "Workflow output",
+    keys.WORKFLOW_ERROR: "Workflow error",
+    keys.WORKFLOW_INPUT: "Workflow input",
+}
 
-
-def chunk_writes(writes: list[KVWrite]) -> list[list[KVWrite]]:
-    """Split ``writes`` into batches within the entry and byte limits.
-
-    Raises :class:`StorageLimitError` if one write alone is over the byte limit.
-    """
-    sizes = [len(key) + len(value) for key, value in writes]
-    for size in sizes:
-        if size > MAX_KV_BATCH_PAYLOAD_BYTES:
-            raise StorageLimitError(
-                f"KV batch write is {size} bytes, exceeding the "
-                f"{MAX_KV_BATCH_PAYLOAD_BYTES} byte limit"
-            )
-    chunks: list[list[KVWrite]] = []
-    chunk: list[KVWrite] = []
-    total = 0
-    for write, size in zip(writes, sizes, strict=True):
-        full = len(chunk) >= MAX_KV_BATCH_ENTRIES
-        if chunk and (full or total + size > MAX_KV_BATCH_PAYLOAD_BYTES):
-            chunks.append(chunk)
-            chunk, total = [], 0
-        chunk.append(write)
-        total += size
-    if chunk:
-        chunks.append(chunk)
-    return chunks
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What one flush writes and deletes, with the generations it acknowledges."""
-
-    writes: list[KVWrite] = field(default_factory=list)
-    rewrites: list[KVWrite] = field(default_factory=list)
-    names_upto: int = 0
-    marks: list[tuple[Entry | EntryMetadata, int]] = field(default_factory=list)
-    fields: dict[int, bytes | None] = field(default_factory=dict)
-    prefixes: list[bytes] = field(default_factory=list)
-    keys: list[bytes] = field(default_factory=list)
-    ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.writes or self.rewrites or self.prefixes or self.keys or self.ranges
-        )
-
-
-def _doomed(key: bytes, plan: _Plan) -> bool:
-    if key in plan.keys:
-        return True
-    if any(key.startswith(prefix) for prefix in plan.prefixes):
-        return True
-    return any(start <= key < end for start, end in plan.ranges)
+# Key prefixes of the four record families, in key order.
+_NAMES = keys.pack((keys.NAMES,))
+_ENTRIES = keys.pack((keys.ENTRIES,))
+_WORKFLOW = keys.pack((keys.WORKFLOW,))
+_METADATA = keys.pack((keys.METADATA,))
 
 
 class Storage:
@@ -127,10 +89,17 @@ class Storage:
         self.entries: dict[keys.Location, Entry] = {}
         self.metadata: dict[str, EntryMetadata] = {}
         self.loaded_locations: frozenset[keys.Location] = frozenset()
+        # Every entry, under each proper non-empty prefix of its location:
+        # the entries inside a scope without scanning the history.
+        self._under: dict[keys.Location, dict[keys.Location, None]] = {}
+        # Records changed since their last successful flush (an ordered set).
+        self._dirty: dict[Entry | EntryMetadata, None] = {}
         self._fields: dict[int, Any] = dict.fromkeys(_FIELDS, UNSET)
+        self._encoded_fields: dict[int, bytes | None] = dict.fromkeys(_FIELDS)
         self._shadows: dict[int, bytes | None] = dict.fromkeys(_FIELDS)
+        self._dirty_fields: set[int] = set()
         self.pending_prefixes: list[bytes] = []
-        self.pending_keys: list[bytes] = []
+        self.pending_keys: dict[bytes, None] = {}
         self.pending_ranges: list[tuple[bytes, bytes]] = []
         self._next_seq = 1
         self._lock = asyncio.Lock()
@@ -140,31 +109,100 @@ class Storage:
 
     @classmethod
     async def load(cls, driver: EngineDriver) -> Storage:
-        """Read the whole namespace of the driver's workflow."""
+        """Read the driver's whole namespace with one ordered range read."""
         storage = cls(driver)
+        rows = await driver_call(driver.list(b""), "load")
         names: dict[int, str] = {}
-        for key, value in await driver.list(keys.pack((keys.NAMES,))):
-            names[keys.unpack(key)[1]] = schema.decode_name(value)
-        for index in range(max(names, default=-1) + 1):
-            # A hole cannot happen with this engine; keep indexes stable anyway.
-            storage._add_name(names.get(index, f"#{index}"))
+        entries = storage.entries
+        stale: list[tuple[keys.Location, Entry]] = []
+        metadata_rows: list[KVWrite] = []
+        names_done = False
+        for key, value in rows:
+            family = key[:2]
+            if family == _NAMES:
+                names[keys.name_index_of(key)] = schema.decode_name(value)
+                continue
+            if not names_done:
+                # Names sort first: register them before any entry, which
+                # may need them (a race's winner is a name).
+                storage._sync_names(names)
+                names_done = True
+            if family == _ENTRIES:
+                location = keys.unpack_location(key, len(_ENTRIES))
+                entry = schema.decode_entry(value, location)
+                if storage._disowned(location):
+                    stale.append((location, entry))
+                    continue
+                entry.key = key
+                entry.sink = storage._dirty
+                entries[location] = entry
+                storage._index(location)
+                if entry.seq >= storage._next_seq:
+                    storage._next_seq = entry.seq + 1
+            elif family == _METADATA:
+                metadata_rows.append((key, value))
+            elif family == _WORKFLOW:
+                field_id = keys.unpack(key)[1]
+                if field_id in storage._fields:
+                    storage._fields[field_id] = schema.decode_workflow_field(
+                        field_id, value
+                    )
+                    storage._shadows[field_id] = bytes(value)
+                    storage._encoded_fields[field_id] = bytes(value)
+        if not names_done:
+            storage._sync_names(names)
         storage._flushed_names = len(storage.names)
-        for key, value in await driver.list(keys.pack((keys.ENTRIES,))):
-            location = keys.unpack(key)[1:]
-            entry = schema.decode_entry(value, location)
-            storage.entries[location] = entry
-            storage._next_seq = max(storage._next_seq, entry.seq + 1)
-        for key, value in await driver.list(keys.pack((keys.METADATA,))):
-            storage.metadata[keys.unpack(key)[1]] = schema.decode_metadata(value)
-        for key, value in await driver.list(keys.pack((keys.WORKFLOW,))):
-            field_id = keys.unpack(key)[1]
-            if field_id in storage._fields:
-                storage._fields[field_id] = schema.decode_workflow_field(
-                    field_id, value
-                )
-                storage._shadows[field_id] = bytes(value)
-        storage.loaded_locations = frozenset(storage.entries)
+        ids = {entry.id for entry in entries.values()}
+        for key, value in metadata_rows:
+            entry_id = keys.entry_id_of(key)
+            if entry_id not in ids:
+                # The metadata of an entry that is gone (its delete was lost).
+                storage.pending_keys[key] = None
+                continue
+            metadata = schema.decode_metadata(value)
+            metadata.key = key
+            metadata.sink = storage._dirty
+            storage.metadata[entry_id] = metadata
+        storage._delete_again(stale)
+        storage.loaded_locations = frozenset(entries)
         return storage
+
+    def _sync_names(self, names: dict[int, str]) -> None:
+        for index in range(len(self.names), max(names, default=-1) + 1):
+            # A hole cannot happen with this engine; keep indexes stable anyway.
+            self._add_name(names.get(index, f"#{index}"))
+
+    def _disowned(self, location: keys.Location) -> bool:
+        return len(location) > 1 and schema.superseded(
+            location, self.entries, self._name_index
+        )
+
+    def _delete_again(self, stale: list[tuple[keys.Location, Entry]]) -> None:
+        """Schedule again the lost deletion of each left-over entry."""
+        spans: dict[tuple[bytes, bytes], None] = {}
+        prefixes: dict[bytes, None] = {}
+        for location, entry in stale:
+            self.pending_keys[keys.metadata_key(entry.id)] = None
+            depth = schema.disowned_at(location, self.entries, self._name_index)
+            assert depth is not None
+            parent = self.entries[location[:depth]]
+            if parent.kind == "loop":
+                loop_index = location[depth - 1]
+                assert isinstance(loop_index, int)
+                scope = location[:depth]
+                pruned_before = int(parent.data["pruned_before"])
+                start = keys.entry_key((*scope, (loop_index, 0)))
+                end = keys.entry_key((*scope, (loop_index, pruned_before)))
+                spans[(start, end)] = None
+            else:  # a race's losing branch
+                prefixes[keys.entry_key(location[: depth + 1])] = None
+        self.pending_ranges += [span for span in spans if span[0] < span[1]]
+        self.pending_prefixes += list(prefixes)
+        if stale:
+            logger.info(
+                "workflow history had %s entries left over from a lost deletion",
+                len(stale),
+            )
 
     # Names and entries -----------------------------------------------------------
 
@@ -186,6 +224,22 @@ class Storage:
         """Render ``location`` as ``loop/~3/step``."""
         return schema.location_string(location, self.names)
 
+    def _index(self, location: keys.Location) -> None:
+        under = self._under
+        for depth in range(1, len(location)):
+            scope = location[:depth]
+            bucket = under.get(scope)
+            if bucket is None:
+                under[scope] = {location: None}
+            else:
+                bucket[location] = None
+
+    def entries_under(self, scope: keys.Location) -> Iterable[keys.Location]:
+        """Return the locations of every entry strictly below ``scope``."""
+        if not scope:
+            return list(self.entries)
+        return list(self._under.get(tuple(scope), ()))
+
     def create_entry(
         self,
         location: keys.Location,
@@ -197,53 +251,103 @@ class Storage:
         """Record a new entry (and its metadata) at ``location``."""
         entry = Entry(uuid.uuid4().hex, kind, location, self._next_seq, data)
         self._next_seq += 1
+        previous = self.entries.get(location)
+        if previous is not None:
+            self._forget([location])
+        entry.key = keys.entry_key(location)
+        entry.sink = self._dirty
         self.entries[location] = entry
-        self.metadata[entry.id] = EntryMetadata(status=status, created_at=clock.now())
+        self._index(location)
+        self._dirty[entry] = None
+        metadata = EntryMetadata(status=status, created_at=clock.now())
+        self._adopt(entry.id, metadata)
         return entry
+
+    def _adopt(self, entry_id: str, metadata: EntryMetadata) -> None:
+        metadata.key = keys.metadata_key(entry_id)
+        metadata.sink = self._dirty
+        self.metadata[entry_id] = metadata
+        self._dirty[metadata] = None
 
     def meta(self, entry: Entry) -> EntryMetadata:
         """Return the metadata of ``entry``, creating it if it went missing."""
         metadata = self.metadata.get(entry.id)
         if metadata is None:
-            metadata = self.metadata[entry.id] = EntryMetadata(created_at=clock.now())
+            metadata = EntryMetadata(created_at=clock.now())
+            self._adopt(entry.id, metadata)
         return metadata
+
+    def update(
+        self,
+        entry: Entry,
+        what: str,
+        *,
+        remove: Iterable[str] = (),
+        **changes: Any,
+    ) -> None:
+        """Change ``entry.data`` if the changed entry still fits one record.
+
+        The one size check of what the engine records in history: the entry
+        is encoded with the change and measured first; over the limit,
+        :class:`StorageLimitError` names ``what`` and the entry is left as it
+        was (so the failure can still be flushed). The encoding is kept for
+        the flush.
+        """
+        data = {**entry.data, **changes}
+        for name in remove:
+            data.pop(name, None)
+        encoded = schema.encode_entry(entry, data)
+        check_record(entry.key or keys.entry_key(entry.location), encoded, what)
+        entry.data = data
+        entry.touch()
+        entry.encoded = (entry.gen, encoded)
 
     def delete_subtree(self, location: keys.Location) -> None:
         """Forget every entry strictly below ``location`` and delete it on flush."""
-        depth = len(location)
-        doomed = [
-            loc
-            for loc in self.entries
-            if len(loc) > depth and loc[:depth] == tuple(location)
-        ]
-        self._forget(doomed)
+        self._forget(self.entries_under(location))
         self.pending_prefixes.append(keys.entry_key(location))
 
     def delete_iterations(
         self, loop_location: keys.Location, loop_index: int, start: int, end: int
     ) -> None:
         """Delete iterations ``[start, end)`` of a loop with one range delete."""
-        depth = len(loop_location)
-        doomed = []
-        for loc in self.entries:
-            if len(loc) <= depth or loc[:depth] != tuple(loop_location):
-                continue
-            marker = loc[depth]
-            if isinstance(marker, tuple) and start <= marker[1] < end:
-                doomed.append(loc)
-        self._forget(doomed)
+        scope = tuple(loop_location)
+        for iteration in range(start, end):
+            marker = (*scope, (loop_index, iteration))
+            self._forget([marker, *self.entries_under(marker)])
         self.pending_ranges.append(
             (
-                keys.entry_key((*loop_location, (loop_index, start))),
-                keys.entry_key((*loop_location, (loop_index, end))),
+                keys.entry_key((*scope, (loop_index, start))),
+                keys.entry_key((*scope, (loop_index, end))),
             )
         )
 
-    def _forget(self, locations: list[keys.Location]) -> None:
+    def delete_entry(self, location: keys.Location) -> None:
+        """Forget the entry at ``location`` and delete it (and its metadata)."""
+        entry = self.entries.get(location)
+        if entry is not None:
+            self.pending_keys[entry.key or keys.entry_key(location)] = None
+            self._forget([location])
+
+    def _forget(self, locations: Iterable[keys.Location]) -> None:
         for loc in locations:
-            entry = self.entries.pop(loc)
-            if self.metadata.pop(entry.id, None) is not None:
-                self.pending_keys.append(keys.metadata_key(entry.id))
+            entry = self.entries.pop(loc, None)
+            if entry is None:
+                continue
+            entry.sink = None
+            self._dirty.pop(entry, None)
+            for depth in range(1, len(loc)):
+                scope = loc[:depth]
+                bucket = self._under.get(scope)
+                if bucket is not None:
+                    bucket.pop(loc, None)
+                    if not bucket:
+                        del self._under[scope]
+            metadata = self.metadata.pop(entry.id, None)
+            if metadata is not None:
+                metadata.sink = None
+                self._dirty.pop(metadata, None)
+                self.pending_keys[metadata.key or keys.metadata_key(entry.id)] = None
 
     # Workflow fields --------------------------------------------------------------
 
@@ -257,13 +361,24 @@ class Storage:
         return self._fields[field_id] is not UNSET
 
     def set_field(self, field_id: int, value: Any) -> None:
-        """Set a workflow field (``UNSET`` deletes it on the next flush)."""
+        """Set a workflow field (``UNSET`` deletes it on the next flush).
+
+        The value is encoded and measured now: over the record limit this
+        raises :class:`StorageLimitError` and the field keeps its value.
+        """
+        if value is UNSET:
+            encoded = None
+        else:
+            encoded = schema.encode_workflow_field(field_id, value)
+            check_record(keys.workflow_key(field_id), encoded, _FIELD_NAMES[field_id])
         self._fields[field_id] = value
+        self._encoded_fields[field_id] = encoded
+        self._dirty_fields.add(field_id)
 
     @property
     def state(self) -> str:
         """Return the workflow state (``pending`` when never written)."""
-        return self.get_field(keys.WORKFLOW_STATE, "pending")
+        return str(self.get_field(keys.WORKFLOW_STATE, "pending"))
 
     @state.setter
     def state(self, value: str) -> None:
@@ -274,115 +389,123 @@ class Storage:
     @property
     def dirty(self) -> bool:
         """Return whether anything waits to be flushed."""
-        return not self._plan(with_deletions=True).empty
+        if self._flushed_names < len(self.names) or self._dirty:
+            return True
+        if self.pending_prefixes or self.pending_keys or self.pending_ranges:
+            return True
+        return any(
+            self._encoded_fields[f] != self._shadows[f] for f in self._dirty_fields
+        )
 
-    def _plan(self, *, with_deletions: bool) -> _Plan:
-        plan = _Plan(names_upto=len(self.names))
-        for index in range(self._flushed_names, plan.names_upto):
-            plan.writes.append(
-                (keys.name_key(index), schema.encode_name(self.names[index]))
-            )
-        for entry in self.entries.values():
-            if entry.dirty:
-                key = keys.entry_key(entry.location)
-                plan.writes.append((key, schema.encode_entry(entry)))
-                plan.marks.append((entry, entry.gen))
-        for entry_id, metadata in self.metadata.items():
-            if metadata.dirty:
-                key = keys.metadata_key(entry_id)
-                plan.writes.append((key, schema.encode_metadata(metadata)))
-                plan.marks.append((metadata, metadata.gen))
-        for field_id, value in self._fields.items():
-            shadow = self._shadows[field_id]
-            if value is UNSET:
-                if shadow is not None and with_deletions:
-                    plan.keys.append(keys.workflow_key(field_id))
-                    plan.fields[field_id] = None
+    def _plan(self, *, with_deletions: bool, only_fields: bool = False) -> Plan:
+        plan = Plan(names_upto=self._flushed_names)
+        writes = plan.writes
+        if not only_fields:
+            plan.names_upto = len(self.names)
+            for index in range(self._flushed_names, plan.names_upto):
+                writes.append(
+                    (keys.name_key(index), schema.encode_name(self.names[index]))
+                )
+            if self._dirty:
+                self._plan_records(plan)
+        for field_id in sorted(self._dirty_fields):
+            encoded = self._encoded_fields[field_id]
+            if encoded == self._shadows[field_id]:
                 continue
-            encoded = schema.encode_workflow_field(field_id, value)
-            if encoded != shadow:
-                plan.writes.append((keys.workflow_key(field_id), encoded))
-                plan.fields[field_id] = encoded
-        if with_deletions:
-            plan.prefixes = list(self.pending_prefixes)
-            plan.keys += self.pending_keys
-            plan.ranges = list(self.pending_ranges)
-            if plan.prefixes or plan.keys or plan.ranges:
+            if encoded is None:
+                if not with_deletions:
+                    continue
+                plan.deletions.keys.append(keys.workflow_key(field_id))
+            else:
+                writes.append((keys.workflow_key(field_id), encoded))
+            plan.fields[field_id] = encoded
+        if with_deletions and not only_fields:
+            deletions = plan.deletions
+            deletions.prefixes = list(self.pending_prefixes)
+            deletions.keys += self.pending_keys
+            deletions.ranges = list(self.pending_ranges)
+            if deletions and writes:
                 # A key written again after its deletion was scheduled (a new
                 # entry where old ones were pruned) must land after the delete.
-                later = [w for w in plan.writes if _doomed(w[0], plan)]
+                single = set(deletions.keys)
+                later = [w for w in writes if doomed(w[0], deletions, single)]
                 if later:
-                    plan.writes = [w for w in plan.writes if not _doomed(w[0], plan)]
+                    plan.writes = [
+                        w for w in writes if not doomed(w[0], deletions, single)
+                    ]
                     plan.rewrites = later
         return plan
 
-    def _commit(self, plan: _Plan) -> None:
+    def _plan_records(self, plan: Plan) -> None:
+        entries: list[Entry] = []
+        metadata: list[EntryMetadata] = []
+        for record in self._dirty:
+            if not record.dirty:
+                continue
+            if isinstance(record, Entry):
+                entries.append(record)
+            else:
+                metadata.append(record)
+        # Entries in creation order, then their metadata: a chunked flush cut
+        # short leaves whole entries behind, each before its metadata.
+        entries.sort(key=lambda entry: entry.seq)
+        writes, marks = plan.writes, plan.marks
+        for entry in entries:
+            cached = entry.encoded
+            if cached is not None and cached[0] == entry.gen:
+                encoded = cached[1]
+            else:
+                encoded = schema.encode_entry(entry)
+            writes.append((entry.key, encoded))
+            marks.append((entry, entry.gen))
+        for record in metadata:
+            writes.append((record.key, schema.encode_metadata(record)))
+            marks.append((record, record.gen))
+
+    def _commit(self, plan: Plan) -> None:
+        names_before = self._flushed_names
         self._flushed_names = max(self._flushed_names, plan.names_upto)
+        dirty = self._dirty
         for record, gen in plan.marks:
             if record.flushed < gen:
                 record.flushed = gen
-        self._shadows.update(plan.fields)
-        for prefix in plan.prefixes:
-            self.pending_prefixes.remove(prefix)
-        for key in plan.keys:
-            if key in self.pending_keys:
-                self.pending_keys.remove(key)
-        for span in plan.ranges:
-            self.pending_ranges.remove(span)
-        if self.on_flush is not None and plan.marks:
+            if record.flushed == record.gen:
+                dirty.pop(record, None)
+        for field_id, encoded in plan.fields.items():
+            self._shadows[field_id] = encoded
+            if self._encoded_fields[field_id] == encoded:
+                self._dirty_fields.discard(field_id)
+        deletions = plan.deletions
+        if deletions.prefixes:
+            done = set(deletions.prefixes)
+            self.pending_prefixes = [p for p in self.pending_prefixes if p not in done]
+        for key in deletions.keys:
+            self.pending_keys.pop(key, None)
+        if deletions.ranges:
+            spans = set(deletions.ranges)
+            self.pending_ranges = [r for r in self.pending_ranges if r not in spans]
+        # Observers hear of every flush that changed history: names, entries
+        # or metadata written, or anything deleted (RivetKit's rule); a
+        # state-only write is not news.
+        if self.on_flush is not None and (
+            plan.marks or plan.names_upto > names_before or plan.deletions
+        ):
             self.on_flush()
 
-    async def flush(self) -> None:
-        """Write every change, run pending deletions, then clear dirty markers."""
+    async def flush(self, *, only_fields: bool = False) -> None:
+        """Write every change, run pending deletions, then clear dirty markers.
+
+        ``only_fields`` writes the workflow fields alone: the last resort of
+        a run whose other changes the driver refused as too large.
+        """
         async with self._lock:
-            plan = self._plan(with_deletions=True)
+            plan = self._plan(with_deletions=True, only_fields=only_fields)
             if plan.empty:
                 return
-            chunk_writes(plan.writes)  # every size is checked before any I/O
-            chunk_writes(plan.rewrites)
-            try:
-                await self._write(plan.writes)
-                await self._delete(plan)
-                await self._write(plan.rewrites)
-            except Exception as exc:
-                logger.warning("workflow flush failed error=%r", exc)
-                raise StorageError(f"Workflow storage failed: {exc}") from exc
+            await apply(self.driver, plan)
             self._commit(plan)
 
-    async def _write(self, writes: list[KVWrite]) -> None:
-        chunks = chunk_writes(writes)  # validates every size before any I/O
-        if not writes:
-            return
-        if self.driver.atomic_batch:
-            await self.driver.batch(writes)
-            return
-        for chunk in chunks:
-            await self.driver.batch(chunk)
-
-    async def _delete(self, plan: _Plan) -> None:
-        driver = self.driver
-        operations: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]]
-        operations = [(driver.delete_prefix, (prefix,)) for prefix in plan.prefixes]
-        for start in range(0, len(plan.keys), MAX_KV_BATCH_ENTRIES):
-            chunk = plan.keys[start : start + MAX_KV_BATCH_ENTRIES]
-            operations.append((driver.batch_delete, (chunk,)))
-        operations += [(driver.delete_range, span) for span in plan.ranges]
-        if not operations:
-            return
-        limit = asyncio.Semaphore(MAX_CONCURRENT_DELETES)
-
-        async def run(operation: Any, args: tuple) -> None:
-            async with limit:
-                await operation(*args)
-
-        results = await asyncio.gather(
-            *(run(op, args) for op, args in operations), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-
-    def transactional_writes(self) -> tuple[list[KVWrite], _Plan]:
+    def transactional_writes(self) -> tuple[list[KVWrite], Plan]:
         """Build the write list of a transactional step without clearing markers.
 
         The caller hands the writes to ``driver.run_transactional`` and calls
@@ -392,6 +515,6 @@ class Storage:
         chunk_writes(plan.writes)  # the same single-write limit as any flush
         return plan.writes, plan
 
-    def acknowledge(self, plan: _Plan) -> None:
+    def acknowledge(self, plan: Plan) -> None:
         """Clear the dirty markers a successful transactional write covered."""
         self._commit(plan)

@@ -46,12 +46,12 @@ class Loop:
     """Results a ``ctx.loop`` body returns."""
 
     @staticmethod
-    def continue_(state: Any = None) -> LoopContinue:
+    def continue_(state: Any = None) -> LoopContinue[Any]:
         """Continue with the next iteration and ``state``."""
         return LoopContinue(state)
 
     @staticmethod
-    def break_(value: Any = None) -> LoopBreak:
+    def break_(value: Any = None) -> LoopBreak[Any]:
         """Finish the loop with ``value``."""
         return LoopBreak(value)
 

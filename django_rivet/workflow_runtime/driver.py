@@ -2,7 +2,8 @@
 
 One driver serves one workflow (the engine's rule): its KV methods address
 the ``WorkflowKV`` rows of that workflow, its message methods the workflow's
-``WorkflowMessage`` inbox.
+``WorkflowMessage`` inbox. The module is one piece: one class implementing
+the engine's whole driver protocol on one connection and one lease.
 
 Threads and transactions. The runtime runs each workflow on an event loop of
 its own in the worker's thread (the Celery task's, the in-process worker's)
@@ -26,9 +27,11 @@ successor's.
 
 Batching. ``atomic_batch`` follows ``RIVET["KV_ATOMIC_FLUSH"]``: False (the
 default) lets the engine split flushes into chunks of at most 128 writes,
-each its own transaction; True makes each flush one transaction, and a flush
+each its own transaction, its deletions after them; True makes each flush,
+writes and deletions together, one ``atomic_flush`` transaction, and a flush
 over :data:`ATOMIC_FLUSH_MAX_WRITES` writes or :data:`ATOMIC_FLUSH_MAX_BYTES`
-bytes is rejected whole. Alarms are only recorded here: the lease holder
+bytes is rejected whole (``StorageLimitError``: the engine fails the step
+whose writes it carried). Alarms are only recorded here: the lease holder
 applies them to the ``Workflow`` row when it releases the lease.
 """
 
@@ -49,7 +52,14 @@ from django.db import connection, transaction
 from .. import clock
 from ..conf import rivet_settings
 from ..models import Workflow, WorkflowKV, WorkflowMessage
-from ..workflow import Message, StorageError, StorageLimitError, schema
+from ..workflow import (
+    KVDeletions,
+    Message,
+    StorageError,
+    StorageLimitError,
+    encode_message_body,
+    schema,
+)
 
 if TYPE_CHECKING:
     from ..workflow import EngineDriver
@@ -75,6 +85,8 @@ ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 _RAW_SQL_VENDORS = ("sqlite", "postgresql")
 # Rows per INSERT statement: 3 parameters each, far below SQLite's limit.
 _UPSERT_ROWS = 256
+# Keys per DELETE ... IN (...) statement, below every backend's parameter cap.
+_DELETE_KEYS = 500
 
 
 @functools.cache
@@ -334,6 +346,29 @@ class DjangoDriver:
 
         await self._db(self._fenced, delete)
 
+    async def atomic_flush(
+        self, writes: builtins.list[KVWrite], deletions: KVDeletions
+    ) -> None:
+        """Apply ``deletions`` then ``writes`` in one fenced transaction.
+
+        What the engine hands an atomic driver (``KV_ATOMIC_FLUSH=True``):
+        a whole flush, its range deletes (loop pruning), prefix deletes (a
+        race's losers) and key deletes included, commits or fails as one.
+        """
+        self._check_atomic_unit(writes)
+
+        def apply() -> None:
+            for prefix in deletions.prefixes:
+                self._under(prefix).delete()
+            for start, end in deletions.ranges:
+                self._rows().filter(key__gte=start, key__lt=end).delete()
+            for offset in range(0, len(deletions.keys), _DELETE_KEYS):
+                chunk = deletions.keys[offset : offset + _DELETE_KEYS]
+                self._rows().filter(key__in=[bytes(key) for key in chunk]).delete()
+            self._upsert(writes)
+
+        await self._db(self._fenced, apply)
+
     def _check_atomic_unit(self, writes: builtins.list[KVWrite]) -> None:
         size = sum(len(key) + len(value) for key, value in writes)
         if len(writes) > ATOMIC_FLUSH_MAX_WRITES or size > ATOMIC_FLUSH_MAX_BYTES:
@@ -478,9 +513,12 @@ def _call_sync_or_async(fn: Callable[[], Any]) -> Any:
 
 
 def encode_body(data: Any) -> bytes:
-    """Encode a message body; raise ``TypeError`` if it cannot be stored."""
-    schema.check_value(data, "Message body")
-    return schema.dumps(data)
+    """Encode a message body for the inbox.
+
+    Raises ``TypeError`` if it cannot be stored and ``StorageLimitError``
+    (``workflow/storage_limit``) if it is larger than a workflow can record.
+    """
+    return encode_message_body(data)
 
 
 if TYPE_CHECKING:  # DjangoDriver must satisfy the engine's protocol.

@@ -30,6 +30,7 @@ from ..workflow import (
     HistoryEntry,
     ReplayRefusedError,
     WorkflowDefinition,
+    check_record,
     keys,
     read_history,
     recover_workflow,
@@ -80,6 +81,9 @@ def start(
         raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
     stored = schema.roundtrip(input, "Workflow input")
     encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, stored)
+    # The size check every stored value goes through: refused here, before
+    # the workflow exists, rather than failing its first run.
+    check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
     now = clock.now_datetime()
     with transaction.atomic():
         row, created = Workflow.objects.get_or_create(

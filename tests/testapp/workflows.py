@@ -1,9 +1,12 @@
 """Workflows of the test app; discovered by the workflow registry."""
 
+import json
+import os
 import time
 
 from django_rivet import actors
-from django_rivet.workflow import CriticalError, RollbackError, workflow
+from django_rivet.models import Workflow
+from django_rivet.workflow import CriticalError, Loop, RollbackError, workflow
 
 from .models import StepRow
 
@@ -150,3 +153,66 @@ async def refunds(ctx, input):
         raise RollbackError("declined")
 
     return await ctx.step("ship", decline)
+
+
+@workflow(name="pruner")
+async def pruner(ctx, input):
+    """A loop of ``n`` steps pruning its history every 2 iterations."""
+
+    async def body(ctx, index):
+        await ctx.step("tick", lambda: index)
+        if index + 1 >= input["n"]:
+            return Loop.break_(index + 1)
+        return Loop.continue_(index + 1)
+
+    return await ctx.loop("ticks", body, state=0, history_prune_interval=2)
+
+
+@workflow(name="bulky")
+async def bulky(ctx, input):
+    """``count`` ephemeral steps of ``size`` bytes, then one more, recorded."""
+    blob = "b" * input["size"]
+    for index in range(input["count"]):
+        await ctx.step(f"e{index}", lambda: blob, ephemeral=True)
+
+    def last():
+        record(ctx.workflow_id, "last")
+        return blob
+
+    return len(await ctx.step("last", last))
+
+
+@workflow(name="crashWriter")
+async def crash_writer(ctx, input):
+    """``steps`` slow steps writing a row each (even ones transactionally),
+    each appending who ran it -- pid and lease token -- to the file named by
+    ``RIVET_TEST_LEASE_LOG`` (the Celery crash test reads it back).
+    """
+    log = os.environ.get("RIVET_TEST_LEASE_LOG")
+    for index in range(input["steps"]):
+        transactional = index % 2 == 0
+
+        def write(index=index, transactional=transactional):
+            started = time.time()
+            token = (
+                Workflow.objects.filter(pk=ctx.workflow_id)
+                .values_list("lease_token", flat=True)
+                .first()
+            )
+            time.sleep(input.get("delay", 0))
+            record(ctx.workflow_id, f"s{index}", transactional)
+            if log:
+                line = {
+                    "workflow": ctx.workflow_id,
+                    "step": index,
+                    "pid": os.getpid(),
+                    "token": token,
+                    "start": started,
+                    "end": time.time(),
+                }
+                with open(log, "a") as out:
+                    out.write(json.dumps(line) + "\n")
+            return index
+
+        await ctx.step(f"s{index}", write, transaction=transactional)
+    return input["steps"]

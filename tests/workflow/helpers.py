@@ -67,6 +67,26 @@ async def execute(
     return await run
 
 
+async def run_to_end(
+    clock: VirtualClock,
+    workflow_id: str,
+    fn: Any,
+    driver: InMemoryDriver,
+    mode: str,
+    input: Any = None,
+    *,
+    runs: int = 50,
+    **options: Any,
+) -> WorkflowOutcome:
+    """Run until the workflow stops sleeping on a deadline (yield mode re-runs)."""
+    for _ in range(runs):
+        outcome = await execute(clock, workflow_id, fn, driver, mode, input, **options)
+        if outcome.state != "sleeping" or outcome.sleep_until is None:
+            return outcome
+        clock.set(max(outcome.sleep_until, clock.now()))
+    raise AssertionError(f"still sleeping after {runs} runs")
+
+
 class RecordingDriver(InMemoryDriver):
     """Counts batch calls and their sizes, and range deletes."""
 
@@ -93,3 +113,8 @@ class RecordingDriver(InMemoryDriver):
     async def batch_delete(self, keys):
         self.calls.append("batch_delete")
         await super().batch_delete(keys)
+
+    async def atomic_flush(self, writes, deletions):
+        self.batches.append(list(writes))
+        self.calls.append("atomic_flush")
+        await super().atomic_flush(writes, deletions)

@@ -99,7 +99,7 @@ async def test_recover_through_the_run_wakes_a_live_run(clock, driver):
         return "up"
 
     async def wf(ctx, _):
-        return await ctx.step("s", flaky, max_retries=1)
+        return await ctx.step("s", flaky, max_retries=0)
 
     run = start_workflow("wf-1", wf, None, driver)
     assert (await run).state == "failed"

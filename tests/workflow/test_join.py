@@ -70,7 +70,7 @@ async def test_branch_errors_are_collected_into_a_join_error(clock, driver, mode
             "j",
             {
                 "ok": lambda c: c.step("s", lambda: "fine"),
-                "bad": lambda c: c.step("s", boom, max_retries=1),
+                "bad": lambda c: c.step("s", boom, max_retries=0),
                 "worse": lambda c: _raise(RuntimeError("worse")),
             },
         )

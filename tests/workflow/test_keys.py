@@ -145,3 +145,20 @@ def test_strinc_returns_the_first_key_past_a_prefix():
     assert keys.strinc(b"a\xff") == b"b"
     with pytest.raises(ValueError):
         keys.strinc(b"\xff")
+
+
+segments = st.one_of(
+    st.integers(0, 2**70),
+    st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)),
+)
+
+
+@given(st.lists(segments, max_size=6), st.text(), st.integers(0, 2**70))
+def test_the_fast_workflow_keys_are_the_packed_tuples(location, entry_id, index):
+    location = tuple(location)
+    assert keys.entry_key(location) == keys.pack((keys.ENTRIES, *location))
+    assert keys.unpack_location(keys.entry_key(location), 2) == location
+    assert keys.metadata_key(entry_id) == keys.pack((keys.METADATA, entry_id))
+    assert keys.name_key(index) == keys.pack((keys.NAMES, index))
+    assert keys.name_index_of(keys.name_key(index)) == index
+    assert keys.entry_id_of(keys.metadata_key(entry_id)) == entry_id

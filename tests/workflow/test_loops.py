@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from django_rivet.workflow import Loop, keys, read_history, run_workflow
+from django_rivet.workflow import (
+    Loop,
+    keys,
+    read_history,
+    run_workflow,
+    start_workflow,
+)
 from django_rivet.workflow.storage import Storage
 
-from .helpers import RecordingDriver, execute
+from .helpers import RecordingDriver, execute, idle, run_to_end
 
 
 def iterations_left(storage: Storage) -> set[int]:
@@ -88,7 +94,9 @@ async def test_a_loop_resumes_from_its_last_committed_state(clock, driver, mode)
     # The failure was not in a step: a re-run replays and carries on.
     outcome = await execute(clock, "wf-1", wf, driver, mode)
     assert outcome.state == "completed" and outcome.output == 5
-    assert executed[0] == 2  # committed at iteration 2, not replayed from 0
+    # Every finished iteration was saved: the resume starts at the one that
+    # crashed (3), not at the last pruning point (2) nor at 0.
+    assert executed[0] == 3
 
 
 async def test_old_iterations_are_pruned_at_each_interval(clock, driver, mode):
@@ -218,3 +226,81 @@ async def test_a_body_returning_garbage_fails(clock, driver):
 
     outcome = await run_workflow("wf-1", wf, None, driver)
     assert isinstance(outcome.error, TypeError)
+
+
+async def test_each_finished_iteration_is_saved_so_pauses_resume_after_it(
+    clock, driver, mode
+):
+    """Issue 16 item 4: a message-receiving body ran its code again on resume."""
+    ran = []
+
+    async def body(ctx, state):
+        ran.append(state)  # code around the entries: runs once per iteration
+        message = await ctx.messages.next("m")
+        total = state + message.body
+        return Loop.break_(total) if message.body == 3 else Loop.continue_(total)
+
+    async def wf(ctx, _):
+        return await ctx.loop("inbox", body, state=0)
+
+    run = start_workflow("wf-1", wf, None, driver, mode)
+    for value in (1, 2, 3):
+        await idle(clock, run._task, until=clock.now())
+        if mode == "yield":
+            outcome = await run
+            assert outcome.state == "sleeping" and outcome.waiting_for == ["*"]
+        await driver.add_message("m", value)
+        if mode == "yield":
+            run = start_workflow("wf-1", wf, None, driver, mode)
+    outcome = await run
+    assert outcome.output == 6
+    # Each resume re-runs the waiting iteration up to its wait, and only it:
+    # finished iterations are never run again.
+    assert ran == [0, 0, 1, 1, 3, 3]
+    [loop] = [h for h in await read_history(driver) if h.kind == "loop"]
+    assert loop.data["iteration"] == 2 and loop.output == 6
+
+
+async def test_a_retry_backoff_in_a_loop_resumes_after_the_last_iteration(
+    clock, driver, mode
+):
+    ran = []
+    failures = []
+
+    def flaky():
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("once")
+        return "ok"
+
+    async def body(ctx, state):
+        ran.append(state)
+        if state == 2:
+            await ctx.step("flaky", flaky, retry_backoff_base=5)
+        else:
+            await ctx.step("plain", lambda: state)
+        return Loop.break_(state) if state == 3 else Loop.continue_(state + 1)
+
+    async def wf(ctx, _):
+        return await ctx.loop("l", body, state=0)
+
+    outcome = await run_to_end(clock, "wf-1", wf, driver, mode)
+    assert outcome.output == 3
+    assert ran == [0, 1, 2, 2, 3]  # iterations 0 and 1 were not run again
+
+
+async def test_saving_each_iteration_adds_no_flush(clock, mode):
+    """The loop entry joins the flush each iteration's step already makes."""
+    driver = RecordingDriver()
+
+    async def body(ctx, state):
+        await ctx.step("s", lambda: state)
+        return Loop.break_(state) if state == 9 else Loop.continue_(state + 1)
+
+    async def wf(ctx, _):
+        return await ctx.loop("l", body, state=0, history_prune_interval=100)
+
+    outcome = await execute(clock, "wf-1", wf, driver, mode)
+    assert outcome.output == 9
+    # One flush per step, one for the finished loop and the final one.
+    assert len(driver.batches) == 10 + 2

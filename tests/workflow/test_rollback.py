@@ -146,7 +146,7 @@ async def test_only_completed_steps_are_rolled_back(clock, driver):
     async def wf(ctx, _):
         await ctx.rollback_checkpoint("checkpoint")
         await ctx.step("ok", lambda: 1, rollback=recorder(log, "ok"))
-        await ctx.step("bad", fail, max_retries=1, rollback=recorder(log, "bad"))
+        await ctx.step("bad", fail, max_retries=0, rollback=recorder(log, "bad"))
 
     outcome = await run_workflow("wf-1", wf, None, driver)
     assert outcome.state == "failed"
@@ -204,7 +204,7 @@ async def test_steps_of_an_unfinished_race_are_rolled_back(clock, driver):
 
     async def doomed(ctx):
         await ctx.step("reserve", lambda: "r-1", rollback=recorder(log, "release"))
-        await ctx.step("fail", _boom, max_retries=1)
+        await ctx.step("fail", _boom, max_retries=0)
 
     async def wf(ctx, _):
         await ctx.rollback_checkpoint("checkpoint")

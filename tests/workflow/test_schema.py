@@ -191,10 +191,10 @@ def test_roundtrip_returns_what_a_replay_sees():
     }
 
 
-@pytest.mark.parametrize("value", [{1, 2}, object(), b"x" * 2000, {(1, 2): 3}])
+@pytest.mark.parametrize("value", [{1, 2}, object(), {(1, 2): 3}, "\ud800"])
 def test_roundtrip_refuses_what_cannot_be_stored(value):
     with pytest.raises(StepOutputError):
-        schema.roundtrip(value, limit=1000)
+        schema.roundtrip(value)
 
 
 storable = st.recursive(

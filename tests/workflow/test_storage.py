@@ -46,6 +46,14 @@ class FailingDriver(RecordingDriver):
             raise OSError("batch failed")
         await super().batch(writes)
 
+    async def atomic_flush(self, writes, deletions):
+        # The whole flush is one unit: it fails (and writes nothing) when
+        # its first batch or its deletes would have.
+        if self.fail_batch == 1 or (self.fail_delete and deletions):
+            self.fail_batch, self.fail_delete = None, False
+            raise OSError("transaction failed")
+        await super().atomic_flush(writes, deletions)
+
     async def delete_range(self, start, end):
         if self.fail_delete:
             self.fail_delete = False
@@ -74,13 +82,14 @@ def snapshot(storage: Storage) -> dict:
     }
 
 
-async def test_atomic_drivers_get_the_whole_write_list_in_one_batch(clock):
+async def test_atomic_drivers_get_the_whole_write_list_in_one_call(clock):
     driver = AtomicDriver()
     storage = Storage(driver)
     for index in range(129):
         storage.register_name(f"name-{index}")
     await storage.flush()
     assert [len(batch) for batch in driver.batches] == [129]
+    assert driver.calls == ["atomic_flush"]
 
 
 async def test_other_drivers_get_chunks_of_at_most_128_writes(clock):

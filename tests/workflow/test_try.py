@@ -55,14 +55,15 @@ async def test_try_step_reports_exhaustion_and_replays_it(clock, driver, mode):
         return [result.failure.kind, result.failure.attempts, str(result.failure.error)]
 
     if mode == "yield":
-        outcome = await run_workflow("wf-1", wf, None, driver)
-        assert outcome.state == "sleeping"  # retries still pause the workflow
-        clock.set(outcome.sleep_until)
+        for _ in range(2):
+            outcome = await run_workflow("wf-1", wf, None, driver)
+            assert outcome.state == "sleeping"  # retries still pause the workflow
+            clock.set(outcome.sleep_until)
     outcome = await execute(clock, "wf-1", wf, driver, mode)
-    assert outcome.output[:2] == ["exhausted", 2]
+    assert outcome.output[:2] == ["exhausted", 3]  # max_retries=2: 3 runs
     assert "down" in outcome.output[2]
     assert (await execute(clock, "wf-1", wf, driver, mode)).output == outcome.output
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 async def test_try_step_reports_timeouts(clock, driver, mode):

@@ -1,0 +1,144 @@
+"""Safe CBOR: the encoding of every workflow value, and what it may hold.
+
+Decoding is restricted: only the CBOR tags for datetimes (0, 1), bignums (2, 3)
+and UUIDs (37) are accepted; anything else raises :class:`SchemaError`. User
+values (step outputs, loop state, inputs, message bodies) must be made of
+``None``, bools, ints, floats, str, bytes, lists, tuples, dicts, datetimes,
+UUIDs and :class:`Message`; :func:`roundtrip` checks that and returns the value
+as a replay will see it (tuples come back as lists, naive datetimes as aware
+UTC ones, messages as ``{id, name, body, created_at}`` maps). The records
+built from these values are defined in :mod:`.schema`, which re-exports
+these functions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import cbor2
+
+from .errors import SchemaError, StepOutputError
+from .values import Message
+
+__all__ = ["check_value", "dumps", "loads", "roundtrip"]
+
+_ALLOWED_TAGS = frozenset({0, 1, 2, 3, 37})
+
+
+def _rejecting(tag: int) -> Any:
+    # cbor2 calls semantic decoders with the decoder and, in some versions,
+    # more arguments: accept any so the refusal is always the one raised.
+    def reject(*args: Any) -> Any:
+        raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
+
+    return reject
+
+
+class _RestrictedTags(Mapping[int, Any]):
+    """Semantic decoders that refuse every tag outside the allowed set."""
+
+    def __getitem__(self, tag: int) -> Any:
+        if tag in _ALLOWED_TAGS:
+            raise KeyError(tag)
+        return _rejecting(tag)
+
+    def get(self, tag: Any, default: Any = None) -> Any:
+        return default if tag in _ALLOWED_TAGS else _rejecting(tag)
+
+    def __contains__(self, tag: object) -> bool:
+        return tag not in _ALLOWED_TAGS
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _reject_unknown_tag(*args: Any) -> Any:
+    # The hook's arguments changed across cbor2 versions; find the tag itself.
+    tag = next((a.tag for a in args if isinstance(a, cbor2.CBORTag)), "?")
+    raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
+
+
+_RESTRICTED = _RestrictedTags()
+
+
+def _encode_extra(encoder: Any, value: Any) -> None:
+    # Messages are what ctx.messages hands out; they are stored as plain maps.
+    if isinstance(value, Message):
+        encoder.encode(_message_map(value))
+        return
+    raise cbor2.CBOREncodeTypeError(f"cannot store a {type(value).__name__}")
+
+
+def _message_map(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "name": message.name,
+        "body": message.body,
+        "created_at": message.created_at,
+    }
+
+
+def dumps(value: Any) -> bytes:
+    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
+    return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
+
+
+def loads(data: bytes) -> Any:
+    """Decode CBOR, accepting only the datetime, bignum and UUID tags."""
+    try:
+        return cbor2.loads(
+            data, semantic_decoders=_RESTRICTED, tag_hook=_reject_unknown_tag
+        )
+    except cbor2.CBORDecodeError as exc:
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        raise SchemaError(f"Undecodable CBOR: {exc}{cause}") from exc
+
+
+def check_value(value: Any, path: str = "value") -> None:
+    """Raise ``TypeError`` unless ``value`` is made of storable types only."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return
+    if isinstance(value, datetime | uuid.UUID):
+        return
+    if isinstance(value, Message):
+        check_value(value.body, f"{path}.body")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            check_value(item, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not (key is None or isinstance(key, str | int | bytes | float)):
+                raise TypeError(f"{path} has a {type(key).__name__} key")
+            check_value(item, f"{path}[{key!r}]")
+        return
+    raise TypeError(f"{path} is a {type(value).__name__}, which cannot be stored")
+
+
+def roundtrip(value: Any, what: str = "value") -> Any:
+    """Return ``value`` as stored and read back; raise if it cannot be stored.
+
+    Raises :class:`StepOutputError` for unstorable types (sizes are checked
+    where the value is recorded, see ``limits.check_record``).
+    """
+    if value is None or type(value) in _SCALARS:
+        return value  # stored and read back as itself
+    try:
+        check_value(value, what)
+        encoded = dumps(value)
+    except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:
+        raise StepOutputError(f"{what} cannot be stored: {exc}") from exc
+    return loads(encoded)
+
+
+# Types that CBOR always encodes and gives back unchanged (floats: NaN and
+# infinities too; ints of any size, big ones as bignum tags). Not str: a
+# lone surrogate cannot be encoded.
+_SCALARS = frozenset({bool, int, float, bytes})

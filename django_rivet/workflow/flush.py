@@ -1,0 +1,149 @@
+"""One flush's write list and deletions, and how they reach the driver.
+
+:class:`Storage` (``storage.py``) decides what a flush writes and deletes
+(a :class:`Plan`); :func:`apply` sends it: an atomic driver gets it whole in
+one ``atomic_flush`` call, any other driver ``batch`` chunks within the
+limits, then the deletions (at most ``MAX_CONCURRENT_DELETES`` at once),
+then the writes that recreate a key inside a deleted span. Every size is
+checked before any I/O; a driver failure is a ``StorageError``, a refusal of
+the unit as too large a ``StorageLimitError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from .driver import EngineDriver, KVDeletions, KVWrite
+from .errors import StorageError, StorageLimitError
+from .limits import (
+    MAX_CONCURRENT_DELETES,
+    MAX_KV_BATCH_ENTRIES,
+    MAX_KV_BATCH_PAYLOAD_BYTES,
+)
+from .schema import Entry, EntryMetadata
+
+__all__ = ["Plan", "apply", "chunk_writes", "doomed", "driver_call"]
+
+logger = logging.getLogger("django_rivet.workflow")
+
+T = TypeVar("T")
+
+
+def chunk_writes(writes: list[KVWrite]) -> list[list[KVWrite]]:
+    """Split ``writes`` into batches within the entry and byte limits.
+
+    Raises :class:`StorageLimitError` if one write alone is over the byte limit.
+    """
+    chunks: list[list[KVWrite]] = []
+    chunk: list[KVWrite] = []
+    total = 0
+    for write in writes:
+        size = len(write[0]) + len(write[1])
+        if size > MAX_KV_BATCH_PAYLOAD_BYTES:
+            raise StorageLimitError(
+                f"KV batch write is {size} bytes, exceeding the "
+                f"{MAX_KV_BATCH_PAYLOAD_BYTES} byte limit"
+            )
+        full = len(chunk) >= MAX_KV_BATCH_ENTRIES
+        if chunk and (full or total + size > MAX_KV_BATCH_PAYLOAD_BYTES):
+            chunks.append(chunk)
+            chunk, total = [], 0
+        chunk.append(write)
+        total += size
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+async def driver_call(awaitable: Awaitable[T], what: str) -> T:
+    """Await a driver call, reporting its failure as :class:`StorageError`.
+
+    Whatever a driver raises is infrastructure trouble, never the workflow's
+    failure: the host retries the run later. ``StorageLimitError`` (a refusal
+    of what the engine asked to store) passes unchanged.
+    """
+    try:
+        return await awaitable
+    except (StorageError, StorageLimitError):
+        raise
+    except Exception as exc:
+        logger.warning("workflow driver call failed call=%s error=%r", what, exc)
+        raise StorageError(f"Workflow storage failed ({what}): {exc}") from exc
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one flush writes and deletes, with the generations it acknowledges."""
+
+    writes: list[KVWrite] = field(default_factory=list)
+    rewrites: list[KVWrite] = field(default_factory=list)
+    names_upto: int = 0
+    marks: list[tuple[Entry | EntryMetadata, int]] = field(default_factory=list)
+    fields: dict[int, bytes | None] = field(default_factory=dict)
+    deletions: KVDeletions = field(default_factory=KVDeletions)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.writes or self.rewrites or self.deletions)
+
+
+def doomed(key: bytes, deletions: KVDeletions, single: set[bytes]) -> bool:
+    if key in single:
+        return True
+    if any(key.startswith(prefix) for prefix in deletions.prefixes):
+        return True
+    return any(start <= key < end for start, end in deletions.ranges)
+
+
+async def apply(driver: EngineDriver, plan: Plan) -> None:
+    """Send ``plan`` to ``driver``: one atomic unit, or chunks then deletions."""
+    # Every size is checked before any I/O.
+    chunks = chunk_writes(plan.writes)
+    later = chunk_writes(plan.rewrites)
+    try:
+        if driver.atomic_batch:
+            await driver.atomic_flush(plan.writes + plan.rewrites, plan.deletions)
+            return
+        for chunk in chunks:
+            await driver.batch(chunk)
+        await _delete(driver, plan.deletions)
+        for chunk in later:
+            await driver.batch(chunk)
+    except StorageLimitError:
+        raise  # the driver refused the unit: the caller decides
+    except Exception as exc:
+        logger.warning("workflow flush failed error=%r", exc)
+        raise StorageError(f"Workflow storage failed: {exc}") from exc
+
+
+async def _delete(driver: EngineDriver, deletions: KVDeletions) -> None:
+    operations: list[Callable[[], Awaitable[None]]] = []
+    for prefix in deletions.prefixes:
+        operations.append(functools.partial(driver.delete_prefix, prefix))
+    for start in range(0, len(deletions.keys), MAX_KV_BATCH_ENTRIES):
+        chunk = deletions.keys[start : start + MAX_KV_BATCH_ENTRIES]
+        operations.append(functools.partial(driver.batch_delete, chunk))
+    for low, high in deletions.ranges:
+        operations.append(functools.partial(driver.delete_range, low, high))
+    if not operations:
+        return
+    if len(operations) == 1:
+        await operations[0]()
+        return
+    limit = asyncio.Semaphore(MAX_CONCURRENT_DELETES)
+
+    async def run(operation: Callable[[], Awaitable[None]]) -> None:
+        async with limit:
+            await operation()
+
+    results = await asyncio.gather(
+        *(run(operation) for operation in operations), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
