@@ -92,7 +92,8 @@ CLOSE_FORBIDDEN = 4403
 
 def close_code_for(error: RivetError, refused: bool) -> int:
     """Map a failed connect to its close code (4403 auth, 4400 request)."""
-    if refused or isinstance(error, Forbidden):
+    # 403: a refusal, also when on_auth raised a UserError (it keeps its code).
+    if refused or isinstance(error, Forbidden) or error.http_status == 403:
         return CLOSE_FORBIDDEN
     if error.http_status >= 500:
         return CLOSE_INTERNAL

@@ -234,7 +234,8 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
 
     async def _refuse(self, exc: BaseException, offered: bool, refused: bool) -> None:
         error = public_error(exc)
-        if refused or isinstance(error, Forbidden):
+        # 403: a refusal, also when on_auth raised a UserError (kept as is).
+        if refused or isinstance(error, Forbidden) or error.http_status == 403:
             code = CLOSE_FORBIDDEN
         elif error.http_status >= 500:
             code = CLOSE_INTERNAL
