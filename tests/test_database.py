@@ -14,6 +14,7 @@ import threading
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
 from django.core import checks
 from django.db import connection, connections, transaction
 from django.db.migrations.recorder import MigrationRecorder
@@ -76,9 +77,9 @@ async def test_a_connection_state_past_the_limit_is_refused():
     )
     error = await comm.receive_json_from(10)
     assert (error["code"], error["action_id"]) == ("state_too_large", 2)
-    states = await asyncio.to_thread(
+    states = await sync_to_async(
         lambda: [bytes(s) for s in Connection.objects.values_list("state", flat=True)]
-    )
+    )()
     assert [len(s) < 100 for s in states] == [True]
     await comm.disconnect()
 
@@ -143,21 +144,32 @@ async def test_a_dead_connection_in_an_invocation_thread_is_replaced(monkeypatch
             return cursor.fetchone()[0]
 
     def terminate(pids):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM unnest(%s) pid", [pids]
-            )
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
-            )
-            return cursor.fetchone()[0]
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid",
+                    [pids],
+                )
+        finally:
+            connections.close_all()  # this helper thread's own connection
+
+    def alive(pids):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s::int[])",
+                    [pids],
+                )
+                return cursor.fetchone()[0]
+        finally:
+            connections.close_all()
 
     try:
         pids = await asyncio.to_thread(each_invoke_thread, backend_pid)
-        left = await asyncio.to_thread(terminate, pids)
-        while left:
+        assert len(set(pids)) == spine.INVOKE_THREADS
+        await asyncio.to_thread(terminate, pids)
+        while await asyncio.to_thread(alive, pids):
             await asyncio.sleep(0.05)
-            left = await asyncio.to_thread(terminate, [])
         # Every thread's connection is dead now; every call still succeeds.
         assert await many_calls(48) == sorted(n // 8 + 1 for n in range(48))
     finally:
