@@ -129,6 +129,9 @@ class InvokeExecutor(ThreadPoolExecutor):
 # Threads for invocations started from async code (see module docstring).
 executor = InvokeExecutor(max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke")
 
+# Times a call starts over after another process created its actor first.
+MAX_CREATE_RACES = 3
+
 # Seconds between two looks for idle actors, done after an invocation.
 IDLE_CHECK_INTERVAL = 1.0
 _last_idle_check = 0.0
@@ -210,12 +213,17 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     started = time.monotonic()
     outermost = not db.in_atomic_block()
     retried = False
+    races = 0
     while True:
         progress = _Progress()
         try:
             return _invoke(ref, operation, origin, started, outermost, progress)
         except _Raced:
-            # The other process's row is committed now: use it.
+            # The other process's row is committed now: use it. (Losing
+            # again means it was destroyed meanwhile; a few rounds at most.)
+            races += 1
+            if races > MAX_CREATE_RACES:
+                raise ActorNotFound("The actor was destroyed while created") from None
             continue
         except DatabaseError as exc:
             if (
