@@ -75,6 +75,15 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE_RETENTION": 86400,
     # History entries kept per cron job that did not pass max_history.
     "CRON_HISTORY": 100,
+    # Largest encoded (CBOR) actor state, and connection state, an
+    # invocation may commit; a call growing it past this is rolled back with
+    # actor/state_too_large.
+    "MAX_STATE_BYTES": 1048576,
+    # PostgreSQL: seconds an invocation waits for a lock (the actor's row,
+    # and row locks its handler takes) before it gives up with actor/busy,
+    # having changed nothing. Never longer than the invocation's own time
+    # limit. None: wait as long as that limit allows.
+    "LOCK_TIMEOUT": 10,
 }
 
 

@@ -33,12 +33,12 @@ from datetime import timedelta
 from typing import Any, Literal, Protocol
 
 from django.core.signals import setting_changed
-from django.db import transaction
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from . import clock
 from .conf import rivet_settings
+from .models import db
 
 logger = logging.getLogger("django_rivet.dispatch")
 
@@ -247,7 +247,7 @@ def wake(job: Job, args: list[Any], eta: float | None = None) -> bool:
 
 def wake_on_commit(job: Job, args: list[Any], eta: float | None = None) -> None:
     """Hand the job over once the current transaction commits."""
-    transaction.on_commit(lambda: wake(job, args, eta), robust=True)
+    db.on_commit(lambda: wake(job, args, eta), robust=True)
 
 
 def within_eta_horizon(when: float) -> bool:

@@ -13,6 +13,8 @@ from typing import Any
 
 __all__ = [
     "ActionNotFound",
+    "ActorBusy",
+    "ActorUnavailable",
     "AlreadyRegistered",
     "ConnectionExpired",
     "MethodNotAllowed",
@@ -37,6 +39,7 @@ __all__ = [
     "ReentrantCall",
     "RequestTooLarge",
     "RivetError",
+    "StateTooLarge",
     "TooManySchedules",
     "UserError",
     "WorkflowNotFound",
@@ -311,6 +314,33 @@ class WorkflowNotFound(RivetError):
     default_message = "Workflow not found"
 
 
+class StateTooLarge(RivetError):
+    """The encoded actor (or connection) state is over ``MAX_STATE_BYTES``."""
+
+    group = "actor"
+    code = "state_too_large"
+    http_status = 400
+    default_message = "The actor state is too large"
+
+
+class ActorBusy(RivetError):
+    """The actor stayed locked by other work past ``LOCK_TIMEOUT``; retry."""
+
+    group = "actor"
+    code = "busy"
+    http_status = 503
+    default_message = "The actor is busy; retry later"
+
+
+class ActorUnavailable(RivetError):
+    """The database is unreachable (down, restarting); nothing ran; retry."""
+
+    group = "actor"
+    code = "unavailable"
+    http_status = 503
+    default_message = "The actor is unavailable; retry later"
+
+
 # Wire decoding: ``group/code`` -> class, so clients re-raise the same type.
 ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
     (cls.group, cls.code): cls
@@ -339,6 +369,9 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         ConnectionExpired,
         MethodNotAllowed,
         InternalError,
+        StateTooLarge,
+        ActorBusy,
+        ActorUnavailable,
     )
 }
 

@@ -64,8 +64,11 @@ def test_errors_are_rebuilt_as_their_classes(client):
             counter.call(action, *args)
     with pytest.raises(ActorNotFound):
         client.actor("counter", "absent", create=False).call("getCount")
-    with pytest.raises(Forbidden):
+    with pytest.raises(UserError) as refused:
         client.actor("chatRoom", "private").call("history")
+    assert refused.value.code == "token_required"
+    with pytest.raises(Forbidden):
+        client.actor("vault", "closed").call("open")
 
 
 def test_non_rivet_errors_raise_http_error(client):

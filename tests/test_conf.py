@@ -30,6 +30,9 @@ SPEC_DEFAULTS = {
     "SCHEDULE_RETENTION": 86400,
     "QUEUE_RETENTION": 86400,
     "CRON_HISTORY": 100,
+    # Runtime hardening (issue 12).
+    "MAX_STATE_BYTES": 1048576,
+    "LOCK_TIMEOUT": 10,
 }
 
 

@@ -484,7 +484,7 @@ async def test_on_auth_refusal_closes_4403_and_creates_nothing():
     before = await db_counts()
     comm = RivetCommunicator("chatRoom", ["private"], params={"name": "eve"})
     frame, close = await refused(comm)
-    assert (frame["group"], frame["code"], close) == ("actor", "forbidden", 4403)
+    assert (frame["group"], frame["code"], close) == ("user", "token_required", 4403)
     assert await db_counts() == before
     ok = RivetCommunicator(
         "chatRoom", ["private"], params={"name": "ann", "token": "secret"}
@@ -590,7 +590,7 @@ async def test_allowed_origins_setting_lists_exact_origins():
 # -- robustness -------------------------------------------------------------------
 async def test_frames_after_a_refusal_are_ignored():
     comm = RivetCommunicator("chatRoom", ["private"])
-    assert (await comm.handshake())["code"] == "forbidden"
+    assert (await comm.handshake())["code"] == "token_required"
     await comm.send_to(text_data='{"type": "action", "id": 1, "name": "names"}')
     assert await comm.receive_close() == 4403
     await comm.disconnect()

@@ -96,8 +96,11 @@ def test_http_errors_are_rebuilt_as_their_classes(client):
         counter.call("crash")
     with pytest.raises(ActorNotFound):
         client.actor("counter", "missing", create=False).call("getCount")
-    with pytest.raises(Forbidden):
+    with pytest.raises(UserError) as refused:
         client.actor("chatRoom", "private").call("history")
+    assert refused.value.code == "token_required"
+    with pytest.raises(Forbidden):
+        client.actor("vault", "closed").call("open")
 
 
 def test_http_cbor_round_trips_bytes(server):
@@ -165,8 +168,11 @@ async def test_websocket_actions_answer_in_order(client):
 
 
 async def test_websocket_errors(client):
-    with pytest.raises(Forbidden):
+    with pytest.raises(UserError) as refused:
         await client.actor("chatRoom", "private").connect({"name": "eve"})
+    assert refused.value.code == "token_required"
+    with pytest.raises(Forbidden):
+        await client.actor("vault", "closed").connect()
     with pytest.raises(UserError) as banned:
         await client.actor("chatRoom", "ws-err").connect({"name": "banned"})
     assert banned.value.code == "banned"

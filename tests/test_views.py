@@ -227,12 +227,13 @@ def test_internal_errors_hide_details_unless_exposed(client):
 
 def test_on_auth_guards_http_calls(client):
     path = f"{PREFIX}/chatRoom/actions/history?key=private"
-    assert error_of(post_json(client, path)) == (403, "actor", "forbidden")
+    # on_auth raised UserError(code="token_required"): kept, answered as 403.
+    assert error_of(post_json(client, path)) == (403, "user", "token_required")
     assert not ActorRow.objects.exists()
     ok = post_json(client, path, headers={"X-Rivet-Token": "secret"})
     assert ok.json() == {"output": []}
     describe = client.get(f"{PREFIX}/chatRoom?key=private")
-    assert error_of(describe) == (403, "actor", "forbidden")
+    assert error_of(describe) == (403, "user", "token_required")
 
 
 def test_oversized_output_is_refused(client):
@@ -368,7 +369,7 @@ def test_request_route_keeps_django_csrf_unless_the_actor_opts_out():
 
 def test_request_route_runs_on_auth_and_needs_on_request(client):
     denied = client.get(f"{PREFIX}/chatRoom/request/x?key=private")
-    assert error_of(denied) == (403, "actor", "forbidden")
+    assert error_of(denied) == (403, "user", "token_required")
     missing = client.get(f"{PREFIX}/counter/request/x?key=r")
     assert error_of(missing) == (404, "actor", "action_not_found")
     assert not ActorRow.objects.exists()
@@ -394,7 +395,11 @@ def test_queue_send_waits_for_the_reply(client):
     ("path", "body", "expected"),
     [
         ("chatRoom/queue/nope?key=q", {"body": 1}, (404, "actor", "action_not_found")),
-        ("chatRoom/queue/inbox?key=private", {"body": 1}, (403, "actor", "forbidden")),
+        (
+            "chatRoom/queue/inbox?key=private",
+            {"body": 1},
+            (403, "user", "token_required"),
+        ),
         (
             "chatRoom/queue/inbox?key=q",
             {"body": 1, "wait": "yes"},

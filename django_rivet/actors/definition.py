@@ -179,6 +179,10 @@ class Actor:
     name: ClassVar[str] = "actor"
     abstract: ClassVar[bool] = True
     initial_state: ClassVar[Any] = None
+    #: True: reachable only from server-side code (``django_rivet.actors``,
+    #: ``ctx.actors``, schedules, queues, workflows); HTTP, WebSocket and
+    #: RivetKit routes answer as if no such actor existed.
+    server_only: ClassVar[bool] = False
 
     # Per-actor limits; None keeps the project-wide default.
     #: Seconds an invocation may run (default ``ACTION_TIMEOUT``).
@@ -241,7 +245,12 @@ class Actor:
         """Run after an invocation changed the state."""
 
     def on_auth(self, ctx: ActorContext, info: AuthInfo) -> object:
-        """Raise to refuse an HTTP call or WebSocket connection."""
+        """Allow (None/True) or refuse (False, or raise) an external call.
+
+        Runs for every HTTP and WebSocket action, connect, queue send, raw
+        request and actor lookup, before the actor is created or woken
+        (``ctx.state`` is None for an actor that does not exist yet).
+        """
 
     def on_before_connect(self, ctx: ActorContext, params: Any) -> object:
         """Raise to refuse a WebSocket connection."""

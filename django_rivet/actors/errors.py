@@ -1,22 +1,164 @@
-"""What the wire may show of an exception raised while running actor code."""
+"""What the wire may show of an exception raised while running actor code.
+
+Database failures are told apart here, because they mean different things
+to a caller: an outage (the server is down or restarting, the connection
+was lost) is ``actor/unavailable`` and a lock wait that ran out (or a
+deadlock) is ``actor/busy`` -- both retryable, with a ``retry_after`` hint,
+and in both nothing was committed. A missing table means migrations were
+not applied, which the log says in so many words. Everything else stays
+``rivet/internal_error``: a bug, with details in the server log only.
+"""
 
 from __future__ import annotations
 
 import logging
 
+from django.db import Error as DatabaseError
+from django.db import InterfaceError, OperationalError, ProgrammingError
+
 from ..conf import rivet_settings
-from ..exceptions import InternalError, RivetError
+from ..exceptions import ActorBusy, ActorUnavailable, InternalError, RivetError
 
 logger = logging.getLogger("django_rivet.actors")
 
-__all__ = ["public_error"]
+__all__ = [
+    "RETRY_AFTER",
+    "database_error",
+    "is_connection_failure",
+    "is_missing_table",
+    "public_error",
+]
+
+# Seconds a caller is told to wait before retrying (metadata "retry_after"
+# and the HTTP Retry-After header).
+RETRY_AFTER = 1
+
+MIGRATE_HINT = "run `manage.py migrate`"
+
+# PostgreSQL SQLSTATEs (psycopg's ``sqlstate``, psycopg2's ``pgcode``).
+_PG_UNAVAILABLE = frozenset(
+    {
+        "57P01",  # admin_shutdown: the server is stopping
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: starting up or shutting down
+        "53300",  # too_many_connections
+    }
+)
+_PG_BUSY = frozenset(
+    {
+        "55P03",  # lock_not_available: lock_timeout expired
+        "40P01",  # deadlock_detected: one of the waiters was chosen to fail
+    }
+)
+_PG_UNDEFINED_TABLE = "42P01"
+# SQLite result codes (sqlite3 errors carry ``sqlite_errorname``).
+_SQLITE_BUSY = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
+_SQLITE_UNAVAILABLE = frozenset({"SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL"})
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """Return the driver's exception under Django's wrapper."""
+    cause = exc.__cause__
+    return cause if cause is not None else exc
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    state = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
+    return state if isinstance(state, str) else None
+
+
+def _is_postgresql(error: BaseException) -> bool:
+    return type(error).__module__.split(".")[0] in ("psycopg", "psycopg2")
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """Tell whether ``exc`` says the database cannot be reached.
+
+    True for a lost or refused connection and a server shutting down or
+    starting up: nothing the caller sent was committed by the statement
+    that failed, and retrying later may succeed.
+    """
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    error = _driver_error(exc)
+    name = getattr(error, "sqlite_errorname", None)
+    if name is not None:
+        return name in _SQLITE_UNAVAILABLE
+    if isinstance(exc, InterfaceError):
+        # "the connection is closed", "connection already closed".
+        return True
+    if not _is_postgresql(error):
+        return False
+    state = _sqlstate(error)
+    # psycopg reports a refused or dropped connection without an SQLSTATE.
+    return state is None or state.startswith("08") or state in _PG_UNAVAILABLE
+
+
+def _is_lock_failure(exc: BaseException) -> bool:
+    if not isinstance(exc, OperationalError):
+        return False
+    error = _driver_error(exc)
+    name = getattr(error, "sqlite_errorname", None)
+    if name is not None:
+        return name in _SQLITE_BUSY
+    return _is_postgresql(error) and _sqlstate(error) in _PG_BUSY
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is a query on a table that does not exist."""
+    if not isinstance(exc, OperationalError | ProgrammingError):
+        return False
+    error = _driver_error(exc)
+    if getattr(error, "sqlite_errorname", None) is not None:
+        return str(error).startswith("no such table")
+    return _is_postgresql(error) and _sqlstate(error) == _PG_UNDEFINED_TABLE
+
+
+def database_error(exc: BaseException) -> RivetError | None:
+    """Return the coded error for a database outage or lock failure, if it is one.
+
+    ``None`` for every other exception (including other database errors,
+    which are bugs: a missing column, a constraint the code should have
+    checked...).
+    """
+    if not isinstance(exc, DatabaseError):
+        return None
+    metadata = {"retry_after": RETRY_AFTER}
+    if _is_lock_failure(exc):
+        return ActorBusy(
+            "The actor stayed locked by other work; nothing changed, retry later",
+            metadata=metadata,
+        )
+    if is_connection_failure(exc):
+        return ActorUnavailable(
+            "The database is unavailable; nothing changed, retry later",
+            metadata=metadata,
+        )
+    return None
 
 
 def public_error(exc: BaseException) -> RivetError:
     """Map any exception to what the wire may show; log internal ones."""
     if isinstance(exc, RivetError):
         return exc
-    logger.error("internal error in actor code", exc_info=exc)
+    coded = database_error(exc)
+    if coded is not None:
+        logger.warning(
+            "database error answered as %s: %s",
+            coded.qualified_code,
+            str(_driver_error(exc)).strip(),
+        )
+        return coded
+    if is_missing_table(exc):
+        # Not the actor's fault: the database lacks django-rivet's (or the
+        # project's) tables.
+        logger.error(
+            "a database table is missing, %s: %s",
+            MIGRATE_HINT,
+            str(_driver_error(exc)).strip(),
+        )
+    else:
+        logger.error("internal error in actor code", exc_info=exc)
     if rivet_settings.EXPOSE_ERRORS:
         return InternalError(f"{type(exc).__name__}: {exc}")
     return InternalError()

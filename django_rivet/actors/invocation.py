@@ -22,14 +22,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from asgiref.sync import async_to_sync
-from django.db import transaction
+from django.db import Error as DatabaseError
 
 from .. import events
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
-from ..exceptions import ActionTimeout, Forbidden, RivetError
+from ..exceptions import (
+    ActionTimeout,
+    ActorBusy,
+    ActorUnavailable,
+    Forbidden,
+    RivetError,
+    StateTooLarge,
+    UserError,
+)
 from ..models import Actor as ActorRow
-from ..models import Connection
+from ..models import Connection, db
 from . import registry, rows
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
@@ -223,7 +231,7 @@ class Invocation:
 
     def after_commit(self, func: Callable[..., Any], *args: Any) -> None:
         """Run ``func(*args)`` once the invocation's transaction commits."""
-        transaction.on_commit(lambda: func(*args), robust=True)
+        db.on_commit(lambda: func(*args), robust=True)
 
     def auth_info(self, request: AuthRequest) -> AuthInfo:
         """Describe the caller and the call for ``on_auth``."""
@@ -240,16 +248,35 @@ class Invocation:
         )
 
     def authorize(self, request: AuthRequest) -> None:
-        """Run ``on_auth`` for external callers; any exception refuses."""
+        """Run ``on_auth`` for external callers; refuse unless it allows.
+
+        ``None`` or ``True`` allows; ``False`` refuses with
+        ``actor/forbidden``, as raising does. A :class:`UserError` keeps its
+        code, message and metadata, answered as a refusal (HTTP 403, close
+        4403); another :class:`RivetError` keeps its message; any other
+        exception refuses with a bare ``actor/forbidden``. Database errors
+        and timeouts are not refusals and propagate. Any other return value
+        is a bug in the hook, refused as an internal error (never allowed).
+        """
         if not self.origin.external or not self.definition.overrides("on_auth"):
             return
         try:
-            self.call_hook("on_auth", self.auth_info(request))
-        except ActionTimeout:
+            verdict = self.call_hook("on_auth", self.auth_info(request))
+        except (ActionTimeout, ActorBusy, ActorUnavailable, DatabaseError):
             raise
+        except UserError as exc:
+            raise refusal(exc) from exc
         except Exception as exc:
             message = exc.message if isinstance(exc, RivetError) else "Forbidden"
             raise Forbidden(message) from exc
+        if verdict is None or verdict is True:
+            return
+        if verdict is False:
+            raise Forbidden()
+        raise TypeError(
+            f"{self.definition.__name__}.on_auth returned {verdict!r}; return "
+            "None or True to allow the call, False (or raise) to refuse it"
+        )
 
     # -- connections ----------------------------------------------------------
     def _conn_from_row(self, row: Connection) -> Conn:
@@ -296,7 +323,12 @@ class Invocation:
 
     # -- persistence -------------------------------------------------------------
     def persist(self) -> None:
-        """Write what changed, in the invocation's transaction."""
+        """Write what changed, in the invocation's transaction.
+
+        A changed state (or connection state) encoded larger than
+        ``MAX_STATE_BYTES`` is refused with ``actor/state_too_large``
+        before anything is written; the caller's transaction rolls back.
+        """
         new_bytes = cbor_dumps(self.state)
         state: bytes | None = None
         if new_bytes != self.state_bytes:
@@ -305,10 +337,12 @@ class Invocation:
             ):
                 self.call_hook("on_state_change", self.state)
                 new_bytes = cbor_dumps(self.state)
+            check_state_size(new_bytes, "actor")
             state = new_bytes
         for conn in self._conns.values():
             data = conn.changed_state()
             if data is not None:
+                check_state_size(data, "connection")
                 Connection.objects.filter(pk=conn.id).update(state=data)
                 conn.state_saved(data)
         event_seq: int | None = None
@@ -338,6 +372,23 @@ class Invocation:
     def timed_out(self) -> bool:
         """Tell whether the invocation ran past its deadline."""
         return time.monotonic() > self.deadline
+
+
+def refusal(error: UserError) -> UserError:
+    """Return ``error`` as ``on_auth``'s refusal: its code, answered with 403."""
+    refused = UserError(error.message, code=error.code, metadata=error.metadata)
+    refused.http_status = 403
+    return refused
+
+
+def check_state_size(data: bytes, what: str) -> None:
+    """Refuse an encoded state over ``MAX_STATE_BYTES`` (``actor/state_too_large``)."""
+    limit = int(rivet_settings.MAX_STATE_BYTES)
+    if len(data) > limit:
+        raise StateTooLarge(
+            f"The {what} state is {len(data)} bytes encoded; the limit is {limit}",
+            metadata={"size": len(data), "limit": limit},
+        )
 
 
 def action_timeout(definition: type[Actor] | None = None) -> float:

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
 from django.db.models import F, Sum
 from django.db.models.functions import Length
 
@@ -28,7 +27,7 @@ from ..exceptions import (
     KVTooManyKeys,
     KVValueTooLarge,
 )
-from ..models import Actor, ActorKV
+from ..models import Actor, ActorKV, db
 
 __all__ = [
     "MAX_ACTOR_KV_BYTES",
@@ -205,7 +204,7 @@ class ActorKVStore:
     def _put(self, pairs: builtins.list[tuple[bytes, bytes]]) -> None:
         if not pairs:
             return
-        with transaction.atomic(savepoint=False):
+        with db.atomic(savepoint=False):
             old_sizes = {
                 bytes(k): size
                 for k, size in self._rows()
@@ -236,7 +235,7 @@ class ActorKVStore:
             )
 
     def _delete_rows(self, rows: Any) -> None:
-        with transaction.atomic(savepoint=False):
+        with db.atomic(savepoint=False):
             size = rows.aggregate(size=Sum(Length("key") + Length("value")))["size"]
             if size:
                 self._account(-size)

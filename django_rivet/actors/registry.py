@@ -20,6 +20,8 @@ from .definition import Actor
 __all__ = [
     "all_actors",
     "get",
+    "get_external",
+    "public_actors",
     "lookup",
     "register",
     "register_discovered",
@@ -71,6 +73,23 @@ def get(name: str) -> type[Actor]:
 def all_actors() -> dict[str, type[Actor]]:
     """Return a snapshot of the registry."""
     return actors.snapshot()
+
+
+def get_external(name: str) -> type[Actor]:
+    """Return the class serving ``name`` to the transports.
+
+    A ``server_only`` class is refused with the very error an unknown name
+    gets, so HTTP, WebSocket and RivetKit callers cannot tell it exists.
+    """
+    cls = actors.get(name)
+    if cls.server_only:
+        raise actors.not_found(name)
+    return cls
+
+
+def public_actors() -> dict[str, type[Actor]]:
+    """Return the classes the transports serve (no ``server_only`` ones)."""
+    return {name: cls for name, cls in actors.snapshot().items() if not cls.server_only}
 
 
 def _is_actors_module(module_name: str) -> bool:

@@ -4,6 +4,7 @@ Keys are normalized here, and the two statements every invocation runs on
 the ``Actor`` table live here: the one that locks and reads the row, and the
 one that writes what changed. Both are raw SQL on purpose: they run on every
 invocation, and the ORM's query compilation cost more than the statements.
+They run on django-rivet's database (:mod:`django_rivet.models.db`).
 """
 
 from __future__ import annotations
@@ -13,18 +14,22 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock
-from ..exceptions import ActorAlreadyExists, ActorNotFound, InvalidKey
+from ..exceptions import ActorNotFound, InvalidKey
 from ..models import Actor as ActorRow
+from ..models import db
 
 __all__ = [
     "ActorRef",
     "LockedRow",
     "canonical_key",
-    "lock_row",
+    "fetch_locked",
+    "insert_row",
     "normalize_key",
+    "provisional_row",
     "update_row",
 ]
 
@@ -119,7 +124,7 @@ class LockedRow:
 _COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
 
 
-def _locking_sql(by_id: bool) -> str:
+def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool) -> str:
     """Return the one statement that locks and reads an actor row."""
     ops = connection.ops
     table = ops.quote_name(ActorRow._meta.db_table)
@@ -128,20 +133,27 @@ def _locking_sql(by_id: bool) -> str:
     if connection.vendor == "postgresql":
         return f"SELECT {columns} FROM {table} WHERE {where} FOR UPDATE"
     # Elsewhere (SQLite) the first statement is a write, which takes the
-    # write lock (with its busy timeout) before anything is read.
+    # write lock (with its busy timeout) before anything is read -- also when
+    # no row matches, so creating an actor is serialized too.
     version = ops.quote_name("version")
     return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
 
 
-def _fetch_locked(ref: ActorRef, key: str | None) -> LockedRow | None:
+def fetch_locked(ref: ActorRef) -> LockedRow | None:
+    """Lock and read the actor row of ``ref``; ``None`` if there is none.
+
+    Runs inside the invocation's transaction; reveals nothing to the caller
+    by itself, so the spine can authorize before saying whether it exists.
+    """
+    connection = db.connection()
     pk = ActorRow._meta.pk
     assert pk is not None
     if ref.actor_id is not None:
         params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
     else:
-        params = [ref.name, key]
+        params = [ref.name, canonical_key(ref.key)]
     with connection.cursor() as cursor:
-        cursor.execute(_locking_sql(ref.actor_id is not None), params)
+        cursor.execute(_locking_sql(connection, ref.actor_id is not None), params)
         found = cursor.fetchone()
     if found is None:
         return None
@@ -156,51 +168,39 @@ def _fetch_locked(ref: ActorRef, key: str | None) -> LockedRow | None:
     )
 
 
-def lock_row(ref: ActorRef) -> tuple[LockedRow, bool]:
-    """Lock (and maybe create) the actor row; return ``(row, created)``."""
-    key = canonical_key(ref.key) if ref.actor_id is None else None
-    row = _fetch_locked(ref, key)
-    if row is not None:
-        if ref.mode == "create":
-            raise ActorAlreadyExists(
-                f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",
-                metadata={"actor_id": str(row.id)},
-            )
-        return row, False
-    if ref.mode == "get" or ref.actor_id is not None:
-        raise ActorNotFound(
-            "Actor not found",
-            metadata={"name": ref.name, "key": list(ref.key)}
-            if ref.actor_id is None
-            else {"actor_id": str(ref.actor_id)},
-        )
-    assert ref.name is not None and key is not None  # by-id refs never create
+def provisional_row(ref: ActorRef) -> LockedRow:
+    """Describe the row an absent actor would get (nothing is written yet)."""
+    assert ref.name is not None
+    return LockedRow(uuid.uuid4(), ref.name, list(ref.key), b"", 0, 0)
+
+
+def insert_row(row: LockedRow) -> bool:
+    """Insert a provisional row; ``False`` if another process created it first.
+
+    The insert runs in a savepoint, so a lost race (PostgreSQL: the unique
+    ``(name, key)`` constraint) leaves the invocation's transaction usable
+    for the caller to start over on the other row.
+    """
     now = clock.now_datetime()
     new = ActorRow(
-        id=uuid.uuid4(),
-        name=ref.name,
-        key=key,
-        key_parts=list(ref.key),
+        id=row.id,
+        name=row.name,
+        key=canonical_key(tuple(row.key_parts)),
+        key_parts=list(row.key_parts),
         created_at=now,
         updated_at=now,
     )
     try:
-        with transaction.atomic():
-            new.save(force_insert=True)
+        with db.atomic():
+            new.save(force_insert=True, using=db.alias())
     except IntegrityError:
-        # Another process created it first (PostgreSQL); lock and use theirs.
-        row = _fetch_locked(ref, key)
-        if row is None:
-            raise
-        if ref.mode == "create":
-            raise ActorAlreadyExists(metadata={"actor_id": str(row.id)}) from None
-        return row, False
-    created = LockedRow(new.id, new.name, list(ref.key), b"", 0, 0)
-    return created, True
+        return False
+    return True
 
 
 def update_row(actor_id: uuid.UUID, state: bytes | None, event_seq: int | None) -> None:
     """Write a new state (bumping the version) and/or event seq of a row."""
+    connection = db.connection()
     ops = connection.ops
     assignments: list[str] = []
     params: list[Any] = []

@@ -3,57 +3,83 @@
 ``invoke(ref, operation, origin)``:
 
 1. resolves the definition and lets the operation check its arguments
-   (``request/invalid_args``, ``actor/action_not_found``) before any I/O;
-2. opens a transaction and locks the actor row -- ``SELECT ... FOR UPDATE`` on
-   PostgreSQL; on SQLite the first statement is a write, which takes the
-   database write lock, so two processes never read the same version. A
-   reference by name *and* id must name the row's class (``actor/not_found``
-   otherwise), checked here once for every transport;
+   (``request/invalid_args``, ``actor/action_not_found``) before any I/O; a
+   ``server_only`` class is unknown to external callers;
+2. opens a transaction on django-rivet's database (:mod:`..models.db`),
+   bounds its lock waits on PostgreSQL (``LOCK_TIMEOUT``, ``actor/busy``)
+   and locks the actor row -- ``SELECT ... FOR UPDATE`` on PostgreSQL; on
+   SQLite the first statement is a write, which takes the database write
+   lock, so two processes never read the same version. A reference by name
+   *and* id must name the row's class (``actor/not_found`` otherwise),
+   checked here once for every transport;
 3. runs ``on_auth`` for external callers (HTTP, WebSocket) when the operation
-   asks for it (:attr:`Operation.auth`) -- before ``create_state``,
-   ``on_create`` and ``on_wake``, so a refused caller runs no actor code;
+   asks for it (:attr:`Operation.auth`) -- before saying whether the actor
+   exists (``actor/not_found``, ``actor/already_exists``) and before
+   ``create_state``, ``on_create`` and ``on_wake``, so a refused caller
+   learns nothing and runs no actor code. For an actor that does not exist
+   yet it runs on a provisional row (``ctx.state`` is ``None``), which is
+   inserted only if the call goes on to create the actor;
 4. loads the state (reusing this process's decoded copy when the row version
    matches), runs the creation and wake hooks, then the operation;
-5. persists state (only if its CBOR encoding changed), connection states and
-   the event log, in the same transaction as the handler's KV and ORM writes;
-6. commits, then delivers broadcasts and sends (``transaction.on_commit``).
+5. persists state (only if its CBOR encoding changed, and within
+   ``MAX_STATE_BYTES``), connection states and the event log, in the same
+   transaction as the handler's KV and ORM writes;
+6. commits, then delivers broadcasts and sends (``on_commit``).
 
-Any exception rolls everything back and propagates unchanged; transports map
-it to the wire with :func:`~django_rivet.actors.errors.public_error`.
+Any exception rolls everything back and propagates unchanged, except the
+database's own failures: an outage becomes ``actor/unavailable`` and a lock
+wait that ran out ``actor/busy`` (:func:`~.errors.database_error`). A
+connection found dead before any actor code ran (a stale connection after a
+database restart) is closed and the call tried once more. Transports map
+exceptions to the wire with :func:`~django_rivet.actors.errors.public_error`.
 
 Async handlers run with ``async_to_sync`` inside the invoking thread; their
 ORM calls (the async ORM, thread-sensitive ``sync_to_async``) hop back into
 that thread, so they share its connection and transaction. Async callers run
 ``invoke`` in a worker thread of :data:`executor`, never in the single
 thread-sensitive thread, so one actor awaiting I/O does not stall the rest.
+Each job there starts and ends with Django's ``close_old_connections()``, as
+a request does (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import connections, transaction
+from django.db import Error as DatabaseError
+from django.db import close_old_connections, connections
 
 from .. import clock
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
-from ..exceptions import ActionTimeout, ActorNotFound, ReentrantCall
+from ..exceptions import (
+    ActionTimeout,
+    ActorAlreadyExists,
+    ActorNotFound,
+    ReentrantCall,
+)
 from ..models import Actor as ActorRow
+from ..models import db
 from . import cache, registry, rows
 from .definition import Actor
+from .errors import database_error, is_connection_failure
 from .invocation import (
     INTERNAL,
     STATE_MAX_DEPTH,
     Invocation,
     Operation,
     Origin,
+    action_timeout,
     active_ids,
     current,
     current_invocation,
@@ -73,32 +99,91 @@ __all__ = [
 
 INVOKE_THREADS = 16
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _with_clean_connections(job: Callable[[], T]) -> T:
+    # What Django does around a request, and Channels around each
+    # database_sync_to_async call: close connections older than CONN_MAX_AGE
+    # or left unusable by an error (they reconnect on next use), and re-arm
+    # CONN_HEALTH_CHECKS.
+    close_old_connections()
+    try:
+        return job()
+    finally:
+        close_old_connections()
+
+
+class InvokeExecutor(ThreadPoolExecutor):
+    """Worker threads that follow Django's connection rules around every job."""
+
+    def submit(
+        self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Future[T]:
+        """Schedule ``fn``, with ``close_old_connections()`` before and after."""
+        job = functools.partial(fn, *args, **kwargs)
+        return super().submit(_with_clean_connections, job)
+
+
 # Threads for invocations started from async code (see module docstring).
-executor = ThreadPoolExecutor(
-    max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke"
-)
+executor = InvokeExecutor(max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke")
+
+# Times a call starts over after another process created its actor first.
+MAX_CREATE_RACES = 3
 
 # Seconds between two looks for idle actors, done after an invocation.
 IDLE_CHECK_INTERVAL = 1.0
 _last_idle_check = 0.0
 
 
-def _resolve_definition(ref: ActorRef) -> type[Actor]:
+class _Raced(Exception):
+    """Another process created the actor between our look and our insert."""
+
+
+@dataclass(slots=True)
+class _Progress:
+    """How far an attempt got: past this point a failure is never retried."""
+
+    user_code: bool = False
+
+
+def _resolve_definition(ref: ActorRef, origin: Origin) -> type[Actor]:
     if ref.name is not None:
-        return registry.get(ref.name)
-    assert ref.actor_id is not None
-    # An actor loaded in this process needs no lookup; invoke() checks the
-    # locked row's name anyway, in case the id now belongs to another class.
-    definition = cache.cached_definition(ref.actor_id)
-    if definition is not None:
-        # The registry, not the cache, says which class serves the name now.
-        return registry.get(definition.name)
-    name = (
-        ActorRow.objects.filter(pk=ref.actor_id).values_list("name", flat=True).first()
+        definition = registry.get(ref.name)
+    else:
+        assert ref.actor_id is not None
+        # An actor loaded in this process needs no lookup; invoke() checks
+        # the locked row's name anyway, in case the id now belongs to another
+        # class. The registry, not the cache, says which class serves it now.
+        cached = cache.cached_definition(ref.actor_id)
+        name = (
+            cached.name
+            if cached is not None
+            else ActorRow.objects.filter(pk=ref.actor_id)
+            .values_list("name", flat=True)
+            .first()
+        )
+        if name is None:
+            raise _not_found(ref)
+        definition = registry.get(name)
+    if origin.external and definition.server_only:
+        # Exactly what an unknown name or id gets (see registry.get_external).
+        if ref.name is not None:
+            raise registry.actors.not_found(ref.name)
+        raise _not_found(ref)
+    return definition
+
+
+def _not_found(ref: ActorRef) -> ActorNotFound:
+    """The error for an absent actor: only what the caller itself sent."""
+    if ref.actor_id is not None:
+        return ActorNotFound(
+            "Actor not found", metadata={"actor_id": str(ref.actor_id)}
+        )
+    return ActorNotFound(
+        "Actor not found", metadata={"name": ref.name, "key": list(ref.key)}
     )
-    if name is None:
-        raise ActorNotFound("Actor not found", metadata={"actor_id": str(ref.actor_id)})
-    return registry.get(name)
 
 
 def _definition_for(
@@ -117,22 +202,78 @@ def _definition_for(
 
 
 def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> Any:
-    """Run ``operation`` on the actor ``ref`` atomically, one at a time."""
-    definition = _resolve_definition(ref)
-    operation.prepare(definition)
+    """Run ``operation`` on the actor ``ref`` atomically, one at a time.
+
+    A database that cannot be reached raises ``actor/unavailable``, a lock
+    wait past ``LOCK_TIMEOUT`` ``actor/busy`` (nothing changed in either
+    case). A connection found dead before any actor code ran (a stale one,
+    after a database restart) is replaced and the call tried once more.
+    """
     # The time limit counts from here, including the wait for the lock.
     started = time.monotonic()
+    outermost = not db.in_atomic_block()
+    retried = False
+    races = 0
+    while True:
+        progress = _Progress()
+        try:
+            return _invoke(ref, operation, origin, started, outermost, progress)
+        except _Raced:
+            # The other process's row is committed now: use it. (Losing
+            # again means it was destroyed meanwhile; a few rounds at most.)
+            races += 1
+            if races > MAX_CREATE_RACES:
+                raise ActorNotFound("The actor was destroyed while created") from None
+            continue
+        except DatabaseError as exc:
+            if (
+                outermost
+                and not retried
+                and not progress.user_code
+                and is_connection_failure(exc)
+            ):
+                retried = True
+                logger.info("database connection lost, retrying once: %s", exc)
+                db.connection().close()
+                continue
+            coded = database_error(exc)
+            if coded is not None:
+                raise coded from exc
+            raise
+
+
+def _invoke(
+    ref: ActorRef,
+    operation: Operation,
+    origin: Origin,
+    started: float,
+    outermost: bool,
+    progress: _Progress,
+) -> Any:
+    definition = _resolve_definition(ref, origin)
+    operation.prepare(definition)
     active = active_ids.get()
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
-        with transaction.atomic():
-            row, created = rows.lock_row(ref)
-            if row.id in active:
-                raise ReentrantCall()
-            definition = _definition_for(ref, row, definition)
+        with db.atomic():
+            if outermost:
+                _bound_lock_wait(definition, started)
+            row = rows.fetch_locked(ref)
+            exists = row is not None
+            if row is None:
+                if ref.actor_id is not None:
+                    # By id: the caller holds the (unguessable) id already.
+                    raise _not_found(ref)
+                # Absent: on_auth still runs (on a provisional row), so a
+                # refused caller cannot tell absent from existing.
+                row = rows.provisional_row(ref)
+            else:
+                if row.id in active:
+                    raise ReentrantCall()
+                definition = _definition_for(ref, row, definition)
             entry, fresh, state, state_bytes = cache.checkout(row, definition)
             checked_out = (row.id, entry, fresh)
-            if state_bytes is None and not created:
+            if state_bytes is None and exists:
                 state_bytes = bytes(row.state)
                 state = (
                     cbor_loads(state_bytes, max_depth=STATE_MAX_DEPTH)
@@ -147,13 +288,14 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
                 state_bytes or b"",
                 origin,
                 started,
-                created,
+                not exists,
                 ref.input,
             )
+            progress.user_code = True
             active_token = active_ids.set(active | {row.id})
             current_token = current.set(invocation)
             try:
-                result = _run(invocation, operation, fresh)
+                result = _run(invocation, operation, fresh, ref)
             finally:
                 current.reset(current_token)
                 active_ids.reset(active_token)
@@ -168,17 +310,52 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     return result
 
 
-def _run(invocation: Invocation, operation: Operation, fresh: bool) -> Any:
+def _bound_lock_wait(definition: type[Actor], started: float) -> None:
+    """Bound this transaction's lock waits (PostgreSQL ``lock_timeout``).
+
+    ``LOCK_TIMEOUT``, but never past the invocation's own time limit; set
+    with ``SET LOCAL`` semantics, so it ends with the transaction. Only the
+    outermost invocation sets it: a nested one must not change the bound of
+    a transaction it does not own.
+    """
+    connection = db.connection()
+    if connection.vendor != "postgresql":
+        return
+    limit = rivet_settings.LOCK_TIMEOUT
+    seconds = action_timeout(definition) - (time.monotonic() - started)
+    if limit is not None:
+        seconds = min(float(limit), seconds)
+    # 0 would mean "no limit" to PostgreSQL.
+    milliseconds = max(int(seconds * 1000), 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"]
+        )
+
+
+def _run(
+    invocation: Invocation, operation: Operation, fresh: bool, ref: ActorRef
+) -> Any:
     auth = operation.auth
     if auth is not None:
         invocation.authorize(auth)
+    # Only an authorized caller learns whether the actor exists.
     if invocation.created:
+        if ref.mode == "get":
+            raise _not_found(ref)
+        if not rows.insert_row(invocation.row):
+            raise _Raced()
         invocation.state = invocation.call(
             invocation.instance.create_state, invocation.ctx, invocation.input
         )
         invocation.call_hook("on_create", invocation.input)
         if invocation.definition.overrides("on_state_change"):
             invocation.created_bytes = cbor_dumps(invocation.state)
+    elif ref.mode == "create":
+        raise ActorAlreadyExists(
+            f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",
+            metadata={"actor_id": str(invocation.actor_id)},
+        )
     if fresh:
         invocation.call_hook("on_wake")
     if invocation.origin.conn_id is not None and invocation.conn is None:
@@ -201,7 +378,7 @@ def _after(invocation: Invocation) -> None:
     if invocation.destroy_requested or invocation.sleep_requested:
         cache.drop(invocation.actor_id, entry)
         return
-    if transaction.get_connection().in_atomic_block:
+    if db.in_atomic_block():
         # Nested in the caller's transaction: it may still roll back, so
         # the state is not known to be committed; don't cache it.
         return
@@ -221,10 +398,7 @@ def _maybe_evict_idle() -> None:
     if now - _last_idle_check < IDLE_CHECK_INTERVAL:
         return
     _last_idle_check = now
-    if (
-        current_invocation() is None
-        and not transaction.get_connection().in_atomic_block
-    ):
+    if current_invocation() is None and not db.in_atomic_block():
         evict_idle()
 
 
@@ -269,9 +443,10 @@ async def ainvoke(
 def close_worker_connections() -> None:
     """Close the database connections of every invocation worker thread.
 
-    Worker threads keep their connection between invocations (reconnecting
-    each time would cost more than the invocation). Call this before
-    dropping a database, e.g. at the end of a test session.
+    Worker threads keep their connection between invocations as long as
+    ``CONN_MAX_AGE`` allows (``None`` or a number of seconds; Django's
+    default 0 reconnects for every job, as it does for every request). Call
+    this before dropping a database, e.g. at the end of a test session.
     """
     size = INVOKE_THREADS
     # Every job waits for all the others, so each runs in a thread of its own.

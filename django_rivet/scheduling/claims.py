@@ -34,13 +34,12 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
-
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
 from ..exceptions import ActionNotFound, RivetError
+from ..models import db
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -95,6 +94,7 @@ def claim_lease() -> float:
 
 def skip_locked() -> bool:
     """Tell whether the database can pick claim batches with SKIP LOCKED."""
+    connection = db.connection()
     return bool(connection.features.has_select_for_update_skip_locked)
 
 
@@ -107,8 +107,9 @@ def claim_transaction() -> Iterator[None]:
     of the handler flushes the WAL past it anyway. That saves one fsync per
     firing. Only for a transaction of its own, never inside a caller's.
     """
+    connection = db.connection()
     outermost = not connection.in_atomic_block
-    with transaction.atomic():
+    with db.atomic():
         if outermost and connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")

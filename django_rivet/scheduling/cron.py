@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
 
 from .. import clock, dispatch
 from ..conf import rivet_settings
 from ..exceptions import TooManySchedules
-from ..models import CronJob, CronKind, CronRun, CronRunResult
+from ..models import CronJob, CronKind, CronRun, CronRunResult, db
 from . import crontab
 from .schedules import encode_call
 
@@ -104,7 +103,7 @@ def advance(
         **changes,
     )
     if updated and enqueue:
-        transaction.on_commit(
+        db.on_commit(
             lambda: wake_cron(job.pk, clock.to_timestamp(following)), robust=True
         )
     return bool(updated)

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-
 from .. import clock
 from ..actors.definition import Actor, HandlerSpec
 from ..encoding import cbor_loads
-from ..models import CronJob, CronRun, CronRunResult
+from ..models import CronJob, CronRun, CronRunResult, db
 from .claims import (
     ClaimLost,
     Fired,
@@ -168,7 +166,7 @@ def fire_claimed_cron(claim: CronClaim) -> Fired:
     fired_at = clock.now_datetime()
 
     def record_error(exc: BaseException) -> None:
-        with transaction.atomic():
+        with db.atomic():
             if _release(claim):
                 _record(claim, fired_at, CronRunResult.ERROR, describe(exc))
 

@@ -34,7 +34,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
 
 from .. import clock, dispatch
 from ..actors.definition import Actor, HandlerSpec
@@ -51,7 +50,7 @@ from ..exceptions import (
     QueueMessageTooLarge,
     error_from_dict,
 )
-from ..models import QueueMessage, QueueMessageStatus
+from ..models import QueueMessage, QueueMessageStatus, db
 from .claims import Fired, Firing, claim_transaction, describe, fire, fired_by
 
 if TYPE_CHECKING:
@@ -272,7 +271,7 @@ def send(
     actor_id, message_id = invoke(ref, operation, origin or INTERNAL)
     if not wait:
         return {"status": "queued"}
-    if transaction.get_connection().in_atomic_block:
+    if db.in_atomic_block():
         return _wait_inline(actor_id, message_id, deadline)
     return _wait_for_reply(actor_id, message_id, deadline)
 

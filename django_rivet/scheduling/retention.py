@@ -35,7 +35,6 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F, QuerySet, Value, Window
 from django.db.models.functions import Coalesce, RowNumber
 
@@ -48,6 +47,7 @@ from ..models import (
     Workflow,
     WorkflowKV,
     WorkflowMessage,
+    db,
 )
 from .claims import skip_locked
 from .cron import history_limit
@@ -176,7 +176,7 @@ def eligible_counts() -> Counts:
 def _purge_workflows(limit: int) -> Counts:
     """Delete up to ``limit`` eligible workflows with their history and inbox."""
     candidates = _workflows().order_by("finished_at").values_list("pk", flat=True)
-    with transaction.atomic():
+    with db.atomic():
         if skip_locked():
             # The row locks keep a concurrent recover()/replay() from claiming
             # them, and let concurrent purgers split the backlog.

@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Least
 
@@ -42,6 +41,7 @@ from ..models import (
     QueueMessageStatus,
     Schedule,
     ScheduleStatus,
+    db,
 )
 from .claims import claim_lease
 from .cron import wake_cron
@@ -122,7 +122,7 @@ def recover_stale_claims() -> int:
     """Return claims older than the claim lease to pending."""
     before = clock.to_datetime(clock.now() - claim_lease())
     released = {"claim_token": None, "claimed_at": None}
-    with transaction.atomic():
+    with db.atomic():
         count = Schedule.objects.stale_claims(before).update(
             status=ScheduleStatus.PENDING, **released
         )

@@ -27,8 +27,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
-from django.db import connection as db_connection
-from django.db import transaction
 
 from .. import clock, events
 from ..actors.context import Conn
@@ -46,7 +44,7 @@ from ..exceptions import (
     Forbidden,
     RivetError,
 )
-from ..models import Connection
+from ..models import Connection, db
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -117,7 +115,7 @@ def refused_subscriptions(
         return refused
     for name in names:
         try:
-            with transaction.atomic():
+            with db.atomic():
                 allowed = invocation.call_hook("can_subscribe", name)
         except ActionTimeout:
             raise
@@ -292,7 +290,7 @@ class Disconnect:
             state_before = cbor_dumps(invocation.state)
             broadcasts = len(invocation.broadcasts)
             try:
-                with transaction.atomic():
+                with db.atomic():
                     invocation.call_hook("on_disconnect", conn)
             except Exception:
                 logger.exception(
@@ -308,11 +306,12 @@ class Disconnect:
 # -- heartbeat ----------------------------------------------------------------
 def touch_connections(server_id: str = SERVER_ID) -> int:
     """Refresh ``last_seen_at`` of every connection held by ``server_id``."""
+    connection = db.connection()
     rows = Connection.objects.filter(server_id=server_id)
     now = clock.now_datetime()
-    if not db_connection.features.has_select_for_update_skip_locked:
+    if not connection.features.has_select_for_update_skip_locked:
         return rows.update(last_seen_at=now)
-    with transaction.atomic():
+    with db.atomic():
         # Skip rows an invocation holds locked (it is updating their state):
         # waiting for them could deadlock against its lock order, and a
         # connection busy in an invocation is alive anyway.

@@ -29,7 +29,7 @@ import uuid
 from typing import Any
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
+from channels.db import aclose_old_connections, database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -80,6 +80,9 @@ __all__ = [
     "close_code_for",
 ]
 
+# Messages around which Django's connection rules run (see dispatch()).
+CONNECTION_EDGES = frozenset({"websocket.connect", "websocket.disconnect"})
+
 # Actions waiting behind the running one; beyond this the consumer stops
 # reading frames (TCP backpressure) instead of buffering without bound.
 MAX_PENDING_ACTIONS = 64
@@ -92,7 +95,8 @@ CLOSE_FORBIDDEN = 4403
 
 def close_code_for(error: RivetError, refused: bool) -> int:
     """Map a failed connect to its close code (4403 auth, 4400 request)."""
-    if refused or isinstance(error, Forbidden):
+    # 403: a refusal, also when on_auth raised a UserError (it keeps its code).
+    if refused or isinstance(error, Forbidden) or error.http_status == 403:
         return CLOSE_FORBIDDEN
     if error.http_status >= 500:
         return CLOSE_INTERNAL
@@ -142,14 +146,18 @@ class RivetConsumer(AsyncWebsocketConsumer):
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler.
 
-        Channels closes stale DB connections before every message; this
-        consumer reaches the database only through ``ainvoke`` and
-        ``database_sync_to_async``, which manage their own, so the per-frame
-        thread hop is skipped.
+        Channels closes stale DB connections before every message. Here that
+        happens at the start and end of a connection, as Django does per
+        request; in between the consumer reaches the database only through
+        ``ainvoke`` (whose threads close old connections around every job)
+        and ``database_sync_to_async`` (which does the same), so the
+        per-frame thread hop is skipped.
         """
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
+        if message["type"] in CONNECTION_EDGES:
+            await aclose_old_connections()
         await handler(message)
 
     # -- connect ------------------------------------------------------------------

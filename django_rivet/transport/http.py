@@ -43,6 +43,7 @@ from ..exceptions import (
     MalformedRequest,
     MethodNotAllowed,
     RequestTooLarge,
+    RivetError,
 )
 from ..models import Actor as ActorRow
 from ..scheduling import queues
@@ -55,6 +56,7 @@ logger = logging.getLogger("django_rivet.transport")
 
 __all__ = [
     "action_view",
+    "add_retry_after",
     "actor_view",
     "queue_view",
     "request_view",
@@ -105,9 +107,20 @@ def error_response(exc: BaseException, encoding: Encoding = "json") -> HttpRespo
         data = encode(error.to_dict(), encoding)
     except (TypeError, ValueError):  # metadata the codec refuses
         data = encode({**error.to_dict(), "metadata": None}, encoding)
-    return HttpResponse(
+    response = HttpResponse(
         data, status=error.http_status, content_type=MEDIA_TYPES[encoding]
     )
+    add_retry_after(response, error)
+    return response
+
+
+def add_retry_after(response: HttpResponse, error: RivetError) -> None:
+    """Copy a ``retry_after`` hint (busy, unavailable) into ``Retry-After``."""
+    metadata = error.metadata
+    if isinstance(metadata, dict):
+        seconds = metadata.get("retry_after")
+        if isinstance(seconds, int) and not isinstance(seconds, bool):
+            response["Retry-After"] = str(seconds)
 
 
 def _content_length(request: HttpRequest) -> int:
@@ -325,7 +338,8 @@ async def request_view(
     encoding = response_encoding(request)
     try:
         check_body_size(request)
-        definition = registry.get(name)
+        # A server-only class answers as an unknown name, before CSRF would.
+        definition = registry.get_external(name)
         rejection = await _csrf_rejection(request, definition)
         if rejection is not None:
             return rejection

@@ -47,11 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import Error as DatabaseError
-from django.db import connection, transaction
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import Workflow, WorkflowKV, WorkflowMessage
+from ..models import Workflow, WorkflowKV, WorkflowMessage, db
 from ..workflow import (
     KVDeletions,
     Message,
@@ -91,6 +90,7 @@ _DELETE_KEYS = 500
 
 @functools.cache
 def _renew_sql(vendor: str, stop_on_cancel: bool) -> str:
+    connection = db.connection()
     quote = connection.ops.quote_name
     sql = (
         f"UPDATE {quote(Workflow._meta.db_table)} "
@@ -104,6 +104,7 @@ def _renew_sql(vendor: str, stop_on_cancel: bool) -> str:
 
 @functools.cache
 def _upsert_sql(vendor: str, rows: int) -> str:
+    connection = db.connection()
     quote = connection.ops.quote_name
     value = quote("value")
     return (
@@ -215,6 +216,7 @@ class DjangoDriver:
 
     def renew_lease(self) -> None:
         """Extend the lease, or raise :class:`LeaseLost` (call in a transaction)."""
+        connection = db.connection()
         if self.lease_token is None:
             return
         expires = clock.to_datetime(clock.now() + self.lease_seconds)
@@ -255,6 +257,7 @@ class DjangoDriver:
         return rows
 
     def _upsert(self, writes: Iterable[KVWrite]) -> None:
+        connection = db.connection()
         # Last write wins within one batch (PostgreSQL refuses to update one
         # row twice in a single INSERT ... ON CONFLICT).
         pairs = {bytes(key): bytes(value) for key, value in writes}
@@ -283,7 +286,7 @@ class DjangoDriver:
                 cursor.execute(_upsert_sql(connection.vendor, len(chunk)), params)
 
     def _fenced(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with transaction.atomic():
+        with db.atomic():
             self.renew_lease()
             return fn(*args)
 
@@ -385,7 +388,7 @@ class DjangoDriver:
     ) -> Any:
         """Run ``fn`` and write ``make_writes(output)`` in one transaction.
 
-        Both run inside one ``transaction.atomic()`` where the driver's
+        Both run inside one ``db.atomic()`` where the driver's
         database work runs; an async ``fn`` runs to completion on a loop of
         asgiref's with its ORM calls coming back into that transaction, and
         ``make_writes`` (which touches the engine's in-memory storage) runs
@@ -395,7 +398,7 @@ class DjangoDriver:
         """
 
         def work(make_writes_on_loop: bool) -> Any:
-            with transaction.atomic():
+            with db.atomic():
                 _storage_errors(self.renew_lease)()
                 output = _call_sync_or_async(fn)
                 if make_writes_on_loop:
@@ -456,7 +459,7 @@ class DjangoDriver:
             rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
             if names is not None:
                 rows = rows.filter(name__in=list(names))
-            with transaction.atomic():
+            with db.atomic():
                 if not completable:
                     self.renew_lease()
                 found = list(

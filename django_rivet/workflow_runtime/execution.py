@@ -22,11 +22,15 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import transaction
-
 from .. import clock
 from ..exceptions import WorkflowNotFound
-from ..models import WORKFLOW_ACTIVE, WORKFLOW_FINISHED, Workflow, WorkflowStatus
+from ..models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowStatus,
+    db,
+)
 from ..workflow import (
     StepErrorEvent,
     StorageError,
@@ -100,7 +104,7 @@ def run(workflow_id: str, *, max_passes: int = MAX_PASSES) -> str | None:
             return status
     # Still due after many passes: yield the worker to other workflows.
     now = clock.now_datetime()
-    with transaction.atomic():
+    with db.atomic():
         rows = Workflow.objects.filter(pk=workflow_id, lease_token="")
         if rows.update(wake_at=now, **wake_fields(now)):
             schedule_wake(workflow_id, now)

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, connections, transaction
+from django.db import connections
 from django.db.models import F, Q
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
+from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -89,9 +89,9 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
             run_count=F("run_count") + 1,
             updated_at=now,
         )
-    with transaction.atomic():
+    with db.atomic():
         rows = Workflow.objects.filter(pk=workflow_id)
-        if connection.features.has_select_for_update_skip_locked:
+        if db.connection().features.has_select_for_update_skip_locked:
             picked = rows.filter(claimable).select_for_update(skip_locked=True)
             if not picked.values_list("pk", flat=True):
                 return None
@@ -138,7 +138,7 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
         **fields,
     }
     rows = Workflow.objects.filter(pk=lease.workflow_id, lease_token=lease.token)
-    with transaction.atomic():
+    with db.atomic():
         quiet = rows.filter(wake_signal=lease.wake_signal, cancel_requested=False)
         if quiet.update(**released):
             return released

@@ -14,7 +14,6 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F
 
 from .. import clock
@@ -25,6 +24,7 @@ from ..models import (
     WorkflowKV,
     WorkflowMessage,
     WorkflowStatus,
+    db,
 )
 from ..workflow import (
     HistoryEntry,
@@ -85,7 +85,7 @@ def start(
     # the workflow exists, rather than failing its first run.
     check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
     now = clock.now_datetime()
-    with transaction.atomic():
+    with db.atomic():
         row, created = Workflow.objects.get_or_create(
             id=workflow_id,
             defaults={
@@ -157,7 +157,7 @@ def history(workflow_id: str) -> list[HistoryEntry]:
 def wake(workflow_id: str) -> bool:
     """Make an active workflow run now; return False if it has finished."""
     now = clock.now_datetime()
-    with transaction.atomic():
+    with db.atomic():
         woken = (
             Workflow.objects.active()
             .filter(pk=workflow_id)
@@ -178,7 +178,7 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     """
     data = encode_body(body)
     now = clock.now_datetime()
-    with transaction.atomic():
+    with db.atomic():
         # The signal bump comes first: it locks the row, so a run releasing
         # concurrently either sees it (and runs again) or released before
         # (and its waiting_for is what we read next).
@@ -205,7 +205,7 @@ def cancel(workflow_id: str) -> bool:
     next claim cancels it.
     """
     now = clock.now_datetime()
-    with transaction.atomic():
+    with db.atomic():
         requested = (
             Workflow.objects.active()
             .filter(pk=workflow_id)

@@ -18,11 +18,10 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F, Min, Q
 
 from .. import clock, dispatch
-from ..models import Workflow
+from ..models import Workflow, db
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -59,7 +58,7 @@ def schedule_wake(workflow_id: str, wake_at: datetime | None) -> None:
     if dispatch.backend().eta_tasks and not wake_fields(wake_at):
         return
     eta = clock.to_timestamp(wake_at)
-    transaction.on_commit(lambda: send_task(workflow_id, eta), robust=True)
+    db.on_commit(lambda: send_task(workflow_id, eta), robust=True)
 
 
 def next_due_at() -> float | None:

@@ -1,6 +1,10 @@
 """Actors of the test app; discovered by the app registry's autodiscovery."""
 
 import asyncio
+import json
+import os
+
+from django.http import HttpResponse
 
 from django_rivet import Actor, UserError, action, queue_handler
 
@@ -323,8 +327,8 @@ class Vault(Actor):
     rivetkit_allow_destroy = True
 
     def on_auth(self, ctx, info):
-        if info.headers.get("X-Rivet-Token") != "open-sesame":
-            raise UserError("Wrong token", code="bad_token")
+        # False refuses (actor/forbidden), like raising does.
+        return info.headers.get("X-Rivet-Token") == "open-sesame"
 
     @action
     def open(self, ctx):
@@ -357,3 +361,117 @@ class StateWatcher(Actor):
     def destroy(self, ctx):
         ctx.destroy()
         return "destroyed"
+
+
+# -- authorization and the invocation spine (issues 12, 17, 18) ---------------------
+def side_effect(line):
+    """Record an effect outside the database (a file), which no rollback undoes."""
+    path = os.environ.get("RIVET_TEST_SIDE_EFFECTS")
+    if path:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+
+class Gate(Actor):
+    """``on_auth`` answers what the caller's ``X-Gate`` header asks for.
+
+    ``allow``/``admin`` return None, ``true`` True, ``false`` (or no header)
+    False, ``raise`` raises PermissionError, ``user`` raises a UserError; any
+    other word is returned as is (a buggy hook). ``wipe`` needs ``admin``.
+    Each allowed check is recorded in a Note (rolled back with a refused
+    call); lifecycle hooks record side effects outside the database.
+    """
+
+    name = "gate"
+
+    def on_auth(self, ctx, info):
+        word = info.headers.get("X-Gate")
+        if info.action == "wipe" and word != "admin":
+            return False
+        if word == "raise":
+            raise PermissionError("no entry")
+        if word == "user":
+            raise UserError(
+                "The gate is closed", code="gate_closed", metadata={"gate": "closed"}
+            )
+        if word is None:
+            return False
+        answers = {"allow": None, "admin": None, "true": True, "false": False}
+        verdict = answers.get(word, word)
+        if verdict is None or verdict is True:
+            seen = [info.transport, info.kind, info.action, info.queue]
+            Note.objects.create(text="auth " + json.dumps(seen))
+        return verdict
+
+    def create_state(self, ctx, input):
+        side_effect(f"create_state {ctx.name} {json.dumps(list(ctx.key))}")
+        return {"n": 0}
+
+    def on_create(self, ctx, input):
+        side_effect(f"on_create {ctx.name} {json.dumps(list(ctx.key))}")
+
+    def on_wake(self, ctx):
+        side_effect(f"on_wake {ctx.name} {json.dumps(list(ctx.key))}")
+
+    def on_request(self, ctx, request):
+        return HttpResponse("gate", content_type="text/plain")
+
+    @action
+    def bump(self, ctx):
+        ctx.state["n"] += 1
+        return ctx.state["n"]
+
+    @action
+    def wipe(self, ctx):
+        ctx.state["n"] = 0
+        return 0
+
+    @action
+    def count(self, ctx):
+        return ctx.state["n"]
+
+    @queue_handler("jobs")
+    def on_job(self, ctx, message):
+        return message
+
+
+class BackOffice(Actor):
+    """Reachable from server-side code only (``server_only``)."""
+
+    name = "backOffice"
+    server_only = True
+    initial_state = {"n": 0}
+
+    def on_request(self, ctx, request):
+        return HttpResponse("back office", content_type="text/plain")
+
+    @action
+    def bump(self, ctx):
+        ctx.state["n"] += 1
+        return ctx.state["n"]
+
+    @queue_handler("jobs")
+    def on_job(self, ctx, message):
+        return message
+
+
+class Hoard(Actor):
+    """Grows its state on demand, writing KV and a Note in the same call."""
+
+    initial_state = {"blob": ""}
+
+    @action
+    def grow(self, ctx, size: int):
+        Note.objects.create(text="hoard")
+        ctx.kv.put("grown", size)
+        ctx.state["blob"] = "x" * size
+        return size
+
+    @action
+    def grow_conn(self, ctx, size: int):
+        ctx.conn.state = "x" * size
+        return size
+
+    @action
+    def size(self, ctx):
+        return len(ctx.state["blob"])

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
+from channels.db import aclose_old_connections, database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils.datastructures import CaseInsensitiveMapping
@@ -54,6 +54,7 @@ from ...exceptions import (
 )
 from ...models import ActorEvent, Connection
 from ..connections import ConnAction, Connect, Disconnect, heartbeat
+from ..consumer import CONNECTION_EDGES
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
 from .cors import websocket_origin_allowed
@@ -148,10 +149,12 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         self._subscriptions_dirty = False
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        """Route a message; the database is only reached through the spine."""
+        """Route a message; see :meth:`RivetConsumer.dispatch` for connections."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
+        if message["type"] in CONNECTION_EDGES:
+            await aclose_old_connections()
         await handler(message)
 
     # -- connect ------------------------------------------------------------------
@@ -234,7 +237,8 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
 
     async def _refuse(self, exc: BaseException, offered: bool, refused: bool) -> None:
         error = public_error(exc)
-        if refused or isinstance(error, Forbidden):
+        # 403: a refusal, also when on_auth raised a UserError (kept as is).
+        if refused or isinstance(error, Forbidden) or error.http_status == 403:
             code = CLOSE_FORBIDDEN
         elif error.http_status >= 500:
             code = CLOSE_INTERNAL

@@ -53,6 +53,7 @@ from ...exceptions import (
     RequestTooLarge,
 )
 from ...scheduling import queues
+from ..http import add_retry_after
 from . import protocol
 from .addressing import (
     TOKEN_HEADER,
@@ -105,11 +106,13 @@ def _encoding(request: HttpRequest) -> WireEncoding:
 
 def _error(exc: BaseException, encoding: WireEncoding = "json") -> HttpResponse:
     error = public_error(exc)
-    return HttpResponse(
+    response = HttpResponse(
         protocol.encode_http_error(error, encoding),
         status=error.http_status,
         content_type=MEDIA_TYPES[encoding],
     )
+    add_retry_after(response, error)
+    return response
 
 
 def _response(data: bytes, encoding: WireEncoding, status: int = 200) -> HttpResponse:
@@ -234,7 +237,8 @@ async def metadata_view(request: HttpRequest) -> HttpResponseBase:
             "runtime": RUNTIME,
             "version": __version__,
             "envoyProtocolVersion": 1,
-            "actorNames": {name: {"metadata": {}} for name in registry.all_actors()},
+            # Server-only classes are not there for clients to find.
+            "actorNames": {name: {"metadata": {}} for name in registry.public_actors()},
         }
     )
 

@@ -154,7 +154,7 @@ async def csrf_rejection(
 
 async def _definition(address: GatewayTarget) -> type[Actor]:
     if address.name is not None:
-        return registry.get(address.name)
+        return registry.get_external(address.name)
     assert address.actor_id is not None
     name = (
         await ActorRow.objects.filter(pk=address.actor_id)
@@ -165,7 +165,13 @@ async def _definition(address: GatewayTarget) -> type[Actor]:
         raise ActorNotFound(
             "Actor not found", metadata={"actor_id": str(address.actor_id)}
         )
-    return registry.get(name)
+    definition = registry.get(name)
+    if definition.server_only:
+        # As for an unknown id: clients cannot tell it exists.
+        raise ActorNotFound(
+            "Actor not found", metadata={"actor_id": str(address.actor_id)}
+        )
+    return definition
 
 
 def _protected_view(request: HttpRequest) -> HttpResponse:  # pragma: no cover

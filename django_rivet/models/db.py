@@ -1,0 +1,51 @@
+"""The one database django-rivet's tables live in.
+
+ORM queries on the runtime's models follow the project's database routers
+by themselves; raw SQL, ``transaction.atomic()`` and ``on_commit`` must name
+a connection. Everything in the runtime that names one asks this module,
+which resolves the alias the routers give for writing the ``Actor`` model,
+so a project that routes django-rivet's models to another database keeps
+locks, state, KV, schedules, events and workflows in one transaction there.
+
+System check ``rivet.E403`` refuses routers that split django-rivet's models
+over several aliases (or read them from another alias than they write),
+which no transaction could make atomic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.transaction import Atomic
+
+from .actors import Actor
+
+__all__ = ["alias", "atomic", "connection", "in_atomic_block", "on_commit"]
+
+
+def alias() -> str:
+    """Return the database alias of django-rivet's tables (via the routers)."""
+    return router.db_for_write(Actor)
+
+
+def connection() -> BaseDatabaseWrapper:
+    """Return this thread's connection to django-rivet's database."""
+    return connections[alias()]
+
+
+def atomic(savepoint: bool = True) -> Atomic:
+    """``transaction.atomic()`` on django-rivet's database."""
+    return transaction.atomic(using=alias(), savepoint=savepoint)
+
+
+def in_atomic_block() -> bool:
+    """Tell whether this thread is inside a transaction on that database."""
+    return bool(connection().in_atomic_block)
+
+
+def on_commit(func: Callable[[], Any], robust: bool = True) -> None:
+    """Run ``func`` after the current transaction on that database commits."""
+    transaction.on_commit(func, using=alias(), robust=robust)
