@@ -39,6 +39,7 @@ __all__ = [
     "RivetError",
     "TooManySchedules",
     "UserError",
+    "ValueTooDeep",
     "WorkflowNotFound",
 ]
 
@@ -284,6 +285,15 @@ class QueueMessageTooLarge(RivetError):
     default_message = "Queue message is too large"
 
 
+class ValueTooDeep(RivetError, TypeError):
+    """A value to store nests more lists and maps than the codec reads back."""
+
+    group = "actor"
+    code = "value_too_deep"
+    http_status = 400
+    default_message = "The value nests too deeply to be stored"
+
+
 class ConnectionExpired(RivetError):
     """The connection was removed (e.g. by the liveness sweep); reconnect."""
 
@@ -338,6 +348,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         WorkflowNotFound,
         ConnectionExpired,
         MethodNotAllowed,
+        ValueTooDeep,
         InternalError,
     )
 }

@@ -183,7 +183,7 @@ class RivetCommunicator(WebsocketCommunicator):
             await self.send_to(text_data=data.decode("utf-8"))
 
     async def _next_frame(self, timeout: float) -> dict[str, _Any]:
-        from .encoding import decode
+        from .encoding import decode_trusted as decode
 
         message = await self.receive_output(timeout)
         if message["type"] == "websocket.close":

@@ -50,7 +50,6 @@ from . import cache, registry, rows
 from .definition import Actor
 from .invocation import (
     INTERNAL,
-    STATE_MAX_DEPTH,
     Invocation,
     Operation,
     Origin,
@@ -134,11 +133,7 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
             checked_out = (row.id, entry, fresh)
             if state_bytes is None and not created:
                 state_bytes = bytes(row.state)
-                state = (
-                    cbor_loads(state_bytes, max_depth=STATE_MAX_DEPTH)
-                    if state_bytes
-                    else None
-                )
+                state = cbor_loads(state_bytes) if state_bytes else None
             invocation = Invocation(
                 row,
                 definition,

@@ -33,7 +33,7 @@ from django.db import transaction
 from .. import clock, events
 from ..actors.context import Conn
 from ..actors.definition import Actor
-from ..actors.invocation import STATE_MAX_DEPTH, AuthRequest
+from ..actors.invocation import AuthRequest
 from ..actors.operations import CallAction
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
@@ -300,7 +300,7 @@ class Disconnect:
                     invocation.actor_id,
                     self.conn_id,
                 )
-                invocation.state = cbor_loads(state_before, max_depth=STATE_MAX_DEPTH)
+                invocation.state = cbor_loads(state_before)
                 del invocation.broadcasts[broadcasts:]
         return True
 

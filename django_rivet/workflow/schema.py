@@ -29,6 +29,7 @@ from typing import Any
 
 import cbor2
 
+from ..encoding import MAX_DEPTH, READ_DEPTH, check_depth
 from . import keys
 from .errors import SchemaError, StepOutputError
 from .values import Message
@@ -143,7 +144,12 @@ def _message_map(message: Message) -> dict[str, Any]:
 
 
 def dumps(value: Any) -> bytes:
-    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
+    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps).
+
+    A record deeper than :func:`loads` reads is refused (``ValueTooDeep``, a
+    ``TypeError``): what is written can be read back.
+    """
+    check_depth(value, READ_DEPTH - 1)
     return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
 
 
@@ -151,7 +157,10 @@ def loads(data: bytes) -> Any:
     """Decode CBOR, accepting only the datetime, bignum and UUID tags."""
     try:
         return cbor2.loads(
-            data, semantic_decoders=_RESTRICTED, tag_hook=_reject_unknown_tag
+            data,
+            semantic_decoders=_RESTRICTED,
+            tag_hook=_reject_unknown_tag,
+            max_depth=READ_DEPTH,
         )
     except cbor2.CBORDecodeError as exc:
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
@@ -187,6 +196,8 @@ def roundtrip(value: Any, what: str = "value", *, limit: int | None = None) -> A
     ``limit`` bytes.
     """
     try:
+        # The same nesting limit as actor state (and before the recursive check).
+        check_depth(value, MAX_DEPTH)
         check_value(value, what)
         encoded = dumps(value)
     except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:

@@ -369,7 +369,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
 
     async def _send_event(self, name: str, args: bytes) -> None:
         try:
-            values = cbor_loads(bytes(args), max_depth=400)
+            values = cbor_loads(bytes(args))
             data = protocol.encode_event(name, values, self.encoding)
         except Exception:
             logger.exception("undeliverable event name=%s", name)
