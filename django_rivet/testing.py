@@ -149,6 +149,10 @@ class RivetCommunicator(WebsocketCommunicator):
             if params is not None:
                 subprotocols.append(conn_params_protocol(params))
         all_headers = list(headers or [])
+        if not any(name.lower() == b"host" for name, _ in all_headers):
+            # Like Django's test client: the server is "testserver", so a page
+            # from http://testserver is same-origin.
+            all_headers.append((b"host", b"testserver"))
         if origin is not None:
             all_headers.append((b"origin", origin.encode("latin-1")))
         super().__init__(

@@ -546,18 +546,23 @@ async def test_actor_id_of_another_class_is_not_found():
 
 
 # -- origin ---------------------------------------------------------------------------
+# The communicator's handshake says Host: testserver over ws:// (issue 17,
+# finding 6: same-origin like Django's CSRF check, not "any ALLOWED_HOSTS").
 @pytest.mark.parametrize(
     ("origin", "allowed"),
     [
         (None, True),
         ("http://testserver", True),
-        ("https://localhost:8443", True),
-        ("http://127.0.0.1:9000", True),
+        ("HTTP://TestServer:80", True),
+        ("https://testserver", False),  # another scheme
+        ("http://testserver:8000", False),  # another port
+        ("http://localhost", False),  # in ALLOWED_HOSTS, but another site
+        ("http://127.0.0.1:9000", False),
         ("https://evil.example", False),
         ("null", False),
     ],
 )
-async def test_origin_is_checked_against_allowed_hosts(origin, allowed):
+async def test_origin_must_be_the_servers_own_by_default(origin, allowed):
     before = await db_counts()
     comm = RivetCommunicator("counter", ["origin"], origin=origin)
     frame = await comm.handshake()
@@ -571,20 +576,75 @@ async def test_origin_is_checked_against_allowed_hosts(origin, allowed):
     assert await db_counts() == before
 
 
-async def test_allowed_origins_setting_lists_exact_origins():
+async def test_same_origin_needs_a_host_in_allowed_hosts():
+    # DNS rebinding: evil.example resolving to this server is same-origin
+    # with itself, but Django refuses its Host.
+    headers = [(b"host", b"evil.example")]
+    comm = RivetCommunicator(
+        "counter", ["origin"], origin="http://evil.example", headers=headers
+    )
+    assert (await comm.handshake())["code"] == "forbidden"
+    await comm.disconnect()
+
+
+async def test_same_origin_follows_djangos_proxy_settings():
+    headers = [
+        (b"host", b"internal:8000"),
+        (b"x-forwarded-host", b"app.example.com"),
+        (b"x-forwarded-proto", b"https"),
+    ]
+    with override_settings(
+        ALLOWED_HOSTS=["app.example.com"],
+        USE_X_FORWARDED_HOST=True,
+        SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https"),
+    ):
+        comm = RivetCommunicator(
+            "counter", ["proxy"], origin="https://app.example.com", headers=headers
+        )
+        assert (await comm.handshake())["type"] == "init"
+        await comm.disconnect()
+        plain = RivetCommunicator(
+            "counter", ["proxy"], origin="http://app.example.com", headers=headers
+        )
+        assert (await plain.handshake())["code"] == "forbidden"
+        await plain.disconnect()
+
+
+async def test_csrf_trusted_origins_are_admitted_like_django_does():
+    trusted = ["https://app.example.com", "https://*.partner.example"]
+    with override_settings(CSRF_TRUSTED_ORIGINS=trusted):
+        for origin, ok in [
+            ("https://app.example.com", True),
+            ("https://a.partner.example", True),
+            ("https://partner.example", True),
+            ("http://a.partner.example", False),
+            ("https://other.example", False),
+        ]:
+            comm = RivetCommunicator("counter", ["csrf"], origin=origin)
+            frame = await comm.handshake()
+            assert (frame["type"] == "init") is ok, origin
+            await comm.disconnect()
+
+
+async def test_allowed_origins_setting_lists_more_exact_origins():
     settings = {"ALLOWED_ORIGINS": ["https://app.example.com", "http://localhost:3000"]}
     with override_settings(RIVET=settings):
         for origin, ok in [
             ("https://app.example.com", True),
             ("https://APP.example.com:443", True),
             ("http://localhost:3000", True),
-            ("http://testserver", False),
+            ("http://testserver", True),  # same origin stays allowed
             ("http://app.example.com", False),
+            ("https://sub.app.example.com", False),
         ]:
             comm = RivetCommunicator("counter", ["origins"], origin=origin)
             frame = await comm.handshake()
             assert (frame["type"] == "init") is ok, origin
             await comm.disconnect()
+    with override_settings(RIVET={"ALLOWED_ORIGINS": ["*"]}):
+        comm = RivetCommunicator("counter", ["origins"], origin="https://any.example")
+        assert (await comm.handshake())["type"] == "init"
+        await comm.disconnect()
 
 
 # -- robustness -------------------------------------------------------------------

@@ -121,6 +121,23 @@ async def test_unknown_origins_are_refused_and_listed_cors_origins_admitted(
     await comm.disconnect()
 
 
+@pytest.mark.parametrize(
+    ("origin", "admitted"),
+    [("http://testserver", True), ("http://localhost", False)],
+)
+async def test_same_origin_rule_is_the_own_protocols(origin, admitted):
+    comm = WebsocketCommunicator(
+        websocket_application("rivet/"),
+        "/rivet/gateway/counter/connect?rvt-method=getOrCreate&rvt-key=same",
+        subprotocols=["rivet", "rivet_encoding.json"],
+        headers=[(b"host", b"testserver"), (b"origin", origin.encode())],
+    )
+    await comm.connect(10)
+    frame = (await receive_json(comm))["body"]
+    assert (frame["tag"] == "Init") is admitted, frame
+    await comm.disconnect()
+
+
 async def test_action_errors_carry_the_action_id_and_metadata():
     query = "?rvt-method=getOrCreate&rvt-key=err"
     comm = communicator("counter", query=query)

@@ -161,7 +161,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
             self.encoding = request.encoding
             headers = scope_headers(self.scope)
             origin_header = headers.get("origin")
-            if not origin_allowed(origin_header):
+            if not origin_allowed(origin_header, self.scope):
                 raise Forbidden(
                     "Origin not allowed", metadata={"origin": origin_header}
                 )

@@ -175,7 +175,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
             )
             target = gateway_target(str(kwargs.get("target", "")), query)
             headers = _headers(self.scope)
-            if not websocket_origin_allowed(headers.get("origin")):
+            if not websocket_origin_allowed(headers.get("origin"), self.scope):
                 raise Forbidden(
                     "Origin not allowed", metadata={"origin": headers.get("origin")}
                 )
