@@ -386,11 +386,27 @@ W501_HINT = (
 
 @register(Tags.security)
 def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Check RIVET['ALLOWED_ORIGINS']: real origins, and not any origin."""
-    origins = rivet_settings.user_settings.get("ALLOWED_ORIGINS")
-    if not isinstance(origins, list | tuple):
-        return []  # None, or a wrong type (rivet.E004)
+    """Check RIVET['ALLOWED_ORIGINS'] and the per-actor connection limit."""
     messages: list[Any] = []
+    user = rivet_settings.user_settings
+    limit = user.get("MAX_CONNECTIONS_PER_ACTOR", 1)
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+    ):
+        messages.append(
+            Error(
+                E004.format(
+                    key="MAX_CONNECTIONS_PER_ACTOR",
+                    expected="None or a positive integer",
+                ),
+                hint=E004_HINT,
+                obj="settings.RIVET",
+                id="rivet.E004",
+            )
+        )
+    origins = user.get("ALLOWED_ORIGINS")
+    if not isinstance(origins, list | tuple):
+        return messages  # None, or a wrong type (rivet.E004)
     for origin in origins:
         if not isinstance(origin, str):
             continue

@@ -75,6 +75,10 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE_RETENTION": 86400,
     # History entries kept per cron job that did not pass max_history.
     "CRON_HISTORY": 100,
+    # WebSocket connections one actor may hold (both protocols); the next
+    # handshake is refused with actor/too_many_connections, close code 4429.
+    # None: no limit.
+    "MAX_CONNECTIONS_PER_ACTOR": 1000,
 }
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "ReentrantCall",
     "RequestTooLarge",
     "RivetError",
+    "TooManyConnections",
     "TooManySchedules",
     "UserError",
     "ValueTooDeep",
@@ -285,6 +286,15 @@ class QueueMessageTooLarge(RivetError):
     default_message = "Queue message is too large"
 
 
+class TooManyConnections(RivetError):
+    """The actor already holds ``MAX_CONNECTIONS_PER_ACTOR`` connections."""
+
+    group = "actor"
+    code = "too_many_connections"
+    http_status = 429
+    default_message = "The actor has too many connections"
+
+
 class ValueTooDeep(RivetError, TypeError):
     """A value to store nests more lists and maps than the codec reads back."""
 
@@ -349,6 +359,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         ConnectionExpired,
         MethodNotAllowed,
         ValueTooDeep,
+        TooManyConnections,
         InternalError,
     )
 }

@@ -40,6 +40,8 @@ def test_unknown_key_is_e001():
         {"EVENT_LOG_SIZE": "many"},
         {"EXPOSE_ERRORS": "yes"},
         {"ALLOWED_ORIGINS": "https://example.com"},
+        {"MAX_CONNECTIONS_PER_ACTOR": 0},
+        {"MAX_CONNECTIONS_PER_ACTOR": "10"},
     ],
 )
 def test_bad_values_are_e004(rivet):

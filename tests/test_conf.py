@@ -30,6 +30,8 @@ SPEC_DEFAULTS = {
     "SCHEDULE_RETENTION": 86400,
     "QUEUE_RETENTION": 86400,
     "CRON_HISTORY": 100,
+    # Connections per actor (issue 17, finding 11); None: no limit.
+    "MAX_CONNECTIONS_PER_ACTOR": 1000,
 }
 
 

@@ -45,6 +45,7 @@ from ..exceptions import (
     ConnectionExpired,
     Forbidden,
     RivetError,
+    TooManyConnections,
 )
 from ..models import Connection
 
@@ -132,6 +133,23 @@ def refused_subscriptions(
     return refused
 
 
+def _check_connection_limit(invocation: Invocation) -> None:
+    """Refuse a connection beyond ``MAX_CONNECTIONS_PER_ACTOR`` (close 4429).
+
+    Counted under the actor's lock, so concurrent handshakes cannot overshoot;
+    rows of a crashed process count until the sweeper removes them.
+    """
+    limit = rivet_settings.MAX_CONNECTIONS_PER_ACTOR
+    if limit is None:
+        return
+    count = Connection.objects.filter(actor_id=invocation.actor_id).count()
+    if count >= int(limit):
+        raise TooManyConnections(
+            f"The actor has {count} connections; the limit is {limit}",
+            metadata={"limit": int(limit)},
+        )
+
+
 @dataclass(slots=True)
 class Connect:
     """Admit a connection: auth, hooks, the ``Connection`` row, ``on_connect``."""
@@ -152,6 +170,7 @@ class Connect:
 
     def run(self, invocation: Invocation) -> ConnectResult:
         """Admit the connection, or raise to refuse it (nothing persists)."""
+        _check_connection_limit(invocation)
         try:
             invocation.call_hook("on_before_connect", self.params)
         except RivetError:

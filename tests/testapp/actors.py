@@ -357,3 +357,41 @@ class StateWatcher(Actor):
     def destroy(self, ctx):
         ctx.destroy()
         return "destroyed"
+
+
+# -- the edges (issues 12 and 17): hostile input, close codes ----------------------
+class Ledger(Actor):
+    """Records what valid calls brought; a connection hook that can fail."""
+
+    initial_state = {"entries": 0, "last": None}
+
+    def create_conn_state(self, ctx, params):
+        if (params or {}).get("explode"):
+            raise RuntimeError("conn state failed on purpose")
+        return {}
+
+    @action
+    def record(self, ctx, value: str):
+        ctx.state["entries"] += 1
+        ctx.state["last"] = value
+        return ctx.state["entries"]
+
+    @action
+    def keep(self, ctx, value):
+        """Store any value as it came (a nesting bomb would brick the actor)."""
+        ctx.state["last"] = value
+        return "kept"
+
+    @action
+    def nest(self, ctx, depth: int):
+        """Build a value nested ``depth`` levels deep in the handler itself."""
+        value: list = []
+        for _ in range(depth):
+            value = [value]
+        ctx.state["entries"] += 1
+        ctx.state["last"] = value
+        return "nested"
+
+    @action
+    def entries(self, ctx):
+        return ctx.state["entries"]

@@ -43,7 +43,7 @@ from ...actors.invocation import Origin
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
 from ...conf import rivet_settings
-from ...encoding import cbor_loads
+from ...encoding import cbor_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,
     ConnectionExpired,
@@ -74,10 +74,12 @@ MAX_EVENT_NAME_LENGTH = 255
 MAX_PENDING_ACTIONS = 64
 LOG_BATCH = 500
 
-# daphne refuses close codes outside 1000 and 3000-4999.
+# The own protocol's close codes (docs/protocol.md); daphne refuses close
+# codes outside 1000 and 3000-4999.
 CLOSE_NORMAL = 1000
 CLOSE_BAD_REQUEST = 4400
 CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_MANY_CONNECTIONS = 4429
 CLOSE_INTERNAL = 4500
 # Why the server closes a connection, as the client's close reasons read.
 DISCONNECT_REASONS = {
@@ -238,10 +240,12 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
             code = CLOSE_FORBIDDEN
         elif error.http_status >= 500:
             code = CLOSE_INTERNAL
+        elif error.http_status == 429:
+            code = CLOSE_TOO_MANY_CONNECTIONS
         else:
             code = CLOSE_BAD_REQUEST
         logger.info(
-            "rivetkit connection refused code=%s error=%s path=%s",
+            "rivetkit connection refused code=%s error=%s path=%r",
             code,
             error.qualified_code,
             self.scope.get("path"),
@@ -266,7 +270,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
                     f"The frame is {size} bytes; the limit is {limit}",
                     metadata={"size": size, "limit": limit},
                 )
-            frame = protocol.decode_frame(data, self.encoding)
+            frame = await run_decoder(protocol.decode_frame, data, self.encoding)
             if isinstance(frame, ActionCall):
                 await self._actions.put(frame)
             elif frame.subscribe:
