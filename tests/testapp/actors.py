@@ -366,7 +366,7 @@ class Ledger(Actor):
     initial_state = {"entries": 0, "last": None}
 
     def create_conn_state(self, ctx, params):
-        if (params or {}).get("explode"):
+        if isinstance(params, dict) and params.get("explode"):
             raise RuntimeError("conn state failed on purpose")
         return {}
 
