@@ -124,6 +124,7 @@ def _reject_unknown_tag(*args: Any) -> Any:
 
 
 _RESTRICTED = _RestrictedTags()
+_DECODING: dict[str, Any] = {"tag_hook": _reject_unknown_tag, "max_depth": READ_DEPTH}
 
 
 def _encode_extra(encoder: Any, value: Any) -> None:
@@ -144,24 +145,15 @@ def _message_map(message: Message) -> dict[str, Any]:
 
 
 def dumps(value: Any) -> bytes:
-    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps).
-
-    A record deeper than :func:`loads` reads is refused (``ValueTooDeep``, a
-    ``TypeError``): what is written can be read back.
-    """
-    check_depth(value, READ_DEPTH - 1)
+    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
+    check_depth(value, READ_DEPTH - 1)  # what is written can be read back
     return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
 
 
 def loads(data: bytes) -> Any:
     """Decode CBOR, accepting only the datetime, bignum and UUID tags."""
     try:
-        return cbor2.loads(
-            data,
-            semantic_decoders=_RESTRICTED,
-            tag_hook=_reject_unknown_tag,
-            max_depth=READ_DEPTH,
-        )
+        return cbor2.loads(data, semantic_decoders=_RESTRICTED, **_DECODING)
     except cbor2.CBORDecodeError as exc:
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise SchemaError(f"Undecodable CBOR: {exc}{cause}") from exc
@@ -196,8 +188,7 @@ def roundtrip(value: Any, what: str = "value", *, limit: int | None = None) -> A
     ``limit`` bytes.
     """
     try:
-        # The same nesting limit as actor state (and before the recursive check).
-        check_depth(value, MAX_DEPTH)
+        check_depth(value, MAX_DEPTH)  # as actor state; before the recursion below
         check_value(value, what)
         encoded = dumps(value)
     except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:
