@@ -67,7 +67,12 @@ def check_error(body: Any) -> str:
 
 # -- values -------------------------------------------------------------------------
 surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
-texts = st.text(max_size=12) | st.text(alphabet=surrogates, min_size=1, max_size=2)
+texts = (
+    st.text(max_size=12)
+    | st.text(alphabet=surrogates, min_size=1, max_size=2)
+    # NUL (PostgreSQL text refuses it), line breaks (log forging).
+    | st.sampled_from(["\x00", "a\x00b", "\n", "x\r\ny"])
+)
 scalars = (
     st.none()
     | st.booleans()

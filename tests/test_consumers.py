@@ -772,3 +772,16 @@ async def test_an_expired_connection_is_closed_with_4410():
     assert (error["code"], error["action_id"]) == ("connection_expired", action_id)
     assert await comm.receive_close() == 4410
     await comm.disconnect()
+
+
+@pytest.mark.parametrize("event", ["a\x00b", "\x00"])
+async def test_event_names_with_nul_are_refused(event):
+    comm = RivetCommunicator("ledger", ["nul-event"])
+    await comm.handshake()
+    await comm.subscribe(event)
+    error = await comm.receive_frame()
+    assert error["code"] == "malformed"
+    await comm.disconnect()
+    refused = RivetCommunicator("ledger", ["nul-event"], subscribe=[event])
+    assert (await refused.handshake())["code"] == "malformed"
+    await refused.disconnect()

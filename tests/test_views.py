@@ -461,3 +461,21 @@ def test_values_json_cannot_carry_are_refused_and_nothing_is_stored(
     )
     assert error_of(response) == (400, "request", "malformed")
     assert db_state() == before
+
+
+@pytest.mark.parametrize(
+    "query", ["key=%00", "key=a%00b", "key=%C0%80", "key=%ED%A0%80", "actor_id=%00"]
+)
+def test_nul_and_invalid_utf8_in_keys_are_coded_errors_on_every_database(client, query):
+    response = post_json(
+        client, f"{PREFIX}/ledger/actions/record?{query}", {"args": ["x"]}
+    )
+    assert response.status_code in (200, 400, 404), response.content
+    if response.status_code != 200:
+        error_of(response)
+
+
+@pytest.mark.parametrize("path", ["queue/%00", "queue/a%00", "request/%00"])
+def test_nul_in_queue_names_and_paths_is_not_an_internal_error(client, path):
+    response = post_json(client, f"{PREFIX}/ledger/{path}?key=nul", {"body": 1})
+    assert response.status_code < 500, response.content

@@ -170,8 +170,9 @@ def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
 
 
 def event_name(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise MalformedRequest("An event name is a non-empty string")
+    """Validate an event name from a client (stored, so no NUL)."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise MalformedRequest("An event name is a non-empty string without NUL")
     if len(value) > MAX_EVENT_NAME_LENGTH:
         raise MalformedRequest(
             f"Event names are at most {MAX_EVENT_NAME_LENGTH} characters"

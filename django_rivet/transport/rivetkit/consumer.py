@@ -105,7 +105,7 @@ def _subprotocol_value(subprotocols: list[str], prefix: str) -> str | None:
 
 
 def _event_name(value: str) -> str:
-    if not value or len(value) > MAX_EVENT_NAME_LENGTH:
+    if not value or len(value) > MAX_EVENT_NAME_LENGTH or "\x00" in value:
         raise MalformedRequest(
             f"Event names are 1 to {MAX_EVENT_NAME_LENGTH} characters"
         )
