@@ -23,6 +23,7 @@ from .actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 from .conf import DEFAULTS, rivet_settings
 from .models import db
 from .scheduling.cron import MAX_HISTORY_LIMIT
+from .transport.origins import normalize_origin
 from .workflow_runtime import registry as workflow_registry
 
 E001 = "Unknown RIVET setting {key!r}."
@@ -493,3 +494,66 @@ def check_migrations(
             id="rivet.W401",
         )
     ]
+
+
+# -- the edges: origins, limits, dispatch (transport/origins.py, docs/security.md)
+E501 = "RIVET['ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
+E501_HINT = (
+    "List each page origin as scheme://host[:port] (no path, no wildcard "
+    "subdomains: put those in CSRF_TRUSTED_ORIGINS, e.g. 'https://*.example.com')."
+)
+W501 = (
+    "RIVET['ALLOWED_ORIGINS'] contains '*': a page on any site can open "
+    "WebSockets to your actors with the visitor's cookies."
+)
+W501_HINT = (
+    "Remove '*'. Same-origin pages and CSRF_TRUSTED_ORIGINS are allowed "
+    "already; list other frontends' origins explicitly. See docs/security.md."
+)
+
+
+@register(Tags.security)
+def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check RIVET['ALLOWED_ORIGINS'] and the per-actor connection limit."""
+    messages: list[Any] = []
+    user = rivet_settings.user_settings
+    limit = user.get("MAX_CONNECTIONS_PER_ACTOR", 1)
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+    ):
+        messages.append(
+            Error(
+                E004.format(
+                    key="MAX_CONNECTIONS_PER_ACTOR",
+                    expected="None or a positive integer",
+                ),
+                hint=E004_HINT,
+                obj="settings.RIVET",
+                id="rivet.E004",
+            )
+        )
+    origins = user.get("ALLOWED_ORIGINS")
+    if not isinstance(origins, list | tuple):
+        return messages  # None, or a wrong type (rivet.E004)
+    for origin in origins:
+        if not isinstance(origin, str):
+            continue
+        if origin == "*":
+            messages.append(
+                Warning(W501, hint=W501_HINT, obj="settings.RIVET", id="rivet.W501")
+            )
+        elif normalize_origin(origin) is None or "*" in origin or _has_path(origin):
+            messages.append(
+                Error(
+                    E501.format(origin=origin),
+                    hint=E501_HINT,
+                    obj="settings.RIVET",
+                    id="rivet.E501",
+                )
+            )
+    return messages
+
+
+def _has_path(origin: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.path not in ("", "/") or bool(parts.query or parts.fragment)

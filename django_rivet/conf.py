@@ -84,6 +84,10 @@ DEFAULTS: dict[str, Any] = {
     # having changed nothing. Never longer than the invocation's own time
     # limit. None: wait as long as that limit allows.
     "LOCK_TIMEOUT": 10,
+    # WebSocket connections one actor may hold (both protocols); the next
+    # handshake is refused with actor/too_many_connections, close code 4429.
+    # None: no limit.
+    "MAX_CONNECTIONS_PER_ACTOR": 1000,
 }
 
 

@@ -1,17 +1,41 @@
 """CBOR and JSON codecs for values crossing the wire and for storage.
 
-Decoding untrusted bytes is safe by construction: CBOR tags are limited to an
-allow-list (date/time, bignums, UUID) and anything else, including cbor2's
-other built-in tags (regular expressions, MIME messages, sets, shared
-references...), is refused, so decoding never builds arbitrary objects.
-Nesting depth is bounded and trailing bytes are refused. Every decoding
-failure is :class:`~django_rivet.exceptions.MalformedRequest`.
+Two kinds of input, two kinds of decoding:
+
+* **Untrusted wire data** (:func:`decode`, :func:`adecode`,
+  :func:`decode_message`, :func:`json_loads`): what clients send. It must
+  be a value JSON can carry -- maps with string keys, lists, strings,
+  finite numbers (integers of at most 4300 digits, as Python's JSON reads),
+  booleans and null -- plus what the CBOR tag allow-list adds (date/time,
+  bignums, UUIDs, byte strings). Map keys of any other type are refused
+  while decoding (cbor2's ``strict_hashable_types``), before a dict is
+  built, so crafted keys whose hashes collide cannot make decoding
+  quadratic. A message holds at most :data:`MAX_ENTRIES` list items and map
+  entries and nests at most :data:`MAX_DEPTH` containers. NaN, infinities,
+  CBOR ``undefined`` and other simple values are refused. Decoding bodies
+  over :data:`OFFLOAD_BYTES` runs in a worker thread (:func:`adecode`), so
+  one slow body cannot stall the event loop that serves other connections.
+* **Stored data** (:func:`cbor_loads`): what this process wrote. Tags stay on
+  the allow-list and nesting is bounded, nothing more.
+
+CBOR tags outside the allow-list, including cbor2's other built-in tags
+(regular expressions, MIME messages, sets, shared references...), are refused
+either way, so decoding never builds arbitrary objects. Trailing bytes are
+refused. Every decoding failure is
+:class:`~django_rivet.exceptions.MalformedRequest`.
+
+Writing (:func:`cbor_dumps`, what state, KV, events, queues, schedules and
+workflow values go through) refuses values nested deeper than
+:data:`MAX_DEPTH` with :class:`~django_rivet.exceptions.ValueTooDeep`: what
+is stored can always be read back, and nothing a client can send is too deep
+to be stored.
 
 This module imports nothing from Django.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import decimal
 import email.message
@@ -19,46 +43,76 @@ import fractions
 import io
 import ipaddress
 import json
+import math
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, date, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import cbor2
 
-from .exceptions import InvalidEncoding, MalformedRequest
+from .exceptions import InvalidEncoding, MalformedRequest, ValueTooDeep
 
 __all__ = [
     "ALLOWED_CBOR_TAGS",
+    "MAX_DEPTH",
+    "MAX_ENTRIES",
+    "OFFLOAD_BYTES",
+    "READ_DEPTH",
     "Encoding",
+    "adecode",
+    "adecode_message",
     "cbor_dumps",
     "cbor_loads",
+    "check_depth",
     "decode",
+    "decode_message",
+    "decode_trusted",
     "encode",
     "json_dumps",
     "json_loads",
     "parse_encoding",
+    "run_decoder",
 ]
 
 Encoding = Literal["json", "cbor"]
+T = TypeVar("T")
 
 # 0/1: date/time, 2/3: bignums, 37: UUID, 64: bytes tagged as a Uint8Array
 # (what JavaScript encoders such as cbor-x write; decoded as bytes).
 ALLOWED_CBOR_TAGS = frozenset({0, 1, 2, 3, 37, 64})
 UINT8_ARRAY_TAG = 64
-# Deep enough for real state, shallow enough to refuse nesting bombs quickly.
+#: Containers (maps, lists) a value may nest: one limit for what clients send,
+#: what is stored and what is read back.
 MAX_DEPTH = 128
+#: List items plus map entries in one incoming message (a 1 MiB body of tiny
+#: items would otherwise be a million Python objects to build and walk).
+MAX_ENTRIES = 100_000
+#: Incoming bodies and frames larger than this are decoded in a worker thread.
+OFFLOAD_BYTES = 16 * 1024
+# Integers JSON carries: Python's json refuses more than 4300 digits
+# (sys.int_info.default_max_str_digits); CBOR bignums get the same bound.
+_INT_LIMIT = 10**4300
+#: Nesting accepted when reading what a server wrote or sent: a stored value
+#: (at most MAX_DEPTH) inside a frame's envelope, plus one level for a tagged
+#: leaf (a datetime, UUID or bignum counts as a level for cbor2).
+READ_DEPTH = MAX_DEPTH + 8
+# Plain values that need no check.
+_PLAIN = frozenset({str, bool, type(None), bytes, datetime, date, uuid.UUID})
 
 
-def _refuse_tag(decoder: Any, tag: Any = None) -> Any:
+def _refuse_tag(*args: Any) -> Any:
     raise ValueError("CBOR tag not allowed")
 
 
-def _tag_hook(*args: Any) -> Any:
-    # cbor2 5 calls tag_hook(decoder, tag), cbor2 6 tag_hook(tag, immutable).
-    tag = next((a for a in args if isinstance(a, cbor2.CBORTag)), None)
-    if tag is not None and tag.tag == UINT8_ARRAY_TAG and isinstance(tag.value, bytes):
+def _tag_hook(tag: Any, *args: Any) -> Any:
+    # cbor2 6 calls tag_hook(tag, immutable) for tags it has no decoder for.
+    if (
+        isinstance(tag, cbor2.CBORTag)
+        and tag.tag == UINT8_ARRAY_TAG
+        and isinstance(tag.value, bytes)
+    ):
         return tag.value
     raise ValueError("CBOR tag not allowed")
 
@@ -92,6 +146,7 @@ class _TagPolicy(Mapping[int, Any]):
 _TAG_POLICY = _TagPolicy()
 
 
+# -- writing ------------------------------------------------------------------------
 def _refuse_type(encoder: Any, value: Any) -> None:
     raise TypeError(f"{type(value).__name__} values cannot be stored or sent")
 
@@ -114,37 +169,47 @@ _REFUSED_ENCODERS: dict[type, Any] = {
         cbor2.CBORTag,
     )
 }
+_CONTAINERS = (dict, list, tuple)
 
 
-def cbor_dumps(value: Any) -> bytes:
-    """Encode ``value`` as CBOR; naive datetimes are taken as UTC."""
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """Raise :class:`ValueTooDeep` if ``value`` nests more than ``limit`` containers.
+
+    Iterative, so a self-referencing list is refused instead of recursing.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > limit:
+            raise ValueTooDeep(
+                f"The value nests more than {limit} levels of lists and maps",
+                metadata={"limit": limit},
+            )
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                todo.append((child, depth + 1))
+
+
+def _cbor_encode(value: Any) -> bytes:
     try:
         return cbor2.dumps(
             value, timezone=UTC, date_as_datetime=True, encoders=_REFUSED_ENCODERS
         )
-    except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
+    except (cbor2.CBOREncodeError, TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"Value is not CBOR-serializable: {exc}") from exc
 
 
-def cbor_loads(
-    data: bytes | bytearray | memoryview, *, max_depth: int = MAX_DEPTH
-) -> Any:
-    """Decode one CBOR item from untrusted bytes, refusing trailing data."""
-    buffer = io.BytesIO(bytes(data))
-    try:
-        value = cbor2.CBORDecoder(
-            buffer,
-            semantic_decoders=_TAG_POLICY,
-            tag_hook=_tag_hook,
-            max_depth=max_depth,
-            read_size=1,
-            str_errors="strict",
-        ).decode()
-    except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
-        raise MalformedRequest(f"Malformed CBOR: {exc}") from exc
-    if buffer.tell() != buffer.getbuffer().nbytes:
-        raise MalformedRequest("Malformed CBOR: trailing bytes after the value")
-    return value
+def cbor_dumps(value: Any) -> bytes:
+    """Encode ``value`` for storage as CBOR; naive datetimes are taken as UTC.
+
+    Raises :class:`ValueTooDeep` (also a ``TypeError``) past :data:`MAX_DEPTH`
+    and ``TypeError`` for types that could not be read back.
+    """
+    check_depth(value)
+    return _cbor_encode(value)
 
 
 def _json_default(value: Any) -> Any:
@@ -179,18 +244,212 @@ def json_dumps(value: Any, *, indent: int | None = None) -> str:
     )
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+def encode(value: Any, encoding: Encoding) -> bytes:
+    """Encode ``value`` for the wire in ``encoding``.
+
+    No depth check: frames wrap stored values in an envelope.
+    """
+    if encoding == "cbor":
+        return _cbor_encode(value)
+    return json_dumps(value).encode("utf-8")
+
+
+# -- reading what this process wrote ----------------------------------------------
+def _cbor_decode(data: bytes | bytearray | memoryview, *, strict: bool) -> Any:
+    buffer = io.BytesIO(bytes(data))
+    try:
+        value = cbor2.CBORDecoder(
+            buffer,
+            semantic_decoders=_TAG_POLICY,
+            tag_hook=_tag_hook,
+            # Tags count as a level for cbor2; the walk checks MAX_DEPTH
+            # containers exactly.
+            max_depth=MAX_DEPTH + 1 if strict else READ_DEPTH,
+            read_size=1,
+            str_errors="strict",
+            strict_hashable_types=strict,
+        ).decode()
+    except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        raise MalformedRequest(f"Malformed CBOR: {exc}{cause}") from exc
+    if buffer.tell() != buffer.getbuffer().nbytes:
+        raise MalformedRequest("Malformed CBOR: trailing bytes after the value")
+    return value
+
+
+def cbor_loads(data: bytes | bytearray | memoryview) -> Any:
+    """Decode one stored CBOR value (tags on the allow-list, bounded depth)."""
+    return _cbor_decode(data, strict=False)
+
+
+def decode_trusted(data: bytes | str, encoding: Encoding) -> Any:
+    """Decode what a server sent: the allow-list and a depth bound only.
+
+    For clients reading answers (which may carry, say, integer map keys in
+    CBOR); never for what clients send.
+    """
+    if encoding == "cbor":
+        if isinstance(data, str):
+            raise MalformedRequest("CBOR must arrive as binary data")
+        return _cbor_decode(data, strict=False)
+    try:
+        if not isinstance(data, str):
+            data = bytes(data).decode("utf-8")
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedRequest(f"Malformed JSON: {exc}") from exc
+
+
+# -- reading what clients send ----------------------------------------------------
+def _text_problem(text: str) -> str | None:
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "strings must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def _value_problem(value: Any, *, undefined: bool, text: bool) -> str | None:
+    """Return why ``value`` is not a value JSON can carry, or None.
+
+    ``undefined`` admits CBOR ``undefined``; ``text`` checks strings for lone
+    surrogates (JSON escapes can carry them, UTF-8 cannot).
+    """
+    todo: list[tuple[Any, int]] = [(value, 0)]
+    entries = 0
+    while todo:
+        item, depth = todo.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth >= MAX_DEPTH:
+                return f"values nest at most {MAX_DEPTH} levels of lists and maps"
+            entries += len(item)
+            if entries > MAX_ENTRIES:
+                return (
+                    f"a message holds at most {MAX_ENTRIES} list items and map entries"
+                )
+            if kind is dict:
+                for key in item:
+                    if type(key) is not str:
+                        return "map keys must be strings"
+                    if text and (problem := _text_problem(key)):
+                        return problem
+                children = item.values()
+            else:
+                children = item
+            todo.extend((child, depth + 1) for child in children)
+        elif kind is str:
+            if text and (problem := _text_problem(item)):
+                return problem
+        elif kind in _PLAIN:
+            continue
+        elif kind is int:
+            if not -_INT_LIMIT < item < _INT_LIMIT:
+                return "integers have at most 4300 digits"
+        elif kind is float:
+            if not math.isfinite(item):
+                return "numbers must be finite (no NaN or infinity)"
+        elif item is cbor2.undefined:
+            if not undefined:
+                return "undefined is not a value JSON can carry"
+        else:
+            return f"{kind.__name__} is not a value JSON can carry"
+    return None
+
+
+def decode_message(
+    data: bytes | bytearray | memoryview | str,
+    encoding: Encoding,
+    *,
+    undefined: bool = False,
+) -> tuple[Any, MalformedRequest | None]:
+    """Decode an untrusted message; return it with what is wrong with its values.
+
+    Raises :class:`MalformedRequest` when the data cannot be decoded at all
+    (syntax, refused tags, non-string CBOR map keys, trailing bytes, nesting
+    beyond what the decoder builds). A message that decodes but carries values
+    JSON cannot (NaN, ``undefined``, too deep, too many entries...) is returned
+    with the refusal, so that a caller can still read, say, a frame's id to
+    answer the right request. ``undefined=True`` admits CBOR ``undefined``
+    (the RivetKit client's convention).
+    """
+    if encoding == "cbor":
+        if isinstance(data, str):
+            raise MalformedRequest("CBOR must arrive as binary data")
+        value = _cbor_decode(data, strict=True)
+    else:
+        try:
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+            # NaN and Infinity decode to floats, refused below with the rest.
+            value = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise MalformedRequest(f"Malformed JSON: {exc}") from exc
+    problem = _value_problem(value, undefined=undefined, text=encoding == "json")
+    if problem is None:
+        return value, None
+    return value, MalformedRequest(f"Malformed {encoding.upper()}: {problem}")
+
+
+def decode(
+    data: bytes | bytearray | memoryview | str,
+    encoding: Encoding,
+    *,
+    undefined: bool = False,
+) -> Any:
+    """Decode untrusted wire data in ``encoding`` (see the module docstring)."""
+    value, problem = decode_message(data, encoding, undefined=undefined)
+    if problem is not None:
+        raise problem
+    return value
+
+
+async def run_decoder(
+    decoder: Callable[..., T], data: bytes | str, *args: Any, **kwargs: Any
+) -> T:
+    """Return ``decoder(data, *args, **kwargs)``, run in a worker thread when
+    ``data`` is over :data:`OFFLOAD_BYTES`.
+
+    Small messages are decoded in place (a thread hop costs more than they
+    do); large ones leave the event loop free for other connections.
+    """
+    if len(data) <= OFFLOAD_BYTES:
+        return decoder(data, *args, **kwargs)
+    return await asyncio.to_thread(decoder, data, *args, **kwargs)
+
+
+async def adecode_message(
+    data: bytes | bytearray | memoryview | str,
+    encoding: Encoding,
+    *,
+    undefined: bool = False,
+) -> tuple[Any, MalformedRequest | None]:
+    """:func:`decode_message`, in a worker thread when ``data`` is large."""
+    return await run_decoder(
+        decode_message,
+        bytes(data) if isinstance(data, bytearray | memoryview) else data,
+        encoding,
+        undefined=undefined,
+    )
+
+
+async def adecode(
+    data: bytes | bytearray | memoryview | str,
+    encoding: Encoding,
+    *,
+    undefined: bool = False,
+) -> Any:
+    """:func:`decode`, in a worker thread when ``data`` is large."""
+    value, problem = await adecode_message(data, encoding, undefined=undefined)
+    if problem is not None:
+        raise problem
+    return value
 
 
 def json_loads(data: str | bytes | bytearray | memoryview) -> Any:
     """Decode JSON from untrusted text or UTF-8 bytes."""
-    try:
-        if not isinstance(data, str):
-            data = bytes(data).decode("utf-8")
-        return json.loads(data, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise MalformedRequest(f"Malformed JSON: {exc}") from exc
+    return decode(data, "json")
 
 
 def parse_encoding(value: str | None) -> Encoding:
@@ -200,19 +459,3 @@ def parse_encoding(value: str | None) -> Encoding:
     if value == "cbor":
         return "cbor"
     raise InvalidEncoding(f"Unsupported encoding {value!r}; use 'json' or 'cbor'.")
-
-
-def encode(value: Any, encoding: Encoding) -> bytes:
-    """Encode ``value`` for the wire in ``encoding``."""
-    if encoding == "cbor":
-        return cbor_dumps(value)
-    return json_dumps(value).encode("utf-8")
-
-
-def decode(data: bytes | str, encoding: Encoding) -> Any:
-    """Decode wire data in ``encoding``."""
-    if encoding == "cbor":
-        if isinstance(data, str):
-            raise MalformedRequest("CBOR must arrive as binary data")
-        return cbor_loads(data)
-    return json_loads(data)

@@ -40,8 +40,10 @@ __all__ = [
     "RequestTooLarge",
     "RivetError",
     "StateTooLarge",
+    "TooManyConnections",
     "TooManySchedules",
     "UserError",
+    "ValueTooDeep",
     "WorkflowNotFound",
 ]
 
@@ -287,6 +289,24 @@ class QueueMessageTooLarge(RivetError):
     default_message = "Queue message is too large"
 
 
+class TooManyConnections(RivetError):
+    """The actor already holds ``MAX_CONNECTIONS_PER_ACTOR`` connections."""
+
+    group = "actor"
+    code = "too_many_connections"
+    http_status = 429
+    default_message = "The actor has too many connections"
+
+
+class ValueTooDeep(RivetError, TypeError):
+    """A value to store nests more lists and maps than the codec reads back."""
+
+    group = "actor"
+    code = "value_too_deep"
+    http_status = 400
+    default_message = "The value nests too deeply to be stored"
+
+
 class ConnectionExpired(RivetError):
     """The connection was removed (e.g. by the liveness sweep); reconnect."""
 
@@ -368,6 +388,8 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         WorkflowNotFound,
         ConnectionExpired,
         MethodNotAllowed,
+        ValueTooDeep,
+        TooManyConnections,
         InternalError,
         StateTooLarge,
         ActorBusy,

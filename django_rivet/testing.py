@@ -149,6 +149,10 @@ class RivetCommunicator(WebsocketCommunicator):
             if params is not None:
                 subprotocols.append(conn_params_protocol(params))
         all_headers = list(headers or [])
+        if not any(name.lower() == b"host" for name, _ in all_headers):
+            # Like Django's test client: the server is "testserver", so a page
+            # from http://testserver is same-origin.
+            all_headers.append((b"host", b"testserver"))
         if origin is not None:
             all_headers.append((b"origin", origin.encode("latin-1")))
         super().__init__(
@@ -183,7 +187,7 @@ class RivetCommunicator(WebsocketCommunicator):
             await self.send_to(text_data=data.decode("utf-8"))
 
     async def _next_frame(self, timeout: float) -> dict[str, _Any]:
-        from .encoding import decode
+        from .encoding import decode_trusted as decode
 
         message = await self.receive_output(timeout)
         if message["type"] == "websocket.close":

@@ -58,7 +58,8 @@ VENV="$VENV" scripts/bench.sh --quick --output "$work/bench-quick.json"
 
 step "pytest on PostgreSQL"
 url=$(scripts/pg.sh start "$work/pg")
-RIVET_TEST_DATABASE_URL="$url" "$PY" -m pytest -q --db-only "$@"
+# The hostile-input volume (tests/hostile.py) runs once, in the SQLite leg.
+RIVET_HOSTILE=smoke RIVET_TEST_DATABASE_URL="$url" "$PY" -m pytest -q --db-only "$@"
 scripts/pg.sh stop "$work/pg"
 
 step "Python 3.12 + Django 6"
@@ -84,7 +85,7 @@ if [ -n "$py312" ]; then
     touch "$venv312/.installed"
   fi
   "$venv312/bin/python" -c 'import django, sys; print("Python", sys.version.split()[0], "Django", django.get_version())'
-  "$venv312/bin/python" -m pytest -q -m "not servers" "$@"
+  RIVET_HOSTILE=smoke "$venv312/bin/python" -m pytest -q -m "not servers" "$@"
 else
   echo "no Python 3.12 interpreter on this machine: skipping the Django 6 leg"
 fi

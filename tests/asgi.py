@@ -13,11 +13,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
 import tests.celery_app  # noqa: E402, F401
-from django_rivet.routing import websocket_urlpatterns  # noqa: E402
+from django_rivet.routing import (  # noqa: E402
+    BodyLimitMiddleware,
+    websocket_urlpatterns,
+)
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Oversized bodies to the actor API are refused before Django reads them.
+        "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": URLRouter([path("rivet/", URLRouter(websocket_urlpatterns))]),
     }
 )

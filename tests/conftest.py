@@ -97,3 +97,15 @@ def redis_url():
 # broker -- memory:// here -- instead of Celery's default AMQP app, which
 # would try to connect to localhost:5672.
 import tests.celery_app  # noqa: E402, F401
+
+
+# -- hostile input (tests/test_hostile.py, tests/test_e2e_hostile.py) --------------
+def pytest_terminal_summary(terminalreporter):
+    from tests.hostile import TOTALS
+
+    if TOTALS.cases:
+        codes = ", ".join(f"{code} {n}" for code, n in sorted(TOTALS.codes.items()))
+        terminalreporter.write_line(
+            f"hostile input: {TOTALS.cases} cases, {len(TOTALS.codes)} distinct "
+            f"error codes ({codes})"
+        )

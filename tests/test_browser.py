@@ -87,3 +87,40 @@ def test_rivet_js_connects_calls_and_replays_after_a_server_crash(env):
             assert errors == []
         finally:
             browser.close()
+
+
+CALL_BIG = """async () => {
+  try {
+    await window.rivet.conn.call("increment", "x".repeat(70000));
+    return "resolved";
+  } catch (error) {
+    return [error.qualifiedCode, error.metadata && error.metadata.limit];
+  }
+}"""
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed")
+def test_rivet_js_fails_an_oversized_call_at_once(env):
+    """Issue 12: no hang; the call fails with request/too_large, client or server."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            page = browser.new_page()
+            with daphne_process(env) as (url, _):
+                page.goto(f"{url}/rivet-test/browser/?key=big-frame")
+                expect(page.locator("#status")).to_have_text("connected")
+                assert page.evaluate("window.rivet.conn.maxFrameBytes") == 65536
+                assert page.evaluate(CALL_BIG) == ["request/too_large", 65536]
+                # Unaware of the limit, it gets the server's answer: an error
+                # frame, then close 4413; the call fails with that error.
+                page.evaluate("window.rivet.conn.maxFrameBytes = 1e9")
+                assert page.evaluate(CALL_BIG) == ["request/too_large", 65536]
+                expect(page.locator("#status")).to_have_text("connected", timeout=20000)
+                page.click("#increment")
+                expect(page.locator("#events li")).to_have_text(["1:1"])
+        finally:
+            browser.close()

@@ -40,6 +40,8 @@ def test_unknown_key_is_e001():
         {"EVENT_LOG_SIZE": "many"},
         {"EXPOSE_ERRORS": "yes"},
         {"ALLOWED_ORIGINS": "https://example.com"},
+        {"MAX_CONNECTIONS_PER_ACTOR": 0},
+        {"MAX_CONNECTIONS_PER_ACTOR": "10"},
     ],
 )
 def test_bad_values_are_e004(rivet):
@@ -173,3 +175,26 @@ def test_registering_another_class_under_a_taken_name_is_refused():
     assert registry.get("counter") is not Impostor
     with pytest.raises(NotRegistered):
         registry.unregister("neverRegistered")
+
+
+# -- origins (issue 17, finding 6) -------------------------------------------------
+def test_allowed_origins_admitting_any_page_is_w501():
+    with override_settings(RIVET={"ALLOWED_ORIGINS": ["*"]}):
+        messages = [m for m in run_checks() if m.id == "rivet.W501"]
+    assert [m.msg for m in messages] == [rivet_checks.W501]
+    assert messages[0].hint == rivet_checks.W501_HINT
+
+
+@pytest.mark.parametrize(
+    "origin", ["app.example.com", "https://*.example.com", "https://x.com/app", "null"]
+)
+def test_allowed_origins_entries_must_be_origins(origin):
+    with override_settings(RIVET={"ALLOWED_ORIGINS": ["https://ok.example", origin]}):
+        messages = [m for m in run_checks() if m.id == "rivet.E501"]
+    assert [m.msg for m in messages] == [rivet_checks.E501.format(origin=origin)]
+
+
+def test_listed_origins_pass():
+    origins = ["https://app.example.com", "http://localhost:5173"]
+    with override_settings(RIVET={"ALLOWED_ORIGINS": origins}):
+        assert ids(run_checks()) == []

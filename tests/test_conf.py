@@ -33,6 +33,8 @@ SPEC_DEFAULTS = {
     # Runtime hardening (issue 12).
     "MAX_STATE_BYTES": 1048576,
     "LOCK_TIMEOUT": 10,
+    # Connections per actor (issue 17, finding 11); None: no limit.
+    "MAX_CONNECTIONS_PER_ACTOR": 1000,
 }
 
 

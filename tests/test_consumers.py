@@ -546,18 +546,23 @@ async def test_actor_id_of_another_class_is_not_found():
 
 
 # -- origin ---------------------------------------------------------------------------
+# The communicator's handshake says Host: testserver over ws:// (issue 17,
+# finding 6: same-origin like Django's CSRF check, not "any ALLOWED_HOSTS").
 @pytest.mark.parametrize(
     ("origin", "allowed"),
     [
         (None, True),
         ("http://testserver", True),
-        ("https://localhost:8443", True),
-        ("http://127.0.0.1:9000", True),
+        ("HTTP://TestServer:80", True),
+        ("https://testserver", False),  # another scheme
+        ("http://testserver:8000", False),  # another port
+        ("http://localhost", False),  # in ALLOWED_HOSTS, but another site
+        ("http://127.0.0.1:9000", False),
         ("https://evil.example", False),
         ("null", False),
     ],
 )
-async def test_origin_is_checked_against_allowed_hosts(origin, allowed):
+async def test_origin_must_be_the_servers_own_by_default(origin, allowed):
     before = await db_counts()
     comm = RivetCommunicator("counter", ["origin"], origin=origin)
     frame = await comm.handshake()
@@ -571,20 +576,75 @@ async def test_origin_is_checked_against_allowed_hosts(origin, allowed):
     assert await db_counts() == before
 
 
-async def test_allowed_origins_setting_lists_exact_origins():
+async def test_same_origin_needs_a_host_in_allowed_hosts():
+    # DNS rebinding: evil.example resolving to this server is same-origin
+    # with itself, but Django refuses its Host.
+    headers = [(b"host", b"evil.example")]
+    comm = RivetCommunicator(
+        "counter", ["origin"], origin="http://evil.example", headers=headers
+    )
+    assert (await comm.handshake())["code"] == "forbidden"
+    await comm.disconnect()
+
+
+async def test_same_origin_follows_djangos_proxy_settings():
+    headers = [
+        (b"host", b"internal:8000"),
+        (b"x-forwarded-host", b"app.example.com"),
+        (b"x-forwarded-proto", b"https"),
+    ]
+    with override_settings(
+        ALLOWED_HOSTS=["app.example.com"],
+        USE_X_FORWARDED_HOST=True,
+        SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https"),
+    ):
+        comm = RivetCommunicator(
+            "counter", ["proxy"], origin="https://app.example.com", headers=headers
+        )
+        assert (await comm.handshake())["type"] == "init"
+        await comm.disconnect()
+        plain = RivetCommunicator(
+            "counter", ["proxy"], origin="http://app.example.com", headers=headers
+        )
+        assert (await plain.handshake())["code"] == "forbidden"
+        await plain.disconnect()
+
+
+async def test_csrf_trusted_origins_are_admitted_like_django_does():
+    trusted = ["https://app.example.com", "https://*.partner.example"]
+    with override_settings(CSRF_TRUSTED_ORIGINS=trusted):
+        for origin, ok in [
+            ("https://app.example.com", True),
+            ("https://a.partner.example", True),
+            ("https://partner.example", True),
+            ("http://a.partner.example", False),
+            ("https://other.example", False),
+        ]:
+            comm = RivetCommunicator("counter", ["csrf"], origin=origin)
+            frame = await comm.handshake()
+            assert (frame["type"] == "init") is ok, origin
+            await comm.disconnect()
+
+
+async def test_allowed_origins_setting_lists_more_exact_origins():
     settings = {"ALLOWED_ORIGINS": ["https://app.example.com", "http://localhost:3000"]}
     with override_settings(RIVET=settings):
         for origin, ok in [
             ("https://app.example.com", True),
             ("https://APP.example.com:443", True),
             ("http://localhost:3000", True),
-            ("http://testserver", False),
+            ("http://testserver", True),  # same origin stays allowed
             ("http://app.example.com", False),
+            ("https://sub.app.example.com", False),
         ]:
             comm = RivetCommunicator("counter", ["origins"], origin=origin)
             frame = await comm.handshake()
             assert (frame["type"] == "init") is ok, origin
             await comm.disconnect()
+    with override_settings(RIVET={"ALLOWED_ORIGINS": ["*"]}):
+        comm = RivetCommunicator("counter", ["origins"], origin="https://any.example")
+        assert (await comm.handshake())["type"] == "init"
+        await comm.disconnect()
 
 
 # -- robustness -------------------------------------------------------------------
@@ -619,3 +679,109 @@ async def test_destroying_the_actor_closes_its_sockets():
     assert await comm.receive_close() == 1000
     await comm.disconnect()
     assert await connection_rows() == []
+
+
+# -- the edges (issues 12 and 17) ----------------------------------------------------
+@pytest.mark.parametrize("since", ["²", "٣", "1" * 5000, "-1", "1e3", "9" * 19])
+async def test_a_bad_since_is_a_coded_refusal_not_an_internal_error(since, caplog):
+    comm = RivetCommunicator("counter", ["since"], query={"since": since})
+    frame = await comm.handshake()
+    assert (frame["group"], frame["code"]) == ("request", "malformed")
+    assert await comm.receive_close() == 4400
+    await comm.disconnect()
+    assert "internal error" not in caplog.text
+
+
+async def test_refusals_log_the_path_as_a_repr(caplog):
+    caplog.set_level("INFO", logger="django_rivet")
+    comm = RivetCommunicator("placeholder", [])
+    # What daphne puts in the scope for /rivet/actors/no%0asuch.../connect.
+    comm.scope["path"] = "/rivet/actors/no\nsuch actor=forged/connect"
+    assert (await comm.handshake())["code"] == "not_found"
+    await comm.disconnect()
+    refusals = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert refusals
+    assert all("\n" not in r.getMessage() for r in refusals)
+    assert "no\\nsuch" in refusals[0].getMessage()
+
+
+async def test_frame_errors_answer_the_action_when_its_id_can_be_read():
+    comm = RivetCommunicator("ledger", ["frames"])
+    assert (await comm.handshake())["type"] == "init"
+    await comm.send_to(
+        text_data='{"type": "action", "id": 7, "name": "record", "args": [NaN]}'
+    )
+    error = await comm.receive_frame()
+    assert (error["code"], error["action_id"]) == ("malformed", 7)
+    deep = "[" * 200 + "]" * 200
+    await comm.send_to(
+        text_data=f'{{"type": "action", "id": 8, "name": "keep", "args": [{deep}]}}'
+    )
+    error = await comm.receive_frame()
+    assert (error["code"], error["action_id"]) == ("malformed", 8)
+    await comm.send_to(text_data="{not json")
+    error = await comm.receive_frame()
+    assert error["code"] == "malformed" and "action_id" not in error
+    assert await comm.call("record", "still open") == 1  # the connection lives
+    await comm.disconnect()
+
+
+async def test_an_oversized_frame_is_answered_and_closed_with_4413():
+    comm = RivetCommunicator("ledger", ["big"])
+    init = await comm.handshake()
+    assert init["max_frame_bytes"] == 65536
+    await comm.send_action("record", "x" * 70_000)
+    error = await comm.receive_frame()
+    assert (error["code"], error["metadata"]["limit"]) == ("too_large", 65536)
+    assert await comm.receive_close() == 4413
+    await comm.disconnect()
+
+
+async def test_connections_per_actor_are_bounded_with_a_coded_refusal():
+    with override_settings(RIVET={"MAX_CONNECTIONS_PER_ACTOR": 2}):
+        first = RivetCommunicator("ledger", ["crowd"])
+        second = RivetCommunicator("ledger", ["crowd"])
+        assert (await first.handshake())["type"] == "init"
+        assert (await second.handshake())["type"] == "init"
+        third = RivetCommunicator("ledger", ["crowd"])
+        frame, code = await refused(third)
+        assert (frame["code"], code) == ("too_many_connections", 4429)
+        assert frame["metadata"] == {"limit": 2}
+        other = RivetCommunicator("ledger", ["other-actor"])
+        assert (await other.handshake())["type"] == "init"  # per actor
+        await other.disconnect()
+        await first.disconnect()
+        again = RivetCommunicator("ledger", ["crowd"])
+        assert (await again.handshake())["type"] == "init"  # a slot came free
+        await again.disconnect()
+        await second.disconnect()
+
+
+async def test_internal_errors_while_connecting_close_with_4500():
+    comm = RivetCommunicator("ledger", ["boom"], params={"explode": True})
+    frame, code = await refused(comm)
+    assert (frame["code"], code) == ("internal_error", 4500)
+
+
+async def test_an_expired_connection_is_closed_with_4410():
+    comm = RivetCommunicator("ledger", ["expired"])
+    await comm.handshake()
+    await sync_to_async(Connection.objects.all().delete)()
+    action_id = await comm.send_action("entries")
+    error = await comm.receive_frame()
+    assert (error["code"], error["action_id"]) == ("connection_expired", action_id)
+    assert await comm.receive_close() == 4410
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("event", ["a\x00b", "\x00"])
+async def test_event_names_with_nul_are_refused(event):
+    comm = RivetCommunicator("ledger", ["nul-event"])
+    await comm.handshake()
+    await comm.subscribe(event)
+    error = await comm.receive_frame()
+    assert error["code"] == "malformed"
+    await comm.disconnect()
+    refused = RivetCommunicator("ledger", ["nul-event"], subscribe=[event])
+    assert (await refused.handshake())["code"] == "malformed"
+    await refused.disconnect()

@@ -351,3 +351,35 @@ def test_every_interval_must_be_at_least_five_seconds():
         alarm.call("set_every", "fast", 4.9)
     alarm.call("set_every", "ok", 5)
     assert CronJob.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("expression", "message", "field"),
+    [
+        ("61 * * * *", "minute 61 out of range 0-59", "minute"),
+        ("0 24 * * *", "hour 24 out of range 0-23", "hour"),
+        ("0 0 0 * *", "day of month 0 out of range 1-31", "day of month"),
+        ("0 0 1 13 *", "month 13 out of range 1-12", "month"),
+        ("0 0 * * 8", "day of week 8 out of range 0-7", "day of week"),
+        ("5-70 * * * *", "minute 70 out of range 0-59", "minute"),
+        ("0,61 * * * *", "minute 61 out of range 0-59", "minute"),
+        ("*/0 * * * *", "minute step 0", "minute"),
+    ],
+)
+def test_a_bad_cron_field_is_named_with_its_range(expression, message, field):
+    """Issue 12: '61 * * * *' has five fields; say which one is wrong."""
+    alarm = actors.get_or_create("alarmClock", "field-range")
+    with pytest.raises(InvalidCron) as refused:
+        alarm.call("set_cron", "bad", expression, "UTC")
+    assert message in refused.value.message
+    assert "use five fields" not in refused.value.message
+    assert refused.value.metadata["field"] == field
+
+
+@pytest.mark.parametrize(
+    "expression", ["0 9 * * 7", "0 9 * jan-mar mon-fri", "0 9 L * *", "0 9 * * 5#3"]
+)
+def test_valid_cron_syntax_beyond_plain_numbers_is_kept(expression):
+    alarm = actors.get_or_create("alarmClock", "syntax")
+    alarm.call("set_cron", "ok", expression, "UTC")
+    assert CronJob.objects.count() == 1

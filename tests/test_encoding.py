@@ -2,6 +2,7 @@
 
 import datetime
 import re
+import threading
 import time
 import uuid
 
@@ -11,15 +12,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_rivet.encoding import (
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    OFFLOAD_BYTES,
+    adecode,
     cbor_dumps,
     cbor_loads,
     decode,
+    decode_message,
     encode,
     json_dumps,
     json_loads,
     parse_encoding,
+    run_decoder,
 )
-from django_rivet.exceptions import InvalidEncoding, MalformedRequest
+from django_rivet.exceptions import InvalidEncoding, MalformedRequest, ValueTooDeep
 
 # Values every codec must carry: what actor state and action results hold.
 json_values = st.recursive(
@@ -175,3 +182,135 @@ def test_parse_encoding():
     with pytest.raises(InvalidEncoding) as info:
         parse_encoding("msgpack")
     assert info.value.qualified_code == "request/invalid_encoding"
+
+
+# -- untrusted input: only what JSON can carry (issue 17, findings 1, 4, 8) ------
+MERSENNE_61 = 2**61 - 1  # int hashes are taken modulo this prime
+
+
+def colliding_bignum_map(entries):
+    """A CBOR map whose bignum keys all hash to 0 (quadratic to build as a dict)."""
+    items = b"".join(
+        cbor2.dumps((2**8 + n) * MERSENNE_61) + b"\x00" for n in range(entries)
+    )
+    return b"\xba" + entries.to_bytes(4, "big") + items
+
+
+def test_colliding_bignum_keys_are_refused_before_a_dict_is_built():
+    data = b"\xa1" + cbor2.dumps("args") + b"\x81" + colliding_bignum_map(5000)
+    with pytest.raises(MalformedRequest, match="map key must be a text string"):
+        decode(data, "cbor")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [1, -1, 2**70, 1.5, b"raw", (1, 2), True, None],
+    ids=["int", "negative", "bignum", "float", "bytes", "array", "bool", "null"],
+)
+def test_cbor_map_keys_must_be_strings(key):
+    with pytest.raises(MalformedRequest, match="map key"):
+        decode(cbor2.dumps({key: 1}), "cbor")
+
+
+def test_stored_values_keep_their_integer_keys():
+    # What a handler stored is read back as it was written (not wire input).
+    assert cbor_loads(cbor_dumps({1: "a", (1, 2): "b"})) == {1: "a", (1, 2): "b"}
+
+
+@pytest.mark.parametrize(
+    ("data", "encoding"),
+    [
+        ("[1e999]", "json"),
+        ("[-1e999]", "json"),
+        ('{"x": NaN}', "json"),
+        ("[Infinity]", "json"),
+        ('["\\ud800"]', "json"),
+        ('{"\\udfff": 1}', "json"),
+        ("[" + "9" * 4301 + "]", "json"),
+        (cbor2.dumps([float("nan")]), "cbor"),
+        (cbor2.dumps([float("inf")]), "cbor"),
+        (b"\x81\xf7", "cbor"),  # undefined
+        (b"\x81\xf0", "cbor"),  # simple value 16
+        (b"\x81\xf8\x20", "cbor"),  # simple value 32
+        (cbor2.dumps([10**4300]), "cbor"),  # a bignum JSON cannot carry
+    ],
+    ids=[
+        "overflow",
+        "negative-overflow",
+        "nan",
+        "infinity",
+        "lone-surrogate",
+        "surrogate-key",
+        "huge-int",
+        "cbor-nan",
+        "cbor-inf",
+        "undefined",
+        "simple",
+        "simple-two-byte",
+        "cbor-huge-int",
+    ],
+)
+def test_values_json_cannot_carry_are_malformed(data, encoding):
+    with pytest.raises(MalformedRequest):
+        decode(data, encoding)
+
+
+def test_undefined_is_admitted_only_when_asked():
+    # The RivetKit client writes JavaScript's undefined as CBOR undefined.
+    assert decode(b"\x81\xf7", "cbor", undefined=True) == [cbor2.undefined]
+
+
+def nested(depth):
+    value = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("encoding", ["json", "cbor"])
+def test_one_depth_limit_for_what_comes_in_and_what_is_stored(encoding):
+    deepest = nested(MAX_DEPTH)
+    assert decode(encode(deepest, encoding), encoding) == deepest
+    assert cbor_loads(cbor_dumps(deepest)) == deepest
+    with pytest.raises(MalformedRequest, match="nest"):
+        decode(encode(nested(MAX_DEPTH + 1), encoding), encoding)
+
+
+def test_too_deep_values_are_refused_before_they_are_stored():
+    with pytest.raises(ValueTooDeep) as info:
+        cbor_dumps({"a": nested(MAX_DEPTH)})
+    assert info.value.qualified_code == "actor/value_too_deep"
+    assert isinstance(info.value, TypeError)  # callers handle unencodable values
+    loop = []
+    loop.append(loop)
+    with pytest.raises(ValueTooDeep):
+        cbor_dumps(loop)
+
+
+def test_a_message_holds_a_bounded_number_of_entries():
+    assert len(decode(cbor2.dumps([0] * MAX_ENTRIES), "cbor")) == MAX_ENTRIES
+    for encoding in ("json", "cbor"):
+        with pytest.raises(MalformedRequest, match="at most"):
+            decode(encode([[0] * 1000] * (MAX_ENTRIES // 1000), encoding), encoding)
+
+
+def test_decode_message_returns_value_problems_with_the_value():
+    frame, problem = decode_message('{"type": "action", "id": 7, "x": NaN}', "json")
+    assert frame["id"] == 7
+    assert isinstance(problem, MalformedRequest)
+    assert decode_message('{"id": 1}', "json") == ({"id": 1}, None)
+
+
+async def test_large_bodies_are_decoded_off_the_event_loop():
+    threads = []
+
+    def decoder(data):
+        threads.append(threading.current_thread())
+        return len(data)
+
+    assert await run_decoder(decoder, b"x" * 10) == 10
+    assert await run_decoder(decoder, b"x" * (OFFLOAD_BYTES + 1)) == OFFLOAD_BYTES + 1
+    assert threads[0] is threading.current_thread()
+    assert threads[1] is not threading.current_thread()
+    big = encode({"args": ["x" * OFFLOAD_BYTES]}, "json")
+    assert (await adecode(big, "json"))["args"][0] == "x" * OFFLOAD_BYTES

@@ -121,6 +121,23 @@ async def test_unknown_origins_are_refused_and_listed_cors_origins_admitted(
     await comm.disconnect()
 
 
+@pytest.mark.parametrize(
+    ("origin", "admitted"),
+    [("http://testserver", True), ("http://localhost", False)],
+)
+async def test_same_origin_rule_is_the_own_protocols(origin, admitted):
+    comm = WebsocketCommunicator(
+        websocket_application("rivet/"),
+        "/rivet/gateway/counter/connect?rvt-method=getOrCreate&rvt-key=same",
+        subprotocols=["rivet", "rivet_encoding.json"],
+        headers=[(b"host", b"testserver"), (b"origin", origin.encode())],
+    )
+    await comm.connect(10)
+    frame = (await receive_json(comm))["body"]
+    assert (frame["tag"] == "Init") is admitted, frame
+    await comm.disconnect()
+
+
 async def test_action_errors_carry_the_action_id_and_metadata():
     query = "?rvt-method=getOrCreate&rvt-key=err"
     comm = communicator("counter", query=query)
@@ -156,3 +173,54 @@ async def test_kicked_connections_close_with_a_reason():
         "code": 1000,
         "reason": "actor.disconnected",
     }
+
+
+async def test_connections_per_actor_are_bounded_in_this_protocol_too(settings):
+    settings.RIVET = {"MAX_CONNECTIONS_PER_ACTOR": 1}
+    query = "?rvt-method=getOrCreate&rvt-key=crowd"
+    first = communicator("ledger", query=query)
+    await first.connect(10)
+    assert (await receive_json(first))["body"]["tag"] == "Init"
+    second = communicator("ledger", query=query)
+    await second.connect(10)
+    error = (await receive_json(second))["body"]["val"]
+    assert error["code"] == "too_many_connections"
+    assert (await second.receive_output(10))["code"] == 4429
+    await second.disconnect()
+    await first.disconnect()
+
+
+async def test_values_json_cannot_carry_are_refused_but_undefined_is_revived():
+    query = "?rvt-method=getOrCreate&rvt-key=values"
+    comm = communicator("ledger", encoding="cbor", query=query)
+    await comm.connect(10)
+    await comm.receive_output(10)
+
+    def frame(action_id, args_cbor):
+        val = (
+            b"\xa3"
+            + cbor2.dumps("id")
+            + b"\x1b"
+            + action_id.to_bytes(8, "big")
+            + cbor2.dumps("name")
+            + cbor2.dumps("keep")
+            + cbor2.dumps("args")
+            + args_cbor
+        )
+        return (
+            b"\xa1"
+            + cbor2.dumps("body")
+            + b"\xa2"
+            + cbor2.dumps("tag")
+            + cbor2.dumps("ActionRequest")
+            + cbor2.dumps("val")
+            + val
+        )
+
+    await comm.send_to(bytes_data=frame(1, b"\x81\xf7"))  # [undefined]
+    reply = cbor2.loads(await comm.receive_from(10))["body"]
+    assert (reply["tag"], reply["val"]["output"]) == ("ActionResponse", "kept")
+    await comm.send_to(bytes_data=frame(2, cbor2.dumps([float("nan")])))
+    reply = cbor2.loads(await comm.receive_from(10))["body"]
+    assert (reply["tag"], reply["val"]["code"]) == ("Error", "malformed")
+    await comm.disconnect()

@@ -416,3 +416,71 @@ def test_queue_errors_store_nothing(client, path, body, expected):
     before = db_state()
     assert error_of(post_json(client, f"{PREFIX}/{path}", body)) == expected
     assert db_state() == before
+
+
+# -- the edges (issue 17, findings 1, 4, 8) -------------------------------------------
+def test_a_nesting_bomb_cannot_brick_an_actor(client):
+    path = f"{PREFIX}/ledger/actions/keep?key=bomb"
+    deep = "[" * 600 + "]" * 600
+    response = client.post(
+        path, f'{{"args": [{deep}]}}', content_type="application/json"
+    )
+    assert error_of(response) == (400, "request", "malformed")
+    # The deepest value a message can carry is stored and read back.
+    deepest = "[" * 126 + "]" * 126
+    response = client.post(
+        path, f'{{"args": [{deepest}]}}', content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    response = post_json(client, f"{PREFIX}/ledger/actions/entries?key=bomb", {})
+    assert response.json() == {"output": 0}
+
+
+def test_a_handler_cannot_store_a_value_too_deep_to_read_back(client):
+    path = f"{PREFIX}/ledger/actions/nest?key=nest"
+    response = post_json(client, path, {"args": [200]})
+    assert error_of(response) == (400, "actor", "value_too_deep")
+    assert post_json(client, path, {"args": [100]}).json() == {"output": "nested"}
+    entries = post_json(client, f"{PREFIX}/ledger/actions/entries?key=nest", {})
+    assert entries.json() == {"output": 1}  # the refused call was rolled back
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ('{"args": [1e999]}', "application/json"),
+        ('{"args": [NaN]}', "application/json"),
+        (cbor2.dumps({"args": [float("inf")]}), "application/cbor"),
+        (b"\xa1\x64args\x81\xf7", "application/cbor"),  # undefined
+        (cbor2.dumps({"args": [{1: "int key"}]}), "application/cbor"),
+        (cbor2.dumps({"args": [{2**70: "bignum key"}]}), "application/cbor"),
+    ],
+    ids=["overflow", "nan", "cbor-inf", "undefined", "int-key", "bignum-key"],
+)
+def test_values_json_cannot_carry_are_refused_and_nothing_is_stored(
+    client, body, content_type
+):
+    before = db_state()
+    response = client.post(
+        f"{PREFIX}/ledger/actions/keep?key=values", body, content_type=content_type
+    )
+    assert error_of(response) == (400, "request", "malformed")
+    assert db_state() == before
+
+
+@pytest.mark.parametrize(
+    "query", ["key=%00", "key=a%00b", "key=%C0%80", "key=%ED%A0%80", "actor_id=%00"]
+)
+def test_nul_and_invalid_utf8_in_keys_are_coded_errors_on_every_database(client, query):
+    response = post_json(
+        client, f"{PREFIX}/ledger/actions/record?{query}", {"args": ["x"]}
+    )
+    assert response.status_code in (200, 400, 404), response.content
+    if response.status_code != 200:
+        error_of(response)
+
+
+@pytest.mark.parametrize("path", ["queue/%00", "queue/a%00", "request/%00"])
+def test_nul_in_queue_names_and_paths_is_not_an_internal_error(client, path):
+    response = post_json(client, f"{PREFIX}/ledger/{path}?key=nul", {"body": 1})
+    assert response.status_code < 500, response.content

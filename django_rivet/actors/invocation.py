@@ -58,9 +58,6 @@ __all__ = [
     "current_invocation",
 ]
 
-# Decoding limit for stored state: deeper values cannot have been written.
-STATE_MAX_DEPTH = 400
-
 
 @dataclass(frozen=True, slots=True)
 class Origin:
@@ -287,9 +284,7 @@ class Invocation:
             id=row.id,
             channel_name=row.channel_name,
             params=cbor_loads(params_bytes) if params_bytes else None,
-            state=cbor_loads(state_bytes, max_depth=STATE_MAX_DEPTH)
-            if state_bytes
-            else None,
+            state=cbor_loads(state_bytes) if state_bytes else None,
             state_bytes=state_bytes or cbor_dumps(None),
             subscriptions=list(row.subscriptions),
         )

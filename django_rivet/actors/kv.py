@@ -84,7 +84,7 @@ def _encode_value(value: Any, codec: Codec) -> bytes:
 
 def _decode_value(data: Any, codec: Codec) -> Any:
     raw = bytes(data)
-    return raw if codec == "raw" else cbor_loads(raw, max_depth=400)
+    return raw if codec == "raw" else cbor_loads(raw)
 
 
 def _check_count(keys: Sequence[Any]) -> None:

@@ -55,7 +55,12 @@ def normalize_key(key: Any) -> tuple[str, ...]:
     for part in parts:
         if not isinstance(part, str):
             raise InvalidKey("An actor key is a string or a list of strings")
-        size = len(part.encode("utf-8"))
+        if "\x00" in part:  # PostgreSQL text cannot hold NUL
+            raise InvalidKey("Key parts cannot contain NUL characters")
+        try:
+            size = len(part.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidKey("Key parts must be valid Unicode") from None
         if size > KEY_PART_MAX_BYTES:
             raise InvalidKey(
                 f"A key part is {size} bytes; the limit is {KEY_PART_MAX_BYTES}",

@@ -75,7 +75,6 @@ from .definition import Actor
 from .errors import database_error, is_connection_failure
 from .invocation import (
     INTERNAL,
-    STATE_MAX_DEPTH,
     Invocation,
     Operation,
     Origin,
@@ -275,11 +274,7 @@ def _invoke(
             checked_out = (row.id, entry, fresh)
             if state_bytes is None and exists:
                 state_bytes = bytes(row.state)
-                state = (
-                    cbor_loads(state_bytes, max_depth=STATE_MAX_DEPTH)
-                    if state_bytes
-                    else None
-                )
+                state = cbor_loads(state_bytes) if state_bytes else None
             invocation = Invocation(
                 row,
                 definition,

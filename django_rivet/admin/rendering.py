@@ -29,7 +29,7 @@ def pretty_cbor(data: Any) -> str:
     if not raw:
         return "-"
     try:
-        return pretty(cbor_loads(raw, max_depth=400))
+        return pretty(cbor_loads(raw))
     except Exception as exc:  # show the bytes rather than break the page
         return format_html("<pre>undecodable ({}): {}</pre>", exc, raw[:200].hex())
 

@@ -10,6 +10,11 @@ from ..exceptions import RivetError
 MEDIA_TYPES: dict[str, str] = {"json": "application/json", "cbor": "application/cbor"}
 # Close codes after which reconnecting cannot help.
 FINAL_CLOSE_CODES = frozenset({1000, 4400, 4403})
+# The server closed because of a frame it could not read (too large): the
+# pending calls fail with the error frame it sent just before.
+FRAME_CLOSE_CODE = 4413
+# Frame size limit until ``init`` says otherwise (the server's default).
+DEFAULT_MAX_FRAME_BYTES = 65536
 Status = Literal["connecting", "connected", "disconnected"]
 Handler = Callable[..., Any]
 

@@ -26,10 +26,12 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Subprotocol
 
-from ..encoding import decode, encode, json_dumps
-from ..exceptions import RivetError, error_from_dict
+from ..encoding import decode_message, decode_trusted, encode, json_dumps
+from ..exceptions import RequestTooLarge, RivetError, error_from_dict
 from .base import (
+    DEFAULT_MAX_FRAME_BYTES,
     FINAL_CLOSE_CODES,
+    FRAME_CLOSE_CODE,
     ConnectionLost,
     Handler,
     Status,
@@ -83,6 +85,11 @@ class AsyncConnection:
         self._connected = asyncio.Event()
         self._closing = False
         self._init: asyncio.Future[dict[str, Any]] | None = None
+        #: The server's frame size limit (from ``init``).
+        self.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
+        # The connection-level error frame that came last on this socket: a
+        # close for an unreadable frame (4413) fails pending calls with it.
+        self._last_error: RivetError | None = None
 
     # -- opening ----------------------------------------------------------------
     def _url(self) -> str:
@@ -134,6 +141,8 @@ class AsyncConnection:
             raise
         self.actor_id = init["actor_id"]
         self.connection_id = init["connection_id"]
+        if isinstance(init.get("max_frame_bytes"), int):
+            self.max_frame_bytes = init["max_frame_bytes"]
         if self.last_seq is None and isinstance(init.get("seq"), int):
             self.last_seq = init["seq"]
         for event in list(self._handlers):
@@ -151,12 +160,13 @@ class AsyncConnection:
             await asyncio.wait_for(self._connected.wait(), limit)
         self._next_id += 1
         action_id = self._next_id
+        data = self._checked(
+            {"type": "action", "id": action_id, "name": action, "args": list(args)}
+        )
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[action_id] = future
         try:
-            self._send(
-                {"type": "action", "id": action_id, "name": action, "args": list(args)}
-            )
+            self._send_data(data)
             return await asyncio.wait_for(future, limit)
         finally:
             self._pending.pop(action_id, None)
@@ -203,12 +213,33 @@ class AsyncConnection:
         await self.close()
 
     # -- internals --------------------------------------------------------------
+    def _checked(self, frame: dict[str, Any]) -> bytes:
+        """Encode an action frame, refusing what the server would refuse.
+
+        Raised here, at once, the error names the call; a frame the server
+        cannot read would only fail it when the server closes the socket.
+        """
+        encoding = self.actor.client.encoding
+        data = encode(frame, encoding)
+        if len(data) > self.max_frame_bytes:
+            raise RequestTooLarge(
+                f"The frame is {len(data)} bytes; the limit is {self.max_frame_bytes}",
+                metadata={"size": len(data), "limit": self.max_frame_bytes},
+            )
+        _, problem = decode_message(data, encoding)
+        if problem is not None:
+            raise problem
+        return data
+
     def _send(self, frame: dict[str, Any]) -> None:
+        """Encode and queue a frame."""
+        self._send_data(encode(frame, self.actor.client.encoding))
+
+    def _send_data(self, data: bytes) -> None:
         """Queue a frame; one writer per socket keeps the order of the calls."""
         outbox = self._outbox
         if self._ws is None or outbox is None:
             raise ConnectionLost("The connection is closed")
-        data = encode(frame, self.actor.client.encoding)
         outbox.put_nowait(
             data.decode("utf-8") if self.actor.client.encoding == "json" else data
         )
@@ -222,7 +253,7 @@ class AsyncConnection:
     async def _read(self, ws: ClientConnection) -> None:
         try:
             async for message in ws:
-                frame = decode(message, self.actor.client.encoding)
+                frame = decode_trusted(message, self.actor.client.encoding)
                 if isinstance(frame, dict):
                     self._dispatch(frame)
         except ConnectionClosed:
@@ -257,6 +288,7 @@ class AsyncConnection:
             elif self._init is not None and not self._init.done():
                 self._init.set_exception(error)
             else:
+                self._last_error = error
                 self.errors.append(error)
                 if not self._error_handlers:
                     logger.info("rivet connection error: %r", error)
@@ -278,9 +310,11 @@ class AsyncConnection:
             self._init.set_exception(
                 ConnectionLost(f"Closed before init (code {code})")
             )
+        cause = self._last_error if code == FRAME_CLOSE_CODE else None
+        self._last_error = None
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(ConnectionLost())
+                future.set_exception(cause or ConnectionLost(f"Closed (code {code})"))
         self._pending.clear()
         self._ws = None
         self._outbox = None

@@ -9,7 +9,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import httpx
 
-from ..encoding import Encoding, decode, encode
+from ..encoding import Encoding, decode_trusted, encode
 from ..exceptions import error_from_dict
 from .base import (
     MEDIA_TYPES,
@@ -85,7 +85,7 @@ class Client:
         if content_type in ("application/json", "application/cbor") and (
             response.content
         ):
-            value = decode(
+            value = decode_trusted(
                 response.content, "cbor" if content_type.endswith("cbor") else "json"
             )
         if response.status_code >= 400:

@@ -48,7 +48,7 @@ class Actor(models.Model):
     def decoded_state(self) -> Any:
         """Return the decoded state (``None`` before creation finished)."""
         data = bytes(self.state)
-        return cbor_loads(data, max_depth=400) if data else None
+        return cbor_loads(data) if data else None
 
 
 class ActorKV(models.Model):

@@ -20,6 +20,7 @@ whatever the firing latency, so the cadence never drifts.
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -46,6 +47,16 @@ _ALIASES = {
     "@midnight",
     "@hourly",
 }
+# The five fields and their allowed values (day of week: 0 and 7 are Sunday).
+FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
+)
+# One value of a field part: a number, possibly with croniter's L or #n.
+_NUMBER = re.compile(r"(\d+)(?:L|#\d+)?", re.IGNORECASE)
 # Longest a valid expression can go without a run: Feb 29 on a given weekday
 # recurs within 28 years; croniter gives up earlier on impossible dates.
 _MAX_SKIPS = 8
@@ -71,16 +82,53 @@ def validate_cron(expression: str, tz: str, now: datetime) -> datetime:
         raise InvalidCron("A cron expression is a string")
     expression = " ".join(expression.split())
     fields = expression.split(" ")
-    if not (
-        (len(fields) == 1 and fields[0].lower() in _ALIASES) or len(fields) == 5
-    ) or not croniter.is_valid(expression):
+    if not ((len(fields) == 1 and fields[0].lower() in _ALIASES) or len(fields) == 5):
         raise InvalidCron(
             f"Invalid cron expression {expression!r}: use five fields "
             "(minute hour day-of-month month day-of-week) or @hourly, @daily...",
             metadata={"expression": expression},
         )
+    if len(fields) == 5:
+        _check_fields(expression, fields)
+    if not croniter.is_valid(expression):
+        raise InvalidCron(
+            f"Invalid cron expression {expression!r}: a field is not valid cron "
+            "syntax (minute hour day-of-month month day-of-week: numbers, "
+            "ranges a-b, lists a,b, steps */n, names jan-dec and sun-sat)",
+            metadata={"expression": expression},
+        )
     zone(tz)
     return next_cron_time(expression, tz, now)
+
+
+def _check_fields(expression: str, fields: list[str]) -> None:
+    """Name the first field whose number or step is out of its range."""
+    for text, (name, low, high) in zip(fields, FIELDS, strict=True):
+        for part in text.split(","):
+            base, _, step = part.partition("/")
+            if step.isdigit() and int(step) == 0:
+                raise InvalidCron(
+                    f"Invalid cron expression {expression!r}: {name} step 0 "
+                    "(a step is at least 1)",
+                    metadata={"expression": expression, "field": name, "step": 0},
+                )
+            for token in base.split("-"):
+                number = _NUMBER.fullmatch(token)
+                if number is None:
+                    continue  # *, ?, names (jan, mon), L: croniter decides
+                value = int(number.group(1))
+                if not low <= value <= high:
+                    raise InvalidCron(
+                        f"Invalid cron expression {expression!r}: {name} {value} "
+                        f"out of range {low}-{high}",
+                        metadata={
+                            "expression": expression,
+                            "field": name,
+                            "value": value,
+                            "min": low,
+                            "max": high,
+                        },
+                    )
 
 
 def _hour_is_wildcard(expression: str) -> bool:

@@ -31,7 +31,7 @@ from channels.db import database_sync_to_async
 from .. import clock, events
 from ..actors.context import Conn
 from ..actors.definition import Actor
-from ..actors.invocation import STATE_MAX_DEPTH, AuthRequest
+from ..actors.invocation import AuthRequest
 from ..actors.operations import CallAction
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
@@ -43,6 +43,7 @@ from ..exceptions import (
     ConnectionExpired,
     Forbidden,
     RivetError,
+    TooManyConnections,
 )
 from ..models import Connection, db
 
@@ -130,6 +131,23 @@ def refused_subscriptions(
     return refused
 
 
+def _check_connection_limit(invocation: Invocation) -> None:
+    """Refuse a connection beyond ``MAX_CONNECTIONS_PER_ACTOR`` (close 4429).
+
+    Counted under the actor's lock, so concurrent handshakes cannot overshoot;
+    rows of a crashed process count until the sweeper removes them.
+    """
+    limit = rivet_settings.MAX_CONNECTIONS_PER_ACTOR
+    if limit is None:
+        return
+    count = Connection.objects.filter(actor_id=invocation.actor_id).count()
+    if count >= int(limit):
+        raise TooManyConnections(
+            f"The actor has {count} connections; the limit is {limit}",
+            metadata={"limit": int(limit)},
+        )
+
+
 @dataclass(slots=True)
 class Connect:
     """Admit a connection: auth, hooks, the ``Connection`` row, ``on_connect``."""
@@ -150,6 +168,7 @@ class Connect:
 
     def run(self, invocation: Invocation) -> ConnectResult:
         """Admit the connection, or raise to refuse it (nothing persists)."""
+        _check_connection_limit(invocation)
         try:
             invocation.call_hook("on_before_connect", self.params)
         except RivetError:
@@ -298,7 +317,7 @@ class Disconnect:
                     invocation.actor_id,
                     self.conn_id,
                 )
-                invocation.state = cbor_loads(state_before, max_depth=STATE_MAX_DEPTH)
+                invocation.state = cbor_loads(state_before)
                 del invocation.broadcasts[broadcasts:]
         return True
 

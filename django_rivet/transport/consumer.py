@@ -40,7 +40,7 @@ from ..actors.invocation import Origin
 from ..actors.rows import ActorRef
 from ..actors.spine import ainvoke
 from ..conf import rivet_settings
-from ..encoding import Encoding, cbor_loads, decode, encode, json_dumps
+from ..encoding import Encoding, adecode_message, cbor_loads, encode, json_dumps
 from ..exceptions import (
     ActorNotFound,
     ConnectionExpired,
@@ -74,8 +74,12 @@ logger = logging.getLogger("django_rivet.transport")
 
 __all__ = [
     "CLOSE_BAD_REQUEST",
+    "CLOSE_EXPIRED",
     "CLOSE_FORBIDDEN",
     "CLOSE_INTERNAL",
+    "CLOSE_NORMAL",
+    "CLOSE_TOO_LARGE",
+    "CLOSE_TOO_MANY_CONNECTIONS",
     "RivetConsumer",
     "close_code_for",
 ]
@@ -87,19 +91,31 @@ CONNECTION_EDGES = frozenset({"websocket.connect", "websocket.disconnect"})
 # reading frames (TCP backpressure) instead of buffering without bound.
 MAX_PENDING_ACTIONS = 64
 
+# Close codes (docs/protocol.md): 1000, or 4000 + the HTTP status of the
+# error. daphne's WebSocket stack refuses to send anything but 1000 and
+# 3000-4999, so the standard 1009 (too big) and 1011 (internal error) are
+# 4413 and 4500 here.
 CLOSE_NORMAL = 1000
-CLOSE_INTERNAL = 1011
 CLOSE_BAD_REQUEST = 4400
 CLOSE_FORBIDDEN = 4403
+CLOSE_EXPIRED = 4410
+CLOSE_TOO_LARGE = 4413
+CLOSE_TOO_MANY_CONNECTIONS = 4429
+CLOSE_INTERNAL = 4500
+CLOSE_UNAVAILABLE = 4503
 
 
 def close_code_for(error: RivetError, refused: bool) -> int:
-    """Map a failed connect to its close code (4403 auth, 4400 request)."""
+    """Map a failed connect to its close code (4403 auth, 4400 request...)."""
     # 403: a refusal, also when on_auth raised a UserError (it keeps its code).
     if refused or isinstance(error, Forbidden) or error.http_status == 403:
         return CLOSE_FORBIDDEN
+    if error.http_status == 503:  # actor/unavailable, actor/busy: retry later
+        return CLOSE_UNAVAILABLE
     if error.http_status >= 500:
         return CLOSE_INTERNAL
+    if error.http_status == 429:
+        return CLOSE_TOO_MANY_CONNECTIONS
     return CLOSE_BAD_REQUEST
 
 
@@ -169,7 +185,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
             self.encoding = request.encoding
             headers = scope_headers(self.scope)
             origin_header = headers.get("origin")
-            if not origin_allowed(origin_header):
+            if not origin_allowed(origin_header, self.scope):
                 raise Forbidden(
                     "Origin not allowed", metadata={"origin": origin_header}
                 )
@@ -218,9 +234,11 @@ class RivetConsumer(AsyncWebsocketConsumer):
                 "type": "init",
                 "actor_id": str(result.actor_id),
                 "connection_id": str(result.conn_id),
-                # Extension: the last seq before this connection, so a client
-                # that sees no event still knows where to resume from.
+                # Extensions: the last seq before this connection, so a client
+                # that sees no event still knows where to resume from; the
+                # frame size limit, so a client refuses oversized calls itself.
                 "seq": result.head,
+                "max_frame_bytes": int(rivet_settings.MAX_INCOMING_MESSAGE_BYTES),
             }
         )
         for refusal in result.refused.values():
@@ -242,7 +260,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
         error = public_error(exc)
         code = close_code_for(error, refused)
         logger.info(
-            "connection refused code=%s error=%s path=%s",
+            "connection refused code=%s error=%s path=%r",
             code,
             error.qualified_code,
             self.scope.get("path"),
@@ -256,7 +274,13 @@ class RivetConsumer(AsyncWebsocketConsumer):
 
     # -- frames from the client -----------------------------------------------------
     async def websocket_receive(self, message: dict[str, Any]) -> None:
-        """Check the size, decode, and route one client frame."""
+        """Check the size, decode, and route one client frame.
+
+        An error caused by a frame answers the action when its id can be read
+        (the connection stays open); a frame over the size limit is not read
+        at all, so it gets an error frame and the close code 4413, which
+        tells the client to fail its pending calls at once.
+        """
         if self.conn_id is None or self.closed:
             return
         data = message.get("bytes")
@@ -264,18 +288,25 @@ class RivetConsumer(AsyncWebsocketConsumer):
             data = message.get("text") or ""
         limit = int(rivet_settings.MAX_INCOMING_MESSAGE_BYTES)
         size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8"))
-        try:
-            if size > limit:
-                raise RequestTooLarge(
+        if size > limit:
+            await self._refuse_frame(
+                RequestTooLarge(
                     f"The frame is {size} bytes; the limit is {limit}",
                     metadata={"size": size, "limit": limit},
                 )
-            frame = decode(data, self.encoding)
+            )
+            return
+        try:
+            frame, problem = await adecode_message(data, self.encoding)
             if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-                raise MalformedRequest("A frame is a map with a string 'type'")
+                raise problem or MalformedRequest(
+                    "A frame is a map with a string 'type'"
+                )
             kind = frame["type"]
             if kind == "action":
-                await self._receive_action(frame)
+                await self._receive_action(frame, problem)
+            elif problem is not None:
+                raise problem
             elif kind == "subscribe":
                 await self._subscribe(event_name(frame.get("event")))
             elif kind == "unsubscribe":
@@ -289,10 +320,24 @@ class RivetConsumer(AsyncWebsocketConsumer):
         except Exception as exc:  # a bug here must not kill the connection
             await self._send_error(public_error(exc))
 
-    async def _receive_action(self, frame: dict[str, Any]) -> None:
+    async def _refuse_frame(self, error: RivetError) -> None:
+        """Answer an unreadable frame with ``error``, then close (4413)."""
+        await self._send_error(error)
+        if self._in_action:
+            # The running action's answer still goes out first.
+            self._close_after_action = CLOSE_TOO_LARGE
+            return
+        await self._close(CLOSE_TOO_LARGE)
+
+    async def _receive_action(
+        self, frame: dict[str, Any], problem: MalformedRequest | None
+    ) -> None:
         action_id = frame.get("id")
         if isinstance(action_id, bool) or not isinstance(action_id, int):
-            raise MalformedRequest("An action frame needs an integer 'id'")
+            raise problem or MalformedRequest("An action frame needs an integer 'id'")
+        if problem is not None:
+            await self._send_error(problem, action_id)
+            return
         name = frame.get("name")
         args = frame.get("args", [])
         if not isinstance(name, str) or not name:
@@ -331,7 +376,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
         except Exception as exc:
             await self._send_error(public_error(exc), action_id)
             if isinstance(exc, ConnectionExpired):
-                await self._close(CLOSE_INTERNAL)
+                await self._close(CLOSE_EXPIRED)  # the client reconnects
             return
         await self._send_frame(
             {"type": "action_response", "id": action_id, "output": output},

@@ -35,7 +35,7 @@ from ..actors.operations import ACTOR_AUTH, CallAction, EnsureActor
 from ..actors.rows import ActorRef, Mode
 from ..actors.spine import ainvoke
 from ..conf import rivet_settings
-from ..encoding import Encoding, decode, encode
+from ..encoding import Encoding, adecode, decode, encode
 from ..exceptions import (
     ActionNotFound,
     InvalidArgs,
@@ -145,8 +145,8 @@ def check_body_size(request: HttpRequest) -> None:
         )
 
 
-def read_body(request: HttpRequest) -> dict[str, Any]:
-    """Decode the JSON or CBOR map body (empty body: ``{}``)."""
+def _raw_body(request: HttpRequest) -> tuple[bytes, Encoding]:
+    """Return the body's bytes and encoding, within the size limit."""
     encoding = CONTENT_TYPES.get(request.content_type or "")
     if encoding is None:
         raise InvalidEncoding(
@@ -161,12 +161,28 @@ def read_body(request: HttpRequest) -> dict[str, Any]:
         raise RequestTooLarge(
             f"The body is over the limit of {limit} bytes", metadata={"limit": limit}
         )
-    if not data:
-        return {}
-    body = decode(data, encoding)
+    return data, encoding
+
+
+def _body_map(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise MalformedRequest("The body must be a map")
     return body
+
+
+def read_body(request: HttpRequest) -> dict[str, Any]:
+    """Decode the JSON or CBOR map body (empty body: ``{}``)."""
+    data, encoding = _raw_body(request)
+    return _body_map(decode(data, encoding)) if data else {}
+
+
+async def aread_body(request: HttpRequest) -> dict[str, Any]:
+    """:func:`read_body`, decoding large bodies in a worker thread.
+
+    Off the event loop, one slow body cannot stall the other connections.
+    """
+    data, encoding = _raw_body(request)
+    return _body_map(await adecode(data, encoding)) if data else {}
 
 
 # -- addressing -------------------------------------------------------------------
@@ -259,7 +275,7 @@ async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
             return encoded_response(info, encoding)
         if request.method not in ("PUT", "POST"):
             raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
-        body = read_body(request)
+        body = await aread_body(request)
         if request.method == "POST" and request.GET.get("actor_id"):
             raise MalformedRequest("Create an actor by name and key, not actor_id")
         mode: Literal["get_or_create", "create"] = (
@@ -283,7 +299,7 @@ async def action_view(request: HttpRequest, name: str, action: str) -> HttpRespo
     try:
         if request.method != "POST":
             raise MethodNotAllowed(metadata={"allowed": ["POST"]})
-        body = read_body(request)
+        body = await aread_body(request)
         args = body.get("args", [])
         if not isinstance(args, list):
             raise InvalidArgs("args must be a list")
@@ -304,7 +320,7 @@ async def queue_view(request: HttpRequest, name: str, queue: str) -> HttpRespons
     try:
         if request.method != "POST":
             raise MethodNotAllowed(metadata={"allowed": ["POST"]})
-        body = read_body(request)
+        body = await aread_body(request)
         wait = body.get("wait", False)
         timeout = body.get("timeout")
         if not isinstance(wait, bool):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,9 @@ MAX_CONN_PARAMS_BYTES = 4096
 MAX_CONN_PARAMS_ENCODED = 4 * -(-MAX_CONN_PARAMS_BYTES // 3)
 MAX_EVENT_NAME_LENGTH = 255  # ActorEvent.name
 MAX_SUBSCRIPTIONS = 256
+# ASCII digits only (str.isdigit() admits "²", which int() refuses), few
+# enough to fit the 64-bit seq column.
+_SINCE = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass(slots=True)
@@ -145,8 +149,11 @@ def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
     request.create = parse_bool(_single(query, "create"), "create", True)
     since = _single(query, "since")
     if since is not None and since != "":
-        if not since.isdigit():
-            raise MalformedRequest("since must be a non-negative integer")
+        if not _SINCE.fullmatch(since):
+            raise MalformedRequest(
+                "since must be a non-negative integer of at most 18 digits",
+                metadata={"since": since[:32]},
+            )
         request.since = int(since)
     for value in query.get("subscribe", []):
         for event in value.split(","):
@@ -163,8 +170,9 @@ def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
 
 
 def event_name(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise MalformedRequest("An event name is a non-empty string")
+    """Validate an event name from a client (stored, so no NUL)."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise MalformedRequest("An event name is a non-empty string without NUL")
     if len(value) > MAX_EVENT_NAME_LENGTH:
         raise MalformedRequest(
             f"Event names are at most {MAX_EVENT_NAME_LENGTH} characters"

@@ -20,6 +20,7 @@ from typing import Any
 
 import cbor2
 
+from ..encoding import MAX_DEPTH, READ_DEPTH, check_depth
 from .errors import SchemaError, StepOutputError
 from .values import Message
 
@@ -65,6 +66,7 @@ def _reject_unknown_tag(*args: Any) -> Any:
 
 
 _RESTRICTED = _RestrictedTags()
+_DECODING: dict[str, Any] = {"tag_hook": _reject_unknown_tag, "max_depth": READ_DEPTH}
 
 
 def _encode_extra(encoder: Any, value: Any) -> None:
@@ -86,15 +88,14 @@ def _message_map(message: Message) -> dict[str, Any]:
 
 def dumps(value: Any) -> bytes:
     """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
+    check_depth(value, READ_DEPTH - 1)  # what is written can be read back
     return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
 
 
 def loads(data: bytes) -> Any:
     """Decode CBOR, accepting only the datetime, bignum and UUID tags."""
     try:
-        return cbor2.loads(
-            data, semantic_decoders=_RESTRICTED, tag_hook=_reject_unknown_tag
-        )
+        return cbor2.loads(data, semantic_decoders=_RESTRICTED, **_DECODING)
     except cbor2.CBORDecodeError as exc:
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise SchemaError(f"Undecodable CBOR: {exc}{cause}") from exc
@@ -131,6 +132,7 @@ def roundtrip(value: Any, what: str = "value") -> Any:
     if value is None or type(value) in _SCALARS:
         return value  # stored and read back as itself
     try:
+        check_depth(value, MAX_DEPTH)  # as actor state; before the recursion below
         check_value(value, what)
         encoded = dumps(value)
     except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:

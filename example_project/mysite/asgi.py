@@ -10,11 +10,15 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
-from django_rivet.routing import websocket_urlpatterns  # noqa: E402
+from django_rivet.routing import (  # noqa: E402
+    BodyLimitMiddleware,
+    websocket_urlpatterns,
+)
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Oversized bodies to the actor API are refused before Django reads them.
+        "http": BodyLimitMiddleware(django_asgi_app),
         # AuthMiddlewareStack gives consumers the session user (ctx.user).
         "websocket": AuthMiddlewareStack(
             URLRouter([path("rivet/", URLRouter(websocket_urlpatterns))])

@@ -475,3 +475,41 @@ class Hoard(Actor):
     @action
     def size(self, ctx):
         return len(ctx.state["blob"])
+
+
+# -- the edges (issues 12 and 17): hostile input, close codes ----------------------
+class Ledger(Actor):
+    """Records what valid calls brought; a connection hook that can fail."""
+
+    initial_state = {"entries": 0, "last": None}
+
+    def create_conn_state(self, ctx, params):
+        if isinstance(params, dict) and params.get("explode"):
+            raise RuntimeError("conn state failed on purpose")
+        return {}
+
+    @action
+    def record(self, ctx, value: str):
+        ctx.state["entries"] += 1
+        ctx.state["last"] = value
+        return ctx.state["entries"]
+
+    @action
+    def keep(self, ctx, value):
+        """Store any value as it came (a nesting bomb would brick the actor)."""
+        ctx.state["last"] = value
+        return "kept"
+
+    @action
+    def nest(self, ctx, depth: int):
+        """Build a value nested ``depth`` levels deep in the handler itself."""
+        value: list = []
+        for _ in range(depth):
+            value = [value]
+        ctx.state["entries"] += 1
+        ctx.state["last"] = value
+        return "nested"
+
+    @action
+    def entries(self, ctx):
+        return ctx.state["entries"]

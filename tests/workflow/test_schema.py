@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from django_rivet.encoding import MAX_DEPTH
 from django_rivet.workflow import Message, SchemaError, StepOutputError, keys, schema
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -218,3 +219,17 @@ storable = st.recursive(
 def test_cbor_round_trips_storable_values(value):
     assert schema.loads(schema.dumps(value)) == value
     assert schema.roundtrip(value) == value
+
+
+def test_workflow_values_share_the_nesting_limit_of_actor_state():
+    def nested(depth):
+        value = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    assert schema.roundtrip(nested(MAX_DEPTH)) == nested(MAX_DEPTH)
+    with pytest.raises(StepOutputError, match="nests more than"):
+        schema.roundtrip(nested(MAX_DEPTH + 1))
+    with pytest.raises(StepOutputError):
+        schema.roundtrip(nested(5000))  # iterative: no RecursionError

@@ -18,6 +18,11 @@
 // Encoding is JSON; bytes arrive as {"$bytes": "<base64>"} (docs/protocol.md).
 
 const FINAL_CLOSE_CODES = new Set([1000, 4400, 4403]);
+// The server closes with 4413 after a frame it could not read (too large):
+// pending calls fail with the error frame it sent just before.
+const FRAME_CLOSE_CODE = 4413;
+// Frame size limit until init says otherwise (the server's default).
+const DEFAULT_MAX_FRAME_BYTES = 65536;
 
 /** An error from the server ({group, code, message, metadata}) or the client. */
 export class RivetError extends Error {
@@ -177,6 +182,9 @@ export class Connection {
     /** Highest event seq seen; a reconnect resumes after it. */
     this.lastSeq = since;
     this.closeCode = null;
+    /** The server's frame size limit (from init). */
+    this.maxFrameBytes = DEFAULT_MAX_FRAME_BYTES;
+    this._lastError = null;
     this._handlers = new Map();
     this._errorHandlers = new Set();
     this._statusHandlers = new Set();
@@ -229,9 +237,22 @@ export class Connection {
       return Promise.reject(this._lost("The connection is closed"));
     }
     const id = ++this._nextId;
+    const data = JSON.stringify({ type: "action", id, name: action, args });
+    const size = new TextEncoder().encode(data).length;
+    if (size > this.maxFrameBytes) {
+      // Refused here, at once: the server could not read the frame's id.
+      return Promise.reject(
+        new RivetError({
+          group: "request",
+          code: "too_large",
+          message: `The frame is ${size} bytes; the limit is ${this.maxFrameBytes}`,
+          metadata: { size, limit: this.maxFrameBytes },
+        }),
+      );
+    }
     return new Promise((resolve, reject) => {
       this._pending.set(id, { resolve, reject });
-      this._send({ type: "action", id, name: action, args });
+      this._sendData(data, true);
     });
   }
 
@@ -289,11 +310,14 @@ export class Connection {
   }
 
   _send(frame) {
-    const data = JSON.stringify(frame);
+    this._sendData(JSON.stringify(frame), frame.type === "action");
+  }
+
+  _sendData(data, isAction) {
     const ws = this._ws;
     if (ws && ws.readyState === WebSocket.OPEN) {
       ws.send(data);
-    } else if (frame.type === "action") {
+    } else if (isAction) {
       this._outbox.push(data); // sent once the socket opens
     }
     // Subscriptions are resent from _handlers on every open.
@@ -310,6 +334,7 @@ export class Connection {
         if ((this.lastSeq === null || this.lastSeq === undefined) && Number.isInteger(frame.seq)) {
           this.lastSeq = frame.seq;
         }
+        if (Number.isInteger(frame.max_frame_bytes)) this.maxFrameBytes = frame.max_frame_bytes;
         this._setStatus("connected");
         this._ready.resolve(this);
         break;
@@ -347,6 +372,7 @@ export class Connection {
           break;
         }
         if (!this._initDone) this._refusal = error;
+        this._lastError = error;
         for (const fn of [...this._errorHandlers]) fn(error);
         break;
       }
@@ -362,7 +388,9 @@ export class Connection {
     // Calls not yet answered fail; frames of calls not yet sent are dropped
     // with them, so nothing runs after its promise was rejected.
     this._outbox = [];
-    this._failPending(this._lost(`The connection closed (code ${code})`));
+    const cause = code === FRAME_CLOSE_CODE ? this._lastError : null;
+    this._lastError = null;
+    this._failPending(cause || this._lost(`The connection closed (code ${code})`));
     if (this._refusal && !this._everConnected) this._ready.reject(this._refusal);
     if (this._closing || FINAL_CLOSE_CODES.has(code)) {
       this._setStatus("disconnected");

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...encoding import cbor_loads, json_loads
+from ...encoding import decode, json_loads
 from ...exceptions import ActorNotFound, MalformedRequest, RequestTooLarge
 from .values import revive
 
@@ -120,7 +120,7 @@ def decode_input(text: str | None, *, urlsafe: bool) -> Any:
         )
     except (binascii.Error, ValueError) as exc:
         raise MalformedRequest("input must be base64-encoded CBOR") from exc
-    return revive(cbor_loads(raw))
+    return revive(decode(raw, "cbor", undefined=True))
 
 
 def decode_conn_params(text: str | None) -> Any:

@@ -43,7 +43,7 @@ from ...actors.invocation import Origin
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
 from ...conf import rivet_settings
-from ...encoding import cbor_loads
+from ...encoding import cbor_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,
     ConnectionExpired,
@@ -75,10 +75,12 @@ MAX_EVENT_NAME_LENGTH = 255
 MAX_PENDING_ACTIONS = 64
 LOG_BATCH = 500
 
-# daphne refuses close codes outside 1000 and 3000-4999.
+# The own protocol's close codes (docs/protocol.md); daphne refuses close
+# codes outside 1000 and 3000-4999.
 CLOSE_NORMAL = 1000
 CLOSE_BAD_REQUEST = 4400
 CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_MANY_CONNECTIONS = 4429
 CLOSE_INTERNAL = 4500
 # Why the server closes a connection, as the client's close reasons read.
 DISCONNECT_REASONS = {
@@ -104,7 +106,7 @@ def _subprotocol_value(subprotocols: list[str], prefix: str) -> str | None:
 
 
 def _event_name(value: str) -> str:
-    if not value or len(value) > MAX_EVENT_NAME_LENGTH:
+    if not value or len(value) > MAX_EVENT_NAME_LENGTH or "\x00" in value:
         raise MalformedRequest(
             f"Event names are 1 to {MAX_EVENT_NAME_LENGTH} characters"
         )
@@ -178,7 +180,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
             )
             target = gateway_target(str(kwargs.get("target", "")), query)
             headers = _headers(self.scope)
-            if not websocket_origin_allowed(headers.get("origin")):
+            if not websocket_origin_allowed(headers.get("origin"), self.scope):
                 raise Forbidden(
                     "Origin not allowed", metadata={"origin": headers.get("origin")}
                 )
@@ -242,10 +244,12 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
             code = CLOSE_FORBIDDEN
         elif error.http_status >= 500:
             code = CLOSE_INTERNAL
+        elif error.http_status == 429:
+            code = CLOSE_TOO_MANY_CONNECTIONS
         else:
             code = CLOSE_BAD_REQUEST
         logger.info(
-            "rivetkit connection refused code=%s error=%s path=%s",
+            "rivetkit connection refused code=%s error=%s path=%r",
             code,
             error.qualified_code,
             self.scope.get("path"),
@@ -270,7 +274,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
                     f"The frame is {size} bytes; the limit is {limit}",
                     metadata={"size": size, "limit": limit},
                 )
-            frame = protocol.decode_frame(data, self.encoding)
+            frame = await run_decoder(protocol.decode_frame, data, self.encoding)
             if isinstance(frame, ActionCall):
                 await self._actions.put(frame)
             elif frame.subscribe:
@@ -373,7 +377,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
 
     async def _send_event(self, name: str, args: bytes) -> None:
         try:
-            values = cbor_loads(bytes(args), max_depth=400)
+            values = cbor_loads(bytes(args))
             data = protocol.encode_event(name, values, self.encoding)
         except Exception:
             logger.exception("undeliverable event name=%s", name)

@@ -10,8 +10,9 @@ the headers the client uses; every other origin gets no CORS header at all,
 so the browser refuses to send the call. Same-origin pages need nothing.
 
 WebSockets are not subject to CORS; :func:`websocket_origin_allowed` lets
-the listed origins connect in addition to those ``ALLOWED_ORIGINS`` (or
-``ALLOWED_HOSTS``) admit.
+the listed origins connect in addition to those the own protocol's Origin
+check admits (same origin, ``CSRF_TRUSTED_ORIGINS``, ``ALLOWED_ORIGINS``:
+:mod:`django_rivet.transport.origins`). Both use one origin normalization.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from functools import wraps
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from ...conf import rivet_settings
-from ..origins import origin_allowed
+from ..origins import normalize_origin, origin_allowed
 
 __all__ = [
     "ALLOWED_METHODS",
@@ -42,38 +42,24 @@ _PLAIN_HEADERS = frozenset(
 # Response headers a page may read (the client reads the ray id of errors).
 _EXPOSED_HEADERS = "x-rivet-ray-id, x-rivet-actor"
 PREFLIGHT_MAX_AGE = 600
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 View = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
-
-
-def _normalize(origin: str) -> str | None:
-    try:
-        parts = urlsplit(origin.strip().lower())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-        return None
-    if port is None or port == _DEFAULT_PORTS[parts.scheme]:
-        return f"{parts.scheme}://{parts.hostname}"
-    return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
 def cors_origin(origin: str | None) -> str | None:
     """Return ``origin`` if ``CORS_ALLOWED_ORIGINS`` lists it, else ``None``."""
     if not origin:
         return None
-    normalized = _normalize(origin)
+    normalized = normalize_origin(origin)
     if normalized is None:
         return None
-    listed = {_normalize(entry) for entry in rivet_settings.CORS_ALLOWED_ORIGINS}
+    listed = {normalize_origin(entry) for entry in rivet_settings.CORS_ALLOWED_ORIGINS}
     return origin if normalized in listed else None
 
 
-def websocket_origin_allowed(origin: str | None) -> bool:
+def websocket_origin_allowed(origin: str | None, scope: dict[str, Any]) -> bool:
     """Tell whether a page from ``origin`` may open a RivetKit connection."""
-    return origin_allowed(origin) or cors_origin(origin) is not None
+    return origin_allowed(origin, scope, extra=rivet_settings.CORS_ALLOWED_ORIGINS)
 
 
 def _allowed_request_headers(requested: str) -> list[str]:

@@ -44,7 +44,7 @@ from ...actors.operations import CallAction
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
 from ...conf import rivet_settings
-from ...encoding import json_dumps, json_loads
+from ...encoding import json_dumps, json_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,
     InvalidEncoding,
@@ -257,7 +257,7 @@ async def actors_view(request: HttpRequest) -> HttpResponseBase:
             raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
         if request.content_type != "application/json":
             raise InvalidEncoding("The actors API takes JSON")
-        body = json_loads(_read_body(request))
+        body = await run_decoder(json_loads, _read_body(request))
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             raise MalformedRequest("The body needs a string 'name'")
         key = body.get("key")
@@ -371,7 +371,9 @@ async def gateway_action_view(
         if request.method != "POST":
             raise MethodNotAllowed(metadata={"allowed": ["POST"]})
         address = gateway_target(target, _query(request))
-        args = protocol.decode_action_args(_read_body(request), encoding)
+        args = await run_decoder(
+            protocol.decode_action_args, _read_body(request), encoding
+        )
         origin = await _gateway_origin(request, address)
         output = await ainvoke(_ref(address), CallAction(action, args), origin)
         try:
@@ -395,7 +397,9 @@ async def gateway_queue_view(
         if request.method != "POST":
             raise MethodNotAllowed(metadata={"allowed": ["POST"]})
         address = gateway_target(target, _query(request))
-        send = protocol.decode_queue_send(_read_body(request), encoding)
+        send = await run_decoder(
+            protocol.decode_queue_send, _read_body(request), encoding
+        )
         origin = await _gateway_origin(request, address)
         # on_auth runs in the invocation that stores the message.
         result = await queues.asend(

@@ -18,7 +18,7 @@ import json as _json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...encoding import cbor_dumps, cbor_loads, json_dumps, json_loads
+from ...encoding import decode, encode, json_dumps
 from ...exceptions import InvalidArgs, InvalidEncoding, MalformedRequest, RivetError
 from . import bare
 from .values import prepare, revive
@@ -94,11 +94,24 @@ def _map(value: Any, what: str) -> dict[str, Any]:
 
 
 def _decode_value(data: bytes | str, encoding: WireEncoding) -> Any:
+    # The client writes JavaScript's undefined as CBOR undefined (revived as
+    # None, like ["$Undefined", 0] in JSON); everything else JSON cannot
+    # carry is refused.
     if encoding == "json":
-        return revive(json_loads(data))
+        return revive(decode(data, "json"))
     if isinstance(data, str):
         raise MalformedRequest(f"{encoding} data must be binary")
-    return revive(cbor_loads(data))
+    return revive(decode(data, "cbor", undefined=True))
+
+
+def _cbor_payload(data: bytes) -> Any:
+    """Decode a BARE ``data`` field (CBOR written by the client)."""
+    return revive(decode(data, "cbor", undefined=True))
+
+
+def _cbor_wire(value: Any) -> bytes:
+    """Encode a wire value or frame part as CBOR (no storage depth check)."""
+    return encode(value, "cbor")
 
 
 def _args(value: Any) -> list[Any]:
@@ -110,7 +123,7 @@ def _args(value: Any) -> list[Any]:
 def decode_action_args(data: bytes, encoding: WireEncoding) -> list[Any]:
     """Decode an HTTP action body; return the argument list."""
     if encoding == "bare":
-        return _args(revive(cbor_loads(bare.read_action_request(data))))
+        return _args(_cbor_payload(bare.read_action_request(data)))
     body = _map(_decode_value(data, encoding), "The body")
     return _args(body.get("args", []))
 
@@ -126,7 +139,7 @@ def decode_queue_send(data: bytes, encoding: WireEncoding) -> QueueSend:
     if encoding == "bare":
         request = bare.read_queue_send_request(data)
         return QueueSend(
-            revive(cbor_loads(request.body)),
+            _cbor_payload(request.body),
             request.name,
             bool(request.wait),
             request.timeout,
@@ -158,7 +171,7 @@ def decode_frame(
             raise MalformedRequest("bare frames must be binary")
         message = bare.read_to_server(data)
         if isinstance(message, bare.ActionRequest):
-            args = revive(cbor_loads(message.args))
+            args = _cbor_payload(message.args)
             return ActionCall(message.id, message.name, _args(args))
         return Subscription(message.event_name, message.subscribe)
     frame = _map(_decode_value(data, encoding), "A frame")
@@ -194,7 +207,7 @@ def _cbor_head(major: int, length: int) -> bytes:
 def _cbor_map(items: list[tuple[str, bytes]]) -> bytes:
     """Assemble a CBOR map from already-encoded values."""
     return _cbor_head(5, len(items)) + b"".join(
-        cbor_dumps(key) + value for key, value in items
+        _cbor_wire(key) + value for key, value in items
     )
 
 
@@ -204,7 +217,7 @@ def _cbor_bigint(value: int) -> bytes:
 
 
 def _cbor(value: Any) -> bytes:
-    return cbor_dumps(prepare(value, json=False))
+    return _cbor_wire(prepare(value, json=False))
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -221,7 +234,7 @@ def _frame(tag: str, val: dict[str, Any]) -> bytes:
 
 def _cbor_frame(tag: str, val: list[tuple[str, bytes]]) -> bytes:
     return _cbor_map(
-        [("body", _cbor_map([("tag", cbor_dumps(tag)), ("val", _cbor_map(val))]))]
+        [("body", _cbor_map([("tag", _cbor_wire(tag)), ("val", _cbor_map(val))]))]
     )
 
 
@@ -233,7 +246,7 @@ def encode_init(actor_id: str, conn_id: str, encoding: WireEncoding) -> bytes:
         return _frame("Init", {"actorId": actor_id, "connectionId": conn_id})
     return _cbor_frame(
         "Init",
-        [("actorId", cbor_dumps(actor_id)), ("connectionId", cbor_dumps(conn_id))],
+        [("actorId", _cbor_wire(actor_id)), ("connectionId", _cbor_wire(conn_id))],
     )
 
 
@@ -259,7 +272,7 @@ def encode_event(name: str, args: list[Any], encoding: WireEncoding) -> bytes:
         return bare.write_to_client(bare.Event(name, _cbor(args)))
     if encoding == "json":
         return _frame("Event", {"name": name, "args": prepare(args, json=True)})
-    return _cbor_frame("Event", [("name", cbor_dumps(name)), ("args", _cbor(args))])
+    return _cbor_frame("Event", [("name", _cbor_wire(name)), ("args", _cbor(args))])
 
 
 def _safe_metadata(metadata: Any, encoding: WireEncoding) -> Any:
@@ -303,13 +316,13 @@ def encode_error(
     return _cbor_frame(
         "Error",
         [
-            ("group", cbor_dumps(error.group)),
-            ("code", cbor_dumps(error.code)),
-            ("message", cbor_dumps(error.message)),
-            ("metadata", metadata if metadata is not None else cbor_dumps(None)),
+            ("group", _cbor_wire(error.group)),
+            ("code", _cbor_wire(error.code)),
+            ("message", _cbor_wire(error.message)),
+            ("metadata", metadata if metadata is not None else _cbor_wire(None)),
             (
                 "actionId",
-                cbor_dumps(None) if action_id is None else _cbor_bigint(action_id),
+                _cbor_wire(None) if action_id is None else _cbor_bigint(action_id),
             ),
         ],
     )
@@ -321,7 +334,7 @@ def encode_action_output(output: Any, encoding: WireEncoding) -> bytes:
         return bare.write_action_response(_cbor(output))
     if encoding == "json":
         return _json_bytes({"output": prepare(output, json=True)})
-    return cbor_dumps({"output": prepare(output, json=False)})
+    return _cbor_wire({"output": prepare(output, json=False)})
 
 
 def encode_queue_result(
@@ -337,7 +350,7 @@ def encode_queue_result(
         body["response"] = prepare(response, json=encoding == "json")
     if encoding == "json":
         return _json_bytes(body)
-    return cbor_dumps(body)
+    return _cbor_wire(body)
 
 
 def encode_http_error(error: RivetError, encoding: WireEncoding) -> bytes:
@@ -359,7 +372,7 @@ def encode_http_error(error: RivetError, encoding: WireEncoding) -> bytes:
         if metadata is not None:
             body["metadata"] = metadata
         return _json_bytes(body)
-    encoded = [(key, cbor_dumps(value)) for key, value in body.items()]
+    encoded = [(key, _cbor_wire(value)) for key, value in body.items()]
     if metadata is not None:
         encoded.append(("metadata", metadata))
     return _cbor_map(encoded)

@@ -1,0 +1,156 @@
+"""Refuse oversized request bodies before Django reads them (ASGI middleware).
+
+Django's ASGI handler reads a whole request body into memory (or a temporary
+file) before any view runs, so the views' own ``MAX_HTTP_BODY_BYTES`` check
+comes after the upload. :class:`BodyLimitMiddleware` wraps the project's
+HTTP application in ``asgi.py`` and answers 413 ``request/too_large`` for
+django-rivet's routes
+
+* from ``Content-Length``, without reading the body at all;
+* for bodies without a length (chunked uploads), once more than the limit
+  has arrived, reading no further.
+
+Other routes of the project are passed through untouched. Servers may still
+receive the bytes (daphne buffers a request before the application sees
+it), so a body size limit in the proxy in front stays advised
+(docs/security.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from django.urls import Resolver404, resolve
+
+from ..conf import rivet_settings
+from ..encoding import encode
+from ..exceptions import RequestTooLarge
+
+__all__ = ["BodyLimitMiddleware"]
+
+logger = logging.getLogger("django_rivet.transport")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+APP_NAME = "django_rivet"
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {name.lower(): value for name, value in scope.get("headers", [])}
+
+
+def _is_rivet_route(scope: Scope) -> bool:
+    """Tell whether the request goes to one of django-rivet's views."""
+    path = scope.get("path", "")
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    try:
+        match = resolve(path or "/")
+    except Resolver404:
+        return False
+    return APP_NAME in match.app_names
+
+
+class BodyLimitMiddleware:
+    """Answer 413 for django-rivet request bodies over ``MAX_HTTP_BODY_BYTES``.
+
+    ::
+
+        application = ProtocolTypeRouter({
+            "http": BodyLimitMiddleware(django_asgi_app),
+            "websocket": ...,
+        })
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, unless its body is too large for the route."""
+        if scope.get("type") != "http" or not _is_rivet_route(scope):
+            await self.app(scope, receive, send)
+            return
+        limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+        headers = _headers(scope)
+        raw_length = headers.get(b"content-length")
+        if raw_length is not None:
+            try:
+                length = int(raw_length)
+            except ValueError:
+                length = -1  # the view answers request/malformed
+            if length > limit:
+                await self._refuse(scope, send, headers, length, limit)
+                return
+            await self.app(scope, receive, send)
+            return
+        # No length (chunked): read at most limit + 1 bytes, then replay them.
+        buffered: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message.get("type") != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > limit:
+                await self._refuse(scope, send, headers, None, limit)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            if buffered:
+                return buffered.pop(0)
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(
+        scope: Scope,
+        send: Send,
+        headers: dict[bytes, bytes],
+        length: int | None,
+        limit: int,
+    ) -> None:
+        if length is None:
+            error = RequestTooLarge(
+                f"The body is over the limit of {limit} bytes",
+                metadata={"limit": limit},
+            )
+        else:
+            error = RequestTooLarge(
+                f"The body is {length} bytes; the limit is {limit}",
+                metadata={"size": length, "limit": limit},
+            )
+        logger.info(
+            "body refused before reading path=%r size=%s limit=%s",
+            scope.get("path"),
+            length,
+            limit,
+        )
+        cbor = headers.get(b"content-type", b"").split(b";")[0].strip() == (
+            b"application/cbor"
+        )
+        body = encode(error.to_dict(), "cbor" if cbor else "json")
+        media = b"application/cbor" if cbor else b"application/json"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": error.http_status,
+                "headers": [
+                    (b"content-type", media),
+                    (b"content-length", str(len(body)).encode("ascii")),
+                    # The body was not read: the connection cannot be reused.
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
