@@ -18,6 +18,8 @@
 // Encoding is JSON; bytes arrive as {"$bytes": "<base64>"} (docs/protocol.md).
 
 const FINAL_CLOSE_CODES = new Set([1000, 4400, 4403]);
+// Error frames saying events will not come: the app reloads its state.
+const RESYNC_CODES = new Set(["actor/events_missed", "actor/event_log_truncated"]);
 
 /** An error from the server ({group, code, message, metadata}) or the client. */
 export class RivetError extends Error {
@@ -179,6 +181,7 @@ export class Connection {
     this.closeCode = null;
     this._handlers = new Map();
     this._errorHandlers = new Set();
+    this._resyncHandlers = new Set();
     this._statusHandlers = new Set();
     this._pending = new Map();
     this._outbox = [];
@@ -215,6 +218,16 @@ export class Connection {
   onError(fn) {
     this._errorHandlers.add(fn);
     return () => this._errorHandlers.delete(fn);
+  }
+
+  /**
+   * Call `fn(error)` when events were lost for good (`actor/events_missed`,
+   * `actor/event_log_truncated`): reload the state derived from events.
+   * `error.metadata` says which seqs will not come (since < seq < oldest).
+   */
+  onResync(fn) {
+    this._resyncHandlers.add(fn);
+    return () => this._resyncHandlers.delete(fn);
   }
 
   /** Call `fn(status)` whenever `status` changes. */
@@ -348,6 +361,9 @@ export class Connection {
         }
         if (!this._initDone) this._refusal = error;
         for (const fn of [...this._errorHandlers]) fn(error);
+        if (RESYNC_CODES.has(error.qualifiedCode)) {
+          for (const fn of [...this._resyncHandlers]) fn(error);
+        }
         break;
       }
       default:
