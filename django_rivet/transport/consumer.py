@@ -533,7 +533,7 @@ class RivetConsumer(AsyncWebsocketConsumer):
             # The client does not read: wait (everything waits, so this also
             # stops reading its frames), and give up on it after a while.
             if not await pressure.wait(float(rivet_settings.SLOW_CONSUMER_TIMEOUT)):
-                logger.info("closing a slow consumer conn_id=%s", self.conn_id)
+                logger.warning("closing a slow consumer conn_id=%s", self.conn_id)
                 await self._close(CLOSE_SLOW_CONSUMER)
                 return
             if self.closed:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from .. import events
 from ..events import LoggedEvent
 from ..exceptions import EventsMissed, RivetError
-from .feeds import current_hub, run_db
+from .feeds import LOG_BATCH, current_hub, run_db
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -44,9 +44,9 @@ def _server_protocol(send: Any) -> Any:
 
     daphne passes ``functools.partial(server.handle_reply, protocol)``; its
     protocol is an autobahn ``WebSocketServerProtocol`` over a twisted
-    transport, which accepts a twisted push producer to tell it when its
-    buffer is over its high-water mark. Other servers push back through
-    ``send`` itself (it waits while the client does not read).
+    transport, which tells its push producer when its buffer is over its
+    high-water mark. Other servers push back through ``send`` itself (it
+    waits while the client does not read).
     """
     if not isinstance(send, functools.partial) or not send.args:
         return None
@@ -70,13 +70,24 @@ class Pressure:
         self._ready = asyncio.Event()
         self._ready.set()
         self.stopped = False
+        # The producer registered before us (daphne's HTTPChannel, which
+        # registers itself for the upgrade request): told everything too.
+        self._previous: Any = None
         self._protocol = _server_protocol(send)
-        if self._protocol is not None:
-            try:
+        if self._protocol is None:
+            return
+        transport = self._protocol.transport
+        try:
+            previous = getattr(transport, "producer", None)
+            if previous is None:
                 self._protocol.registerProducer(self, True)
-            except Exception:  # another producer, or already disconnected
-                logger.debug("no flow control for this socket", exc_info=True)
+            elif getattr(transport, "streamingProducer", False):
+                self._previous, transport.producer = previous, self
+            else:
                 self._protocol = None
+        except Exception:  # already disconnected, or an unknown transport
+            logger.debug("no flow control for this socket", exc_info=True)
+            self._protocol = None
 
     @property
     def active(self) -> bool:
@@ -93,15 +104,21 @@ class Pressure:
     def pauseProducing(self) -> None:  # noqa: N802 - twisted's interface
         """The server's buffer is full: stop sending."""
         self._ready.clear()
+        if self._previous is not None:
+            self._previous.pauseProducing()
 
     def resumeProducing(self) -> None:  # noqa: N802
         """The server's buffer drained: send again."""
         self._ready.set()
+        if self._previous is not None:
+            self._previous.resumeProducing()
 
     def stopProducing(self) -> None:  # noqa: N802
         """The socket is gone: never wait again."""
         self.stopped = True
         self._ready.set()
+        if self._previous is not None:
+            self._previous.stopProducing()
 
     async def wait(self, timeout: float) -> bool:
         """Wait until the socket takes data; False if it did not in ``timeout``."""
@@ -117,11 +134,17 @@ class Pressure:
         """Unregister from the server (the connection ends)."""
         protocol, self._protocol = self._protocol, None
         self._ready.set()
-        if protocol is not None:
-            try:
-                protocol.unregisterProducer()
-            except Exception:  # already disconnected
-                logger.debug("unregistering the producer failed", exc_info=True)
+        if protocol is None:
+            return
+        transport = protocol.transport
+        try:
+            if getattr(transport, "producer", None) is self:
+                if self._previous is not None:
+                    transport.producer = self._previous
+                else:
+                    protocol.unregisterProducer()
+        except Exception:  # already disconnected
+            logger.debug("unregistering the producer failed", exc_info=True)
 
 
 # -- what a connection needs from its consumer ----------------------------------------
@@ -219,7 +242,10 @@ class Stream:
                 continue
             batch = feed.after(self.cursor, SEND_BATCH)
             if not batch:
-                return  # the feed is reading a gap from the log; it wakes us
+                # Caught up with the buffer: the feed reads the rest of the
+                # log (it fills only for streams waiting) and wakes us.
+                feed.schedule_fill()
+                return
             for entry in batch:
                 if self.closed:
                     return
@@ -241,8 +267,10 @@ class Stream:
     async def _from_log(self, before: int) -> None:
         """Send the subscribed events after the cursor and below ``before``."""
         names = self.sink.event_names()
-        logged = await run_db(events.read, self.actor_id, self.cursor, before, names)
-        full = len(logged) >= events.READ_BATCH
+        logged = await run_db(
+            events.read, self.actor_id, self.cursor, before, names, LOG_BATCH
+        )
+        full = len(logged) >= LOG_BATCH
         # Read the oldest seq after the events: if it is still at or below
         # the cursor's next seq, nothing the read needed had been deleted.
         first = await run_db(events.oldest, self.actor_id)
@@ -284,10 +312,10 @@ class Stream:
         after = since
         while after < self.cursor and not self.closed:
             logged = await run_db(
-                events.read, self.actor_id, after, self.cursor + 1, names
+                events.read, self.actor_id, after, self.cursor + 1, names, LOG_BATCH
             )
             for event in logged:
                 after = event.seq
                 await self._send(self._encode(event))
-            if len(logged) < events.READ_BATCH:
+            if len(logged) < LOG_BATCH:
                 break

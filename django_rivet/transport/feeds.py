@@ -45,6 +45,7 @@ logger = logging.getLogger("django_rivet.transport")
 __all__ = [
     "FEED_BYTES",
     "FEED_EVENTS",
+    "LOG_BATCH",
     "Entry",
     "Feed",
     "Hub",
@@ -66,6 +67,9 @@ MAX_PENDING = 1000
 FILL_GRACE = 0.05
 # Seconds between two rejoins of one actor's group after missed messages.
 REJOIN_INTERVAL = 5.0
+# Events read from the log per query by feeds and streams: events may be
+# large (MAX_EVENT_BYTES), and a batch sits in memory until it is sent.
+LOG_BATCH = 100
 
 # Event-log reads of the streams and feeds, with Django's connection
 # hygiene (channels' database_sync_to_async does the same in one thread;
@@ -187,10 +191,10 @@ class Feed:
         if delay:
             await asyncio.sleep(delay)
         try:
-            while self.filled < self.head and self.streams:
+            while self.filled < self.head and self.waiting():
                 upper = min(self.pending) if self.pending else self.head + 1
                 logged = await run_db(
-                    events.read, self.actor_id, self.filled, upper, None
+                    events.read, self.actor_id, self.filled, upper, None, LOG_BATCH
                 )
                 if not logged:
                     self._skip_to(upper - 1)
@@ -205,6 +209,14 @@ class Feed:
                 self.wake()
         except Exception:  # the database is down: the next check retries
             logger.warning("reading the event log failed actor_id=%s", self.actor_id)
+
+    def waiting(self) -> bool:
+        """Whether a stream has sent everything buffered and waits for more.
+
+        Streams further behind have buffered events to send, or read the log
+        themselves: filling for them would only hold memory.
+        """
+        return any(stream.cursor >= self.filled for stream in self.streams)
 
     # -- what goes out -------------------------------------------------------------
     def after(self, cursor: int, limit: int) -> list[Entry]:

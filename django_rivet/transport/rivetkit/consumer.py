@@ -438,7 +438,9 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         if pressure is not None and pressure.paused:
             # The client does not read: wait, and give up on it after a while.
             if not await pressure.wait(float(rivet_settings.SLOW_CONSUMER_TIMEOUT)):
-                logger.info("closing a slow rivetkit consumer conn_id=%s", self.conn_id)
+                logger.warning(
+                    "closing a slow rivetkit consumer conn_id=%s", self.conn_id
+                )
                 await self._close(CLOSE_SLOW_CONSUMER, "rivet.slow_consumer")
                 return
             if self.closed:
