@@ -207,8 +207,8 @@ class Feed:
                 self._drain_pending()
                 self.trim()
                 self.wake()
-        except Exception:  # the database is down: the next check retries
-            logger.warning("reading the event log failed actor_id=%s", self.actor_id)
+        except Exception as exc:  # the database is down: the next check retries
+            self.hub.db_failed("reading the event log", exc)
 
     def waiting(self) -> bool:
         """Whether a stream has sent everything buffered and waits for more.
@@ -291,6 +291,7 @@ class Hub:
         self.channel = f"rivet.feed.{uuid.uuid4().hex}"
         self.stopped = False
         self._rejoin = False
+        self._db_failures = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._receiver: asyncio.Task[None] | None = None
         self._checker: asyncio.Task[None] | None = None
@@ -335,6 +336,12 @@ class Hub:
             if task is not None:
                 task.cancel()
 
+    def db_failed(self, what: str, exc: BaseException) -> None:
+        """Log a database failure once per outage (retried every check)."""
+        self._db_failures += 1
+        if self._db_failures == 1:
+            logger.warning("%s failed; retrying every check", what, exc_info=exc)
+
     def _spawn(self, coro: Any) -> None:
         task = self.loop.create_task(coro)
         self._tasks.add(task)
@@ -348,6 +355,10 @@ class Hub:
         except Exception as exc:
             events.layer_health.failed("group_add", exc)
             self._rejoin = True
+            return
+        if self.feeds.get(feed.actor_id) is not feed:
+            # Its last stream left while joining: do not stay in the group.
+            await self._leave(feed.actor_id)
             return
         feed.joined = True
         # Events committed before the group was joined never reached it.
@@ -367,8 +378,8 @@ class Hub:
             return
         try:
             self.loop.call_soon_threadsafe(self._offer, actor_id, batch, batch[-1].seq)
-        except RuntimeError:  # the loop is closed
-            pass
+        except RuntimeError:  # the loop is closed (a test's loop): forget it
+            events.remove_listener(self._offer_threadsafe)
 
     def _offer(self, actor_id: uuid.UUID, batch: list[LoggedEvent], last: int) -> None:
         feed = self.feeds.get(actor_id)
@@ -441,9 +452,15 @@ class Hub:
             return
         try:
             found = await run_db(events.heads, [feed.actor_id for feed in targets])
-        except Exception:
-            logger.warning("checking the actors' latest events failed", exc_info=True)
+        except Exception as exc:
+            self.db_failed("checking the actors' latest events", exc)
             return
+        if self._db_failures:
+            logger.warning(
+                "event delivery reads the database again failures=%s",
+                self._db_failures,
+            )
+            self._db_failures = 0
         now = self.loop.time()
         for feed in targets:
             head = found.get(feed.actor_id)
