@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds an actor instance may sit idle in a process before it is evicted
     # (its on_sleep hook runs); ephemeral attributes are rebuilt on next load.
     "SLEEP_TIMEOUT": 30,
+    # Actor instances (with their decoded state) one process keeps cached;
+    # beyond it the least recently used are evicted (on_sleep runs).
+    "ACTOR_CACHE_SIZE": 10000,
     # Largest WebSocket frame accepted, checked before decoding.
     "MAX_INCOMING_MESSAGE_BYTES": 65536,
     # Largest HTTP request body accepted (bounds `input` too), checked before

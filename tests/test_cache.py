@@ -2,6 +2,7 @@
 
 import asyncio
 import sys
+import time
 
 import pytest
 from django.test import override_settings
@@ -38,4 +39,21 @@ def test_evicting_many_actors_shrinks_the_cache(monkeypatch):
         actors.get_or_create("counter", f"many-{index}")
     full = sys.getsizeof(cache._cache)
     assert spine.evict_idle(0) == 400
-    assert sys.getsizeof(cache._cache) < full / 4
+    # The idle-eviction thread compacts within a second or so.
+    deadline = time.monotonic() + 20
+    while sys.getsizeof(cache._cache) >= full / 4:
+        assert time.monotonic() < deadline, "the cache kept its size"
+        time.sleep(0.05)
+
+
+def test_the_cache_is_bounded_by_size():
+    with override_settings(RIVET={"ACTOR_CACHE_SIZE": 5}):
+        handles = [actors.get_or_create("counter", f"b-{i}") for i in range(20)]
+        for handle in handles:
+            handle.call("increment")
+        deadline = time.monotonic() + 20
+        while len(cache.cached_ids()) > 5:
+            assert time.monotonic() < deadline, len(cache.cached_ids())
+            time.sleep(0.05)
+        # The most recently used stayed.
+        assert handles[-1].actor_id in cache.cached_ids()

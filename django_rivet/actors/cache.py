@@ -156,9 +156,10 @@ def drop(actor_id: uuid.UUID, entry: CachedActor) -> None:
             return
         del _cache[actor_id]
         _dropped += 1
-        large = _dropped >= COMPACT_AFTER and _dropped * 2 >= _peak
-    if large:
-        compact()
+
+
+def _worth_compacting() -> bool:
+    return _dropped >= COMPACT_AFTER and _dropped * 2 >= _peak
 
 
 def compact() -> None:
@@ -201,21 +202,23 @@ def idle_entries(max_idle: float) -> list[tuple[uuid.UUID, CachedActor]]:
         ]
 
 
-# -- eviction while the process is idle -------------------------------------------
-_evictor: Callable[[], int] | None = None
+# -- eviction while the process is idle, and the size bound -------------------------
+_evictor: Callable[[float | None], int] | None = None
 _watcher: threading.Thread | None = None
 _watcher_pid = 0
 _watcher_lock = threading.Lock()
 
 
-def watch_idle(evict: Callable[[], int]) -> None:
-    """Run ``evict()`` in the background once the process has been idle.
+def watch_idle(evict: Callable[[float | None], int]) -> None:
+    """Run ``evict(max_idle)`` in the background: when idle, and over the bound.
 
     The spine evicts idle actors after invocations; a process that stops
-    getting any would keep its actors forever. ``evict`` (the spine's
-    ``evict_idle``, wired by the app config) runs when no state was stored
-    for ``SLEEP_TIMEOUT`` seconds, from a daemon thread started with the
-    first stored state.
+    getting any would keep its actors forever, and a busy one serving many
+    actors would grow until they idle out. ``evict`` (the spine's
+    ``evict_idle``, wired by the app config) runs from a daemon thread
+    started with the first stored state: when no state was stored for
+    ``SLEEP_TIMEOUT`` seconds, and, every second, for the least recently
+    used actors beyond ``ACTOR_CACHE_SIZE``.
     """
     global _evictor
     _evictor = evict
@@ -237,22 +240,39 @@ def _ensure_watcher() -> None:
             _watcher.start()
 
 
+def _excess_age() -> float | None:
+    """Return the idle age beyond which evicting brings the cache to its bound."""
+    bound = int(rivet_settings.ACTOR_CACHE_SIZE)
+    now = clock.now()
+    with _lock:
+        excess = len(_cache) - bound
+        if excess <= 0:
+            return None
+        ages = sorted((now - e.last_used for e in _cache.values()), reverse=True)
+    return max(ages[excess - 1], 0.0)
+
+
 def _watch() -> None:
     while True:
         timeout = max(float(rivet_settings.SLEEP_TIMEOUT), 0.05)
         time.sleep(min(timeout, 1.0))
         evict = _evictor
-        if evict is None or not _cache:
+        if evict is None:
             continue
-        if time.monotonic() - _last_store < timeout:
-            continue  # busy: invocations evict after themselves
         try:
             close_old_connections()
-            evicted = evict()
-            if evicted:
-                logger.debug("evicted idle actors count=%s", evicted)
+            over = _excess_age()
+            if over is not None:
+                evict(over)
+            elif _cache and time.monotonic() - _last_store >= timeout:
+                # Idle: invocations would have evicted after themselves.
+                if evict(None):
+                    compact()
+            if _worth_compacting():
+                # Many entries went (here or after invocations): give their
+                # memory back.
                 compact()
         except Exception:
-            logger.exception("idle eviction failed")
+            logger.exception("background eviction failed")
         finally:
             close_old_connections()
