@@ -16,6 +16,9 @@ every ``EVENT_CHECK_INTERVAL`` the hub reads the latest seq of its actors
 its group (Redis may have been restarted and forgotten it). A feed keeps an
 event only while a local stream (:mod:`.delivery`) still needs it, within a
 byte and count bound, with its encoded frames.
+
+The module is one piece on purpose (about 520 lines): the hub and its feeds
+share the gap and head bookkeeping that makes the guarantee hold.
 """
 
 from __future__ import annotations
