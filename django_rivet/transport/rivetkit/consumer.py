@@ -370,7 +370,14 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         await self._send_raw(data)
 
     async def send_error(self, error: RivetError) -> None:
-        """Send a connection-level ``Error`` frame."""
+        """Send a connection-level ``Error`` frame (not for an oversized event).
+
+        The official client fails its pending calls on a connection-level
+        ``Error``: an event too large to send is only logged, as before.
+        """
+        if isinstance(error, RequestTooLarge):
+            logger.warning("event too large metadata=%r", error.metadata)
+            return
         await self._send_error(error, None)
 
     def _event_frame(self, name: str, args: bytes) -> bytes:
