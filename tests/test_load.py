@@ -68,9 +68,18 @@ def sweep(deployment: Cluster) -> None:
 
 
 async def check_run(
-    deployment: Cluster, run: loadgen.Run, keys: list[str], label, meter=None
+    deployment: Cluster,
+    run: loadgen.Run,
+    keys: list[str],
+    label,
+    meter=None,
+    crashed=False,
 ):
-    """The assertions every load and fault run makes (all measured, then asserted)."""
+    """The assertions every load and fault run makes (all measured, then asserted).
+
+    ``crashed``: a web process was killed, so its rows wait for the sweeper
+    (beat runs it in production; here it runs at once).
+    """
     summary = run.summary()
     if meter is not None:
         meter.report(summary)
@@ -79,6 +88,9 @@ async def check_run(
     summary["out_of_order"] = sum(1 for s in run.sockets if not s.in_order())
     summary["duplicates"] = sum(len(s.seqs) - len(set(s.seqs)) for s in run.sockets)
     silent = run.silent_sockets()
+    if crashed:
+        summary["rows_of_the_killed_process"] = deployment.connection_rows()
+        sweep(deployment)
     # Sockets closed by the clients leave no row (rows of a killed process are
     # swept: the sweeper runs from beat in production, here by hand).
     try:
@@ -181,10 +193,12 @@ def assert_outage_codes(codes: set[str]) -> None:
     assert codes <= OUTAGE_CODES, codes - OUTAGE_CODES
 
 
-async def run_fault(deployment: Cluster, label: str, fault, name: str) -> dict:
+async def run_fault(
+    deployment: Cluster, label: str, fault, name: str, crashed: bool = False
+) -> dict:
     keys = fault_keys(name)
     run = await loadgen.run_load(urls(deployment), keys, FAULT_INCREMENTS, during=fault)
-    summary = await check_run(deployment, run, keys, label)
+    summary = await check_run(deployment, run, keys, label, crashed=crashed)
     codes = (
         set(run.call_errors)
         | {code for socket in run.sockets for code in socket.errors}
@@ -213,7 +227,9 @@ async def test_a_daphne_killed_during_load(deployment):
         await asyncio.sleep(2)  # a supervisor restarts it on its port
         await asyncio.to_thread(web.start)
 
-    summary = await run_fault(deployment, "a daphne killed during load", fault, "kill")
+    summary = await run_fault(
+        deployment, "a daphne killed during load", fault, "kill", crashed=True
+    )
     # Its sockets saw the connection drop and came back.
     assert (
         summary["close_codes"].get(1006, 0) + summary["close_codes"].get(None, 0) > 0
