@@ -73,11 +73,12 @@ async def test_a_connection_behind_the_log_is_told_what_it_missed(monkeypatch):
         # the process notices (its check may run mid-burst), the socket is
         # told which seqs will not come, then gets the rest, in order.
         await unannounced(monkeypatch, 10, ["behind"])
-        told, seqs = [], []
+        told, seqs, position = [], [], 0
         while not seqs or seqs[-1] < 10:
             frame = await comm.receive_frame()
             if frame["type"] == "event":
                 seqs.append(frame["seq"])
+                position = frame["seq"]
                 continue
             assert (frame["type"], frame["group"], frame["code"]) == (
                 "error",
@@ -85,8 +86,10 @@ async def test_a_connection_behind_the_log_is_told_what_it_missed(monkeypatch):
                 "events_missed",
             )
             assert "action_id" not in frame
-            # It counts from what this socket last got.
-            assert frame["metadata"]["since"] == (seqs[-1] if seqs else 0)
+            # It counts from where this socket stood: the last event it got,
+            # or the end of the gap it was last told about.
+            assert frame["metadata"]["since"] == position
+            position = frame["metadata"]["oldest"] - 1
             told.append(frame["metadata"])
         assert told
         assert seqs == sorted(seqs) and seqs[-3:] == [8, 9, 10]
