@@ -33,7 +33,7 @@ class RivetConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             workflows,
         )
-        from .actors import client, registry, services
+        from .actors import cache, client, registry, services, spine
         from .scheduling import cron, queues, schedules, sweeper, worker
         from .transport import connections
         from .workflow_runtime import execution, wakeups
@@ -65,6 +65,8 @@ class RivetConfig(AppConfig):
                 wakeups.next_due_at,
             )
         )
+        # Idle processes evict their actors too (not only after invocations).
+        cache.watch_idle(spine.evict_idle)
         # RIVET["EMBEDDED_WORKER"]: the worker thread starts with the first
         # request this process serves (never in commands or tests otherwise).
         worker.connect_embedded_worker()

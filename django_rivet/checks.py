@@ -8,8 +8,9 @@ from __future__ import annotations
 import sqlite3
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+from channels.layers import channel_layers
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
@@ -73,6 +74,8 @@ _POSITIVE_NUMBERS = (
     "SWEEP_INTERVAL",
     "WORKFLOW_LEASE_SECONDS",
     "WORKFLOW_POLL_INTERVAL",
+    "EVENT_CHECK_INTERVAL",
+    "SLOW_CONSUMER_TIMEOUT",
 )
 _POSITIVE_INTEGERS = (
     "MAX_INCOMING_MESSAGE_BYTES",
@@ -80,6 +83,9 @@ _POSITIVE_INTEGERS = (
     "MAX_OUTGOING_MESSAGE_BYTES",
     "EVENT_LOG_SIZE",
     "MAX_STATE_BYTES",
+    "MAX_EVENT_BYTES",
+    "CONNECTIONS_PER_PROCESS",
+    "ACTOR_CACHE_SIZE",
 )
 _BOOLEANS = ("EXPOSE_ERRORS", "EMBEDDED_WORKER", "KV_ATOMIC_FLUSH")
 
@@ -557,3 +563,125 @@ def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 def _has_path(origin: str) -> bool:
     parts = urlsplit(origin)
     return parts.path not in ("", "/") or bool(parts.query or parts.fragment)
+
+
+# -- the channel layer under load (realtime) ------------------------------------------
+E601 = "The channel layer {alias!r} cannot be created: {error}"
+E601_HINT = (
+    "Fix CHANNEL_LAYERS[{alias!r}] (BACKEND path, CONFIG keys). Without a "
+    "working layer, events reach other processes' sockets only through the "
+    "event log check (EVENT_CHECK_INTERVAL) and conn.send() never arrives."
+)
+W601 = (
+    "The Redis channel layer {alias!r} reads with a socket timeout of {timeout}s, "
+    "not above channels_redis' blocking read ({blocking}s)."
+)
+W601_HINT = (
+    "redis-py's default socket_timeout (5 s) equals channels_redis' blocking "
+    "read, so idle reads end in timeouts and reconnects. Pass it per host: "
+    "'hosts': [{{'address': REDIS_URL, 'socket_timeout': 10}}] "
+    "(docs/production.md#the-channel-layer)."
+)
+W602 = (
+    "The Redis channel layer {alias!r} has capacity {capacity}, below "
+    "RIVET['CONNECTIONS_PER_PROCESS'] ({expected})."
+)
+W602_HINT = (
+    "channels_redis' capacity is per process: all sockets of one web process "
+    "share one Redis list, so a burst of conn.send() or disconnects to more "
+    "sockets than the capacity drops the rest. Set CONFIG 'capacity' to at "
+    "least the connections one process holds (docs/production.md)."
+)
+W603 = (
+    "RIVET['MAX_EVENT_BYTES'] ({events}) is above "
+    "RIVET['MAX_OUTGOING_MESSAGE_BYTES'] ({outgoing}): such events are "
+    "accepted but can never be sent."
+)
+W603_HINT = "Keep MAX_EVENT_BYTES at most MAX_OUTGOING_MESSAGE_BYTES."
+
+REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+# redis-py's socket_timeout default and channels_redis' blocking read.
+REDIS_DEFAULT_SOCKET_TIMEOUT = 5.0
+REDIS_BLOCKING_READ = 5.0
+
+
+def _socket_timeouts(hosts: Any) -> list[float | None]:
+    """Return the socket timeout each channels_redis host entry reads with."""
+    found: list[float | None] = []
+    for host in hosts or ["redis://localhost:6379"]:
+        value: Any = REDIS_DEFAULT_SOCKET_TIMEOUT
+        url = None
+        if isinstance(host, str):
+            url = host
+        elif isinstance(host, dict):
+            url = host.get("address")
+            if "socket_timeout" in host:
+                url, value = None, host["socket_timeout"]
+        if isinstance(url, str):
+            query = parse_qs(urlsplit(url).query)
+            if "socket_timeout" in query:
+                value = query["socket_timeout"][-1]
+        try:
+            found.append(None if value is None else float(value))
+        except (TypeError, ValueError):
+            found.append(REDIS_DEFAULT_SOCKET_TIMEOUT)
+    return found
+
+
+@register(Tags.compatibility)
+def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check that the channel layer can be created and is sized for load."""
+    errors: list[Any] = []
+    event_limit = rivet_settings.MAX_EVENT_BYTES
+    outgoing = rivet_settings.MAX_OUTGOING_MESSAGE_BYTES
+    if isinstance(event_limit, int) and isinstance(outgoing, int):
+        if event_limit > outgoing:
+            message = W603.format(events=event_limit, outgoing=outgoing)
+            errors.append(
+                Warning(message, hint=W603_HINT, obj="settings.RIVET", id="rivet.W603")
+            )
+    alias = rivet_settings.CHANNEL_LAYER
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if alias not in layers:
+        return errors  # rivet.E003
+    try:
+        channel_layers.make_backend(alias)
+    except Exception as exc:
+        errors.append(
+            Error(
+                E601.format(alias=alias, error=f"{type(exc).__name__}: {exc}"),
+                hint=E601_HINT.format(alias=alias),
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.E601",
+            )
+        )
+        return errors
+    layer = layers[alias]
+    if layer.get("BACKEND") != REDIS_LAYER:
+        return errors
+    config = layer.get("CONFIG") or {}
+    for timeout in _socket_timeouts(config.get("hosts")):
+        if timeout is not None and timeout <= REDIS_BLOCKING_READ:
+            errors.append(
+                Warning(
+                    W601.format(
+                        alias=alias, timeout=timeout, blocking=REDIS_BLOCKING_READ
+                    ),
+                    hint=W601_HINT,
+                    obj="settings.CHANNEL_LAYERS",
+                    id="rivet.W601",
+                )
+            )
+            break
+    capacity = config.get("capacity", 100)
+    expected = rivet_settings.CONNECTIONS_PER_PROCESS
+    if isinstance(capacity, int) and isinstance(expected, int) and capacity < expected:
+        errors.append(
+            Warning(
+                W602.format(alias=alias, capacity=capacity, expected=expected),
+                hint=W602_HINT,
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.W602",
+            )
+        )
+    return errors

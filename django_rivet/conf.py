@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds an actor instance may sit idle in a process before it is evicted
     # (its on_sleep hook runs); ephemeral attributes are rebuilt on next load.
     "SLEEP_TIMEOUT": 30,
+    # Actor instances (with their decoded state) one process keeps cached;
+    # beyond it the least recently used are evicted (on_sleep runs).
+    "ACTOR_CACHE_SIZE": 10000,
     # Largest WebSocket frame accepted, checked before decoding.
     "MAX_INCOMING_MESSAGE_BYTES": 65536,
     # Largest HTTP request body accepted (bounds `input` too), checked before
@@ -42,6 +45,20 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL": 5,
     # Events kept per actor for replay after a reconnect (?since=<seq>).
     "EVENT_LOG_SIZE": 1000,
+    # Largest encoded arguments of one event (ctx.broadcast, conn.send);
+    # larger ones fail the handler with actor/event_too_large.
+    "MAX_EVENT_BYTES": 262144,
+    # Seconds between two checks of the actors' latest seqs by each web
+    # process: events whose channel-layer message was lost reach their
+    # sockets (from the event log) within this time.
+    "EVENT_CHECK_INTERVAL": 1.0,
+    # Seconds a socket may stay unable to take more data (its client does
+    # not read) before it is closed with code 4408; meanwhile it is sent no
+    # events and catches up from the log once it reads again.
+    "SLOW_CONSUMER_TIMEOUT": 30,
+    # WebSocket connections one web process is sized for; the channel-layer
+    # check (rivet.W602) compares channels_redis' capacity with it.
+    "CONNECTIONS_PER_PROCESS": 1000,
     # True: the web process itself fires due schedules/cron/queues and runs
     # workflows (single-process development). A deploy check warns about it.
     "EMBEDDED_WORKER": False,

@@ -4,11 +4,19 @@ Every broadcast gets a per-actor increasing ``seq`` and a row in
 ``ActorEvent``, written by :func:`append` in the invoking transaction; the
 log keeps the last ``EVENT_LOG_SIZE`` events per actor, so a client that
 reconnects with ``?since=<seq>`` is replayed what it missed (:func:`read`,
-:func:`window`). After commit the runtime hands the new events to
-:func:`publish`, which sends them through the channel layer to the actor's
-group in every process; connection-only messages go through
-:func:`send_to_channel`. Messages carry CBOR-encoded arguments so any
-CBOR-serializable value survives channels_redis' msgpack transport.
+:func:`window`). The log is the source of truth for delivery: after commit
+the runtime hands the new events to :func:`publish`, which tells this
+process's listeners at once (:func:`add_listener`: the transport's event
+feeds) and sends one channel-layer message per invocation to the actor's
+group, which every web process's feed has joined. A message the layer
+drops is not lost: feeds notice the gap (or, for the last events, the head
+seq read by their periodic check) and read the events from the log.
+Connection-only messages go through :func:`send_to_channel`. Messages carry
+CBOR-encoded arguments so any CBOR-serializable value survives
+channels_redis' msgpack transport.
+
+A channel layer that fails (misconfigured, or Redis down) is logged once at
+ERROR when the failures start and once when they stop, never per message.
 
 This module sits below the actor runtime and the transport, which both use
 it; it imports only the storage and foundation layers.
@@ -16,43 +24,67 @@ it; it imports only the storage and foundation layers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from channels.exceptions import ChannelFull
 from django.db.models import Min
 
 from . import clock
 from .conf import rivet_settings
-from .models import ActorEvent
+from .encoding import cbor_dumps
+from .exceptions import EventTooLarge
+from .models import Actor, ActorEvent
 
 logger = logging.getLogger("django_rivet.events")
 
 __all__ = [
     "DISCONNECT_MESSAGE",
-    "EVENT_MESSAGE",
+    "EVENTS_MESSAGE",
     "READ_BATCH",
     "SEND_MESSAGE",
+    "LayerHealth",
     "LoggedEvent",
     "actor_group",
+    "add_listener",
     "append",
+    "encode_args",
+    "events_message",
     "get_layer",
+    "heads",
+    "layer_health",
+    "oldest",
     "publish",
     "read",
+    "remove_listener",
     "send_to_channel",
     "window",
 ]
 
-# Channel-layer message types, dispatched to consumer methods by channels
-# ("rivet.event" -> RivetConsumer.rivet_event).
-EVENT_MESSAGE = "rivet.event"
+# Channel-layer message types, dispatched by type: "rivet.events" goes to the
+# transport's per-process feeds, the others to one connection's consumer
+# ("rivet.send" -> RivetConsumer.rivet_send).
+EVENTS_MESSAGE = "rivet.events"
 SEND_MESSAGE = "rivet.send"
 DISCONNECT_MESSAGE = "rivet.disconnect"
 
 # Events read from the log per query (replays and gap repairs).
 READ_BATCH = 500
+
+# Events of one invocation ride in its channel-layer message up to this many
+# bytes of arguments; beyond, the message carries only the seqs and feeds
+# read the events from the log (keeps Redis messages small).
+INLINE_BYTES = 256 * 1024
+
+# A publish waits at most this long for the channel layer (Redis down or
+# unreachable): the events are committed and feeds find them in the log.
+PUBLISH_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +95,22 @@ class LoggedEvent:
     name: str
     args: bytes
 
-    def message(self) -> dict[str, Any]:
-        """Return the channel-layer message that delivers this event."""
-        return {
-            "type": EVENT_MESSAGE,
-            "seq": self.seq,
-            "name": self.name,
-            "args": self.args,
-        }
+
+def encode_args(name: str, args: Iterable[Any]) -> bytes:
+    """Encode an event's arguments; refuse them over ``MAX_EVENT_BYTES``.
+
+    Called when the event is broadcast or sent, so the handler that made it
+    fails (``actor/event_too_large``, its invocation rolls back) instead of
+    every connection failing to deliver it later.
+    """
+    data = cbor_dumps(list(args))
+    limit = int(rivet_settings.MAX_EVENT_BYTES)
+    if len(data) > limit:
+        raise EventTooLarge(
+            f"Event {name[:64]!r} is {len(data)} bytes encoded; the limit is {limit}",
+            metadata={"event": name[:64], "size": len(data), "limit": limit},
+        )
+    return data
 
 
 # -- writing (inside the invoking transaction) ------------------------------------
@@ -124,6 +164,14 @@ def read(
     return [LoggedEvent(seq, name, bytes(args)) for seq, name, args in found]
 
 
+def oldest(actor_id: uuid.UUID) -> int | None:
+    """Return the oldest seq the log still holds for the actor (None: empty)."""
+    found: int | None = ActorEvent.objects.filter(actor_id=actor_id).aggregate(
+        m=Min("seq")
+    )["m"]
+    return found
+
+
 def window(actor_id: uuid.UUID, since: int, head: int) -> tuple[int | None, bool]:
     """Return ``(oldest seq kept, truncated)`` for a replay after ``since``.
 
@@ -131,12 +179,25 @@ def window(actor_id: uuid.UUID, since: int, head: int) -> tuple[int | None, bool
     after ``since`` were already dropped from the log (or ``since`` is from
     an earlier life of the actor: it saw seqs this one never issued).
     """
-    oldest = ActorEvent.objects.filter(actor_id=actor_id).aggregate(m=Min("seq"))["m"]
+    first = oldest(actor_id)
     if since > head:
-        return oldest, True
+        return first, True
     if since == head:
-        return oldest, False
-    return oldest, oldest is None or oldest > since + 1
+        return first, False
+    return first, first is None or first > since + 1
+
+
+def heads(actor_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """Return the last committed seq of each existing actor (one query per 500)."""
+    ids = list(actor_ids)
+    found: dict[uuid.UUID, int] = {}
+    for start in range(0, len(ids), 500):
+        found.update(
+            Actor.objects.filter(pk__in=ids[start : start + 500]).values_list(
+                "pk", "event_seq"
+            )
+        )
+    return found
 
 
 # -- delivery through the channel layer (after commit) ----------------------------
@@ -149,34 +210,135 @@ def actor_group(actor_id: uuid.UUID | str) -> str:
     return f"rivet.actor.{hex_id}"
 
 
+class LayerHealth:
+    """Log channel-layer failures once when they start and once when they end.
+
+    A misconfigured layer or a Redis outage would otherwise log per message
+    (thousands of lines) or, worse, not at all while broadcasts vanish.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failures = 0
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """Record a failure; the first of a series is logged at ERROR."""
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            logger.error(
+                "channel layer failed op=%s alias=%s error=%r; events still reach "
+                "sockets from the event log (within EVENT_CHECK_INTERVAL)",
+                what,
+                rivet_settings.CHANNEL_LAYER,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            logger.debug("channel layer failed op=%s error=%r", what, exc)
+
+    def ok(self) -> None:
+        """Record a success; ends (and logs the end of) a series of failures."""
+        if not self.failures:
+            return
+        with self._lock:
+            failures, self.failures = self.failures, 0
+        if failures:
+            logger.warning(
+                "channel layer works again alias=%s failures=%s",
+                rivet_settings.CHANNEL_LAYER,
+                failures,
+            )
+
+
+layer_health = LayerHealth()
+
+
 def get_layer() -> Any:
     """Return the configured channel layer, or ``None`` when there is none."""
     from channels.layers import get_channel_layer
 
     try:
         return get_channel_layer(rivet_settings.CHANNEL_LAYER)
-    except Exception:  # no CHANNEL_LAYERS, or a broken alias: checks report it
-        logger.debug("no channel layer alias=%s", rivet_settings.CHANNEL_LAYER)
+    except Exception as exc:  # no CHANNEL_LAYERS, or a broken alias/backend
+        layer_health.failed("configure", exc)
         return None
 
 
+# Callables told about committed events in this process, from the invoking
+# thread: the transport's feeds (they hand the call over to their loop).
+_listeners: set[Callable[[uuid.UUID, list[LoggedEvent]], None]] = set()
+_listeners_lock = threading.Lock()
+
+
+def add_listener(listener: Callable[[uuid.UUID, list[LoggedEvent]], None]) -> None:
+    """Call ``listener(actor_id, events)`` after each commit with events."""
+    with _listeners_lock:
+        _listeners.add(listener)
+
+
+def remove_listener(listener: Callable[[uuid.UUID, list[LoggedEvent]], None]) -> None:
+    """Stop calling ``listener``."""
+    with _listeners_lock:
+        _listeners.discard(listener)
+
+
+def events_message(actor_id: uuid.UUID, events: list[LoggedEvent]) -> dict[str, Any]:
+    """Return the one channel-layer message that announces ``events``."""
+    message: dict[str, Any] = {
+        "type": EVENTS_MESSAGE,
+        "actor": actor_id.hex,
+        "last": events[-1].seq,
+    }
+    if sum(len(event.args) for event in events) <= INLINE_BYTES:
+        message["events"] = [[e.seq, e.name, e.args] for e in events]
+    return message
+
+
 def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
-    """Send committed events to the actor's group (all processes)."""
+    """Announce committed events to this process and to every other one.
+
+    Never raises: the events are committed, and a feed that misses the
+    announcement reads them from the log.
+    """
+    with _listeners_lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        try:
+            listener(actor_id, events)
+        except Exception:  # pragma: no cover - listeners only schedule work
+            logger.exception("event listener failed actor_id=%s", actor_id)
     layer = get_layer()
     if layer is None:
         return
-    group = actor_group(actor_id)
-
-    async def send_all() -> None:
-        for event in events:
-            await layer.group_send(group, event.message())
-
-    async_to_sync(send_all)()
+    message = events_message(actor_id, events)
+    _send(layer, "publish", layer.group_send, actor_group(actor_id), message)
 
 
 def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
-    """Send one message to one consumer (a connection in any process)."""
+    """Send one message to one consumer (a connection in any process).
+
+    At most once: a full or failing layer drops it (logged). Consumers
+    whose row disappeared are closed by their heartbeat anyway.
+    """
     layer = get_layer()
     if layer is None:
         return
-    async_to_sync(layer.send)(channel_name, message)
+    _send(layer, "send", layer.send, channel_name, message)
+
+
+def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(method(target, message), PUBLISH_TIMEOUT)
+
+    try:
+        async_to_sync(bounded)()
+    except ChannelFull:
+        # The receiving process is over its capacity (docs/production.md).
+        logger.warning("channel full, message dropped target=%s op=%s", target, what)
+        return
+    except Exception as exc:
+        layer_health.failed(what, exc)
+        return
+    layer_health.ok()

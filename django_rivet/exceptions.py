@@ -23,6 +23,8 @@ __all__ = [
     "ActorAlreadyExists",
     "ActorNotFound",
     "EventLogTruncated",
+    "EventTooLarge",
+    "EventsMissed",
     "Forbidden",
     "InternalError",
     "InvalidArgs",
@@ -235,6 +237,24 @@ class EventLogTruncated(RivetError):
     default_message = "The event log no longer reaches back that far"
 
 
+class EventsMissed(RivetError):
+    """A connection fell so far behind that the log no longer has its next events."""
+
+    group = "actor"
+    code = "events_missed"
+    http_status = 410
+    default_message = "Events were missed; refetch the state"
+
+
+class EventTooLarge(RivetError):
+    """A broadcast or sent event's arguments exceed ``MAX_EVENT_BYTES``."""
+
+    group = "actor"
+    code = "event_too_large"
+    http_status = 400
+    default_message = "Event is too large"
+
+
 class InvalidEncoding(RivetError):
     """The request names an encoding other than ``json`` or ``cbor``."""
 
@@ -379,6 +399,8 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         KVTooManyKeys,
         KVPayloadTooLarge,
         EventLogTruncated,
+        EventsMissed,
+        EventTooLarge,
         InvalidEncoding,
         MalformedRequest,
         RequestTooLarge,

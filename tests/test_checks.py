@@ -119,7 +119,16 @@ def test_deploy_checks_warn_about_development_setups():
 
 
 def test_deploy_checks_are_quiet_for_a_production_setup():
-    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer"}}
+    # The channel layer as docs/production.md configures it.
+    layers = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": "redis://redis:6379/0", "socket_timeout": 10}],
+                "capacity": 1000,
+            },
+        }
+    }
     with override_settings(CHANNEL_LAYERS=layers):
         assert ids(run_checks(deploy=True)) == []
 
@@ -198,3 +207,64 @@ def test_listed_origins_pass():
     origins = ["https://app.example.com", "http://localhost:5173"]
     with override_settings(RIVET={"ALLOWED_ORIGINS": origins}):
         assert ids(run_checks()) == []
+
+
+# -- the channel layer under load (realtime) ------------------------------------------
+def redis_layer(hosts=None, **config):
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": hosts or ["redis://redis:6379/0"], **config},
+        }
+    }
+
+
+def realtime_ids():
+    return [m.id for m in rivet_checks.check_channel_layer()]
+
+
+def test_redis_layer_with_the_default_socket_timeout_is_w601():
+    with override_settings(CHANNEL_LAYERS=redis_layer(capacity=1000)):
+        messages = rivet_checks.check_channel_layer()
+    assert [m.id for m in messages] == ["rivet.W601"]
+    assert messages[0].msg == rivet_checks.W601.format(
+        alias="default", timeout=5.0, blocking=5.0
+    )
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        [{"address": "redis://redis:6379/0", "socket_timeout": 10}],
+        ["redis://redis:6379/0?socket_timeout=10"],
+        [{"host": "redis", "port": 6379, "socket_timeout": None}],
+    ],
+)
+def test_a_socket_timeout_above_the_blocking_read_passes(hosts):
+    with override_settings(CHANNEL_LAYERS=redis_layer(hosts, capacity=1000)):
+        assert realtime_ids() == []
+
+
+def test_capacity_below_the_connections_per_process_is_w602():
+    hosts = [{"address": "redis://redis:6379/0", "socket_timeout": 10}]
+    with override_settings(CHANNEL_LAYERS=redis_layer(hosts)):
+        assert realtime_ids() == ["rivet.W602"]
+    with override_settings(
+        CHANNEL_LAYERS=redis_layer(hosts), RIVET={"CONNECTIONS_PER_PROCESS": 100}
+    ):
+        assert realtime_ids() == []
+
+
+def test_a_channel_layer_that_cannot_be_created_is_e601():
+    layers = {"default": {"BACKEND": "channels_redis.core.NoSuchLayer"}}
+    with override_settings(CHANNEL_LAYERS=layers):
+        messages = rivet_checks.check_channel_layer()
+    assert [m.id for m in messages] == ["rivet.E601"]
+    assert "NoSuchLayer" in messages[0].msg
+
+
+def test_events_larger_than_any_frame_is_w603():
+    with override_settings(
+        RIVET={"MAX_EVENT_BYTES": 2_000_000, "MAX_OUTGOING_MESSAGE_BYTES": 1_000_000}
+    ):
+        assert realtime_ids() == ["rivet.W603"]

@@ -35,6 +35,12 @@ SPEC_DEFAULTS = {
     "LOCK_TIMEOUT": 10,
     # Connections per actor (issue 17, finding 11); None: no limit.
     "MAX_CONNECTIONS_PER_ACTOR": 1000,
+    # Realtime under load (issue 18).
+    "MAX_EVENT_BYTES": 262144,
+    "EVENT_CHECK_INTERVAL": 1.0,
+    "SLOW_CONSUMER_TIMEOUT": 30,
+    "CONNECTIONS_PER_PROCESS": 1000,
+    "ACTOR_CACHE_SIZE": 10000,
 }
 
 

@@ -48,12 +48,13 @@ def test_connect_and_disconnect_run_the_hooks_in_order():
     assert len(room.call("log")) == 2
 
 
-def test_touch_refreshes_only_this_process_rows():
+def test_touch_refreshes_only_the_given_connections_and_reports_missing_rows():
     with freeze_time() as frozen:
         mine = connect(params={"name": "ann"})
-        theirs = connect(params={"name": "bob"}, server_id="other-process")
+        theirs = connect(params={"name": "bob"})  # same process, other consumer
+        gone = uuid.uuid4()
         frozen.advance(100)
-        assert touch_connections() == 1
+        assert touch_connections([mine, gone]) == {gone}
     seen = dict(Connection.objects.values_list("pk", "last_seen_at"))
     assert seen[mine] - seen[theirs] == datetime.timedelta(seconds=100)
 
@@ -105,7 +106,7 @@ def test_sweep_spares_rows_refreshed_meanwhile():
     with freeze_time() as frozen:
         conn_id = connect(params={"name": "ann"})
         frozen.advance(stale_after() + 1)
-        touch_connections()
+        touch_connections([conn_id])
         assert sweep_stale_connections() == 0
     assert Connection.objects.filter(pk=conn_id).exists()
 

@@ -289,7 +289,12 @@ async def test_duplicate_and_late_live_events_are_dropped():
     group = events.actor_group(init["actor_id"])
     await layer.group_send(
         group,
-        {"type": "rivet.event", "seq": 1, "name": "changed", "args": cbor2.dumps([1])},
+        {
+            "type": "rivet.events",
+            "actor": group.rsplit(".", 1)[1],
+            "last": 1,
+            "events": [[1, "changed", cbor2.dumps([1])]],
+        },
     )
     await increment(["dups"])
     assert first["seq"] == 1
@@ -311,9 +316,9 @@ async def test_events_committed_while_joining_the_group_are_not_lost(monkeypatch
     monkeypatch.setattr(layer, "group_add", racing_group_add)
     comm = RivetCommunicator("counter", ["race"], subscribe="changed")
     init = await comm.handshake()
-    monkeypatch.setattr(layer, "group_add", real_group_add)
     assert init["seq"] == 1
     event = await comm.receive_event()
+    monkeypatch.setattr(layer, "group_add", real_group_add)
     assert (event["seq"], event["args"]) == (2, [2])
     await increment(["race"])
     assert (await comm.receive_event())["seq"] == 3

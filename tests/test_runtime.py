@@ -593,17 +593,20 @@ async def test_broadcasts_are_logged_and_delivered_only_after_commit():
     await layer.group_add(actor_group(counter.actor_id), channel)
     await counter.acall("increment", 5)
     message = await asyncio.wait_for(layer.receive(channel), 5)
-    assert message["type"] == "rivet.event"
-    assert (message["seq"], message["name"], cbor_loads(message["args"])) == (
+    # One message per invocation, carrying its events.
+    assert (message["type"], message["actor"], message["last"]) == (
+        "rivet.events",
+        counter.actor_id.hex,
         1,
-        "changed",
-        [5],
     )
+    [(seq, name, args)] = message["events"]
+    assert (seq, name, cbor_loads(args)) == (1, "changed", [5])
     with pytest.raises(UserError):
         await counter.acall("add_note_then_fail", "x")
     await counter.acall("increment")
     message = await asyncio.wait_for(layer.receive(channel), 5)
-    assert (message["seq"], cbor_loads(message["args"])) == (2, [6])
+    [(seq, name, args)] = message["events"]
+    assert (seq, cbor_loads(args)) == (2, [6])
 
 
 def test_event_log_is_bounded():

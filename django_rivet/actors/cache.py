@@ -7,19 +7,38 @@ matches. An invocation *checks out* the state (the cache holds no state
 meanwhile), so a mutation made by a run that rolls back is never reused:
 :func:`checkout` on the way in, :func:`store` after commit, :func:`drop` after
 a failure. Idle entries are found by :func:`idle_entries`; the spine evicts
-them (running ``on_sleep``).
+them (running ``on_sleep``) after invocations, and :func:`watch_idle` runs
+that eviction in the background when the process itself goes idle -- else a
+process that served 10,000 actors once would keep them all.
+
+Evicting does not by itself give the memory back: a dict keeps its table at
+its largest size, and glibc keeps freed blocks in its arenas (one per
+invoking thread). After a large eviction the cache rebuilds its dict and
+asks glibc to return free memory to the system (:func:`compact`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import logging
+import os
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import close_old_connections
+
 from .. import clock
+from ..conf import rivet_settings
 from .definition import Actor
 from .rows import LockedRow
+
+logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "CachedActor",
@@ -27,9 +46,11 @@ __all__ = [
     "cached_ids",
     "checkout",
     "clear",
+    "compact",
     "drop",
     "idle_entries",
     "store",
+    "watch_idle",
 ]
 
 
@@ -49,12 +70,22 @@ class CachedActor:
 
 _cache: dict[uuid.UUID, CachedActor] = {}
 _lock = threading.Lock()
+# Entries dropped since the dict was last rebuilt, and the largest size the
+# dict reached meanwhile (its table never shrinks by itself).
+_dropped = 0
+_peak = 0
+# time.monotonic() of the last store: the process is idle when it is old.
+_last_store = 0.0
+# Rebuild the dict once this many entries (and half of its peak) were dropped.
+COMPACT_AFTER = 1000
 
 
 def clear() -> None:
     """Forget every cached instance without running hooks (tests)."""
+    global _dropped, _peak
     with _lock:
         _cache.clear()
+        _dropped = _peak = 0
 
 
 def cached_ids() -> set[uuid.UUID]:
@@ -85,6 +116,8 @@ def checkout(
             entry = _cache[row.id] = CachedActor(
                 instance=definition(), definition=definition
             )
+            global _peak
+            _peak = max(_peak, len(_cache))
             fresh = True
         else:
             fresh = False
@@ -105,6 +138,9 @@ def store(
     version: int,
 ) -> None:
     """Keep committed state for the next invocation in this process."""
+    global _last_store
+    _last_store = time.monotonic()
+    _ensure_watcher()
     with _lock:
         entry.state = state
         entry.state_bytes = state_bytes
@@ -114,9 +150,45 @@ def store(
 
 def drop(actor_id: uuid.UUID, entry: CachedActor) -> None:
     """Forget ``entry`` if it is still the one cached for ``actor_id``."""
+    global _dropped
     with _lock:
-        if _cache.get(actor_id) is entry:
-            del _cache[actor_id]
+        if _cache.get(actor_id) is not entry:
+            return
+        del _cache[actor_id]
+        _dropped += 1
+
+
+def _worth_compacting() -> bool:
+    return _dropped >= COMPACT_AFTER and _dropped * 2 >= _peak
+
+
+def compact() -> None:
+    """Give the memory of dropped entries back to the system.
+
+    Rebuilds the dict (its table keeps its largest size otherwise) and, on
+    glibc, calls ``malloc_trim(0)`` so freed blocks leave the process.
+    """
+    global _cache, _dropped, _peak
+    with _lock:
+        _cache = dict(_cache)
+        _dropped = 0
+        _peak = len(_cache)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    # glibc only (Linux); elsewhere the allocator decides on its own.
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        function: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    return function
 
 
 def idle_entries(max_idle: float) -> list[tuple[uuid.UUID, CachedActor]]:
@@ -128,3 +200,79 @@ def idle_entries(max_idle: float) -> list[tuple[uuid.UUID, CachedActor]]:
             for actor_id, entry in _cache.items()
             if now - entry.last_used >= max_idle
         ]
+
+
+# -- eviction while the process is idle, and the size bound -------------------------
+_evictor: Callable[[float | None], int] | None = None
+_watcher: threading.Thread | None = None
+_watcher_pid = 0
+_watcher_lock = threading.Lock()
+
+
+def watch_idle(evict: Callable[[float | None], int]) -> None:
+    """Run ``evict(max_idle)`` in the background: when idle, and over the bound.
+
+    The spine evicts idle actors after invocations; a process that stops
+    getting any would keep its actors forever, and a busy one serving many
+    actors would grow until they idle out. ``evict`` (the spine's
+    ``evict_idle``, wired by the app config) runs from a daemon thread
+    started with the first stored state: when no state was stored for
+    ``SLEEP_TIMEOUT`` seconds, and, every second, for the least recently
+    used actors beyond ``ACTOR_CACHE_SIZE``.
+    """
+    global _evictor
+    _evictor = evict
+
+
+def _ensure_watcher() -> None:
+    global _watcher, _watcher_pid
+    if _evictor is None:
+        return
+    pid = os.getpid()
+    if _watcher is not None and _watcher_pid == pid and _watcher.is_alive():
+        return
+    with _watcher_lock:
+        if _watcher is None or _watcher_pid != pid or not _watcher.is_alive():
+            _watcher_pid = pid
+            _watcher = threading.Thread(
+                target=_watch, name="rivet-idle-eviction", daemon=True
+            )
+            _watcher.start()
+
+
+def _excess_age() -> float | None:
+    """Return the idle age beyond which evicting brings the cache to its bound."""
+    bound = int(rivet_settings.ACTOR_CACHE_SIZE)
+    now = clock.now()
+    with _lock:
+        excess = len(_cache) - bound
+        if excess <= 0:
+            return None
+        ages = sorted((now - e.last_used for e in _cache.values()), reverse=True)
+    return max(ages[excess - 1], 0.0)
+
+
+def _watch() -> None:
+    while True:
+        timeout = max(float(rivet_settings.SLEEP_TIMEOUT), 0.05)
+        time.sleep(min(timeout, 1.0))
+        evict = _evictor
+        if evict is None:
+            continue
+        try:
+            close_old_connections()
+            over = _excess_age()
+            if over is not None:
+                evict(over)
+            elif _cache and time.monotonic() - _last_store >= timeout:
+                # Idle: invocations would have evicted after themselves.
+                if evict(None):
+                    compact()
+            if _worth_compacting():
+                # Many entries went (here or after invocations): give their
+                # memory back.
+                compact()
+        except Exception:
+            logger.exception("background eviction failed")
+        finally:
+            close_old_connections()

@@ -71,7 +71,7 @@ class Conn:
         message = {
             "type": events.SEND_MESSAGE,
             "name": event,
-            "args": cbor_dumps(list(args)),
+            "args": events.encode_args(event, args),
         }
         self._invocation.after_commit(
             events.send_to_channel, self.channel_name, message
@@ -154,7 +154,7 @@ class ActorContext:
         """Send ``event`` to every subscribed connection, after commit."""
         if not isinstance(event, str) or not event:
             raise TypeError("event must be a non-empty string")
-        self._invocation.broadcasts.append((event, cbor_dumps(list(args))))
+        self._invocation.broadcasts.append((event, events.encode_args(event, args)))
 
     def destroy(self) -> None:
         """Destroy the actor when this invocation commits."""

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_rivet.transport")
 
+# Error frames saying events will not come: the app reloads its state.
+RESYNC_CODES = frozenset({"actor/events_missed", "actor/event_log_truncated"})
+
 
 class AsyncConnection:
     """A WebSocket connection to one actor (asyncio)."""
@@ -76,6 +79,7 @@ class AsyncConnection:
         )
         self._handlers: dict[str, list[Handler]] = {}
         self._error_handlers: list[Handler] = []
+        self._resync_handlers: list[Handler] = []
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 0
         self._ws: ClientConnection | None = None
@@ -194,6 +198,18 @@ class AsyncConnection:
         self._error_handlers.append(handler)
         return lambda: self._error_handlers.remove(handler)
 
+    def on_resync(self, handler: Callable[[RivetError], Any]) -> Callable[[], None]:
+        """Call ``handler(error)`` when events were lost for good.
+
+        That is ``actor/events_missed`` (the connection fell behind the event
+        log) or ``actor/event_log_truncated`` (a reconnect's ``since`` is
+        older than the log): reload the state derived from events. The
+        error's metadata says which seqs will not come (``since`` <
+        seq < ``oldest``). The error also reaches :meth:`on_error` handlers.
+        """
+        self._resync_handlers.append(handler)
+        return lambda: self._resync_handlers.remove(handler)
+
     async def close(self) -> None:
         """Close the connection; no reconnect follows."""
         self._closing = True
@@ -294,6 +310,9 @@ class AsyncConnection:
                     logger.info("rivet connection error: %r", error)
                 for handler in list(self._error_handlers):
                     self._run_handler(handler, error)
+                if error.qualified_code in RESYNC_CODES:
+                    for handler in list(self._resync_handlers):
+                        self._run_handler(handler, error)
 
     def _run_handler(self, handler: Handler, *args: Any) -> None:
         try:
@@ -425,6 +444,15 @@ class Connection:
     def on_error(self, handler: Callable[[RivetError], Any]) -> Callable[[], None]:
         """Call ``handler(error)`` for connection-level error frames."""
         remove = self._conn.on_error(handler)
+
+        def sync_remove() -> None:
+            self._loop.call_soon_threadsafe(remove)
+
+        return sync_remove
+
+    def on_resync(self, handler: Callable[[RivetError], Any]) -> Callable[[], None]:
+        """Call ``handler(error)`` (connection thread) when events were lost."""
+        remove = self._conn.on_resync(handler)
 
         def sync_remove() -> None:
             self._loop.call_soon_threadsafe(remove)

@@ -4,15 +4,23 @@ A connection is a ``Connection`` row written in the same invocation that runs
 ``on_before_connect``, ``create_conn_state`` and ``on_connect`` (the
 :class:`Connect` operation), so ``ctx.conns`` of any process sees it. It is
 removed by :class:`Disconnect`, which runs ``on_disconnect`` under the actor's
-one-at-a-time rule.
+one-at-a-time rule; :func:`disconnect_cleanup` runs it when a consumer ends,
+whatever ended it, retrying through a short database outage.
 
 A process that crashes (``kill -9``, OOM, power loss) cannot run
 ``Disconnect`` for its sockets. Each process therefore refreshes
-``last_seen_at`` of the connections it holds every ``SWEEP_INTERVAL`` seconds
-(one ``UPDATE`` per process, see :class:`Heartbeat`), and
-:func:`sweep_stale_connections` -- run periodically by the sweeper -- removes
-rows not refreshed for :func:`stale_after` seconds, running ``on_disconnect``
-best effort.
+``last_seen_at`` of the connections it holds every ``SWEEP_INTERVAL``
+seconds (see :class:`Heartbeat`), and :func:`sweep_stale_connections` -- run
+periodically by the sweeper -- removes rows not refreshed for
+:func:`stale_after` seconds, running ``on_disconnect`` best effort.
+Liveness is per connection, not per process: the heartbeat refreshes only
+connections whose consumer task is still running, so the row of a consumer
+that died is swept while its process lives on; and a consumer whose row
+vanished (swept, or its actor destroyed) is closed even if the message
+saying so was lost.
+
+The module is one piece on purpose (about 520 lines): the operations and
+the liveness rules share the row's life and the same ``Disconnect``.
 """
 
 from __future__ import annotations
@@ -22,11 +30,10 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
-
-from channels.db import database_sync_to_async
 
 from .. import clock, events
 from ..actors.context import Conn
@@ -34,7 +41,7 @@ from ..actors.definition import Actor
 from ..actors.invocation import AuthRequest
 from ..actors.operations import CallAction
 from ..actors.rows import ActorRef
-from ..actors.spine import invoke
+from ..actors.spine import ainvoke, invoke
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
@@ -46,6 +53,7 @@ from ..exceptions import (
     TooManyConnections,
 )
 from ..models import Connection, db
+from .feeds import run_db
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -60,6 +68,7 @@ __all__ = [
     "Disconnect",
     "Heartbeat",
     "Subscribe",
+    "disconnect_cleanup",
     "refused_subscriptions",
     "heartbeat",
     "stale_after",
@@ -73,6 +82,8 @@ SERVER_ID = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 # A process missing this many heartbeats in a row is taken for dead.
 STALE_HEARTBEATS = 6
+# Tries of a closed connection's cleanup (0.5 + 1 + 2 + 4 s apart).
+CLEANUP_ATTEMPTS = 5
 
 
 def heartbeat_interval() -> float:
@@ -323,40 +334,67 @@ class Disconnect:
 
 
 # -- heartbeat ----------------------------------------------------------------
-def touch_connections(server_id: str = SERVER_ID) -> int:
-    """Refresh ``last_seen_at`` of every connection held by ``server_id``."""
-    connection = db.connection()
-    rows = Connection.objects.filter(server_id=server_id)
+def touch_connections(conn_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """Refresh ``last_seen_at`` of these connections; return those with no row."""
+    ids = list(conn_ids)
+    missing: set[uuid.UUID] = set()
     now = clock.now_datetime()
-    if not connection.features.has_select_for_update_skip_locked:
-        return rows.update(last_seen_at=now)
-    with db.atomic():
-        # Skip rows an invocation holds locked (it is updating their state):
-        # waiting for them could deadlock against its lock order, and a
-        # connection busy in an invocation is alive anyway.
-        ids = list(
-            rows.select_for_update(skip_locked=True)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        return Connection.objects.filter(pk__in=ids).update(last_seen_at=now)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows = Connection.objects.filter(pk__in=chunk)
+        existing = set(rows.values_list("pk", flat=True))
+        missing.update(set(chunk) - existing)
+        if not db.connection().features.has_select_for_update_skip_locked:
+            rows.update(last_seen_at=now)
+            continue
+        with db.atomic():
+            # Skip rows an invocation holds locked (it is updating their
+            # state): waiting for them could deadlock against its lock order,
+            # and a connection busy in an invocation is alive anyway.
+            locked_free = list(
+                rows.select_for_update(skip_locked=True)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            Connection.objects.filter(pk__in=locked_free).update(last_seen_at=now)
+    return missing
+
+
+@dataclass(slots=True)
+class _Held:
+    """A connection of this process: its actor, consumer task and close hook."""
+
+    actor_id: uuid.UUID | None
+    task: asyncio.Task[Any] | None
+    gone: Callable[[], None] | None
 
 
 class Heartbeat:
-    """Refresh this process's connections while it holds any.
+    """Refresh the rows of this process's live connections while it holds any.
 
     One background task per event loop; it starts with the first connection
     and stops with the last, so idle processes and test loops leave nothing
-    running.
+    running. A connection counts as live while the consumer task that added
+    it runs: the row of a consumer that ended without its cleanup stops
+    being refreshed (and its cleanup is run here), so it cannot outlive it.
     """
 
     def __init__(self) -> None:
-        self._ids: set[uuid.UUID] = set()
+        self._held: dict[uuid.UUID, _Held] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, conn_id: uuid.UUID) -> None:
-        """Track a connection accepted by this process."""
-        self._ids.add(conn_id)
+    def add(
+        self,
+        conn_id: uuid.UUID,
+        actor_id: uuid.UUID | None = None,
+        gone: Callable[[], None] | None = None,
+    ) -> None:
+        """Track a connection accepted by the running consumer task.
+
+        ``gone`` is called (on the loop) if the connection's row disappears
+        while the consumer runs.
+        """
+        self._held[conn_id] = _Held(actor_id, asyncio.current_task(), gone)
         loop = asyncio.get_running_loop()
         task = self._task
         if task is None or task.done() or task.get_loop() is not loop:
@@ -364,9 +402,9 @@ class Heartbeat:
 
     def discard(self, conn_id: uuid.UUID) -> None:
         """Stop tracking a connection; stop beating after the last one."""
-        self._ids.discard(conn_id)
+        self._held.pop(conn_id, None)
         task = self._task
-        if not self._ids and task is not None:
+        if not self._held and task is not None:
             self._task = None
             try:
                 if task.get_loop() is asyncio.get_running_loop():
@@ -375,23 +413,78 @@ class Heartbeat:
                 pass
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._held)
 
     def __contains__(self, conn_id: object) -> bool:
-        return conn_id in self._ids
+        return conn_id in self._held
 
     async def _run(self) -> None:
-        while self._ids:
+        while self._held:
             await asyncio.sleep(heartbeat_interval())
             try:
-                await database_sync_to_async(touch_connections)()
+                await self.beat()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("connection heartbeat failed server=%s", SERVER_ID)
 
+    async def beat(self) -> None:
+        """Refresh live connections; clean up dead ones; close orphaned ones."""
+        alive: list[uuid.UUID] = []
+        for conn_id, held in list(self._held.items()):
+            if held.task is not None and held.task.done():
+                # The consumer ended without its cleanup (it always tries).
+                logger.warning("connection outlived its consumer conn_id=%s", conn_id)
+                self._held.pop(conn_id, None)
+                if held.actor_id is not None:
+                    asyncio.get_running_loop().create_task(
+                        disconnect_cleanup(ActorRef(actor_id=held.actor_id), conn_id)
+                    )
+            else:
+                alive.append(conn_id)
+        if not alive:
+            return
+        missing = await run_db(touch_connections, alive)
+        for conn_id in missing:
+            still = self._held.get(conn_id)
+            if still is not None and still.gone is not None:
+                logger.info("connection row gone, closing conn_id=%s", conn_id)
+                still.gone()
+
 
 heartbeat = Heartbeat()
+
+
+async def disconnect_cleanup(ref: ActorRef, conn_id: uuid.UUID) -> None:
+    """Remove a closed connection's row and run ``on_disconnect``.
+
+    Retried for a few seconds through a database outage; if it still fails
+    the row is no longer refreshed, so the sweeper removes it.
+    """
+    heartbeat.discard(conn_id)
+    delay = 0.5
+    for attempt in range(CLEANUP_ATTEMPTS):
+        try:
+            await ainvoke(ref, Disconnect(conn_id))
+            return
+        except ActorNotFound:
+            return  # destroyed: its connections went with it
+        except Exception:
+            if attempt == CLEANUP_ATTEMPTS - 1:
+                logger.exception(
+                    "disconnect failed actor_id=%s conn_id=%s; the sweeper will "
+                    "remove the connection",
+                    ref.actor_id,
+                    conn_id,
+                )
+                return
+            logger.warning(
+                "disconnect failed actor_id=%s conn_id=%s, retrying",
+                ref.actor_id,
+                conn_id,
+            )
+            await asyncio.sleep(delay)
+            delay *= 2
 
 
 # -- the sweep ------------------------------------------------------------------

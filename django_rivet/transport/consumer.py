@@ -6,24 +6,26 @@ holds no actor logic. What it adds is delivery:
 
 * **Actions in order.** Frames are queued to one worker task per connection,
   so a connection's actions run in the order sent while events keep flowing.
-* **Events exactly once, in order.** Every event carries the per-actor
-  ``seq``. The consumer keeps a cursor (the last seq it has dealt with);
-  live events at or below it are duplicates and dropped, and a jump past it
-  means the channel layer lost or reordered something, so the missing range
-  is read from the event log (all lower seqs are committed by then: the
-  actor lock orders commits). Replays for ``since`` read the log too.
+* **Events exactly once, in order, or a coded notice.** Every event carries
+  the per-actor ``seq``; a :class:`~django_rivet.transport.delivery.Stream`
+  sends the connection what follows its cursor, from the process's shared
+  feed of the actor or from the event log, and sends
+  ``actor/events_missed`` when the log no longer has it. Replays for
+  ``since`` read the log too.
 * **Answers before closes.** A close the server asks for while an action
   runs (``ctx.destroy()``, ``conn.disconnect()``) waits for that action's
   answer, so the caller learns the outcome of the action that closed it.
+* **Cleanup on every exit path.** A channel-layer hiccup (a read timeout, a
+  Redis restart) is retried instead of ending the consumer, and however the
+  consumer ends, the connection's row is removed and ``on_disconnect`` runs.
 
-The consumer class is one piece on purpose (about 550 lines): the ordering
-and delivery rules above share its per-connection cursor and queues.
+The consumer class is one piece on purpose (about 600 lines): the ordering
+and delivery rules above share its per-connection state and queues.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
 from typing import Any
@@ -32,8 +34,9 @@ from channels.consumer import get_handler_name
 from channels.db import aclose_old_connections, database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 
-from .. import events
 from ..actors import registry
 from ..actors.errors import public_error
 from ..actors.invocation import Origin
@@ -41,11 +44,12 @@ from ..actors.rows import ActorRef
 from ..actors.spine import ainvoke
 from ..conf import rivet_settings
 from ..encoding import Encoding, adecode_message, cbor_loads, encode, json_dumps
+from ..events import LoggedEvent
 from ..exceptions import (
-    ActorNotFound,
     ConnectionExpired,
     EventLogTruncated,
     Forbidden,
+    InternalError,
     InvalidArgs,
     MalformedRequest,
     RequestTooLarge,
@@ -56,10 +60,12 @@ from .connections import (
     ConnAction,
     Connect,
     ConnectResult,
-    Disconnect,
     Subscribe,
+    disconnect_cleanup,
     heartbeat,
 )
+from .delivery import Pressure, Stream
+from .feeds import channel_receive
 from .origins import origin_allowed
 from .parsing import (
     MAX_SUBSCRIPTIONS,
@@ -103,6 +109,8 @@ CLOSE_TOO_LARGE = 4413
 CLOSE_TOO_MANY_CONNECTIONS = 4429
 CLOSE_INTERNAL = 4500
 CLOSE_UNAVAILABLE = 4503
+# The client did not read for SLOW_CONSUMER_TIMEOUT; it reconnects with since.
+CLOSE_SLOW_CONSUMER = 4408
 
 
 def close_code_for(error: RivetError, refused: bool) -> int:
@@ -119,17 +127,6 @@ def close_code_for(error: RivetError, refused: bool) -> int:
     return CLOSE_BAD_REQUEST
 
 
-# -- the event log --------------------------------------------------------------
-@functools.lru_cache(maxsize=512)
-def _event_frame(name: str, seq: int | None, args: bytes, encoding: Encoding) -> bytes:
-    # Every connection of a process receives the same event: decode and
-    # encode it once per encoding.
-    frame: dict[str, Any] = {"type": "event", "name": name, "args": cbor_loads(args)}
-    if seq is not None:
-        frame["seq"] = seq
-    return encode(frame, encoding)
-
-
 # -- the consumer -----------------------------------------------------------------
 class RivetConsumer(AsyncWebsocketConsumer):
     """One WebSocket connection to one actor (SPEC 4.2)."""
@@ -143,7 +140,6 @@ class RivetConsumer(AsyncWebsocketConsumer):
         self.origin: Origin | None = None
         self.subscriptions: set[str] = set()
         self.wildcard = False
-        self.cursor = 0
         self.since: int | None = None
         self.replayed: set[str] = set()
         self.closed = False
@@ -158,6 +154,41 @@ class RivetConsumer(AsyncWebsocketConsumer):
         # the outcome of the action that closed its own socket.
         self._in_action = False
         self._close_after_action: int | None = None
+        # Delivery (docs/protocol.md, "Delivery guarantee").
+        self.stream: Stream | None = None
+        self.pressure: Pressure | None = None
+        self._cleanup: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve the socket; clean the connection up however this ends.
+
+        Like channels' ``AsyncConsumer.__call__``, except that a failing
+        channel-layer read (redis-py's read timeout, a Redis restart) is
+        retried instead of ending the consumer -- which daphne would report
+        to the client as a 1011 close, skipping ``websocket_disconnect`` --
+        and that the cleanup runs on every exit path.
+        """
+        self.scope = scope
+        # RIVET["CHANNEL_LAYER"]: the layer events.send_to_channel uses.
+        self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
+        self.base_send = send
+        self.pressure = Pressure(send)
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            layer, name = self.channel_layer, self.channel_name
+            sources.append(lambda: channel_receive(layer, name))
+        try:
+            await await_many_dispatch(sources, self.dispatch)
+        except StopConsumer:
+            pass
+        except Exception:
+            logger.exception("consumer failed conn_id=%s", self.conn_id)
+            await self._close(CLOSE_INTERNAL)
+        finally:
+            self.closed = True
+            self.pressure.close()
+            await self._run_cleanup()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler.
@@ -218,14 +249,13 @@ class RivetConsumer(AsyncWebsocketConsumer):
             params=request.params,
             conn_id=result.conn_id,
         )
-        self.cursor = result.head
         self.since = request.since
         self.wildcard = request.wildcard and "*" not in result.refused
         self.subscriptions = set(subscriptions) - set(result.refused)
-        heartbeat.add(result.conn_id)
-        await self.channel_layer.group_add(
-            events.actor_group(result.actor_id), self.channel_name
-        )
+        heartbeat.add(result.conn_id, result.actor_id, self._row_gone)
+        # The stream joins the process's feed of the actor now, so nothing
+        # committed after the admission (result.head) can slip past it.
+        self.stream = Stream(result.actor_id, result.head, self)
         logger.debug(
             "connected actor_id=%s conn_id=%s", result.actor_id, result.conn_id
         )
@@ -250,10 +280,8 @@ class RivetConsumer(AsyncWebsocketConsumer):
         if self.since is not None and (self.wildcard or self.subscriptions):
             names = None if self.wildcard else sorted(self.subscriptions)
             self.replayed.update(self.subscriptions)
-            await self._replay(self.since, names)
-        # Events committed between the connect and group_add never reached
-        # this channel: read them from the log.
-        await self._catch_up(None)
+            await self.stream.replay(self.since, names)
+        self.stream.start()
         self._worker = asyncio.create_task(self._action_loop())
 
     async def _refuse(self, exc: BaseException, refused: bool) -> None:
@@ -398,11 +426,17 @@ class RivetConsumer(AsyncWebsocketConsumer):
             )
             if refusal is not None:
                 raise refusal
-        if self.since is not None and not self.wildcard and event not in self.replayed:
-            # Missed events of this name, up to where live delivery stands.
-            self.replayed.add(event)
-            await self._replay(self.since, [event])
-        self.subscriptions.add(event)
+        assert self.stream is not None
+        async with self.stream.lock:  # live delivery waits: a stable cursor
+            if (
+                self.since is not None
+                and not self.wildcard
+                and event not in self.replayed
+            ):
+                # Missed events of this name, up to where live delivery stands.
+                self.replayed.add(event)
+                await self.stream.replay(self.since, [event])
+            self.subscriptions.add(event)
         self._save_subscriptions()
 
     def _unsubscribe(self, event: str) -> None:
@@ -431,21 +465,65 @@ class RivetConsumer(AsyncWebsocketConsumer):
         return self.wildcard or name in self.subscriptions
 
     # -- events -------------------------------------------------------------------
-    async def rivet_event(self, message: dict[str, Any]) -> None:
-        """Deliver a broadcast in seq order, once, if subscribed."""
-        seq = int(message["seq"])
-        if self.closed or seq <= self.cursor:
-            return
-        if seq > self.cursor + 1:
-            await self._catch_up(seq)
-        self.cursor = seq
-        if self._wants(message["name"]):
-            await self._send_event(message["name"], seq, message["args"])
+    # The EventSink side of self.stream (transport/delivery.py).
+    @property
+    def frame_key(self) -> str:
+        """Cache key of this connection's encoded event frames."""
+        return f"rivet.{self.encoding}"
+
+    def wants_event(self, name: str) -> bool:
+        """Whether this connection is subscribed to ``name``."""
+        return self._wants(name)
+
+    def event_names(self) -> list[str] | None:
+        """The subscribed names, for log queries (``None``: all)."""
+        return None if self.wildcard else sorted(self.subscriptions)
+
+    def encode_event(self, event: LoggedEvent) -> bytes:
+        """Encode a broadcast's frame; an oversized one becomes an error."""
+        return self._event_frame(event.name, event.seq, event.args)
+
+    async def send_data(self, data: bytes) -> None:
+        """Send an encoded frame (the stream's events)."""
+        await self._send_raw(data)
+
+    async def send_error(self, error: RivetError) -> None:
+        """Send a connection-level error frame."""
+        await self._send_error(error)
+
+    def _event_frame(self, name: str, seq: int | None, args: bytes) -> bytes:
+        try:
+            frame: dict[str, Any] = {
+                "type": "event",
+                "name": name,
+                "args": cbor_loads(bytes(args)),
+            }
+            if seq is not None:
+                frame["seq"] = seq
+            data = encode(frame, self.encoding)
+        except Exception as exc:
+            logger.exception("undeliverable event name=%r seq=%s", name, seq)
+            raise InternalError(
+                "An event could not be encoded", metadata={"event": name, "seq": seq}
+            ) from exc
+        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        if len(data) > limit:
+            raise RequestTooLarge(
+                f"Event {name!r} is {len(data)} bytes; the limit is {limit}",
+                metadata={"event": name, "seq": seq, "limit": limit},
+            )
+        return data
 
     async def rivet_send(self, message: dict[str, Any]) -> None:
         """Deliver ``conn.send(...)``: to this connection only, no seq."""
-        if not self.closed:
-            await self._send_event(message["name"], None, message["args"])
+        if self.closed:
+            return
+        try:
+            data = self._event_frame(message["name"], None, message["args"])
+        except RivetError as error:
+            await self._send_error(error)
+            return
+        await self._send_raw(data)
 
     async def rivet_disconnect(self, message: dict[str, Any]) -> None:
         """Close the socket on ``conn.disconnect()`` or actor destruction."""
@@ -458,56 +536,12 @@ class RivetConsumer(AsyncWebsocketConsumer):
             return
         await self._close(CLOSE_NORMAL)
 
-    async def _catch_up(self, before: int | None) -> None:
-        """Deliver subscribed events after the cursor (and below ``before``)."""
-        if not self.wildcard and not self.subscriptions:
-            if before is not None:
-                self.cursor = max(self.cursor, before - 1)
-            return
-        names = None if self.wildcard else sorted(self.subscriptions)
-        assert self.actor_id is not None
-        while True:
-            logged = await database_sync_to_async(events.read)(
-                self.actor_id, self.cursor, before, names
-            )
-            for event in logged:
-                self.cursor = event.seq
-                await self._send_event(event.name, event.seq, event.args)
-            if len(logged) < events.READ_BATCH:
-                break
-        if before is not None:
-            self.cursor = max(self.cursor, before - 1)
-
-    async def _replay(self, since: int, names: list[str] | None) -> None:
-        """Deliver logged events in ``(since, cursor]``; the cursor stays."""
-        assert self.actor_id is not None
-        after = since
-        while after < self.cursor:
-            logged = await database_sync_to_async(events.read)(
-                self.actor_id, after, self.cursor + 1, names
-            )
-            for event in logged:
-                after = event.seq
-                await self._send_event(event.name, event.seq, event.args)
-            if len(logged) < events.READ_BATCH:
-                break
-
-    async def _send_event(self, name: str, seq: int | None, args: bytes) -> None:
-        try:
-            data = _event_frame(name, seq, bytes(args), self.encoding)
-        except Exception:
-            logger.exception("undeliverable event name=%s seq=%s", name, seq)
-            return
-        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
-        if len(data) > limit:
-            await self._send_error(
-                RequestTooLarge(
-                    f"Event {name!r} is {len(data)} bytes; the limit is {limit}",
-                    metadata={"event": name, "seq": seq, "limit": limit},
-                )
-            )
-            return
-        await self._send_raw(data)
+    def _row_gone(self) -> None:
+        # The heartbeat found this connection's row deleted (swept, or the
+        # actor destroyed) and the message saying so was lost: close.
+        asyncio.get_running_loop().create_task(
+            self.rivet_disconnect({"reason": "gone"})
+        )
 
     # -- sending ------------------------------------------------------------------
     async def _send_frame(self, frame: dict[str, Any], action_id: Any = None) -> None:
@@ -547,6 +581,16 @@ class RivetConsumer(AsyncWebsocketConsumer):
     async def _send_raw(self, data: bytes) -> None:
         if self.closed:
             return
+        pressure = self.pressure
+        if pressure is not None and pressure.paused:
+            # The client does not read: wait (everything waits, so this also
+            # stops reading its frames), and give up on it after a while.
+            if not await pressure.wait(float(rivet_settings.SLOW_CONSUMER_TIMEOUT)):
+                logger.warning("closing a slow consumer conn_id=%s", self.conn_id)
+                await self._close(CLOSE_SLOW_CONSUMER)
+                return
+            if self.closed:
+                return
         if self.encoding == "cbor":
             await self.send(bytes_data=data)
         else:
@@ -562,36 +606,41 @@ class RivetConsumer(AsyncWebsocketConsumer):
         """Drop queued actions, finish the running one, run ``on_disconnect``."""
         self.closed = True
         try:
-            await self._shutdown()
+            await self._run_cleanup()
         finally:
             raise StopConsumer()
+
+    async def _run_cleanup(self) -> None:
+        # Once, in a task of its own: if daphne cancels this consumer (it does
+        # 10 s after the socket closed), the row is still removed.
+        if self._cleanup is None:
+            self._cleanup = asyncio.get_running_loop().create_task(self._shutdown())
+        try:
+            await asyncio.shield(self._cleanup)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # pragma: no cover - _shutdown logs its own failures
+            logger.exception("cleanup failed conn_id=%s", self.conn_id)
 
     async def _shutdown(self) -> None:
         if self._worker is not None:
             while not self._actions.empty():
                 self._actions.get_nowait()
             self._actions.put_nowait(None)
-            await self._worker
+            try:
+                await self._worker
+            except Exception:
+                logger.exception("action worker failed conn_id=%s", self.conn_id)
         if self._save_task is not None:
-            await self._save_task
+            await asyncio.gather(self._save_task, return_exceptions=True)
+        if self.stream is not None:
+            await self.stream.close()
         if self.conn_id is None or self.actor_id is None:
             return
-        heartbeat.discard(self.conn_id)
-        await self.channel_layer.group_discard(
-            events.actor_group(self.actor_id), self.channel_name
-        )
         assert self.request is not None
-        try:
-            await ainvoke(
-                ActorRef(name=self.request.name, actor_id=self.actor_id),
-                Disconnect(self.conn_id),
-            )
-        except ActorNotFound:
-            pass  # destroyed: its connections went with it
-        except Exception:
-            logger.exception(
-                "disconnect failed actor_id=%s conn_id=%s", self.actor_id, self.conn_id
-            )
+        await disconnect_cleanup(
+            ActorRef(name=self.request.name, actor_id=self.actor_id), self.conn_id
+        )
         logger.debug("disconnected conn_id=%s", self.conn_id)
 
 

@@ -94,7 +94,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # As docs/production.md says: a read timeout above channels_redis'
+            # 5 s blocking read, and a per-process capacity for the sockets.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 10}],
+                "capacity": 1000,
+            },
         }
     }
     CELERY_BROKER_URL = REDIS_URL

@@ -513,3 +513,31 @@ class Ledger(Actor):
     @action
     def entries(self, ctx):
         return ctx.state["entries"]
+
+
+# -- realtime under load (issue 18): an idempotent counter ----------------------------
+class Tally(Actor):
+    """Counts each token once, so a load client may retry a call it lost."""
+
+    name = "tally"
+    initial_state = {"count": 0}
+
+    @action
+    def add(self, ctx, token: str):
+        key = "token:" + token
+        if ctx.kv.get(key) is None:  # not a retry of a call that ran
+            ctx.kv.put(key, 1)
+            ctx.state["count"] += 1
+            ctx.broadcast("changed", ctx.state["count"])
+        return ctx.state["count"]
+
+    @action
+    def count(self, ctx):
+        return ctx.state["count"]
+
+    @action
+    def blast(self, ctx, count: int, size: int):
+        """Broadcast ``count`` events of ``size`` bytes (a burst for slow sockets)."""
+        for index in range(count):
+            ctx.broadcast("blast", index, "x" * size)
+        return count

@@ -23,6 +23,8 @@ const FINAL_CLOSE_CODES = new Set([1000, 4400, 4403]);
 const FRAME_CLOSE_CODE = 4413;
 // Frame size limit until init says otherwise (the server's default).
 const DEFAULT_MAX_FRAME_BYTES = 65536;
+// Error frames saying events will not come: the app reloads its state.
+const RESYNC_CODES = new Set(["actor/events_missed", "actor/event_log_truncated"]);
 
 /** An error from the server ({group, code, message, metadata}) or the client. */
 export class RivetError extends Error {
@@ -187,6 +189,7 @@ export class Connection {
     this._lastError = null;
     this._handlers = new Map();
     this._errorHandlers = new Set();
+    this._resyncHandlers = new Set();
     this._statusHandlers = new Set();
     this._pending = new Map();
     this._outbox = [];
@@ -223,6 +226,16 @@ export class Connection {
   onError(fn) {
     this._errorHandlers.add(fn);
     return () => this._errorHandlers.delete(fn);
+  }
+
+  /**
+   * Call `fn(error)` when events were lost for good (`actor/events_missed`,
+   * `actor/event_log_truncated`): reload the state derived from events.
+   * `error.metadata` says which seqs will not come (since < seq < oldest).
+   */
+  onResync(fn) {
+    this._resyncHandlers.add(fn);
+    return () => this._resyncHandlers.delete(fn);
   }
 
   /** Call `fn(status)` whenever `status` changes. */
@@ -374,6 +387,9 @@ export class Connection {
         if (!this._initDone) this._refusal = error;
         this._lastError = error;
         for (const fn of [...this._errorHandlers]) fn(error);
+        if (RESYNC_CODES.has(error.qualifiedCode)) {
+          for (const fn of [...this._resyncHandlers]) fn(error);
+        }
         break;
       }
       default:

@@ -17,10 +17,12 @@ an ``Error`` frame, then a close whose reason is ``group.code`` (servers
 that pass close reasons on, such as uvicorn, deliver it; daphne 4 drops it,
 which is why the ``Error`` frame comes first).
 
-Delivery follows the own consumer's rules: one action at a time per
-connection, in order; events in ``seq`` order and once, gaps in the live
-stream filled from the event log. The protocol has no replay after a
-reconnect, so events are only those broadcast while subscribed.
+Delivery follows the own consumer's rules (:mod:`..delivery`): one action
+at a time per connection, in order; events in ``seq`` order and once, gaps
+filled from the event log, ``actor/events_missed`` (an ``Error`` frame) when
+the log no longer has them; cleanup on every exit path. The protocol has no
+replay after a reconnect, so events are only those broadcast while
+subscribed.
 """
 
 from __future__ import annotations
@@ -35,26 +37,30 @@ from channels.consumer import get_handler_name
 from channels.db import aclose_old_connections, database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.utils.datastructures import CaseInsensitiveMapping
 
-from ... import events
 from ...actors.errors import public_error
 from ...actors.invocation import Origin
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
 from ...conf import rivet_settings
 from ...encoding import cbor_loads, run_decoder
+from ...events import LoggedEvent
 from ...exceptions import (
-    ActorNotFound,
     ConnectionExpired,
     Forbidden,
+    InternalError,
     MalformedRequest,
     RequestTooLarge,
     RivetError,
 )
-from ...models import ActorEvent, Connection
-from ..connections import ConnAction, Connect, Disconnect, heartbeat
+from ...models import Connection
+from ..connections import ConnAction, Connect, disconnect_cleanup, heartbeat
 from ..consumer import CONNECTION_EDGES
+from ..delivery import Pressure, Stream
+from ..feeds import channel_receive
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
 from .cors import websocket_origin_allowed
@@ -73,7 +79,6 @@ MAX_EVENT_NAME_LENGTH = 255
 # Actions waiting behind the running one; beyond this the consumer stops
 # reading frames (TCP backpressure) instead of buffering without bound.
 MAX_PENDING_ACTIONS = 64
-LOG_BATCH = 500
 
 # The own protocol's close codes (docs/protocol.md); daphne refuses close
 # codes outside 1000 and 3000-4999.
@@ -82,6 +87,8 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_MANY_CONNECTIONS = 4429
 CLOSE_INTERNAL = 4500
+# The client did not read for SLOW_CONSUMER_TIMEOUT.
+CLOSE_SLOW_CONSUMER = 4408
 # Why the server closes a connection, as the client's close reasons read.
 DISCONNECT_REASONS = {
     "destroyed": "actor.destroyed",
@@ -113,20 +120,6 @@ def _event_name(value: str) -> str:
     return value
 
 
-def _fetch_events(
-    actor_id: uuid.UUID, after: int, before: int | None, names: list[str]
-) -> list[tuple[int, str, bytes]]:
-    rows = ActorEvent.objects.filter(actor_id=actor_id, seq__gt=after, name__in=names)
-    if before is not None:
-        rows = rows.filter(seq__lt=before)
-    return [
-        (seq, name, bytes(args))
-        for seq, name, args in rows.order_by("seq").values_list("seq", "name", "args")[
-            :LOG_BATCH
-        ]
-    ]
-
-
 def _save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
     Connection.objects.filter(pk=conn_id).update(subscriptions=names)
 
@@ -141,7 +134,6 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         self.conn_id: uuid.UUID | None = None
         self.origin = Origin(transport="websocket")
         self.subscriptions: set[str] = set()
-        self.cursor = 0
         self.closed = False
         self._actions: asyncio.Queue[ActionCall | None] = asyncio.Queue(
             MAX_PENDING_ACTIONS
@@ -149,6 +141,35 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         self._worker: asyncio.Task[None] | None = None
         self._save_task: asyncio.Task[None] | None = None
         self._subscriptions_dirty = False
+        self.stream: Stream | None = None
+        self.pressure: Pressure | None = None
+        self._cleanup: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve the socket; survive channel-layer hiccups; always clean up.
+
+        See :meth:`django_rivet.transport.consumer.RivetConsumer.__call__`.
+        """
+        self.scope = scope
+        self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
+        self.base_send = send
+        self.pressure = Pressure(send)
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            layer, name = self.channel_layer, self.channel_name
+            sources.append(lambda: channel_receive(layer, name))
+        try:
+            await await_many_dispatch(sources, self.dispatch)
+        except StopConsumer:
+            pass
+        except Exception:
+            logger.exception("rivetkit consumer failed conn_id=%s", self.conn_id)
+            await self._close(CLOSE_INTERNAL, "rivet.internal_error")
+        finally:
+            self.closed = True
+            self.pressure.close()
+            await self._run_cleanup()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message; see :meth:`RivetConsumer.dispatch` for connections."""
@@ -222,11 +243,8 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
             params=self.origin.params,
             conn_id=result.conn_id,
         )
-        self.cursor = result.head
-        heartbeat.add(result.conn_id)
-        await self.channel_layer.group_add(
-            events.actor_group(result.actor_id), self.channel_name
-        )
+        heartbeat.add(result.conn_id, result.actor_id, self._row_gone)
+        self.stream = Stream(result.actor_id, result.head, self)
         logger.debug(
             "rivetkit connected actor_id=%s conn_id=%s", result.actor_id, result.conn_id
         )
@@ -235,6 +253,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
                 str(result.actor_id), str(result.conn_id), self.encoding
             )
         )
+        self.stream.start()
         self._worker = asyncio.create_task(self._action_loop())
 
     async def _refuse(self, exc: BaseException, offered: bool, refused: bool) -> None:
@@ -336,21 +355,66 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
                 logger.exception("saving subscriptions failed conn_id=%s", self.conn_id)
 
     # -- events -------------------------------------------------------------------
-    async def rivet_event(self, message: dict[str, Any]) -> None:
-        """Deliver a broadcast in seq order, once, if subscribed."""
-        seq = int(message["seq"])
-        if self.closed or seq <= self.cursor:
+    # The EventSink side of self.stream (transport/delivery.py).
+    @property
+    def frame_key(self) -> str:
+        """Cache key of this connection's encoded event frames."""
+        return f"rivetkit.{self.encoding}"
+
+    def wants_event(self, name: str) -> bool:
+        """Whether this connection is subscribed to ``name``."""
+        return name in self.subscriptions
+
+    def event_names(self) -> list[str] | None:
+        """The subscribed names, for log queries."""
+        return sorted(self.subscriptions)
+
+    def encode_event(self, event: LoggedEvent) -> bytes:
+        """Encode an ``Event`` frame; an oversized one becomes an error."""
+        return self._event_frame(event.name, event.args)
+
+    async def send_data(self, data: bytes) -> None:
+        """Send an encoded frame (the stream's events)."""
+        await self._send_raw(data)
+
+    async def send_error(self, error: RivetError) -> None:
+        """Send a connection-level ``Error`` frame (not for an oversized event).
+
+        The official client fails its pending calls on a connection-level
+        ``Error``: an event too large to send is only logged, as before.
+        """
+        if isinstance(error, RequestTooLarge):
+            logger.warning("event too large metadata=%r", error.metadata)
             return
-        if seq > self.cursor + 1:
-            await self._catch_up(seq)
-        self.cursor = seq
-        if message["name"] in self.subscriptions:
-            await self._send_event(message["name"], message["args"])
+        await self._send_error(error, None)
+
+    def _event_frame(self, name: str, args: bytes) -> bytes:
+        try:
+            values = cbor_loads(bytes(args))
+            data = protocol.encode_event(name, values, self.encoding)
+        except Exception as exc:
+            logger.exception("undeliverable event name=%r", name)
+            raise InternalError(
+                "An event could not be encoded", metadata={"event": name}
+            ) from exc
+        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        if len(data) > limit:
+            raise RequestTooLarge(
+                f"Event {name!r} is {len(data)} bytes; the limit is {limit}",
+                metadata={"event": name, "limit": limit},
+            )
+        return data
 
     async def rivet_send(self, message: dict[str, Any]) -> None:
         """Deliver ``conn.send(...)`` to this connection."""
-        if not self.closed:
-            await self._send_event(message["name"], message["args"])
+        if self.closed:
+            return
+        try:
+            data = self._event_frame(message["name"], message["args"])
+        except RivetError as error:
+            await self._send_error(error, None)
+            return
+        await self._send_raw(data)
 
     async def rivet_disconnect(self, message: dict[str, Any]) -> None:
         """Close on ``conn.disconnect()``, destruction or a stale sweep."""
@@ -359,37 +423,11 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         )
         await self._close(CLOSE_NORMAL, reason)
 
-    async def _catch_up(self, before: int) -> None:
-        """Deliver subscribed events the channel layer skipped (from the log)."""
-        if self.subscriptions:
-            assert self.actor_id is not None
-            names = sorted(self.subscriptions)
-            while True:
-                rows = await database_sync_to_async(_fetch_events)(
-                    self.actor_id, self.cursor, before, names
-                )
-                for seq, name, args in rows:
-                    self.cursor = seq
-                    await self._send_event(name, args)
-                if len(rows) < LOG_BATCH:
-                    break
-        self.cursor = max(self.cursor, before - 1)
-
-    async def _send_event(self, name: str, args: bytes) -> None:
-        try:
-            values = cbor_loads(bytes(args))
-            data = protocol.encode_event(name, values, self.encoding)
-        except Exception:
-            logger.exception("undeliverable event name=%s", name)
-            return
-        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
-        if len(data) > limit:
-            # A connection-level Error would fail the client's pending calls.
-            logger.warning(
-                "event too large name=%s size=%s limit=%s", name, len(data), limit
-            )
-            return
-        await self._send_raw(data)
+    def _row_gone(self) -> None:
+        # The heartbeat found the row deleted and the close message was lost.
+        asyncio.get_running_loop().create_task(
+            self.rivet_disconnect({"reason": "stale"})
+        )
 
     # -- sending ------------------------------------------------------------------
     async def _send_checked(self, data: bytes, action_id: int) -> None:
@@ -411,6 +449,17 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
     async def _send_raw(self, data: bytes) -> None:
         if self.closed:
             return
+        pressure = self.pressure
+        if pressure is not None and pressure.paused:
+            # The client does not read: wait, and give up on it after a while.
+            if not await pressure.wait(float(rivet_settings.SLOW_CONSUMER_TIMEOUT)):
+                logger.warning(
+                    "closing a slow rivetkit consumer conn_id=%s", self.conn_id
+                )
+                await self._close(CLOSE_SLOW_CONSUMER, "rivet.slow_consumer")
+                return
+            if self.closed:
+                return
         if self.encoding == "json":
             await self.send(text_data=data.decode("utf-8"))
         else:
@@ -426,29 +475,29 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         """Drop queued actions, finish the running one, run ``on_disconnect``."""
         self.closed = True
         try:
-            await self._shutdown()
+            await self._run_cleanup()
         finally:
             raise StopConsumer()
+
+    async def _run_cleanup(self) -> None:
+        # Once, in a task of its own, so a cancelled consumer still cleans up.
+        if self._cleanup is None:
+            self._cleanup = asyncio.get_running_loop().create_task(self._shutdown())
+        await asyncio.shield(self._cleanup)
 
     async def _shutdown(self) -> None:
         if self._worker is not None:
             while not self._actions.empty():
                 self._actions.get_nowait()
             self._actions.put_nowait(None)
-            await self._worker
+            try:
+                await self._worker
+            except Exception:
+                logger.exception("action worker failed conn_id=%s", self.conn_id)
         if self._save_task is not None:
-            await self._save_task
+            await asyncio.gather(self._save_task, return_exceptions=True)
+        if self.stream is not None:
+            await self.stream.close()
         if self.conn_id is None or self.actor_id is None:
             return
-        heartbeat.discard(self.conn_id)
-        await self.channel_layer.group_discard(
-            events.actor_group(self.actor_id), self.channel_name
-        )
-        try:
-            await ainvoke(ActorRef(actor_id=self.actor_id), Disconnect(self.conn_id))
-        except ActorNotFound:
-            pass  # destroyed: its connections went with it
-        except Exception:
-            logger.exception(
-                "disconnect failed actor_id=%s conn_id=%s", self.actor_id, self.conn_id
-            )
+        await disconnect_cleanup(ActorRef(actor_id=self.actor_id), self.conn_id)

@@ -1,0 +1,59 @@
+"""The process cache gives its memory back: idle eviction and compaction."""
+
+import asyncio
+import sys
+import time
+
+import pytest
+from django.test import override_settings
+
+from django_rivet import actors
+from django_rivet.actors import cache, spine
+from django_rivet.actors.operations import CallAction
+from django_rivet.actors.rows import ActorRef
+from django_rivet.actors.spine import ainvoke
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def increment(key):
+    return await ainvoke(
+        ActorRef.of("counter", key, mode="get_or_create"), CallAction("increment", [1])
+    )
+
+
+async def test_an_idle_process_evicts_its_actors_without_another_call():
+    with override_settings(RIVET={"SLEEP_TIMEOUT": 0.2}):
+        await increment(["idle"])
+        assert cache.cached_ids()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while cache.cached_ids():
+            assert loop.time() < deadline, "the idle actor was never evicted"
+            await asyncio.sleep(0.05)
+
+
+def test_evicting_many_actors_shrinks_the_cache(monkeypatch):
+    monkeypatch.setattr(cache, "COMPACT_AFTER", 50)
+    for index in range(400):
+        actors.get_or_create("counter", f"many-{index}")
+    full = sys.getsizeof(cache._cache)
+    assert spine.evict_idle(0) == 400
+    # The idle-eviction thread compacts within a second or so.
+    deadline = time.monotonic() + 20
+    while sys.getsizeof(cache._cache) >= full / 4:
+        assert time.monotonic() < deadline, "the cache kept its size"
+        time.sleep(0.05)
+
+
+def test_the_cache_is_bounded_by_size():
+    with override_settings(RIVET={"ACTOR_CACHE_SIZE": 5}):
+        handles = [actors.get_or_create("counter", f"b-{i}") for i in range(20)]
+        for handle in handles:
+            handle.call("increment")
+        deadline = time.monotonic() + 20
+        while len(cache.cached_ids()) > 5:
+            assert time.monotonic() < deadline, len(cache.cached_ids())
+            time.sleep(0.05)
+        # The most recently used stayed.
+        assert handles[-1].actor_id in cache.cached_ids()
