@@ -173,7 +173,6 @@ def fault_keys(name: str) -> list[str]:
 # calls get during a PostgreSQL stop (tighten this set after the merge).
 OUTAGE_CODES = {
     "actor/unavailable",
-    "rivet/internal_error",
     "client/connection_lost",
     "ConnectError",
     "ReadError",
@@ -187,8 +186,7 @@ OUTAGE_CODES = {
 def assert_outage_codes(codes: set[str]) -> None:
     """The error codes callers saw during an outage are all expected ones.
 
-    Kept separate so it can be tightened once database outages answer
-    actor/unavailable (helper "spine"): then drop rivet/internal_error.
+    Never rivet/internal_error: an outage is not a bug (actor/unavailable).
     """
     assert codes <= OUTAGE_CODES, codes - OUTAGE_CODES
 
@@ -205,6 +203,7 @@ async def run_fault(
         - loadgen.TOLD_CODES
     )
     assert_outage_codes(codes)
+    summary["codes"] = codes
     return summary
 
 
@@ -215,7 +214,11 @@ async def test_postgresql_restart_during_load(deployment):
         await asyncio.sleep(3)
         await asyncio.to_thread(deployment.pg.start)
 
-    await run_fault(deployment, "PostgreSQL restarted during load", fault, "pg")
+    summary = await run_fault(
+        deployment, "PostgreSQL restarted during load", fault, "pg"
+    )
+    # Calls during the stop were told to retry, with the retryable code.
+    assert "actor/unavailable" in summary["codes"], summary["codes"]
 
 
 async def test_a_daphne_killed_during_load(deployment):
