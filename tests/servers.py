@@ -60,6 +60,25 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(5)
 
 
+async def wait_until_no_connection_rows(timeout: float = 10.0) -> None:
+    """Wait for servers to finish disconnect work before the test DB is flushed.
+
+    A server runs ``on_disconnect`` after a socket closed; if the flush and
+    that cleanup run at once they lock the same tables in opposite orders (a
+    deadlock on PostgreSQL).
+    """
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    from django_rivet.models import Connection
+
+    count = sync_to_async(Connection.objects.count)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await count() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+
+
 def kill9(proc: subprocess.Popen) -> None:
     """Kill a server abruptly (a crash)."""
     with contextlib.suppress(ProcessLookupError):

@@ -8,7 +8,6 @@ import asyncio
 import threading
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from django_rivet import (
     ActionNotFound,
@@ -21,8 +20,14 @@ from django_rivet import (
 )
 from django_rivet.client import Client, ConnectionLost
 from django_rivet.exceptions import EventLogTruncated, InternalError
-from django_rivet.models import Connection
-from tests.servers import daphne_process, daphne_server, free_port, kill9, server_env
+from tests.servers import (
+    daphne_process,
+    daphne_server,
+    free_port,
+    kill9,
+    server_env,
+    wait_until_no_connection_rows,
+)
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -41,17 +46,7 @@ async def client(server):
     client = Client(server + "/rivet")
     yield client
     await client.aclose()
-    # The server runs on_disconnect after the socket closed; let it finish
-    # before the test database is flushed, or the flush and the disconnect
-    # lock the same tables in opposite orders (a deadlock on PostgreSQL).
-    await _wait_until_no_connection_rows()
-
-
-async def _wait_until_no_connection_rows(timeout: float = 10.0) -> None:
-    count = sync_to_async(Connection.objects.count)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while await count() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
+    await wait_until_no_connection_rows()
 
 
 async def wait_for(predicate, timeout=10.0):

@@ -11,7 +11,7 @@ import contextlib
 import pytest
 
 from django_rivet.client import Client
-from tests.servers import daphne_server, server_env
+from tests.servers import daphne_server, server_env, wait_until_no_connection_rows
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -34,6 +34,7 @@ async def clients(two_servers):
     yield a, b
     await a.aclose()
     await b.aclose()
+    await wait_until_no_connection_rows()
 
 
 async def wait_for(predicate, timeout=10.0):
