@@ -345,6 +345,14 @@ def test_invalid_cron_expressions_and_zones_are_refused(expression, tz):
     assert not CronJob.objects.exists()
 
 
+@pytest.mark.parametrize("name", ["", "x" * 129, "job\x00"])
+def test_a_bad_job_name_is_refused_on_every_database(name):
+    alarm = actors.get_or_create("alarmClock", "bad-name")
+    with pytest.raises(ValueError, match="cron job name"):
+        alarm.call("set_cron", name, "0 9 * * *")
+    assert not CronJob.objects.exists()
+
+
 def test_every_interval_must_be_at_least_five_seconds():
     alarm = actors.get_or_create("alarmClock", "too-fast")
     with pytest.raises(InvalidCron):

@@ -260,9 +260,14 @@ class CronAPI:
         rule: dict[str, Any],
         first: datetime,
     ) -> dict[str, Any]:
-        if not isinstance(name, str) or not 0 < len(name) <= CRON_NAME_MAX_LENGTH:
+        # NUL: PostgreSQL text cannot hold it (a 500 instead of this error).
+        if (
+            not isinstance(name, str)
+            or not 0 < len(name) <= CRON_NAME_MAX_LENGTH
+            or "\x00" in name
+        ):
             raise ValueError(
-                f"A cron job name is 1 to {CRON_NAME_MAX_LENGTH} characters"
+                f"A cron job name is 1 to {CRON_NAME_MAX_LENGTH} characters, no NUL"
             )
         data = encode_call(self._invocation, action, args)
         max_history = _check_max_history(max_history)
