@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_rivet import actors, dispatch
+from django_rivet import actors, dispatch, workflows
 from django_rivet.models import CronJob, Schedule, ScheduleStatus
 from django_rivet.scheduling import queues, worker
 from django_rivet.testing import freeze_time, run_due
@@ -152,6 +152,23 @@ def test_rivet_worker_logs_each_firing_with_its_lateness(caplog, restore_dispatc
     assert "action=ring" in fired[0]
     assert f"actor_id={alarm.actor_id}" in fired[0]
     assert fired[0].endswith("late_ms=2500")
+
+
+@pytest.mark.django_db
+def test_rivet_worker_logs_each_workflow_run_with_its_lateness(
+    caplog, restore_dispatch
+):
+    with freeze_time(START) as clock:
+        nap = workflows.start("napper", {"seconds": 60}, id="logged-nap")
+        run_due()
+        assert nap.status == "sleeping"
+        clock.advance(62.5)
+        with caplog.at_level(logging.INFO, logger="django_rivet"):
+            call_command("rivet_worker", "--once")
+    ran = [r.getMessage() for r in caplog.records if r.msg.startswith("workflow ran")]
+    assert ran == [
+        "workflow ran workflow=logged-nap name=napper state=completed late_ms=2500"
+    ]
 
 
 def test_rivet_worker_shows_its_log_when_the_project_configured_none(

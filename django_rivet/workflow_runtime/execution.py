@@ -124,6 +124,9 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
             lease.name,
         )
         return _release_for_retry(lease, f"Unknown workflow name {lease.name!r}")
+    late_ms = 0.0
+    if lease.wake_at is not None:
+        late_ms = max(0.0, (clock.now() - clock.to_timestamp(lease.wake_at)) * 1000)
     driver = DjangoDriver(lease.workflow_id, lease_token=lease.token, private_loop=True)
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
     try:
@@ -143,6 +146,13 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
         return _release_for_retry(lease, f"{type(exc).__name__}: {exc}")
     finally:
         heartbeat.stop()
+    logger.info(
+        "workflow ran workflow=%s name=%s state=%s late_ms=%.0f",
+        lease.workflow_id,
+        lease.name,
+        outcome.state,
+        late_ms,
+    )
     return _release_outcome(lease, driver, outcome)
 
 
