@@ -19,7 +19,7 @@ holds no actor logic. What it adds is delivery:
   Redis restart) is retried instead of ending the consumer, and however the
   consumer ends, the connection's row is removed and ``on_disconnect`` runs.
 
-The consumer class is one piece on purpose (about 600 lines): the ordering
+The consumer class is one piece on purpose (about 650 lines): the ordering
 and delivery rules above share its per-connection state and queues.
 """
 

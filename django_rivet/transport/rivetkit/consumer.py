@@ -61,6 +61,7 @@ from ..connections import ConnAction, Connect, disconnect_cleanup, heartbeat
 from ..consumer import CONNECTION_EDGES
 from ..delivery import Pressure, Stream
 from ..feeds import channel_receive
+from ..parsing import event_name, scope_headers
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
 from .cors import websocket_origin_allowed
@@ -75,7 +76,6 @@ ENCODING_PREFIX = "rivet_encoding."
 PARAMS_PREFIX = "rivet_conn_params."
 TOKEN_PREFIX = "rivet_token."
 MAX_SUBSCRIPTIONS = 256
-MAX_EVENT_NAME_LENGTH = 255
 # Actions waiting behind the running one; beyond this the consumer stops
 # reading frames (TCP backpressure) instead of buffering without bound.
 MAX_PENDING_ACTIONS = 64
@@ -96,28 +96,11 @@ DISCONNECT_REASONS = {
 }
 
 
-def _headers(scope: dict[str, Any]) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for raw_name, raw_value in scope.get("headers", []):
-        name = raw_name.decode("latin-1").lower()
-        value = raw_value.decode("latin-1")
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return headers
-
-
 def _subprotocol_value(subprotocols: list[str], prefix: str) -> str | None:
     values = [p[len(prefix) :] for p in subprotocols if p.startswith(prefix)]
     if len(values) > 1:
         raise MalformedRequest(f"More than one {prefix[:-1]} subprotocol")
     return values[0] if values else None
-
-
-def _event_name(value: str) -> str:
-    if not value or len(value) > MAX_EVENT_NAME_LENGTH or "\x00" in value:
-        raise MalformedRequest(
-            f"Event names are 1 to {MAX_EVENT_NAME_LENGTH} characters"
-        )
-    return value
 
 
 def _save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
@@ -200,7 +183,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
                 keep_blank_values=True,
             )
             target = gateway_target(str(kwargs.get("target", "")), query)
-            headers = _headers(self.scope)
+            headers = dict(scope_headers(self.scope))
             if not websocket_origin_allowed(headers.get("origin"), self.scope):
                 raise Forbidden(
                     "Origin not allowed", metadata={"origin": headers.get("origin")}
@@ -297,7 +280,7 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
             if isinstance(frame, ActionCall):
                 await self._actions.put(frame)
             elif frame.subscribe:
-                self._subscribe(_event_name(frame.event))
+                self._subscribe(event_name(frame.event))
             else:
                 self._unsubscribe(frame.event)
         except Exception as exc:  # a bad frame must not kill the connection

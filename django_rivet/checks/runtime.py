@@ -1,0 +1,176 @@
+"""Dispatch, Channels, actor and workflow names, deployment (rivet.E002, E003,
+E101, E102, E201, W001-W004).
+
+Messages are module constants so tests compare them by equality.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from .. import dispatch
+from ..actors import registry
+from ..actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
+from ..conf import rivet_settings
+from ..workflow_runtime import registry as workflow_registry
+
+
+@register(Tags.compatibility)
+def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn when due work would only run on another process's sweep."""
+    if rivet_settings.user_settings.get("DISPATCH_BACKEND") is not None:
+        return []
+    if dispatch.configured_name() != "none":
+        return []
+    return [Warning(W004, hint=W004_HINT, obj="settings.RIVET", id="rivet.W004")]
+
+
+@register(Tags.compatibility)
+def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check that channels is installed and the channel layer alias exists."""
+    errors: list[Any] = []
+    if not apps.is_installed("channels"):
+        errors.append(
+            Error(E002, hint=E002_HINT, obj="settings.INSTALLED_APPS", id="rivet.E002")
+        )
+    alias = rivet_settings.CHANNEL_LAYER
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if alias not in layers:
+        errors.append(
+            Error(
+                E003.format(alias=alias),
+                hint=E003_HINT.format(alias=alias),
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.E003",
+            )
+        )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check actor names: valid, and not defined twice."""
+
+    errors: list[Any] = []
+    for name, first, second in registry.actors.conflicts:
+        errors.append(
+            Error(
+                E101.format(
+                    name=name,
+                    first=registry.describe(first),
+                    second=registry.describe(second),
+                ),
+                hint=E101_HINT,
+                obj=second,
+                id="rivet.E101",
+            )
+        )
+    for name, cls in registry.all_actors().items():
+        if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
+            errors.append(
+                Error(
+                    E102.format(name=name, cls=registry.describe(cls)),
+                    hint=E102_HINT,
+                    obj=cls,
+                    id="rivet.E102",
+                )
+            )
+    return errors
+
+
+@register(Tags.compatibility, deploy=True)
+def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn about development-only configuration in a deployment."""
+    warnings: list[Any] = []
+    alias = rivet_settings.CHANNEL_LAYER
+    backend = (
+        (getattr(settings, "CHANNEL_LAYERS", None) or {})
+        .get(alias, {})
+        .get("BACKEND", "")
+    )
+    if backend.endswith("InMemoryChannelLayer"):
+        warnings.append(
+            Warning(
+                W001.format(alias=alias),
+                hint=W001_HINT,
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.W001",
+            )
+        )
+    if _celery_eager():
+        warnings.append(Warning(W002, hint=W002_HINT, obj="celery", id="rivet.W002"))
+    if rivet_settings.EMBEDDED_WORKER:
+        warnings.append(
+            Warning(W003, hint=W003_HINT, obj="settings.RIVET", id="rivet.W003")
+        )
+    return warnings
+
+
+def _celery_eager() -> bool:
+    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+        return True
+    try:
+        from celery import current_app
+    except ImportError:  # pragma: no cover - celery is a dependency
+        return False
+    return bool(current_app.conf.task_always_eager)
+
+
+E002 = "django-rivet needs 'channels' in INSTALLED_APPS."
+E002_HINT = "Add 'daphne' and 'channels' to INSTALLED_APPS."
+E003 = "RIVET['CHANNEL_LAYER'] names {alias!r}, which CHANNEL_LAYERS does not define."
+E003_HINT = (
+    "Define CHANNEL_LAYERS = {{{alias!r}: {{'BACKEND': "
+    "'channels.layers.InMemoryChannelLayer'}}}} for development "
+    "('channels_redis.core.RedisChannelLayer' with CONFIG hosts in production), "
+    "or change RIVET['CHANNEL_LAYER']. See docs/quickstart.md."
+)
+E101 = "Actor name {name!r} is defined by both {first} and {second}."
+E101_HINT = "Give one of the classes a different `name`."
+E102 = "Actor name {name!r} of {cls} is invalid."
+E102_HINT = (
+    "Names are 1-64 characters: a letter, then letters, digits, '_', '-' or '.'."
+)
+W001 = "The channel layer {alias!r} is in-memory: broadcasts do not cross processes."
+W001_HINT = "Use channels_redis.core.RedisChannelLayer in production."
+W002 = "Celery runs tasks eagerly: schedules and workflow sleeps ignore their ETA."
+W002_HINT = "Unset CELERY_TASK_ALWAYS_EAGER in production."
+W003 = "RIVET['EMBEDDED_WORKER'] is on: the web process runs schedules and workflows."
+W003_HINT = "Run Celery workers (with beat for rivet.sweep) and turn it off."
+W004 = (
+    "Nothing dispatches due work in this process: Celery has no broker and "
+    "RIVET['EMBEDDED_WORKER'] is off."
+)
+W004_HINT = (
+    "For development set RIVET['EMBEDDED_WORKER'] = True; in production "
+    "configure Celery (CELERY_BROKER_URL and the project's celery.py). "
+    "Otherwise schedules, queues and workflows wait for a sweep by another "
+    "process. Set RIVET['DISPATCH_BACKEND'] = 'none' to silence this."
+)
+
+
+# -- workflows (the workflow runtime) --------------------------------------------------
+E201 = "Workflow name {name!r} is defined by both {first} and {second}."
+E201_HINT = "Give one of the @workflow definitions a different name."
+
+
+@register(Tags.compatibility)
+def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check that no two discovered @workflow definitions share a name."""
+    return [
+        Error(
+            E201.format(
+                name=name,
+                first=workflow_registry.describe(first),
+                second=workflow_registry.describe(second),
+            ),
+            hint=E201_HINT,
+            obj=workflow_registry.describe(second),
+            id="rivet.E201",
+        )
+        for name, first, second in workflow_registry.definitions.conflicts
+    ]

@@ -1,0 +1,202 @@
+"""Origins, connection limits and the channel layer (rivet.E501, W501, E601,
+W601-W603).
+
+Messages are module constants so tests compare them by equality.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from channels.layers import channel_layers
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from ..conf import rivet_settings
+from ..transport.origins import normalize_origin
+from .settings import E004, E004_HINT
+
+# -- the edges: origins, limits, dispatch (transport/origins.py, docs/security.md)
+E501 = "RIVET['ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
+E501_HINT = (
+    "List each page origin as scheme://host[:port] (no path, no wildcard "
+    "subdomains: put those in CSRF_TRUSTED_ORIGINS, e.g. 'https://*.example.com')."
+)
+W501 = (
+    "RIVET['ALLOWED_ORIGINS'] contains '*': a page on any site can open "
+    "WebSockets to your actors with the visitor's cookies."
+)
+W501_HINT = (
+    "Remove '*'. Same-origin pages and CSRF_TRUSTED_ORIGINS are allowed "
+    "already; list other frontends' origins explicitly. See docs/security.md."
+)
+
+
+@register(Tags.security)
+def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check RIVET['ALLOWED_ORIGINS'] and the per-actor connection limit."""
+    messages: list[Any] = []
+    user = rivet_settings.user_settings
+    limit = user.get("MAX_CONNECTIONS_PER_ACTOR", 1)
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+    ):
+        messages.append(
+            Error(
+                E004.format(
+                    key="MAX_CONNECTIONS_PER_ACTOR",
+                    expected="None or a positive integer",
+                ),
+                hint=E004_HINT,
+                obj="settings.RIVET",
+                id="rivet.E004",
+            )
+        )
+    origins = user.get("ALLOWED_ORIGINS")
+    if not isinstance(origins, list | tuple):
+        return messages  # None, or a wrong type (rivet.E004)
+    for origin in origins:
+        if not isinstance(origin, str):
+            continue
+        if origin == "*":
+            messages.append(
+                Warning(W501, hint=W501_HINT, obj="settings.RIVET", id="rivet.W501")
+            )
+        elif normalize_origin(origin) is None or "*" in origin or _has_path(origin):
+            messages.append(
+                Error(
+                    E501.format(origin=origin),
+                    hint=E501_HINT,
+                    obj="settings.RIVET",
+                    id="rivet.E501",
+                )
+            )
+    return messages
+
+
+def _has_path(origin: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.path not in ("", "/") or bool(parts.query or parts.fragment)
+
+
+# -- the channel layer under load (realtime) ------------------------------------------
+E601 = "The channel layer {alias!r} cannot be created: {error}"
+E601_HINT = (
+    "Fix CHANNEL_LAYERS[{alias!r}] (BACKEND path, CONFIG keys). Without a "
+    "working layer, events reach other processes' sockets only through the "
+    "event log check (EVENT_CHECK_INTERVAL) and conn.send() never arrives."
+)
+W601 = (
+    "The Redis channel layer {alias!r} reads with a socket timeout of {timeout}s, "
+    "not above channels_redis' blocking read ({blocking}s)."
+)
+W601_HINT = (
+    "redis-py's default socket_timeout (5 s) equals channels_redis' blocking "
+    "read, so idle reads end in timeouts and reconnects. Pass it per host: "
+    "'hosts': [{{'address': REDIS_URL, 'socket_timeout': 10}}] "
+    "(docs/production.md#the-channel-layer)."
+)
+W602 = (
+    "The Redis channel layer {alias!r} has capacity {capacity}, below "
+    "RIVET['CONNECTIONS_PER_PROCESS'] ({expected})."
+)
+W602_HINT = (
+    "channels_redis' capacity is per process: all sockets of one web process "
+    "share one Redis list, so a burst of conn.send() or disconnects to more "
+    "sockets than the capacity drops the rest. Set CONFIG 'capacity' to at "
+    "least the connections one process holds (docs/production.md)."
+)
+W603 = (
+    "RIVET['MAX_EVENT_BYTES'] ({events}) is above "
+    "RIVET['MAX_OUTGOING_MESSAGE_BYTES'] ({outgoing}): such events are "
+    "accepted but can never be sent."
+)
+W603_HINT = "Keep MAX_EVENT_BYTES at most MAX_OUTGOING_MESSAGE_BYTES."
+
+REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+# redis-py's socket_timeout default and channels_redis' blocking read.
+REDIS_DEFAULT_SOCKET_TIMEOUT = 5.0
+REDIS_BLOCKING_READ = 5.0
+
+
+def _socket_timeouts(hosts: Any) -> list[float | None]:
+    """Return the socket timeout each channels_redis host entry reads with."""
+    found: list[float | None] = []
+    for host in hosts or ["redis://localhost:6379"]:
+        value: Any = REDIS_DEFAULT_SOCKET_TIMEOUT
+        url = None
+        if isinstance(host, str):
+            url = host
+        elif isinstance(host, dict):
+            url = host.get("address")
+            if "socket_timeout" in host:
+                url, value = None, host["socket_timeout"]
+        if isinstance(url, str):
+            query = parse_qs(urlsplit(url).query)
+            if "socket_timeout" in query:
+                value = query["socket_timeout"][-1]
+        try:
+            found.append(None if value is None else float(value))
+        except (TypeError, ValueError):
+            found.append(REDIS_DEFAULT_SOCKET_TIMEOUT)
+    return found
+
+
+@register(Tags.compatibility)
+def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check that the channel layer can be created and is sized for load."""
+    errors: list[Any] = []
+    event_limit = rivet_settings.MAX_EVENT_BYTES
+    outgoing = rivet_settings.MAX_OUTGOING_MESSAGE_BYTES
+    if isinstance(event_limit, int) and isinstance(outgoing, int):
+        if event_limit > outgoing:
+            message = W603.format(events=event_limit, outgoing=outgoing)
+            errors.append(
+                Warning(message, hint=W603_HINT, obj="settings.RIVET", id="rivet.W603")
+            )
+    alias = rivet_settings.CHANNEL_LAYER
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if alias not in layers:
+        return errors  # rivet.E003
+    try:
+        channel_layers.make_backend(alias)
+    except Exception as exc:
+        errors.append(
+            Error(
+                E601.format(alias=alias, error=f"{type(exc).__name__}: {exc}"),
+                hint=E601_HINT.format(alias=alias),
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.E601",
+            )
+        )
+        return errors
+    layer = layers[alias]
+    if layer.get("BACKEND") != REDIS_LAYER:
+        return errors
+    config = layer.get("CONFIG") or {}
+    for timeout in _socket_timeouts(config.get("hosts")):
+        if timeout is not None and timeout <= REDIS_BLOCKING_READ:
+            errors.append(
+                Warning(
+                    W601.format(
+                        alias=alias, timeout=timeout, blocking=REDIS_BLOCKING_READ
+                    ),
+                    hint=W601_HINT,
+                    obj="settings.CHANNEL_LAYERS",
+                    id="rivet.W601",
+                )
+            )
+            break
+    capacity = config.get("capacity", 100)
+    expected = rivet_settings.CONNECTIONS_PER_PROCESS
+    if isinstance(capacity, int) and isinstance(expected, int) and capacity < expected:
+        errors.append(
+            Warning(
+                W602.format(alias=alias, capacity=capacity, expected=expected),
+                hint=W602_HINT,
+                obj="settings.CHANNEL_LAYERS",
+                id="rivet.W602",
+            )
+        )
+    return errors
