@@ -19,7 +19,7 @@ holds no actor logic. What it adds is delivery:
   Redis restart) is retried instead of ending the consumer, and however the
   consumer ends, the connection's row is removed and ``on_disconnect`` runs.
 
-The consumer class is one piece on purpose (about 650 lines): the ordering
+The consumer class is one piece on purpose (about 600 lines): the ordering
 and delivery rules above share its per-connection state and queues.
 """
 
@@ -30,12 +30,8 @@ import logging
 import uuid
 from typing import Any
 
-from channels.consumer import get_handler_name
-from channels.db import aclose_old_connections, database_sync_to_async
+from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
-from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
-from channels.utils import await_many_dispatch
 
 from ..actors import registry
 from ..actors.errors import public_error
@@ -65,7 +61,6 @@ from .connections import (
     heartbeat,
 )
 from .delivery import Pressure, Stream
-from .feeds import channel_receive
 from .origins import origin_allowed
 from .parsing import (
     MAX_SUBSCRIPTIONS,
@@ -75,6 +70,7 @@ from .parsing import (
     parse_connect_request,
     scope_headers,
 )
+from .sockets import SocketConsumer
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -89,9 +85,6 @@ __all__ = [
     "RivetConsumer",
     "close_code_for",
 ]
-
-# Messages around which Django's connection rules run (see dispatch()).
-CONNECTION_EDGES = frozenset({"websocket.connect", "websocket.disconnect"})
 
 # Actions waiting behind the running one; beyond this the consumer stops
 # reading frames (TCP backpressure) instead of buffering without bound.
@@ -128,7 +121,7 @@ def close_code_for(error: RivetError, refused: bool) -> int:
 
 
 # -- the consumer -----------------------------------------------------------------
-class RivetConsumer(AsyncWebsocketConsumer):
+class RivetConsumer(SocketConsumer):
     """One WebSocket connection to one actor (SPEC 4.2)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -159,53 +152,9 @@ class RivetConsumer(AsyncWebsocketConsumer):
         self.pressure: Pressure | None = None
         self._cleanup: asyncio.Task[None] | None = None
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        """Serve the socket; clean the connection up however this ends.
-
-        Like channels' ``AsyncConsumer.__call__``, except that a failing
-        channel-layer read (redis-py's read timeout, a Redis restart) is
-        retried instead of ending the consumer -- which daphne would report
-        to the client as a 1011 close, skipping ``websocket_disconnect`` --
-        and that the cleanup runs on every exit path.
-        """
-        self.scope = scope
-        # RIVET["CHANNEL_LAYER"]: the layer events.send_to_channel uses.
-        self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
-        self.base_send = send
-        self.pressure = Pressure(send)
-        sources = [receive]
-        if self.channel_layer is not None:
-            self.channel_name = await self.channel_layer.new_channel()
-            layer, name = self.channel_layer, self.channel_name
-            sources.append(lambda: channel_receive(layer, name))
-        try:
-            await await_many_dispatch(sources, self.dispatch)
-        except StopConsumer:
-            pass
-        except Exception:
-            logger.exception("consumer failed conn_id=%s", self.conn_id)
-            await self._close(CLOSE_INTERNAL)
-        finally:
-            self.closed = True
-            self.pressure.close()
-            await self._run_cleanup()
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Route a message to its handler.
-
-        Channels closes stale DB connections before every message. Here that
-        happens at the start and end of a connection, as Django does per
-        request; in between the consumer reaches the database only through
-        ``ainvoke`` (whose threads close old connections around every job)
-        and ``database_sync_to_async`` (which does the same), so the
-        per-frame thread hop is skipped.
-        """
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        if message["type"] in CONNECTION_EDGES:
-            await aclose_old_connections()
-        await handler(message)
+    async def close_internal(self) -> None:
+        """Close after an unexpected error (4500)."""
+        await self._close(CLOSE_INTERNAL)
 
     # -- connect ------------------------------------------------------------------
     async def websocket_connect(self, message: dict[str, Any]) -> None:

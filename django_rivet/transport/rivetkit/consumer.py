@@ -33,12 +33,8 @@ import uuid
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from channels.consumer import get_handler_name
-from channels.db import aclose_old_connections, database_sync_to_async
+from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
-from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
-from channels.utils import await_many_dispatch
 from django.utils.datastructures import CaseInsensitiveMapping
 
 from ...actors.errors import public_error
@@ -58,10 +54,9 @@ from ...exceptions import (
 )
 from ...models import Connection
 from ..connections import ConnAction, Connect, disconnect_cleanup, heartbeat
-from ..consumer import CONNECTION_EDGES
 from ..delivery import Pressure, Stream
-from ..feeds import channel_receive
 from ..parsing import event_name, scope_headers
+from ..sockets import SocketConsumer
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
 from .cors import websocket_origin_allowed
@@ -107,7 +102,7 @@ def _save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
     Connection.objects.filter(pk=conn_id).update(subscriptions=names)
 
 
-class RivetKitConsumer(AsyncWebsocketConsumer):
+class RivetKitConsumer(SocketConsumer):
     """One RivetKit-client connection to one actor."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -128,40 +123,9 @@ class RivetKitConsumer(AsyncWebsocketConsumer):
         self.pressure: Pressure | None = None
         self._cleanup: asyncio.Task[None] | None = None
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        """Serve the socket; survive channel-layer hiccups; always clean up.
-
-        See :meth:`django_rivet.transport.consumer.RivetConsumer.__call__`.
-        """
-        self.scope = scope
-        self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
-        self.base_send = send
-        self.pressure = Pressure(send)
-        sources = [receive]
-        if self.channel_layer is not None:
-            self.channel_name = await self.channel_layer.new_channel()
-            layer, name = self.channel_layer, self.channel_name
-            sources.append(lambda: channel_receive(layer, name))
-        try:
-            await await_many_dispatch(sources, self.dispatch)
-        except StopConsumer:
-            pass
-        except Exception:
-            logger.exception("rivetkit consumer failed conn_id=%s", self.conn_id)
-            await self._close(CLOSE_INTERNAL, "rivet.internal_error")
-        finally:
-            self.closed = True
-            self.pressure.close()
-            await self._run_cleanup()
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Route a message; see :meth:`RivetConsumer.dispatch` for connections."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        if message["type"] in CONNECTION_EDGES:
-            await aclose_old_connections()
-        await handler(message)
+    async def close_internal(self) -> None:
+        """Close after an unexpected error (4500, ``rivet.internal_error``)."""
+        await self._close(CLOSE_INTERNAL, "rivet.internal_error")
 
     # -- connect ------------------------------------------------------------------
     async def websocket_connect(self, message: dict[str, Any]) -> None:
