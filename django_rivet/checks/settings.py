@@ -42,6 +42,9 @@ _POSITIVE_INTEGERS = (
     "CONNECTIONS_PER_PROCESS",
     "ACTOR_CACHE_SIZE",
 )
+# None switches these off (no lock bound beyond the action timeout, no limit).
+_OPTIONAL_POSITIVE_NUMBERS = ("LOCK_TIMEOUT",)
+_OPTIONAL_POSITIVE_INTEGERS = ("MAX_CONNECTIONS_PER_ACTOR",)
 _BOOLEANS = ("EXPOSE_ERRORS", "EMBEDDED_WORKER", "KV_ATOMIC_FLUSH")
 
 
@@ -72,23 +75,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         )
 
     for key in _POSITIVE_NUMBERS:
-        value = user.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not _positive(user.get(key, DEFAULTS[key]), int | float):
             bad(key, "a positive number")
     for key in _POSITIVE_INTEGERS:
-        value = user.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not _positive(user.get(key, DEFAULTS[key]), int):
             bad(key, "a positive integer")
     for key in _BOOLEANS:
         if not isinstance(user.get(key, DEFAULTS[key]), bool):
             bad(key, "True or False")
-    lock_timeout = user.get("LOCK_TIMEOUT", DEFAULTS["LOCK_TIMEOUT"])
-    if lock_timeout is not None and (
-        isinstance(lock_timeout, bool)
-        or not isinstance(lock_timeout, int | float)
-        or not lock_timeout > 0
-    ):
-        bad("LOCK_TIMEOUT", "None or a positive number of seconds")
+    for key in _OPTIONAL_POSITIVE_NUMBERS:
+        value = user.get(key, DEFAULTS[key])
+        if value is not None and not _positive(value, int | float):
+            bad(key, "None or a positive number")
+    for key in _OPTIONAL_POSITIVE_INTEGERS:
+        value = user.get(key, DEFAULTS[key])
+        if value is not None and not _positive(value, int):
+            bad(key, "None or a positive integer")
     origins = user.get("ALLOWED_ORIGINS")
     if origins is not None and (
         not isinstance(origins, list | tuple)
@@ -103,6 +105,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         )
     errors += _check_cors_origins(user.get("CORS_ALLOWED_ORIGINS", []), bad)
     return errors
+
+
+def _positive(value: Any, kind: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, kind) and value > 0
 
 
 def _check_cors_origins(origins: Any, bad: Any) -> list[Any]:

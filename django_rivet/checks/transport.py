@@ -15,7 +15,6 @@ from django.core.checks import Error, Tags, Warning, register
 
 from ..conf import rivet_settings
 from ..transport.origins import normalize_origin
-from .settings import E004, E004_HINT
 
 # -- the edges: origins, limits, dispatch (transport/origins.py, docs/security.md)
 E501 = "RIVET['ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
@@ -35,24 +34,9 @@ W501_HINT = (
 
 @register(Tags.security)
 def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Check RIVET['ALLOWED_ORIGINS'] and the per-actor connection limit."""
+    """Check RIVET['ALLOWED_ORIGINS'] (its types are rivet.E004's)."""
     messages: list[Any] = []
     user = rivet_settings.user_settings
-    limit = user.get("MAX_CONNECTIONS_PER_ACTOR", 1)
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
-    ):
-        messages.append(
-            Error(
-                E004.format(
-                    key="MAX_CONNECTIONS_PER_ACTOR",
-                    expected="None or a positive integer",
-                ),
-                hint=E004_HINT,
-                obj="settings.RIVET",
-                id="rivet.E004",
-            )
-        )
     origins = user.get("ALLOWED_ORIGINS")
     if not isinstance(origins, list | tuple):
         return messages  # None, or a wrong type (rivet.E004)
