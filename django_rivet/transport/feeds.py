@@ -28,7 +28,7 @@ import collections
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -406,27 +406,18 @@ class Hub:
         self._offer(actor_id, batch, last)
 
     async def _receive_loop(self) -> None:
-        delay = 0.05
         while True:
             if self._rejoin:
                 await self._rejoin_all()
-            try:
-                message = await self.layer.receive(self.channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if _is_idle_timeout(exc):
-                    # redis-py's socket timeout ended channels_redis' blocking
-                    # read (both 5 s by default): nothing arrived, not an error.
-                    continue
-                events.layer_health.failed("receive", exc)
-                # After an outage Redis may have forgotten the groups.
-                self._rejoin = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            delay = 0.05
+            message = await channel_receive(
+                self.layer, self.channel, recover=self._after_outage
+            )
             self.handle(message)
+
+    async def _after_outage(self) -> None:
+        # After an outage Redis may have forgotten the groups.
+        self._rejoin = True
+        await self._rejoin_all()
 
     async def _rejoin_all(self) -> None:
         for feed in list(self.feeds.values()):
@@ -489,14 +480,20 @@ def _is_idle_timeout(exc: BaseException) -> bool:
     )
 
 
-async def channel_receive(layer: Any, channel: str) -> dict[str, Any]:
+async def channel_receive(
+    layer: Any,
+    channel: str,
+    recover: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
     """``layer.receive(channel)``, retried through read timeouts and outages.
 
     A consumer whose receive raises ends, and daphne closes its socket with
     1011 without running ``websocket_disconnect``; redis-py's default read
     timeout (5 s) races channels_redis' blocking read (5 s), so an idle
     socket would die every few seconds, and every socket when Redis
-    restarts. Failures are logged once per outage (``events.layer_health``).
+    restarts. Failures are logged once per outage (``events.layer_health``);
+    ``recover`` runs before each retry after a failure (the hub rejoins its
+    groups there).
     """
     delay = 0.05
     while True:
@@ -506,10 +503,14 @@ async def channel_receive(layer: Any, channel: str) -> dict[str, Any]:
             raise
         except Exception as exc:
             if _is_idle_timeout(exc):
+                # redis-py's socket timeout ended channels_redis' blocking
+                # read (both 5 s by default): nothing arrived, not an error.
                 continue
             events.layer_health.failed("receive", exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+            if recover is not None:
+                await recover()
             continue
         return message
 
