@@ -129,13 +129,20 @@ class LockedRow:
 _COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
 
 
-def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool) -> str:
+def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) -> str:
     """Return the one statement that locks and reads an actor row."""
     ops = connection.ops
     table = ops.quote_name(ActorRow._meta.db_table)
     columns = ", ".join(ops.quote_name(c) for c in _COLUMNS)
     where = "id = %s" if by_id else "name = %s AND key = %s"
     if connection.vendor == "postgresql":
+        if bounded:
+            # Set lock_timeout for the rest of the transaction (SET LOCAL)
+            # in the same round trip: the filter runs on the matching row
+            # before FOR UPDATE waits for its lock, so the bound applies to
+            # that wait too. set_config() is volatile: evaluated per row,
+            # never folded away.
+            where += " AND set_config('lock_timeout', %s, true) IS NOT NULL"
         return f"SELECT {columns} FROM {table} WHERE {where} FOR UPDATE"
     # Elsewhere (SQLite) the first statement is a write, which takes the
     # write lock (with its busy timeout) before anything is read -- also when
@@ -144,11 +151,13 @@ def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool) -> str:
     return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
 
 
-def fetch_locked(ref: ActorRef) -> LockedRow | None:
+def fetch_locked(ref: ActorRef, lock_timeout_ms: int | None = None) -> LockedRow | None:
     """Lock and read the actor row of ``ref``; ``None`` if there is none.
 
     Runs inside the invocation's transaction; reveals nothing to the caller
     by itself, so the spine can authorize before saying whether it exists.
+    On PostgreSQL, ``lock_timeout_ms`` bounds the lock waits of the rest of
+    the transaction, this one included -- set only if the row exists.
     """
     connection = db.connection()
     pk = ActorRow._meta.pk
@@ -157,8 +166,12 @@ def fetch_locked(ref: ActorRef) -> LockedRow | None:
         params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
     else:
         params = [ref.name, canonical_key(ref.key)]
+    bounded = lock_timeout_ms is not None and connection.vendor == "postgresql"
+    if bounded:
+        params.append(f"{lock_timeout_ms}ms")
+    sql = _locking_sql(connection, ref.actor_id is not None, bounded)
     with connection.cursor() as cursor:
-        cursor.execute(_locking_sql(connection, ref.actor_id is not None), params)
+        cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
         return None

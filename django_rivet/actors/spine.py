@@ -255,11 +255,12 @@ def _invoke(
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
         with db.atomic():
-            if outermost:
-                _bound_lock_wait(definition, started)
-            row = rows.fetch_locked(ref)
+            bound = _lock_wait_ms(definition, started) if outermost else None
+            row = rows.fetch_locked(ref, bound)
             exists = row is not None
             if row is None:
+                if bound is not None:
+                    _bound_lock_wait(bound)  # for the creation path's waits
                 if ref.actor_id is not None:
                     # By id: the caller holds the (unguessable) id already.
                     raise _not_found(ref)
@@ -305,24 +306,31 @@ def _invoke(
     return result
 
 
-def _bound_lock_wait(definition: type[Actor], started: float) -> None:
-    """Bound this transaction's lock waits (PostgreSQL ``lock_timeout``).
+def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
+    """Return this transaction's lock wait bound (PostgreSQL ``lock_timeout``).
 
     ``LOCK_TIMEOUT``, but never past the invocation's own time limit; set
     with ``SET LOCAL`` semantics, so it ends with the transaction. Only the
     outermost invocation sets it: a nested one must not change the bound of
-    a transaction it does not own.
+    a transaction it does not own. ``None`` elsewhere than on PostgreSQL.
     """
-    connection = db.connection()
-    if connection.vendor != "postgresql":
-        return
+    if db.connection().vendor != "postgresql":
+        return None
     limit = rivet_settings.LOCK_TIMEOUT
     seconds = action_timeout(definition) - (time.monotonic() - started)
     if limit is not None:
         seconds = min(float(limit), seconds)
     # 0 would mean "no limit" to PostgreSQL.
-    milliseconds = max(int(seconds * 1000), 1)
-    with connection.cursor() as cursor:
+    return max(int(seconds * 1000), 1)
+
+
+def _bound_lock_wait(milliseconds: int) -> None:
+    """Set ``lock_timeout`` for the rest of the transaction on its own.
+
+    Usually the locking statement sets it in the same round trip
+    (:func:`.rows.fetch_locked`); this is for when no row matched.
+    """
+    with db.connection().cursor() as cursor:
         cursor.execute(
             "SELECT set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"]
         )
