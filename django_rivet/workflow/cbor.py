@@ -24,7 +24,7 @@ from ..encoding import MAX_DEPTH, READ_DEPTH, check_depth
 from .errors import SchemaError, StepOutputError
 from .values import Message
 
-__all__ = ["check_value", "dumps", "loads", "roundtrip"]
+__all__ = ["check_storable", "check_value", "dumps", "loads", "roundtrip"]
 
 _ALLOWED_TAGS = frozenset({0, 1, 2, 3, 37})
 
@@ -87,8 +87,12 @@ def _message_map(message: Message) -> dict[str, Any]:
 
 
 def dumps(value: Any) -> bytes:
-    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps)."""
-    check_depth(value, READ_DEPTH - 1)  # what is written can be read back
+    """Encode ``value`` as CBOR (naive datetimes are UTC, messages are maps).
+
+    No depth check here (it cost half of every record's encoding): user
+    values pass :func:`check_storable` when they are recorded, and records
+    only wrap them a few levels deeper, well within ``READ_DEPTH``.
+    """
     return cbor2.dumps(value, timezone=UTC, default=_encode_extra)
 
 
@@ -99,6 +103,16 @@ def loads(data: bytes) -> Any:
     except cbor2.CBORDecodeError as exc:
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise SchemaError(f"Undecodable CBOR: {exc}{cause}") from exc
+
+
+def check_storable(value: Any, what: str = "value") -> None:
+    """Raise ``TypeError`` unless ``value`` can be stored and read back.
+
+    The nesting limit of actor state first (iteratively, so a bomb cannot
+    recurse), then the types (:func:`check_value`).
+    """
+    check_depth(value, MAX_DEPTH)
+    check_value(value, what)
 
 
 def check_value(value: Any, path: str = "value") -> None:
@@ -132,8 +146,7 @@ def roundtrip(value: Any, what: str = "value") -> Any:
     if value is None or type(value) in _SCALARS:
         return value  # stored and read back as itself
     try:
-        check_depth(value, MAX_DEPTH)  # as actor state; before the recursion below
-        check_value(value, what)
+        check_storable(value, what)
         encoded = dumps(value)
     except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:
         raise StepOutputError(f"{what} cannot be stored: {exc}") from exc

@@ -55,7 +55,7 @@ def encode_message_body(body: Any) -> bytes:
     Raises ``TypeError`` for values that cannot be stored and
     :class:`StorageLimitError` for bodies over :data:`MAX_MESSAGE_BODY_BYTES`.
     """
-    schema.check_value(body, "Message body")
+    schema.check_storable(body, "Message body")
     data = schema.dumps(body)
     if len(data) > MAX_MESSAGE_BODY_BYTES:
         raise StorageLimitError(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
-from .cbor import check_value, dumps, loads, roundtrip
+from .cbor import check_storable, check_value, dumps, loads, roundtrip
 from .errors import SchemaError
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Entry",
     "EntryMetadata",
     "HistoryEntry",
+    "check_storable",
     "check_value",
     "decode_entry",
     "decode_history",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -233,3 +234,21 @@ def test_workflow_values_share_the_nesting_limit_of_actor_state():
         schema.roundtrip(nested(MAX_DEPTH + 1))
     with pytest.raises(StepOutputError):
         schema.roundtrip(nested(5000))  # iterative: no RecursionError
+
+
+def test_a_message_body_too_deep_to_read_back_is_refused_at_send():
+    from django_rivet.workflow import InMemoryDriver
+    from django_rivet.workflow.limits import encode_message_body
+
+    def nested(depth):
+        value = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    assert schema.loads(encode_message_body(nested(MAX_DEPTH))) == nested(MAX_DEPTH)
+    for depth in (MAX_DEPTH + 1, 5000):  # iterative: no RecursionError
+        with pytest.raises(TypeError, match="nests more than"):
+            encode_message_body(nested(depth))
+    with pytest.raises(TypeError, match="nests more than"):
+        asyncio.run(InMemoryDriver().add_message("deep", nested(5000)))
