@@ -60,6 +60,16 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(5)
 
 
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until it is true (a bounded wait, never a timing check)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not met within {timeout}s")
+
+
 async def wait_until_no_connection_rows(timeout: float = 10.0) -> None:
     """Wait for servers to finish disconnect work before the test DB is flushed.
 

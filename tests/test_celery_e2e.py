@@ -17,18 +17,9 @@ from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Schedule, ScheduleStatus
 from tests.celery_app import app
-from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.servers import celery_broker, celery_worker, kill9, server_env, wait_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 def rings(actor_id):

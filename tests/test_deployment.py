@@ -40,6 +40,7 @@ from tests.servers import (
     kill9,
     server_env,
     stop_process,
+    wait_for,
 )
 from tests.testapp.models import StepRow
 
@@ -96,15 +97,6 @@ def deployment(redis_url, django_db_setup, django_db_blocker):
         finally:
             for proc in procs:
                 stop_process(proc, timeout=12)
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 async def await_for(predicate, timeout=60.0, what="condition"):

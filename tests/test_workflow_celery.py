@@ -26,19 +26,11 @@ from tests.servers import (
     kill9,
     server_env,
     stop_process,
+    wait_for,
 )
 from tests.testapp.models import StepRow
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 @pytest.fixture
