@@ -16,7 +16,18 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-__all__ = ["DEFAULTS", "RivetSettings", "rivet_settings"]
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_DOCS_URL",
+    "RivetSettings",
+    "docs_url",
+    "rivet_settings",
+]
+
+# Where check hints and error messages send people: the documentation of the
+# released versions. Projects that host their own copy (or pin a version)
+# set RIVET["DOCS_URL"].
+DEFAULT_DOCS_URL = "https://django-rivet.readthedocs.io/en/stable/"
 
 DEFAULTS: dict[str, Any] = {
     # Seconds an invocation may run before it is rolled back with
@@ -105,6 +116,9 @@ DEFAULTS: dict[str, Any] = {
     # handshake is refused with actor/too_many_connections, close code 4429.
     # None: no limit.
     "MAX_CONNECTIONS_PER_ACTOR": 1000,
+    # Base URL of the documentation that check hints and error messages link
+    # to (each page is "<DOCS_URL><page>.html#<section>").
+    "DOCS_URL": DEFAULT_DOCS_URL,
 }
 
 
@@ -147,6 +161,21 @@ class RivetSettings:
 
 
 rivet_settings = RivetSettings()
+
+
+def docs_url(page: str, section: str | None = None) -> str:
+    """Return the URL of a documentation page (and section) for messages.
+
+    ``page`` is the page's file name without ``.md`` (``"settings"``);
+    ``section`` the anchor of a heading on it (``"retention"``). The base is
+    ``RIVET["DOCS_URL"]``; a malformed value (``rivet.E004``) falls back to
+    the default so that a hint never fails to print.
+    """
+    base = rivet_settings.user_settings.get("DOCS_URL", DEFAULT_DOCS_URL)
+    if not isinstance(base, str) or not base:
+        base = DEFAULT_DOCS_URL
+    url = f"{base.rstrip('/')}/{page}.html"
+    return f"{url}#{section}" if section else url
 
 
 @receiver(setting_changed)

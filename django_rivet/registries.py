@@ -9,15 +9,49 @@ crashing startup; explicit :meth:`NameRegistry.register` calls raise
 from __future__ import annotations
 
 import contextlib
+import difflib
 import threading
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, Protocol, TypeVar
 
 from .exceptions import AlreadyRegistered, NotRegistered
 
-__all__ = ["NameRegistry"]
+__all__ = ["NameRegistry", "NotFound", "did_you_mean", "unknown_name"]
 
 T = TypeVar("T")
+
+
+class NotFound(Protocol):
+    """Build the coded error for an unknown name (with a suggestion, if any)."""
+
+    def __call__(self, name: str, suggestion: str | None = None) -> Exception: ...
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """Return the registered name ``name`` was probably meant to be, or None.
+
+    The same name in another case first (the class name ``"Counter"`` for
+    the actor ``"counter"``), then the same letters without ``_`` and ``-``
+    (``"chat_room"`` for ``"chatRoom"``), then a close spelling.
+    """
+    names = sorted(candidates)
+    for transform in (str.casefold, _squashed):
+        wanted = transform(name)
+        for candidate in names:
+            if transform(candidate) == wanted:
+                return candidate
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def unknown_name(kind: str, name: str, suggestion: str | None) -> str:
+    """Return the message for an unknown name, with its suggestion if any."""
+    message = f"Unknown {kind} {name!r}"
+    return f"{message}; did you mean {suggestion!r}?" if suggestion else message
+
+
+def _squashed(name: str) -> str:
+    return name.replace("_", "").replace("-", "").casefold()
 
 
 class NameRegistry(Generic[T]):
@@ -28,7 +62,7 @@ class NameRegistry(Generic[T]):
         kind: str,
         name_of: Callable[[T], str],
         describe: Callable[[T], str],
-        not_found: Callable[[str], Exception],
+        not_found: NotFound,
     ) -> None:
         self.kind = kind
         self.name_of = name_of
@@ -77,12 +111,22 @@ class NameRegistry(Generic[T]):
                 f"No {self.kind.lower()} is registered as {name!r}"
             ) from None
 
-    def get(self, name: str) -> T:
-        """Return the item registered as ``name`` or raise the coded not-found."""
+    def get(self, name: str, *, visible: Callable[[T], bool] | None = None) -> T:
+        """Return the item registered as ``name`` or raise the coded not-found.
+
+        The error suggests a registered name close to ``name``, among the
+        items ``visible`` accepts (all of them by default).
+        """
         try:
             return self.items[name]
         except KeyError:
-            raise self.not_found(name) from None
+            pass
+        candidates = [
+            key
+            for key, item in self.snapshot().items()
+            if visible is None or visible(item)
+        ]
+        raise self.not_found(name, did_you_mean(name, candidates))
 
     def snapshot(self) -> dict[str, T]:
         """Return a copy of the registrations."""

@@ -26,7 +26,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from .models import WORKFLOW_FINISHED
+from .conf import docs_url
+from .models import WORKFLOW_FINISHED, Workflow
 from .workflow import HistoryEntry, WorkflowDefinition, WorkflowError
 from .workflow.errors import error_from_info
 from .workflow.ops import WorkflowSnapshot
@@ -83,9 +84,10 @@ class WorkflowHandle:
         :class:`~django_rivet.workflow.RecordedError` carrying the original
         name); a cancelled one raises ``WorkflowError`` with code
         ``cancelled``. Raises ``TimeoutError`` after ``timeout`` seconds
-        (real time: this waits for workers). Something must run the
-        workflow meanwhile: a Celery worker, ``rivet_worker``, or in tests
-        :func:`django_rivet.testing.run_until_idle`.
+        (real time: this waits for workers); its message says when the
+        workflow never started, which means no worker runs. Something must
+        run the workflow meanwhile: a Celery worker, ``rivet_worker``, the
+        embedded worker, or in tests :func:`django_rivet.testing.run_until_idle`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = _POLL_FIRST
@@ -93,7 +95,10 @@ class WorkflowHandle:
             finished = self._finished()
             if finished is not None:
                 return _outcome(self.workflow_id, *finished)
-            time.sleep(_pause(self.workflow_id, deadline, delay, timeout))
+            pause = _pause(deadline, delay)
+            if pause is None:
+                raise self._timed_out(timeout)
+            time.sleep(pause)
             delay = min(delay * 2, _POLL_MAX)
 
     async def aresult(self, timeout: float | None = None) -> Any:
@@ -104,8 +109,33 @@ class WorkflowHandle:
             finished = await sync_to_async(self._finished)()
             if finished is not None:
                 return _outcome(self.workflow_id, *finished)
-            await asyncio.sleep(_pause(self.workflow_id, deadline, delay, timeout))
+            pause = _pause(deadline, delay)
+            if pause is None:
+                raise await sync_to_async(self._timed_out)(timeout)
+            await asyncio.sleep(pause)
             delay = min(delay * 2, _POLL_MAX)
+
+    def _timed_out(self, timeout: float | None) -> TimeoutError:
+        """Return the time-out error, saying whether the workflow ever ran."""
+        message = (
+            f"Workflow {self.workflow_id!r} did not finish within {timeout:g} seconds"
+        )
+        row = (
+            Workflow.objects.filter(pk=self.workflow_id)
+            .values_list("status", "run_count")
+            .first()
+        )
+        if row is not None and row[1] == 0:
+            docs = docs_url("troubleshooting", "a-workflow-never-starts")
+            return TimeoutError(
+                f"{message}: it never started ({row[0]}), so no worker is "
+                "running workflows. Start one: a Celery worker (`celery -A "
+                "<project> worker`), `manage.py rivet_worker`, or in development "
+                f"RIVET['EMBEDDED_WORKER'] = True. See {docs}"
+            )
+        if row is not None:
+            return TimeoutError(f"{message} (it is {row[0]})")
+        return TimeoutError(message)
 
     def _finished(self) -> tuple[str, Any, Any] | None:
         """Return (status, output, error) once finished, else None."""
@@ -192,17 +222,13 @@ class WorkflowHandle:
         return await sync_to_async(self.replay_from)(entry_id)
 
 
-def _pause(
-    workflow_id: str, deadline: float | None, delay: float, timeout: float | None
-) -> float:
-    """Return how long to wait before polling again; raise past the deadline."""
+def _pause(deadline: float | None, delay: float) -> float | None:
+    """Return how long to wait before polling again; None past the deadline."""
     if deadline is None:
         return delay
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise TimeoutError(
-            f"Workflow {workflow_id!r} did not finish within {timeout:g} seconds"
-        )
+        return None
     return min(delay, remaining)
 
 

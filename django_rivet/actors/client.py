@@ -24,9 +24,11 @@ import uuid
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 
 from ..exceptions import ActorNotFound
 from ..models import Actor
+from .errors import database_error
 from .operations import CallAction, EnsureActor, RunHook
 from .rows import ActorRef, Mode, canonical_key
 from .services import services
@@ -149,7 +151,14 @@ def _lookup(ref: ActorRef) -> ActorHandle:
         rows = Actor.objects.filter(pk=ref.actor_id)
     else:
         rows = Actor.objects.filter(name=ref.name, key=canonical_key(ref.key))
-    row = rows.values_list("id", "name", "key_parts").first()
+    try:
+        row = rows.values_list("id", "name", "key_parts").first()
+    except DatabaseError as exc:
+        # As invoke() does: an outage or a missing table says what to do.
+        coded = database_error(exc)
+        if coded is None:
+            raise
+        raise coded from exc
     if row is None:
         raise ActorNotFound(
             "Actor not found",

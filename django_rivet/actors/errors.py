@@ -22,10 +22,14 @@ from ..exceptions import ActorBusy, ActorUnavailable, InternalError, RivetError
 logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
+    "MIGRATE_HINT",
+    "NOT_MIGRATED",
     "RETRY_AFTER",
+    "caused_by_missing_table",
     "database_error",
     "is_connection_failure",
     "is_missing_table",
+    "log_missing_table",
     "public_error",
 ]
 
@@ -34,6 +38,12 @@ __all__ = [
 RETRY_AFTER = 1
 
 MIGRATE_HINT = "run `manage.py migrate`"
+# What callers see (the HTTP and WebSocket clients, the shell): what to do,
+# without the driver's text (which names tables).
+NOT_MIGRATED = (
+    "The database lacks a table: its migrations have not been applied; "
+    "run `manage.py migrate` on the server. Nothing changed."
+)
 
 # PostgreSQL SQLSTATEs (psycopg's ``sqlstate``, psycopg2's ``pgcode``).
 _PG_UNAVAILABLE = frozenset(
@@ -114,12 +124,25 @@ def is_missing_table(exc: BaseException) -> bool:
     return _is_postgresql(error) and _sqlstate(error) == _PG_UNDEFINED_TABLE
 
 
+def caused_by_missing_table(exc: BaseException) -> bool:
+    """Tell whether ``exc`` or an exception it was raised from is a missing table."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if is_missing_table(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def database_error(exc: BaseException) -> RivetError | None:
     """Return the coded error for a database outage or lock failure, if it is one.
 
-    ``None`` for every other exception (including other database errors,
-    which are bugs: a missing column, a constraint the code should have
-    checked...).
+    A missing table (migrations not applied) is ``actor/unavailable`` too,
+    with a message that says to migrate. ``None`` for every other exception
+    (including other database errors, which are bugs: a missing column, a
+    constraint the code should have checked...).
     """
     if not isinstance(exc, DatabaseError):
         return None
@@ -134,7 +157,18 @@ def database_error(exc: BaseException) -> RivetError | None:
             "The database is unavailable; nothing changed, retry later",
             metadata=metadata,
         )
+    if is_missing_table(exc):
+        return ActorUnavailable(NOT_MIGRATED, metadata=metadata)
     return None
+
+
+def log_missing_table(exc: BaseException) -> None:
+    """Log the one line that says a table is missing and what to do."""
+    logger.error(
+        "a database table is missing, %s: %s",
+        MIGRATE_HINT,
+        str(_driver_error(exc)).strip(),
+    )
 
 
 def public_error(exc: BaseException) -> RivetError:
@@ -143,22 +177,18 @@ def public_error(exc: BaseException) -> RivetError:
         return exc
     coded = database_error(exc)
     if coded is not None:
-        logger.warning(
-            "database error answered as %s: %s",
-            coded.qualified_code,
-            str(_driver_error(exc)).strip(),
-        )
+        if is_missing_table(exc):
+            # Not the actor's fault: the database lacks django-rivet's (or
+            # the project's) tables.
+            log_missing_table(exc)
+        else:
+            logger.warning(
+                "database error answered as %s: %s",
+                coded.qualified_code,
+                str(_driver_error(exc)).strip(),
+            )
         return coded
-    if is_missing_table(exc):
-        # Not the actor's fault: the database lacks django-rivet's (or the
-        # project's) tables.
-        logger.error(
-            "a database table is missing, %s: %s",
-            MIGRATE_HINT,
-            str(_driver_error(exc)).strip(),
-        )
-    else:
-        logger.error("internal error in actor code", exc_info=exc)
+    logger.error("internal error in actor code", exc_info=exc)
     if rivet_settings.EXPOSE_ERRORS:
         return InternalError(f"{type(exc).__name__}: {exc}")
     return InternalError()

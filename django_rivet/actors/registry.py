@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from ..exceptions import ActorNotFound
-from ..registries import NameRegistry
+from ..registries import NameRegistry, did_you_mean, unknown_name
 from . import definition
 from .definition import Actor
 
@@ -41,7 +41,9 @@ actors: NameRegistry[type[Actor]] = NameRegistry(
     "Actor",
     name_of=lambda cls: cls.name,
     describe=describe,
-    not_found=lambda name: ActorNotFound(f"Unknown actor {name!r}"),
+    not_found=lambda name, suggestion=None: ActorNotFound(
+        unknown_name("actor", name, suggestion)
+    ),
 )
 
 
@@ -65,9 +67,17 @@ def lookup(name: str) -> type[Actor]:
     return actors.lookup(name)
 
 
-def get(name: str) -> type[Actor]:
-    """Return the class registered as ``name`` or raise ``actor/not_found``."""
-    return actors.get(name)
+def get(name: str, *, external: bool = False) -> type[Actor]:
+    """Return the class registered as ``name`` or raise ``actor/not_found``.
+
+    ``external``: the caller came over HTTP or a WebSocket, so the error
+    suggests no ``server_only`` name.
+    """
+    return actors.get(name, visible=_is_public if external else None)
+
+
+def _is_public(cls: type[Actor]) -> bool:
+    return not cls.server_only
 
 
 def all_actors() -> dict[str, type[Actor]]:
@@ -81,10 +91,19 @@ def get_external(name: str) -> type[Actor]:
     A ``server_only`` class is refused with the very error an unknown name
     gets, so HTTP, WebSocket and RivetKit callers cannot tell it exists.
     """
-    cls = actors.get(name)
+    cls = get(name, external=True)
     if cls.server_only:
-        raise actors.not_found(name)
+        raise unknown_external(name)
     return cls
+
+
+def unknown_external(name: str) -> ActorNotFound:
+    """Return what an external caller gets for an unknown or server-only name.
+
+    Both get the same message, suggestion included (among public names).
+    """
+    public = [n for n, cls in actors.snapshot().items() if not cls.server_only]
+    return ActorNotFound(unknown_name("actor", name, did_you_mean(name, public)))
 
 
 def public_actors() -> dict[str, type[Actor]]:

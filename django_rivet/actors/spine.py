@@ -72,7 +72,12 @@ from ..models import Actor as ActorRow
 from ..models import db
 from . import cache, registry, rows
 from .definition import Actor
-from .errors import database_error, is_connection_failure
+from .errors import (
+    database_error,
+    is_connection_failure,
+    is_missing_table,
+    log_missing_table,
+)
 from .invocation import (
     INTERNAL,
     Invocation,
@@ -149,7 +154,7 @@ class _Progress:
 
 def _resolve_definition(ref: ActorRef, origin: Origin) -> type[Actor]:
     if ref.name is not None:
-        definition = registry.get(ref.name)
+        definition = registry.get(ref.name, external=origin.external)
     else:
         assert ref.actor_id is not None
         # An actor loaded in this process needs no lookup; invoke() checks
@@ -169,7 +174,7 @@ def _resolve_definition(ref: ActorRef, origin: Origin) -> type[Actor]:
     if origin.external and definition.server_only:
         # Exactly what an unknown name or id gets (see registry.get_external).
         if ref.name is not None:
-            raise registry.actors.not_found(ref.name)
+            raise registry.unknown_external(ref.name)
         raise _not_found(ref)
     return definition
 
@@ -237,6 +242,8 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
                 continue
             coded = database_error(exc)
             if coded is not None:
+                if is_missing_table(exc):
+                    log_missing_table(exc)
                 raise coded from exc
             raise
 

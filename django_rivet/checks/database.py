@@ -6,10 +6,12 @@ Messages are module constants so tests compare them by equality.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from typing import Any
 
 from django.apps import apps
 from django.core.checks import Error, Tags, Warning, register
+from django.core.management.commands.migrate import Command as MigrateCommand
 from django.db import DatabaseError, connections, router
 from django.db.migrations.executor import MigrationExecutor
 
@@ -106,7 +108,7 @@ def check_migrations(
 ) -> list[Any]:
     """Warn when django-rivet's migrations are not all applied (``--database``)."""
     alias = db.alias()
-    if not databases or alias not in databases:
+    if not databases or alias not in databases or _run_by_migrate():
         return []
     try:
         executor = MigrationExecutor(connections[alias])
@@ -129,3 +131,19 @@ def check_migrations(
             id="rivet.W401",
         )
     ]
+
+
+def _run_by_migrate() -> bool:
+    """Tell whether the ``migrate`` command runs these checks.
+
+    ``migrate`` runs the database checks before it applies the migrations
+    (with the same arguments as ``check --database``), so on a new database
+    rivet.W401 would tell people to run the very command they are running.
+    Django passes checks no hint of the command, so look for it on the stack.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), MigrateCommand):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.checks import Error, Tags, Warning, register
 
-from ..conf import DEFAULTS, rivet_settings
+from ..conf import DEFAULTS, docs_url, rivet_settings
 from ..scheduling.cron import MAX_HISTORY_LIMIT
 
 # -- retention ------------------------------------------------------------------------
@@ -18,7 +18,7 @@ E301 = (
     "RIVET[{key!r}] must be None or a number of seconds (or a timedelta) "
     "from 0 to 100 years."
 )
-E301_HINT = "None keeps rows forever; see docs/settings.md (retention)."
+E301_HINT = "None keeps rows forever; see {docs}"
 # Longer periods are "forever" anyway, and would overflow date arithmetic.
 MAX_RETENTION_SECONDS = 100 * 365 * 86400
 E302 = "RIVET['CRON_HISTORY'] must be None or an integer from 0 to {limit}."
@@ -55,7 +55,7 @@ def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             errors.append(
                 Error(
                     E301.format(key=key),
-                    hint=E301_HINT,
+                    hint=E301_HINT.format(docs=docs_url("settings", "retention")),
                     obj="settings.RIVET",
                     id="rivet.E301",
                 )

@@ -15,7 +15,7 @@ from django.core.checks import Error, Tags, Warning, register
 from .. import dispatch
 from ..actors import registry
 from ..actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
-from ..conf import rivet_settings
+from ..conf import docs_url, rivet_settings
 from ..workflow_runtime import registry as workflow_registry
 
 
@@ -26,7 +26,18 @@ def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         return []
     if dispatch.configured_name() != "none":
         return []
-    return [Warning(W004, hint=W004_HINT, obj="settings.RIVET", id="rivet.W004")]
+    package = _project_package()
+    hint = W004_HINT.format(
+        package=package, docs=docs_url("quickstart", "3-urls-asgi-and-celery")
+    )
+    return [Warning(W004, hint=hint, obj="settings.RIVET", id="rivet.W004")]
+
+
+def _project_package() -> str:
+    """Return the folder of the project package (``mysite`` for mysite.settings)."""
+    module = getattr(settings, "SETTINGS_MODULE", None) or ""
+    package, _, _ = module.rpartition(".")
+    return package.replace(".", "/") or "<project package>"
 
 
 @register(Tags.compatibility)
@@ -43,12 +54,31 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(
             Error(
                 E003.format(alias=alias),
-                hint=E003_HINT.format(alias=alias),
+                hint=E003_HINT.format(
+                    alias=alias, docs=docs_url("quickstart", "2-settings")
+                ),
                 obj="settings.CHANNEL_LAYERS",
                 id="rivet.E003",
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_asgi_server(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn when runserver would be Django's WSGI server (no WebSockets)."""
+    if apps.is_installed("daphne"):
+        return []
+    return [
+        Warning(
+            W005,
+            hint=W005_HINT.format(
+                docs=docs_url("troubleshooting", "websockets-get-404")
+            ),
+            obj="settings.INSTALLED_APPS",
+            id="rivet.W005",
+        )
+    ]
 
 
 @register(Tags.compatibility)
@@ -127,7 +157,7 @@ E003_HINT = (
     "Define CHANNEL_LAYERS = {{{alias!r}: {{'BACKEND': "
     "'channels.layers.InMemoryChannelLayer'}}}} for development "
     "('channels_redis.core.RedisChannelLayer' with CONFIG hosts in production), "
-    "or change RIVET['CHANNEL_LAYER']. See docs/quickstart.md."
+    "or change RIVET['CHANNEL_LAYER']. See {docs}"
 )
 E101 = "Actor name {name!r} is defined by both {first} and {second}."
 E101_HINT = "Give one of the classes a different `name`."
@@ -146,10 +176,23 @@ W004 = (
     "RIVET['EMBEDDED_WORKER'] is off."
 )
 W004_HINT = (
-    "For development set RIVET['EMBEDDED_WORKER'] = True; in production "
-    "configure Celery (CELERY_BROKER_URL and the project's celery.py). "
-    "Otherwise schedules, queues and workflows wait for a sweep by another "
-    "process. Set RIVET['DISPATCH_BACKEND'] = 'none' to silence this."
+    "For development set RIVET['EMBEDDED_WORKER'] = True. In production "
+    "configure Celery: CELERY_BROKER_URL, a Celery app in {package}/celery.py, "
+    "and import it in {package}/__init__.py (`from .celery import app as "
+    "celery_app`) so that every process of the project loads it. Otherwise "
+    "schedules, queues and workflows wait for a sweep by another process. Set "
+    "RIVET['DISPATCH_BACKEND'] = 'none' to silence this. See {docs}"
+)
+W005 = (
+    "'daphne' is not in INSTALLED_APPS: `manage.py runserver` is Django's "
+    "WSGI server, which answers django-rivet's WebSocket routes with 404."
+)
+W005_HINT = (
+    "Add 'daphne' at the top of INSTALLED_APPS (django-rivet installs it): its "
+    "runserver serves ASGI_APPLICATION, HTTP and WebSockets. Production "
+    "servers (daphne, uvicorn) do not need it; silence this check with "
+    "SILENCED_SYSTEM_CHECKS = ['rivet.W005'] if you never use runserver. "
+    "See {docs}"
 )
 
 

@@ -12,12 +12,12 @@ from django.core.checks import Error, Tags, register
 from django.utils.module_loading import import_string
 
 from .. import dispatch
-from ..conf import DEFAULTS, rivet_settings
+from ..conf import DEFAULTS, docs_url, rivet_settings
 
 E001 = "Unknown RIVET setting {key!r}."
 E001_HINT = "Valid settings: {valid}."
 E004 = "RIVET[{key!r}] must be {expected}."
-E004_HINT = "See docs/settings.md for the default and meaning of each setting."
+E004_HINT = "See {docs} for the default and meaning of each setting."
 E005 = "RIVET['CORS_ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
 E005_HINT = (
     "List each frontend origin as scheme://host[:port] (no path, no wildcard: "
@@ -68,7 +68,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(
             Error(
                 E004.format(key=key, expected=expected),
-                hint=E004_HINT,
+                hint=E004_HINT.format(docs=docs_url("settings")),
                 obj="settings.RIVET",
                 id="rivet.E004",
             )
@@ -103,6 +103,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             "DISPATCH_BACKEND",
             "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
         )
+    docs = user.get("DOCS_URL", DEFAULTS["DOCS_URL"])
+    if not isinstance(docs, str) or urlsplit(docs).scheme not in ("http", "https"):
+        bad("DOCS_URL", "an http(s) URL")
     errors += _check_cors_origins(user.get("CORS_ALLOWED_ORIGINS", []), bad)
     return errors
 

@@ -13,7 +13,7 @@ from channels.layers import channel_layers
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from ..conf import rivet_settings
+from ..conf import docs_url, rivet_settings
 from ..transport.origins import normalize_origin
 
 # -- the edges: origins, limits, dispatch (transport/origins.py, docs/security.md)
@@ -28,7 +28,7 @@ W501 = (
 )
 W501_HINT = (
     "Remove '*'. Same-origin pages and CSRF_TRUSTED_ORIGINS are allowed "
-    "already; list other frontends' origins explicitly. See docs/security.md."
+    "already; list other frontends' origins explicitly. See {docs}"
 )
 
 
@@ -45,7 +45,14 @@ def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             continue
         if origin == "*":
             messages.append(
-                Warning(W501, hint=W501_HINT, obj="settings.RIVET", id="rivet.W501")
+                Warning(
+                    W501,
+                    hint=W501_HINT.format(
+                        docs=docs_url("security", "websocket-origins")
+                    ),
+                    obj="settings.RIVET",
+                    id="rivet.W501",
+                )
             )
         elif normalize_origin(origin) is None or "*" in origin or _has_path(origin):
             messages.append(
@@ -78,8 +85,7 @@ W601 = (
 W601_HINT = (
     "redis-py's default socket_timeout (5 s) equals channels_redis' blocking "
     "read, so idle reads end in timeouts and reconnects. Pass it per host: "
-    "'hosts': [{{'address': REDIS_URL, 'socket_timeout': 10}}] "
-    "(docs/production.md#the-channel-layer)."
+    "'hosts': [{{'address': REDIS_URL, 'socket_timeout': 10}}] ({docs})."
 )
 W602 = (
     "The Redis channel layer {alias!r} has capacity {capacity}, below "
@@ -89,7 +95,7 @@ W602_HINT = (
     "channels_redis' capacity is per process: all sockets of one web process "
     "share one Redis list, so a burst of conn.send() or disconnects to more "
     "sockets than the capacity drops the rest. Set CONFIG 'capacity' to at "
-    "least the connections one process holds (docs/production.md)."
+    "least the connections one process holds ({docs})."
 )
 W603 = (
     "RIVET['MAX_EVENT_BYTES'] ({events}) is above "
@@ -166,7 +172,9 @@ def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                     W601.format(
                         alias=alias, timeout=timeout, blocking=REDIS_BLOCKING_READ
                     ),
-                    hint=W601_HINT,
+                    hint=W601_HINT.format(
+                        docs=docs_url("production", "the-channel-layer")
+                    ),
                     obj="settings.CHANNEL_LAYERS",
                     id="rivet.W601",
                 )
@@ -178,7 +186,7 @@ def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(
             Warning(
                 W602.format(alias=alias, capacity=capacity, expected=expected),
-                hint=W602_HINT,
+                hint=W602_HINT.format(docs=docs_url("production", "the-channel-layer")),
                 obj="settings.CHANNEL_LAYERS",
                 id="rivet.W602",
             )

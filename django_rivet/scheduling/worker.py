@@ -39,6 +39,7 @@ from django.db import close_old_connections, connections
 from django.db.models import Min
 
 from .. import clock, dispatch
+from ..actors.errors import MIGRATE_HINT, caused_by_missing_table
 from ..conf import rivet_settings
 from ..models import CronJob, QueueMessage, Schedule, ScheduleStatus
 from . import sweeper
@@ -170,6 +171,9 @@ class Worker:
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set."""
         logger.info("worker started poll_interval=%s", self.poll_interval)
+        # True from the first iteration that finds a table missing until one
+        # succeeds: the episode is logged once, not at every poll.
+        missing_tables = False
         try:
             while not stop.is_set():
                 # Cleared before looking for work, so a notify() arriving
@@ -178,11 +182,25 @@ class Worker:
                 try:
                     # Like a request: drop broken or expired connections.
                     close_old_connections()
-                    if self.run_once():
+                    ran = self.run_once()
+                    if missing_tables:
+                        missing_tables = False
+                        logger.info("worker found its tables, resuming")
+                    if ran:
                         continue
                     delay = self._idle_delay()
-                except Exception:
-                    logger.exception("worker iteration failed")
+                except Exception as exc:
+                    if not caused_by_missing_table(exc):
+                        logger.exception("worker iteration failed")
+                    elif not missing_tables:
+                        missing_tables = True
+                        logger.error(
+                            "worker: the database lacks django-rivet's tables, "
+                            "%s; retrying every %ss until it has them (%s)",
+                            MIGRATE_HINT,
+                            self.poll_interval,
+                            exc,
+                        )
                     delay = self.poll_interval
                 dispatch.wait_for_work(delay)
         finally:

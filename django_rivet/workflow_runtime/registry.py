@@ -14,7 +14,7 @@ import sys
 from contextlib import AbstractContextManager
 
 from ..exceptions import WorkflowNotFound
-from ..registries import NameRegistry
+from ..registries import NameRegistry, unknown_name
 from ..workflow import WorkflowDefinition
 
 __all__ = [
@@ -39,7 +39,9 @@ definitions: NameRegistry[WorkflowDefinition] = NameRegistry(
     "Workflow",
     name_of=lambda definition: definition.name,
     describe=describe,
-    not_found=lambda name: WorkflowNotFound(f"Unknown workflow {name!r}"),
+    not_found=lambda name, suggestion=None: WorkflowNotFound(
+        unknown_name("workflow", name, suggestion)
+    ),
 )
 
 

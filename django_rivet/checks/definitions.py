@@ -1,0 +1,193 @@
+"""Actor and workflow definitions, checked at start-up (rivet.E103, W101, W102,
+E202, E203, W201).
+
+Mistakes that otherwise surface only when the code is first called, with an
+error that does not point at the definition: an action that cannot take
+``ctx``, a workflow written as ``def`` instead of ``async def``, and two
+names that differ only by case. Messages are module constants so tests
+compare them by equality.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.core.checks import Error, Tags, Warning, register
+
+from ..actors import registry
+from ..actors.definition import HandlerSpec
+from ..conf import docs_url
+from ..workflow_runtime import registry as workflow_registry
+
+E103 = "{kind} {name!r} of {cls} cannot take the context: {signature}."
+E103_HINT = (
+    "django-rivet calls it as {attribute}(self, ctx, *args): add `ctx` as its "
+    "first parameter after `self`. See {docs}"
+)
+W102 = (
+    "{kind} {name!r} of {cls} names its second parameter {param!r}; "
+    "django-rivet passes the context there: {signature}."
+)
+W102_HINT = (
+    "Add `ctx` after `self` ({attribute}(self, ctx, ...)), or name the "
+    "parameter `ctx` if it is the context. See {docs}"
+)
+W101 = "Actor names {names} differ only by case."
+W101_HINT = (
+    "Names are case-sensitive: a caller using one gets the other's actor or "
+    "actor/not_found. Rename one of {classes}."
+)
+E202 = "Workflow {name!r} ({function}) is not an async function."
+E202_HINT = (
+    "Write it as `async def {short}(ctx, input):`: the engine awaits it and "
+    "each ctx.step/sleep/messages call. See {docs}"
+)
+E203 = "Workflow {name!r} ({function}) cannot be called as (ctx, input): {signature}."
+E203_HINT = "Give it the parameters (ctx, input). See {docs}"
+W201 = "Workflow names {names} differ only by case."
+W201_HINT = "Names are case-sensitive: rename one of {functions}."
+
+# Names a context parameter goes by; anything else in that place is most
+# likely an argument that slid into it (a forgotten `ctx`).
+CONTEXT_NAMES = frozenset({"ctx", "context", "_ctx", "_"})
+_POSITIONAL = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+)
+
+
+@register(Tags.compatibility)
+def check_actor_definitions(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check actions and queue handlers take ``ctx``, and names clash by case."""
+    messages: list[Any] = []
+    classes = registry.all_actors()
+    docs = docs_url("actors")
+    for cls in classes.values():
+        handlers = [("Action", spec) for spec in cls.actions.values()]
+        handlers += [("Queue handler", spec) for spec in cls.queue_handlers.values()]
+        for kind, spec in handlers:
+            messages += _check_handler(kind, spec, registry.describe(cls), docs)
+    for names in _case_clashes(classes):
+        messages.append(
+            Warning(
+                W101.format(names=", ".join(repr(n) for n in names)),
+                hint=W101_HINT.format(
+                    classes=", ".join(registry.describe(classes[n]) for n in names)
+                ),
+                obj=classes[names[-1]],
+                id="rivet.W101",
+            )
+        )
+    return messages
+
+
+def _check_handler(kind: str, spec: HandlerSpec, cls: str, docs: str) -> list[Any]:
+    parameters = list(spec.signature.parameters.values())
+    positional = [p for p in parameters if p.kind in _POSITIONAL]
+    takes_more = any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    fields = {
+        "kind": kind,
+        "name": spec.wire_name,
+        "cls": cls,
+        "signature": f"{spec.attribute}{spec.signature}",
+    }
+    hint_fields = {"attribute": spec.attribute, "docs": docs}
+    obj = f"{cls}.{spec.attribute}"
+    if len(positional) < 2 and not takes_more:
+        return [
+            Error(
+                E103.format(**fields),
+                hint=E103_HINT.format(**hint_fields),
+                obj=obj,
+                id="rivet.E103",
+            )
+        ]
+    if len(positional) >= 2 and positional[1].name not in CONTEXT_NAMES:
+        return [
+            Warning(
+                W102.format(param=positional[1].name, **fields),
+                hint=W102_HINT.format(**hint_fields),
+                obj=obj,
+                id="rivet.W102",
+            )
+        ]
+    return []
+
+
+@register(Tags.compatibility)
+def check_workflow_definitions(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Check workflow functions are ``async def (ctx, input)``; names by case."""
+    messages: list[Any] = []
+    definitions = workflow_registry.all_workflows()
+    docs = docs_url("workflows")
+    for name, definition in definitions.items():
+        function = workflow_registry.describe(definition)
+        fn = definition.fn
+        if not _is_async(fn):
+            short = getattr(fn, "__name__", name)
+            messages.append(
+                Error(
+                    E202.format(name=name, function=function),
+                    hint=E202_HINT.format(short=short, docs=docs),
+                    obj=function,
+                    id="rivet.E202",
+                )
+            )
+            continue
+        signature = _signature(fn)
+        if signature is not None and not _accepts(signature, 2):
+            messages.append(
+                Error(
+                    E203.format(name=name, function=function, signature=signature),
+                    hint=E203_HINT.format(docs=docs),
+                    obj=function,
+                    id="rivet.E203",
+                )
+            )
+    for names in _case_clashes(definitions):
+        messages.append(
+            Warning(
+                W201.format(names=", ".join(repr(n) for n in names)),
+                hint=W201_HINT.format(
+                    functions=", ".join(
+                        workflow_registry.describe(definitions[n]) for n in names
+                    )
+                ),
+                obj=workflow_registry.describe(definitions[names[-1]]),
+                id="rivet.W201",
+            )
+        )
+    return messages
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    # A callable object counts when its __call__ is a coroutine function.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    )
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and some C callables
+        return None
+
+
+def _accepts(signature: inspect.Signature, count: int) -> bool:
+    try:
+        signature.bind(*([None] * count))
+    except TypeError:
+        return False
+    return True
+
+
+def _case_clashes(names: Iterable[str]) -> list[list[str]]:
+    """Return the groups of names equal but for case, each sorted."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        groups[name.casefold()].append(name)
+    return sorted(sorted(group) for group in groups.values() if len(group) > 1)
