@@ -10,6 +10,7 @@ from django.test import override_settings
 from django_rivet import Actor, action
 from django_rivet import checks as rivet_checks
 from django_rivet.actors import registry
+from django_rivet.conf import docs_url
 
 
 def run_checks(deploy=False):
@@ -191,7 +192,9 @@ def test_allowed_origins_admitting_any_page_is_w501():
     with override_settings(RIVET={"ALLOWED_ORIGINS": ["*"]}):
         messages = [m for m in run_checks() if m.id == "rivet.W501"]
     assert [m.msg for m in messages] == [rivet_checks.W501]
-    assert messages[0].hint == rivet_checks.W501_HINT
+    assert messages[0].hint == rivet_checks.W501_HINT.format(
+        docs=docs_url("security", "websocket-origins")
+    )
 
 
 @pytest.mark.parametrize(
@@ -268,3 +271,155 @@ def test_events_larger_than_any_frame_is_w603():
         RIVET={"MAX_EVENT_BYTES": 2_000_000, "MAX_OUTGOING_MESSAGE_BYTES": 1_000_000}
     ):
         assert realtime_ids() == ["rivet.W603"]
+
+
+# -- issue 30: hints that point to the docs site and say what to do -----------------
+REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+
+
+def hints(messages):
+    return [m.hint for m in messages if m.id and m.id.startswith("rivet.")]
+
+
+def test_hints_link_the_docs_site_and_never_a_repository_path():
+    with override_settings(
+        RIVET={"CHANNEL_LAYER": "other", "ACTION_TIMEOUT": 0, "QUEUE_RETENTION": -1},
+        CHANNEL_LAYERS={"other": {"BACKEND": REDIS_LAYER}},
+    ):
+        messages = run_checks()
+    with override_settings(RIVET={"ALLOWED_ORIGINS": ["*"]}):
+        messages += run_checks()
+    with override_settings(CHANNEL_LAYERS={"default": {"BACKEND": REDIS_LAYER}}):
+        messages += run_checks()
+    assert {"rivet.E004", "rivet.E301", "rivet.W501", "rivet.W601"} <= set(
+        ids(messages)
+    )
+    for hint in hints(messages):
+        assert "docs/" not in hint
+    linked = [h for h in hints(messages) if "https://" in h]
+    assert len(linked) >= 4
+    assert all("https://django-rivet.readthedocs.io/en/stable/" in h for h in linked)
+
+
+def test_docs_url_setting_moves_every_link():
+    with override_settings(
+        RIVET={"DOCS_URL": "https://docs.example.org/rivet/", "ACTION_TIMEOUT": 0}
+    ):
+        [message] = [m for m in run_checks() if m.id == "rivet.E004"]
+    assert "https://docs.example.org/rivet/settings.html" in message.hint
+    with override_settings(RIVET={"DOCS_URL": "docs/"}):
+        assert ids(run_checks()) == ["rivet.E004"]
+
+
+def test_the_redis_socket_timeout_hint_prints_python_not_format_braces():
+    layers = {"default": {"BACKEND": REDIS_LAYER, "CONFIG": {"capacity": 1000}}}
+    with override_settings(CHANNEL_LAYERS=layers):
+        [message] = [m for m in run_checks() if m.id == "rivet.W601"]
+    assert "{{" not in message.hint and "}}" not in message.hint
+    assert "'hosts': [{'address': REDIS_URL, 'socket_timeout': 10}]" in message.hint
+
+
+def test_no_dispatcher_w004_names_the_project_packages_init(monkeypatch):
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "mysite.settings")
+    with override_settings(CELERY_BROKER_URL=None):
+        messages = rivet_checks.check_dispatch()
+    if not messages:  # the suite's Celery app has a broker: take it away
+        from celery import current_app
+
+        saved = current_app.conf.broker_url
+        current_app.conf.broker_url = None
+        try:
+            messages = rivet_checks.check_dispatch()
+        finally:
+            current_app.conf.broker_url = saved
+    [message] = messages
+    assert message.id == "rivet.W004"
+    assert "mysite/__init__.py" in message.hint
+    assert "from .celery import app as celery_app" in message.hint
+
+
+def test_runserver_without_daphne_is_w005(settings):
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "daphne"]
+    messages = [m for m in run_checks() if m.id == "rivet.W005"]
+    assert [m.msg for m in messages] == [rivet_checks.W005]
+    assert "'daphne'" in messages[0].hint
+
+
+# -- issue 30: definitions checked at start-up ---------------------------------------
+def test_an_action_that_cannot_take_ctx_is_e103_and_one_missing_it_is_w102():
+    class Forgetful(Actor):
+        name = "forgetful"
+
+        @action
+        def reset(self):
+            return 0
+
+        @action
+        def add(self, sku: str) -> int:  # ctx forgotten: sku takes its place
+            return 1
+
+        @action
+        def fine(self, ctx, sku: str) -> int:
+            return 1
+
+    with registry.register_temporarily(Forgetful):
+        messages = run_checks()
+    by_id = {m.id: m for m in messages if m.id in ("rivet.E103", "rivet.W102")}
+    assert sorted(by_id) == ["rivet.E103", "rivet.W102"]
+    assert "'reset'" in by_id["rivet.E103"].msg
+    assert "'add'" in by_id["rivet.W102"].msg and "'sku'" in by_id["rivet.W102"].msg
+    assert "ctx" in by_id["rivet.W102"].hint
+
+
+def test_a_sync_workflow_function_is_e202():
+    from django_rivet.workflow import workflow
+    from django_rivet.workflow_runtime.registry import register_temporarily
+
+    @workflow(name="syncFlow")
+    def sync_flow(ctx, input):
+        return input
+
+    @workflow(name="noInput")
+    async def no_input(ctx):
+        return 1
+
+    with register_temporarily(sync_flow, no_input):
+        messages = run_checks()
+    assert [m.msg for m in messages if m.id == "rivet.E202"] == [
+        rivet_checks.E202.format(
+            name="syncFlow", function=f"{__name__}.{sync_flow.fn.__qualname__}"
+        )
+    ]
+    assert "async def sync_flow(ctx, input)" in next(
+        m.hint for m in messages if m.id == "rivet.E202"
+    )
+    assert [m.id for m in messages if m.id == "rivet.E203"] == ["rivet.E203"]
+
+
+def test_names_that_differ_only_by_case_are_w101_and_w201():
+    from django_rivet.workflow import workflow
+    from django_rivet.workflow_runtime.registry import register_temporarily
+
+    class Lower(Actor):
+        name = "casey"
+
+    class Upper(Actor):
+        name = "Casey"
+
+    @workflow(name="report")
+    async def lower(ctx, input):
+        return 1
+
+    @workflow(name="Report")
+    async def upper(ctx, input):
+        return 1
+
+    with (
+        registry.register_temporarily(Lower, Upper),
+        register_temporarily(lower, upper),
+    ):
+        messages = run_checks()
+    assert [m.msg for m in messages if m.id in ("rivet.W101", "rivet.W201")] == [
+        rivet_checks.W101.format(names="'Casey', 'casey'"),
+        rivet_checks.W201.format(names="'Report', 'report'"),
+    ]

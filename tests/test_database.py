@@ -235,7 +235,11 @@ def test_a_missing_table_is_logged_as_a_migration_problem(caplog):
     except Exception as exc:  # the driver's own error, wrapped by Django
         error = exc
     with caplog.at_level("ERROR", logger="django_rivet"):
-        assert public_error(error).qualified_code == "rivet/internal_error"
+        coded = public_error(error)
+    # The caller is told too, without the driver's text (it names tables).
+    assert coded.qualified_code == "actor/unavailable"
+    assert "run `manage.py migrate`" in coded.message
+    assert "django_rivet_nothing_here" not in coded.message
     [record] = caplog.records
     assert "run `manage.py migrate`" in record.getMessage()
     assert "actor code" not in record.getMessage()
@@ -263,12 +267,32 @@ def test_a_server_without_migrations_says_to_run_migrate(tmp_path):
             )
         finally:
             stop_process(proc)
-    assert response.status_code == 500
-    assert response.json()["code"] == "internal_error"
+    # A coded answer that says what is wrong, not a bare 500.
+    assert response.status_code == 503
+    assert response.json()["code"] == "unavailable"
+    assert "run `manage.py migrate`" in response.json()["message"]
     text = log_path.read_text()
     assert "a database table is missing, run `manage.py migrate`" in text
     assert "no such table: django_rivet_actor" in text
     assert "internal error in actor code" not in text
+
+
+@pytest.mark.servers
+@pytest.mark.skipif("connection.vendor != 'sqlite'", reason="once, on SQLite")
+def test_the_shell_without_migrations_raises_an_error_that_says_to_migrate(tmp_path):
+    env = server_env(RIVET_SERVER_DB_NAME=str(tmp_path / "never-migrated.sqlite3"))
+    code = (
+        "from django_rivet import actors\n"
+        "actors.get_or_create('counter', 'k').call('increment')\n"
+    )
+    shell = subprocess.run(
+        [sys.executable, "-m", "django", "shell", "-c", code],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shell.returncode != 0
+    last_line = shell.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("django_rivet.exceptions.ActorUnavailable: ")
+    assert "run `manage.py migrate`" in last_line
 
 
 # -- checks --------------------------------------------------------------------------

@@ -438,6 +438,22 @@ def test_unknown_actor_name_is_not_found():
         actors.get_or_create("noSuchActor", "x")
 
 
+@pytest.mark.parametrize(
+    ("called", "meant"),
+    [("Counter", "counter"), ("ChatRoom", "chatRoom"), ("chat_room", "chatRoom")],
+)
+def test_a_class_name_used_as_the_actor_name_suggests_the_actor_name(called, meant):
+    with pytest.raises(ActorNotFound) as info:
+        actors.get_or_create(called, "x").call("increment")
+    assert info.value.message == f"Unknown actor {called!r}; did you mean {meant!r}?"
+
+
+def test_an_unknown_name_far_from_every_actor_suggests_nothing():
+    with pytest.raises(ActorNotFound) as info:
+        actors.get_or_create("noSuchActor", "x")
+    assert info.value.message == "Unknown actor 'noSuchActor'"
+
+
 def test_create_of_an_existing_actor_is_already_exists():
     first = actors.create("counter", "unique")
     with pytest.raises(ActorAlreadyExists) as info:

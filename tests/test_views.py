@@ -484,3 +484,19 @@ def test_nul_and_invalid_utf8_in_keys_are_coded_errors_on_every_database(client,
 def test_nul_in_queue_names_and_paths_is_not_an_internal_error(client, path):
     response = post_json(client, f"{PREFIX}/ledger/{path}?key=nul", {"body": 1})
     assert response.status_code < 500, response.content
+
+
+# -- issue 30: "did you mean" over HTTP, never naming a server-only actor -------------
+@pytest.mark.django_db(transaction=True)
+def test_http_suggests_public_actor_names_only(client):
+    wrong_case = post_json(client, "/rivet/actors/Counter/actions/increment?key=k")
+    assert error_of(wrong_case) == (404, "actor", "not_found")
+    assert "did you mean 'counter'?" in wrong_case.json()["message"]
+    # backOffice is server_only: its name in another case is as unknown as
+    # any other name, and nothing suggests it.
+    hidden = post_json(client, "/rivet/actors/BackOffice/actions/ping?key=k")
+    unknown = post_json(client, "/rivet/actors/NoSuchThing/actions/ping?key=k")
+    assert error_of(hidden) == error_of(unknown) == (404, "actor", "not_found")
+    assert hidden.json()["message"] == "Unknown actor 'BackOffice'"
+    exact = post_json(client, "/rivet/actors/backOffice/actions/ping?key=k")
+    assert exact.json()["message"] == "Unknown actor 'backOffice'"

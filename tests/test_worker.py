@@ -207,3 +207,49 @@ def test_rivet_worker_sends_no_celery_tasks(recording_dispatch):
     assert CronJob.objects.get().enqueued_for is None
     assert recording_dispatch.sent == []
     assert dispatch.backend().eta_tasks is False
+
+
+# -- issue 30: a database without django-rivet's tables ------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_missing_tables_are_logged_once_per_episode_with_the_migrate_hint(
+    monkeypatch, caplog
+):
+    """One line when the tables go missing, none at each later poll, no traceback."""
+    from django.db import connection
+
+    table = Schedule._meta.db_table
+
+    def rename(old, new):
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+    stop = threading.Event()
+    polls = []
+    # Each poll's end: the table comes back after the 4th, goes again after
+    # the 6th (a second episode), and the loop stops after the 9th.
+    script = {
+        4: lambda: rename(f"{table}_away", table),
+        6: lambda: rename(table, f"{table}_away"),
+        9: stop.set,
+    }
+
+    def wait_for_work(delay):
+        polls.append(delay)
+        script.get(len(polls), lambda: None)()
+
+    monkeypatch.setattr(dispatch, "wait_for_work", wait_for_work)
+    rename(table, f"{table}_away")
+    try:
+        with caplog.at_level(logging.INFO, logger="django_rivet"):
+            worker.Worker(poll_interval=0.01, sweep_interval=3600).run(stop)
+    finally:
+        if table not in connection.introspection.table_names():
+            rename(f"{table}_away", table)
+    assert len(polls) == 9
+    records = [r for r in caplog.records if r.name == "django_rivet.worker"]
+    errors = [r for r in records if r.levelno >= logging.ERROR]
+    assert len(errors) == 2  # one per episode, not one per poll
+    for record in errors:
+        assert "run `manage.py migrate`" in record.getMessage()
+        assert record.exc_info is None  # one line, no traceback
+    assert any("found its tables" in r.getMessage() for r in records)

@@ -135,6 +135,31 @@ def test_result_times_out_while_nothing_runs_the_workflow():
         handle.result(timeout=0.05)
 
 
+async def test_a_time_out_says_when_the_workflow_never_started():
+    handle = await workflows.astart("greet", {"name": "ann"})
+    with pytest.raises(TimeoutError) as caught:
+        await handle.aresult(timeout=0.05)
+    message = str(caught.value)
+    assert "never started" in message
+    assert "rivet_worker" in message and "EMBEDDED_WORKER" in message
+
+
+def test_a_time_out_of_a_workflow_that_ran_says_where_it_is():
+    with freeze_time():
+        handle = workflows.start("approval", {})
+        assert run_until_idle(handle) == "sleeping"
+    with pytest.raises(TimeoutError) as caught:
+        handle.result(timeout=0.05)
+    assert "never started" not in str(caught.value)
+    assert "(it is sleeping)" in str(caught.value)
+
+
+def test_an_unknown_workflow_name_suggests_the_registered_one():
+    with pytest.raises(WorkflowNotFound) as caught:
+        workflows.start("Greet", {"name": "ann"})
+    assert "did you mean 'greet'?" in caught.value.message
+
+
 def test_a_cancelled_workflow_raises_a_cancelled_error():
     handle = workflows.start("approval", {})
     run_until_idle(handle)

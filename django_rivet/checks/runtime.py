@@ -6,6 +6,7 @@ Messages are module constants so tests compare them by equality.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.apps import apps
@@ -35,7 +36,10 @@ def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 def _project_package() -> str:
     """Return the folder of the project package (``mysite`` for mysite.settings)."""
-    module = getattr(settings, "SETTINGS_MODULE", None) or ""
+    # override_settings hides SETTINGS_MODULE; the environment still has it.
+    module = getattr(settings, "SETTINGS_MODULE", None) or os.environ.get(
+        "DJANGO_SETTINGS_MODULE", ""
+    )
     package, _, _ = module.rpartition(".")
     return package.replace(".", "/") or "<project package>"
 
