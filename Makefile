@@ -4,13 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-celery check-port superuser test test-fast bench lint format install clean
+.PHONY: run run-celery check-port superuser test test-fast bench lint format install clean dist docs
 
 $(STAMP): pyproject.toml
 	@echo "==> installing django-rivet and its dependencies into $(VENV) (first run: a minute or two)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check -e '.[postgres,redis,client,dev]'
+	$(PY) -m pip install --disable-pip-version-check -e '.[postgres,redis,client,dev,docs]'
 	touch $(STAMP)
 	@echo "==> installed into $(VENV)"
 
@@ -38,8 +38,9 @@ superuser: $(STAMP)
 	$(PY) example_project/manage.py migrate --noinput -v 0
 	$(PY) example_project/manage.py createsuperuser
 
-## Lint, migrations check, system checks, then the suite on SQLite and on a
-## throwaway PostgreSQL (and on Python 3.12 + Django 6 when available).
+## Lint, the strict docs build, migrations check, system checks, then the
+## suite on SQLite and on a throwaway PostgreSQL (and on Python 3.12 +
+## Django 6 when available).
 test: $(STAMP)
 	scripts/test.sh
 
@@ -62,5 +63,17 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format django_rivet tests example_project bench
 	$(VENV)/bin/ruff check --fix django_rivet tests example_project bench
 
+## The sdist and the wheel users install (PEP 517, isolated build), in dist/.
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
+	@ls -l dist
+
+## The documentation site in docs/_build/html, strict: any warning (a broken
+## cross-reference, a missing page in the toctree, a docstring autodoc cannot
+## read) fails the build. scripts/docs.sh also checks the relative links.
+docs: $(STAMP)
+	VENV=$(VENV) scripts/docs.sh
+
 clean:
-	rm -rf $(VENV) .venv-py312 build dist *.egg-info
+	rm -rf $(VENV) .venv-py312 build dist docs/_build *.egg-info

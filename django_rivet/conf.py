@@ -29,6 +29,8 @@ __all__ = [
 # set RIVET["DOCS_URL"].
 DEFAULT_DOCS_URL = "https://django-rivet.readthedocs.io/en/stable/"
 
+#: Every key of ``settings.RIVET`` with its default value; the settings page
+#: of the documentation says what each one means.
 DEFAULTS: dict[str, Any] = {
     # Seconds an invocation may run before it is rolled back with
     # actor/action_timeout.

@@ -292,7 +292,7 @@ def run_due(*, max_rounds: int = 100) -> int:
 
     Fires due schedules and cron runs and delivers queue messages (and any
     kind of due work registered with
-    :func:`django_rivet.scheduling.worker.register_due_work`, such as
+    ``django_rivet.scheduling.worker.register_due_work()``, such as
     workflows), round
     after round until nothing is left, using the current clock -- the virtual
     one under :func:`freeze_time`. No broker, no worker::

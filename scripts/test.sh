@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite, as `make test` and CI run it.
 #
-# 1. lint (ruff, import-linter, mypy --strict), migrations check, system checks;
+# 1. lint (ruff, import-linter, mypy --strict), the strict docs build,
+#    migrations check, system checks;
 # 2. pytest on SQLite (everything);
 # 3. the benchmarks' smoke run (every measure at tiny sizes: each executes;
 #    no timing is checked);
@@ -35,6 +36,9 @@ step "import layers"
 
 step "mypy (strict, see pyproject)"
 "$VENV/bin/mypy" django_rivet
+
+step "docs (strict: warnings are errors)"
+VENV="$VENV" scripts/docs.sh "$work/docs"
 
 step "migrations are up to date"
 "$PY" -m django makemigrations --check --dry-run --settings tests.settings --pythonpath .

@@ -53,7 +53,7 @@ def encode_message_body(body: Any) -> bytes:
     """Encode a message body for the inbox, refusing what no entry could record.
 
     Raises ``TypeError`` for values that cannot be stored and
-    :class:`StorageLimitError` for bodies over :data:`MAX_MESSAGE_BODY_BYTES`.
+    :class:`StorageLimitError` for bodies over ``MAX_MESSAGE_BODY_BYTES``.
     """
     schema.check_storable(body, "Message body")
     data = schema.dumps(body)

@@ -448,7 +448,7 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
 
     ``rows`` may hold every key of the workflow's namespace; names, entries and
     metadata are picked out by their key prefix, the rest is ignored. Entries
-    left over from an interrupted deletion (see :func:`superseded`) are not
+    left over from an interrupted deletion (see ``superseded()``) are not
     history and are left out.
     """
     names: dict[int, str] = {}
