@@ -64,3 +64,39 @@ def test_workflows_md_lists_what_history_and_snapshot_return():
             f.name for f in dataclasses.fields(cls) if f"`{f.name}`" not in section
         ]
         assert undocumented == [], cls.__name__
+
+
+def heading_anchors(page):
+    """The anchors the docs site gives a page's headings (GitHub's slugs)."""
+    anchors = set()
+    for heading in re.findall(r"^#{1,4} (.+)$", page.read_text(), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def test_every_docs_link_in_the_package_names_a_page_and_heading_that_exist():
+    """Check hints and errors link the site with docs_url(page, section)."""
+    links = set()
+    for module in (ROOT / "django_rivet").rglob("*.py"):
+        text = module.read_text()
+        links |= set(re.findall(r'docs_url\(\s*"([\w-]+)"(?:,\s*"([\w-]+)")?', text))
+    assert len(links) >= 8
+    missing = []
+    for page, section in sorted(links):
+        path = DOCS / f"{page}.md"
+        if not path.exists() or (section and section not in heading_anchors(path)):
+            missing.append(f"{page}#{section}")
+    assert missing == []
+
+
+def test_no_message_of_the_package_points_to_a_repository_path():
+    messages = []
+    for module in (ROOT / "django_rivet").rglob("*.py"):
+        for line in module.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("#", '"""')) or "docs/" not in stripped:
+                continue
+            if re.search(r'"[^"]*docs/[\w-]+\.md[^"]*"', stripped):
+                messages.append(f"{module.relative_to(ROOT)}: {stripped}")
+    assert messages == []
