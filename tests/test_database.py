@@ -7,6 +7,7 @@ PostgreSQL restart under load is in test_database_outage.py.
 """
 
 import asyncio
+import io
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.core import checks
+from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.db.migrations.recorder import MigrationRecorder
 from django.test import Client, override_settings
@@ -311,6 +313,20 @@ def test_unapplied_migrations_are_w401_with_the_database_tag():
         alias="default", names="0002_retention"
     )
     assert rivet_ids(checks.run_checks()) == []  # only with --database
+
+
+def test_migrate_does_not_warn_about_the_migrations_it_applies():
+    MigrationRecorder(connection).migration_qs.filter(
+        app="django_rivet", name="0002_retention"
+    ).delete()
+    out, err = io.StringIO(), io.StringIO()
+    # --fake: the tables are there; only the record is missing.
+    call_command(
+        "migrate", "django_rivet", fake=True, skip_checks=False, stdout=out, stderr=err
+    )
+    assert "rivet.W401" not in out.getvalue() + err.getvalue()
+    assert "Applying django_rivet.0002_retention... FAKED" in out.getvalue()
+    assert rivet_ids(checks.run_checks(databases=["default"])) == []
 
 
 def test_an_unsupported_backend_is_e401(monkeypatch):
