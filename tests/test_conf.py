@@ -41,6 +41,8 @@ SPEC_DEFAULTS = {
     "SLOW_CONSUMER_TIMEOUT": 30,
     "CONNECTIONS_PER_PROCESS": 1000,
     "ACTOR_CACHE_SIZE": 10000,
+    # Where hints and errors link (issue 30).
+    "DOCS_URL": "https://django-rivet.readthedocs.io/en/stable/",
 }
 
 
