@@ -75,7 +75,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix django_rivet tests example_project bench
 
 ## The sdist and the wheel users install (PEP 517, isolated build), in dist/.
-dist: $(STAMP)
+dist: $(RUN_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check build
 	rm -rf dist build
 	$(PY) -m build --outdir dist .
 	@ls -l dist
