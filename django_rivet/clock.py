@@ -136,7 +136,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 @contextlib.contextmanager
 def freeze_time(start: float | datetime | None = None) -> Iterator[VirtualClock]:
-    """Replace :func:`~django_rivet.clock.now` by a virtual clock for the duration of the block."""
+    """Replace :func:`~django_rivet.clock.now` by a virtual clock within the block."""
     global _virtual
     previous = _virtual
     clock = VirtualClock(start)
