@@ -195,8 +195,8 @@ class Worker:
                     elif not missing_tables:
                         missing_tables = True
                         logger.error(
-                            "worker: the database lacks django-rivet's tables, "
-                            "%s; retrying every %ss until it has them (%s)",
+                            "worker: a database table is missing, %s; "
+                            "retrying every %ss until it is there (%s)",
                             MIGRATE_HINT,
                             self.poll_interval,
                             exc,
