@@ -40,9 +40,9 @@ __all__ = [
 @shared_task(name="rivet.fire_schedule", ignore_result=True)
 def fire_schedule(schedule_id: str) -> str:
     """Fire the schedule ``schedule_id`` if it is due and unclaimed."""
-    from .scheduling import schedules
+    from .scheduling import schedule_runs
 
-    return schedules.fire_schedule(schedule_id).value
+    return schedule_runs.fire_schedule(schedule_id).value
 
 
 @shared_task(name="rivet.run_cron", ignore_result=True)
@@ -56,9 +56,9 @@ def run_cron(job_id: int, scheduled_at: float | None = None) -> str:
 @shared_task(name="rivet.deliver_queue", ignore_result=True)
 def deliver_queue(actor_id: str) -> int:
     """Deliver the pending queue messages of the actor ``actor_id``."""
-    from .scheduling import queues
+    from .scheduling import queue_delivery
 
-    return queues.deliver_queue(actor_id)
+    return queue_delivery.deliver_queue(actor_id)
 
 
 @shared_task(name="rivet.run_workflow", ignore_result=True)

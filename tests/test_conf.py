@@ -41,6 +41,11 @@ SPEC_DEFAULTS = {
     "SLOW_CONSUMER_TIMEOUT": 30,
     "CONNECTIONS_PER_PROCESS": 1000,
     "ACTOR_CACHE_SIZE": 10000,
+    # Background work (issue 26): retries and workflow queues.
+    "SCHEDULE_MAX_RETRIES": 3,
+    "RETRY_BACKOFF_BASE": 1.0,
+    "RETRY_BACKOFF_MAX": 300.0,
+    "WORKFLOW_QUEUES": {},
 }
 
 

@@ -9,7 +9,7 @@ from django.utils.html import format_html, format_html_join
 
 from ..models import CronJob, CronRun, QueueMessage, Schedule, ScheduleStatus
 from ..scheduling.cron import history_limit
-from ..scheduling.schedules import fire_schedule
+from ..scheduling.schedule_runs import fire_schedule
 from .rendering import ReadOnlyAdmin, pretty, pretty_cbor
 from .retention import RetentionAdmin
 
