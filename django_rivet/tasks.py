@@ -28,12 +28,14 @@ from celery import shared_task
 from .conf import rivet_settings
 
 __all__ = [
+    "admit_workflows",
     "beat_schedule",
     "deliver_queue",
     "fire_schedule",
     "run_cron",
     "run_workflow",
     "sweep",
+    "tick_workflows",
 ]
 
 
@@ -67,6 +69,22 @@ def run_workflow(workflow_id: str) -> str | None:
     from .workflow_runtime import execution
 
     return execution.run(workflow_id)
+
+
+@shared_task(name="rivet.admit_workflows", ignore_result=True)
+def admit_workflows(queue: str) -> int:
+    """Start the queued workflows of ``queue`` its limits allow now."""
+    from .workflow_runtime import queues
+
+    return queues.admit(queue)
+
+
+@shared_task(name="rivet.tick_workflows", ignore_result=True)
+def tick_workflows() -> int:
+    """Start the workflows of due ticks of ``@workflow(cron=...)`` schedules."""
+    from .scheduling import workflow_schedules
+
+    return workflow_schedules.run_due_ticks()
 
 
 @shared_task(name="rivet.sweep", ignore_result=True)

@@ -218,8 +218,16 @@ class WorkflowsAPI(Protocol):
         workflow: str | WorkflowDefinition,
         input: Any = None,
         id: str | None = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
     ) -> WorkflowHandle:
-        """Start a workflow (idempotent per ``id``); runs after commit."""
+        """Start a workflow (idempotent per ``id``); runs after commit.
+
+        With ``queue``, it waits in that workflow queue (``priority``,
+        ``dedup_key``: see ``django_rivet.workflows.start``).
+        """
         ...
 
     async def astart(
@@ -227,6 +235,10 @@ class WorkflowsAPI(Protocol):
         workflow: str | WorkflowDefinition,
         input: Any = None,
         id: str | None = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
     ) -> WorkflowHandle:
         """Async :meth:`start`."""
         ...

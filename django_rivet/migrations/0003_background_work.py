@@ -66,6 +66,7 @@ class Migration(migrations.Migration):
                     models.DateTimeField(default=django_rivet.models.base.now),
                 ),
                 ("admitted_at", models.DateTimeField(blank=True, null=True)),
+                ("enqueued_for", models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 "verbose_name": "workflow queue",

@@ -376,6 +376,9 @@ class WorkflowQueue(models.Model):
     created_at = models.DateTimeField(default=base.now)
     # The last admission pass (each pass writes it: the write is the lock).
     admitted_at = models.DateTimeField(null=True, blank=True)
+    # When the rate limit lets the next workflow start, if a wake-up was
+    # sent for it (so a burst of starts sends one, not one each).
+    enqueued_for = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "workflow queue"
