@@ -34,7 +34,14 @@ class RivetConfig(AppConfig):
             workflows,
         )
         from .actors import cache, client, registry, services, spine
-        from .scheduling import cron, queues, schedules, sweeper, worker
+        from .scheduling import (
+            cron,
+            queues,
+            schedules,
+            sweeper,
+            worker,
+            workflow_schedules,
+        )
         from .transport import connections
         from .workflow_runtime import execution, wakeups
         from .workflow_runtime import queues as workflow_queues
@@ -53,6 +60,10 @@ class RivetConfig(AppConfig):
             workflows=workflows,
         )
         sweeper.register_step(
+            sweeper.SweepStep("workflow_schedules", workflow_schedules.sweep),
+            before="purge_finished",
+        )
+        sweeper.register_step(
             sweeper.SweepStep("workflow_queues", workflow_queues.admit_due),
             before="purge_finished",
         )
@@ -62,6 +73,13 @@ class RivetConfig(AppConfig):
         sweeper.register_step(
             sweeper.SweepStep("connections", connections.sweep_stale_connections),
             before="purge_finished",
+        )
+        worker.register_due_work(
+            worker.DueWork(
+                "workflow_schedules",
+                lambda limit: workflow_schedules.run_due_ticks(limit),
+                workflow_schedules.next_tick_due,
+            )
         )
         worker.register_due_work(
             worker.DueWork(

@@ -466,3 +466,23 @@ def test_backoff_stays_within_the_jitter_band():
     for attempt, nominal in [(1, 1), (2, 2), (3, 4), (9, 256), (10, 300), (80, 300)]:
         for _ in range(20):
             assert nominal * 0.75 <= retries.backoff(attempt) <= nominal
+
+
+@pytest.mark.parametrize(
+    "rivet",
+    [
+        {"SCHEDULE_MAX_RETRIES": -1},
+        {"SCHEDULE_MAX_RETRIES": None},
+        {"SCHEDULE_MAX_RETRIES": 1.5},
+        {"RETRY_BACKOFF_BASE": 0},
+        {"RETRY_BACKOFF_MAX": "300"},
+    ],
+)
+def test_bad_retry_settings_are_e004(rivet):
+    from django.core import checks
+
+    with override_settings(RIVET=rivet):
+        found = [
+            m.id for m in checks.run_checks() if m.id and m.id.startswith("rivet.")
+        ]
+    assert found == ["rivet.E004"]

@@ -249,3 +249,44 @@ def test_admission_runs_after_the_start_commits_and_after_a_finish():
     # Its finish freed the slot: the second one was admitted at once.
     assert second.status == WorkflowStatus.PENDING
     assert run_until_idle(second) == "completed"
+
+
+# -- rivet.E701 ------------------------------------------------------------------------
+def rivet_errors(rivet):
+    from django.core import checks
+
+    with override_settings(RIVET=rivet):
+        return [m for m in checks.run_checks() if m.id and m.id.startswith("rivet.")]
+
+
+@pytest.mark.parametrize(
+    ("queues", "problem"),
+    [
+        (["emails"], "is not a dict of queue names to their limits"),
+        ({"": {}}, "has a queue name '' that is not 1 to 128 characters"),
+        ({"e": 5}, "entry 'e' is not a dict of limits"),
+        ({"e": {"limit": 5}}, "entry 'e' has unknown options ['limit']"),
+        (
+            {"e": {"concurrency": 0}},
+            "entry 'e': concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"rate_limit": 100}},
+            "entry 'e': rate_limit must be (starts, seconds), both positive",
+        ),
+        (
+            {"e": {"rate_limit": (10, 0)}},
+            "entry 'e': rate_limit must be (starts, seconds), both positive",
+        ),
+    ],
+)
+def test_a_malformed_workflow_queues_setting_is_e701(queues, problem):
+    from django_rivet import checks as rivet_checks
+
+    (error,) = rivet_errors({"WORKFLOW_QUEUES": queues})
+    assert error.id == "rivet.E701"
+    assert error.msg == rivet_checks.E701.format(problem=problem)
+
+
+def test_well_formed_queues_pass_the_check():
+    assert rivet_errors({"WORKFLOW_QUEUES": QUEUES}) == []
