@@ -251,8 +251,10 @@ def fire_claimed_cron(claim: CronClaim) -> Fired:
     fired_at = clock.now_datetime()
 
     def record_error(exc: BaseException) -> bool:
+        # Read before the transaction: on SQLite its first statement must
+        # be the write that takes the lock.
+        retry_at = _retry_at(claim, exc)
         with db.atomic():
-            retry_at = _retry_at(claim, exc)
             if retry_at is None:
                 if not _release(claim, attempts=0):
                     return False

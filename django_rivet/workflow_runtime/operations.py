@@ -97,6 +97,11 @@ def start(
     now = clock.now_datetime()
     placed = where.fields() if where is not None else wake_fields(now)
     with db.atomic():
+        if db.connection().vendor == "sqlite":
+            # A write first takes the database write lock, so the lookup and
+            # the insert below see one snapshot; a read first fails with
+            # "database is locked" if another writer commits in between.
+            Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
         try:
             row, created = Workflow.objects.get_or_create(
                 id=workflow_id,
