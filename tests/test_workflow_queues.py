@@ -114,6 +114,24 @@ def test_a_rate_limited_queue_starts_at_most_n_per_window():
     assert [(t - START).total_seconds() for t in started] == [0, 0, 60, 60, 120]
 
 
+@pytest.mark.django_db(transaction=True)  # each start's admission runs on commit
+@settings
+def test_a_full_rate_window_sends_one_wake_up_for_when_it_reopens(
+    recording_dispatch,
+):
+    with freeze_time(START) as clock:
+        for n in range(5):
+            workflows.start("greet", {"name": str(n)}, queue="slow")
+            clock.advance(1)
+        for _ in range(3):
+            queues.admit("slow")  # each start's pass, and more
+    wakes = [(job, args, eta) for job, args, eta in recording_dispatch.sent]
+    assert [w for w in wakes if w[0] == "admit_workflows"] == [
+        # The second newest start (at 0 s) leaves the window at 60 s.
+        ("admit_workflows", ["slow"], START.timestamp() + 60)
+    ]
+
+
 @settings
 def test_lower_priority_numbers_start_first_then_the_oldest():
     with freeze_time(START) as clock:

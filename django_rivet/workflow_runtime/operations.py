@@ -96,6 +96,7 @@ def start(
     check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
     now = clock.now_datetime()
     placed = where.fields() if where is not None else wake_fields(now)
+    own_transaction = not db.in_atomic_block()
     with db.atomic():
         if db.connection().vendor == "sqlite":
             # A write first takes the database write lock, so the lookup and
@@ -131,7 +132,7 @@ def start(
         if where is None:
             schedule_wake(workflow_id, now)
         else:
-            queues.admit_on_commit(where.queue)
+            queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
 
 

@@ -16,10 +16,10 @@ DBOS:
 One admission pass per queue runs at a time on every database: it first
 writes the queue's :class:`~django_rivet.models.WorkflowQueue` row, which
 takes that row's lock on PostgreSQL and the write lock on SQLite, then
-counts and admits in the same transaction. Passes run after the start that
-queued a workflow commits, after a workflow of the queue finishes, when a
-rate-limit window reopens (a dispatch wake-up), and on every sweep and
-worker round, so a lost trigger only delays a start.
+counts and admits in the same transaction. Passes run with each start (in
+its own transaction, or after the caller's commits), after a workflow of the
+queue finishes, when a rate-limit window reopens (a dispatch wake-up), and
+on every sweep and worker round, so a lost trigger only delays a start.
 
 A ``dedup_key`` is unique among a queue's workflows that have not finished
 (a partial unique index), so starting a second one raises
@@ -28,13 +28,15 @@ A ``dedup_key`` is unique among a queue's workflows that have not finished
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 
 from .. import clock, dispatch
 from ..conf import rivet_settings
@@ -57,6 +59,7 @@ __all__ = [
     "QueueConfig",
     "QueueStats",
     "admit",
+    "admit_after_start",
     "admit_due",
     "admit_on_commit",
     "configured",
@@ -173,15 +176,31 @@ def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicate
 
 
 # -- admission -------------------------------------------------------------------------
-def _lock(name: str, now: datetime) -> WorkflowQueue:
-    """Take the queue's admission lock (creating its row on first use)."""
-    rows = WorkflowQueue.objects.filter(name=name)
-    if not rows.update(admitted_at=now):
-        WorkflowQueue.objects.bulk_create(
-            [WorkflowQueue(name=name, created_at=now)], ignore_conflicts=True
-        )
-        rows.update(admitted_at=now)
-    return rows.get()
+@contextlib.contextmanager
+def _admission_transaction(name: str, now: datetime) -> Iterator[None]:
+    """Open an admission pass's transaction and take the queue's lock.
+
+    Its commit need not wait for the disk on PostgreSQL: an admission lost
+    in a crash leaves its workflows queued (and their rate-limit starts
+    uncounted), and the next pass admits them again.
+    """
+    connection = db.connection()
+    outermost = not connection.in_atomic_block
+    # Inside a start's transaction, no savepoint: a failing pass fails the
+    # start, which is rolled back whole.
+    with db.atomic(savepoint=False):
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        # The write is the lock: the row's on PostgreSQL, the database's
+        # write lock on SQLite (taken before anything is read).
+        rows = WorkflowQueue.objects.filter(name=name)
+        if not rows.update(admitted_at=now):
+            WorkflowQueue.objects.bulk_create(
+                [WorkflowQueue(name=name, created_at=now)], ignore_conflicts=True
+            )
+            rows.update(admitted_at=now)
+        yield
 
 
 def _reopens_at(config: QueueConfig, now: datetime) -> datetime | None:
@@ -200,15 +219,21 @@ def _reopens_at(config: QueueConfig, now: datetime) -> datetime | None:
 
 
 def _free_slots(config: QueueConfig, now: datetime, limit: int) -> int:
-    rows = Workflow.objects.filter(queue=config.name)
+    """Return how many workflows the queue's limits let start now."""
+    counts: dict[str, Any] = {}
+    if config.concurrency is not None:
+        counts["running"] = Count("pk", filter=Q(status__in=WORKFLOW_ADMITTED))
+    if config.rate_limit is not None:
+        window = now - timedelta(seconds=config.rate_limit[1])
+        counts["started"] = Count("pk", filter=Q(started_at__gt=window))
+    if not counts:
+        return limit
+    found = Workflow.objects.filter(queue=config.name).aggregate(**counts)
     free = limit
     if config.concurrency is not None:
-        running = rows.filter(status__in=WORKFLOW_ADMITTED).count()
-        free = min(free, config.concurrency - running)
-    if config.rate_limit is not None and free > 0:
-        count, period = config.rate_limit
-        started = rows.filter(started_at__gt=now - timedelta(seconds=period)).count()
-        free = min(free, count - started)
+        free = min(free, config.concurrency - found["running"])
+    if config.rate_limit is not None:
+        free = min(free, config.rate_limit[0] - found["started"])
     return free
 
 
@@ -227,12 +252,11 @@ def admit(name: str, limit: int = ADMIT_BATCH) -> int:
         )
         return 0
     now = clock.now_datetime()
-    with db.atomic():
-        row = _lock(name, now)
+    with _admission_transaction(name, now):
         free = _free_slots(config, now, limit)
         queued = Workflow.objects.filter(queue=name, status=WorkflowStatus.QUEUED)
         if free <= 0:
-            _wake_when_the_window_reopens(config, row, queued, now)
+            _wake_when_the_window_reopens(config, queued, now)
             return 0
         picked = list(
             queued.order_by("priority", "created_at", "pk").values_list(
@@ -255,17 +279,33 @@ def admit(name: str, limit: int = ADMIT_BATCH) -> int:
 
 
 def _wake_when_the_window_reopens(
-    config: QueueConfig, row: WorkflowQueue, queued: Any, now: datetime
+    config: QueueConfig, queued: Any, now: datetime
 ) -> None:
     """Send one wake-up for when the rate limit lets the next start through."""
     reopens = _reopens_at(config, now)
-    if reopens is None or row.enqueued_for == reopens or not queued.exists():
+    if reopens is None or not queued.exists():
         return
-    WorkflowQueue.objects.filter(name=config.name).update(enqueued_for=reopens)
+    rows = WorkflowQueue.objects.filter(name=config.name)
+    if not rows.exclude(enqueued_for=reopens).update(enqueued_for=reopens):
+        return  # a wake-up for that time was sent already
     eta = clock.to_timestamp(reopens)
     db.on_commit(
         lambda: dispatch.wake("admit_workflows", [config.name], eta=eta), robust=True
     )
+
+
+def admit_after_start(name: str, own_transaction: bool) -> None:
+    """Run the admission pass that follows a start into queue ``name``.
+
+    In the start's own transaction when it has one: one commit for both, and
+    the queue's lock is held only until that commit. Inside a caller's
+    transaction (an actor's invocation, an ``atomic()`` block), once that
+    commits instead, so the lock is never held through someone else's work.
+    """
+    if own_transaction:
+        admit(name)
+    else:
+        admit_on_commit(name)
 
 
 def admit_on_commit(name: str) -> None:
