@@ -92,6 +92,12 @@ class Flaky(Actor):
     def history(self, ctx, name: str):
         return ctx.cron.history(name)
 
+    @action
+    def relay(self, ctx, key: str, body: str):
+        """Send to another actor's queue and wait, from inside an action."""
+        box = ctx.actors.get_or_create("flakyWork", key)
+        return box.send("jobs", body, wait=True, timeout=30)
+
     @queue_handler("jobs", max_retries=2)
     def on_job(self, ctx, body):
         CALLS.append((body, ctx.fire_info["attempt"], clock.now()))
@@ -426,6 +432,20 @@ def test_http_and_rivetkit_senders_get_the_failure_through_the_same_path(client)
     assert response.status_code == 500
     assert response.json()["code"] == "internal_error"
     assert [attempt for body, attempt, _ in CALLS if body == "fail-3"] == [1, 2, 3]
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(RIVET={"RETRY_BACKOFF_BASE": 0.01})
+async def test_a_sender_waiting_inside_a_websocket_action_is_told_failed():
+    from django_rivet.testing import RivetCommunicator
+
+    communicator = RivetCommunicator("flakyWork", "ws-relay")
+    assert (await communicator.handshake())["type"] == "init"
+    reply = await communicator.call("relay", "ws-target", "fail-4")
+    await communicator.disconnect()
+    assert reply["status"] == "failed"
+    assert reply["error"]["code"] == "internal_error"
+    assert [attempt for body, attempt, _ in CALLS if body == "fail-4"] == [1, 2, 3]
 
 
 # -- retrying what failed: rivet_retry ---------------------------------------------
