@@ -261,10 +261,12 @@ def test_without_max_retries_the_setting_decides():
 
 def test_max_retries_is_checked_when_scheduling():
     box = actors.get_or_create("flakyWork", "bad-retries")
+    kept = box.call("plan", 5, 0, 7)
+    assert Schedule.objects.get(pk=kept).max_retries == 7
     for bad in (-1, 1001, "3", True):
-        with pytest.raises((TypeError, ValueError)):
+        with pytest.raises((TypeError, ValueError), match="max_retries"):
             box.call("plan", 5, 0, bad)
-    assert not Schedule.objects.exists()
+    assert Schedule.objects.count() == 1
 
 
 def test_each_failed_attempt_logs_a_warning_with_its_traceback_and_the_last_an_error(
@@ -476,10 +478,12 @@ def test_rivet_retry_runs_failed_schedules_and_messages_again(capsys):
 def test_rivet_retry_needs_ids_or_all():
     from django.core.management import CommandError
 
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError, match="or pass --all"):
         call_command("rivet_retry", "schedules")
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError, match="not a schedule id"):
         call_command("rivet_retry", "schedules", "not-a-uuid")
+    with pytest.raises(CommandError, match="not a message id"):
+        call_command("rivet_retry", "messages", "x")
 
 
 def test_backoff_stays_within_the_jitter_band():

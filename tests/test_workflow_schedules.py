@@ -116,13 +116,19 @@ def test_missed_ticks_fold_into_one_and_backfill_starts_the_rest(capsys):
 
 def test_rivet_backfill_refuses_what_it_cannot_do(monkeypatch):
     monkeypatch.setattr(workflow_schedules, "MAX_BACKFILL", 5)
-    for args in (
-        ["greet", "--from", "2026-06-01", "--to", "2026-06-02"],  # no schedule
-        ["nightly_report", "--from", "yesterday", "--to", "2026-06-02"],
-        ["nightly_report", "--from", "2026-06-02", "--to", "2026-06-01"],
-        ["nightly_report", "--from", "2026-06-01", "--to", "2026-06-07"],  # 6 ticks
+    for args, why in (
+        (
+            ["greet", "--from", "2026-06-01", "--to", "2026-06-02"],
+            "has a cron schedule",
+        ),
+        (["nightly_report", "--from", "yesterday", "--to", "2026-06-02"], "ISO"),
+        (["nightly_report", "--from", "2026-06-02", "--to", "2026-06-01"], "before"),
+        (
+            ["nightly_report", "--from", "2026-06-01", "--to", "2026-06-07"],
+            "More than 5",
+        ),
     ):
-        with pytest.raises(CommandError):
+        with pytest.raises(CommandError, match=why):
             call_command("rivet_backfill", *args)
     assert not Workflow.objects.exists()
 
