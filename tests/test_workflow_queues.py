@@ -36,6 +36,7 @@ QUEUES = {
     "pair": {"concurrency": 2},
     "single": {"concurrency": 1},
     "slow": {"rate_limit": (2, 60.0)},
+    "both": {"concurrency": 1, "rate_limit": (10, 60.0)},
     "open": {},
 }
 settings = override_settings(RIVET={"WORKFLOW_QUEUES": QUEUES})
@@ -112,6 +113,16 @@ def test_a_rate_limited_queue_starts_at_most_n_per_window():
         Workflow.objects.values_list("started_at", flat=True), key=lambda t: t
     )
     assert [(t - START).total_seconds() for t in started] == [0, 0, 60, 60, 120]
+
+
+@settings
+def test_a_queue_held_by_its_concurrency_gives_the_worker_loop_no_time_to_wake():
+    with freeze_time(START):
+        handles = [workflows.start("approval", {}, queue="both") for _ in range(2)]
+        run_due()
+        assert sorted(statuses(*handles)) == ["queued", "sleeping"]
+        # Its rate window has room: only a finish can start the next one.
+        assert queues.next_admission_at() is None
 
 
 @pytest.mark.django_db(transaction=True)  # each start's admission runs on commit
@@ -246,6 +257,7 @@ def test_queue_stats_show_depth_running_and_oldest_wait():
 
 
 def test_workflows_of_a_queue_no_longer_configured_wait(caplog):
+    queues._warned.discard("gone")  # warned once per process
     with override_settings(RIVET={"WORKFLOW_QUEUES": {"gone": {}}}):
         handle = workflows.start("greet", {"name": "x"}, queue="gone")
     assert run_due() == 0

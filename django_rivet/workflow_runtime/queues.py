@@ -74,6 +74,8 @@ ADMIT_BATCH = 100
 QUEUE_NAME_MAX_LENGTH = 128
 DEDUP_KEY_MAX_LENGTH = 255
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+# Unconfigured queues holding workflows that this process warned about.
+_warned: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,11 +247,13 @@ def admit(name: str, limit: int = ADMIT_BATCH) -> int:
     """
     config = configured().get(name)
     if config is None:
-        logger.warning(
-            "workflows wait in a queue that is not configured queue=%s "
-            "(add it to RIVET['WORKFLOW_QUEUES'] or cancel them)",
-            name,
-        )
+        if name not in _warned:  # once per process: passes run every round
+            _warned.add(name)
+            logger.warning(
+                "workflows wait in a queue that is not configured queue=%s "
+                "(add it to RIVET['WORKFLOW_QUEUES'] or cancel them)",
+                name,
+            )
         return 0
     now = clock.now_datetime()
     with _admission_transaction(name, now):
@@ -325,10 +329,10 @@ def admit_due(limit: int = ADMIT_BATCH) -> int:
 
 
 def next_admission_at() -> float | None:
-    """Return when a rate-limited queue with queued workflows reopens.
+    """Return when a full rate window of a queue with queued workflows reopens.
 
-    For the worker loop's sleep: other admissions are triggered by the
-    starts and finishes that make them possible.
+    For the worker loop's sleep. Queues held by their concurrency wait for a
+    finish instead, which runs its own pass.
     """
     now = clock.now_datetime()
     waiting = set(
@@ -339,9 +343,16 @@ def next_admission_at() -> float | None:
     )
     times = []
     for name, config in configured().items():
-        if name in waiting and config.rate_limit is not None:
-            reopens = _reopens_at(config, now)
-            times.append(clock.to_timestamp(reopens) if reopens else clock.now())
+        if name not in waiting or config.rate_limit is None:
+            continue
+        if (
+            config.concurrency is not None
+            and _free_slots(QueueConfig(name, config.concurrency), now, 1) <= 0
+        ):
+            continue
+        reopens = _reopens_at(config, now)
+        if reopens is not None:
+            times.append(clock.to_timestamp(reopens))
     return min(times) if times else None
 
 
