@@ -39,7 +39,8 @@ def _workflows_link(text: Any, **filters: str) -> str:
 
 def _count(**filters: Any) -> Coalesce:
     rows = (
-        Workflow.objects.filter(queue=OuterRef("name"), **filters)
+        Workflow.objects.exclude(queue="")  # the partial indexes' condition
+        .filter(queue=OuterRef("name"), **filters)
         .order_by()
         .values("queue")
         .annotate(count=Count("pk"))
