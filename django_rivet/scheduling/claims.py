@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import clock
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
@@ -45,6 +46,7 @@ from ..actors.spine import invoke
 from ..exceptions import ActionNotFound, InvalidArgs, RivetError, UserError
 from ..models import db
 from ..signals import work_failed
+from . import retries
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -62,6 +64,7 @@ __all__ = [
     "describe",
     "fire",
     "fired_by",
+    "next_attempt_at",
     "retryable",
     "skip_locked",
 ]
@@ -147,6 +150,19 @@ def fired_by(
             "attempt": attempt,
         },
     )
+
+
+def next_attempt_at(
+    exc: BaseException, attempt: int, max_retries: int | None
+) -> float | None:
+    """Return when failed attempt ``attempt`` is tried again (epoch seconds).
+
+    ``None`` when the work failed for good: no retry left (``max_retries``,
+    ``None`` following the setting), or none would help (:func:`retryable`).
+    """
+    if not retryable(exc) or attempt > retries.retries_allowed(max_retries):
+        return None
+    return clock.now() + retries.backoff(attempt)
 
 
 def retryable(exc: BaseException) -> bool:

@@ -33,7 +33,7 @@ from .claims import (
     describe,
     fire,
     fired_by,
-    retryable,
+    next_attempt_at,
 )
 from .cron import (
     advance,
@@ -233,9 +233,9 @@ def _record(
 
 def _retry_at(claim: CronClaim, exc: BaseException) -> float | None:
     """Return when to retry a failed run, or None when it failed for good."""
-    if not retryable(exc) or claim.attempt > retries.retries_allowed(claim.max_retries):
+    retry_at = next_attempt_at(exc, claim.attempt, claim.max_retries)
+    if retry_at is None:
         return None
-    retry_at = clock.now() + retries.backoff(claim.attempt)
     following = (
         CronJob.objects.filter(pk=claim.job_id)
         .values_list("next_run_at", flat=True)

@@ -35,7 +35,7 @@ from .claims import (
     describe,
     fire,
     fired_by,
-    retryable,
+    next_attempt_at,
 )
 
 if TYPE_CHECKING:
@@ -176,8 +176,10 @@ def deliver_claimed_message(claim: MessageClaim) -> Fired:
 
     def record_error(exc: BaseException) -> bool:
         spec = operation.spec
-        allowed = retries.retries_allowed(spec.max_retries if spec else None)
-        final = not retryable(exc) or claim.attempt > allowed
+        retry_at = next_attempt_at(
+            exc, claim.attempt, spec.max_retries if spec else None
+        )
+        final = retry_at is None
         error = _wire_error(exc).to_dict()
         error["detail"] = describe(exc)
         fields: dict[str, Any] = {
@@ -186,8 +188,7 @@ def deliver_claimed_message(claim: MessageClaim) -> Fired:
             "claim_token": None,
             "claimed_at": None,
         }
-        retry_at = clock.now() + retries.backoff(claim.attempt)
-        if final:
+        if retry_at is None:
             fields.update(
                 status=QueueMessageStatus.FAILED, finished_at=clock.now_datetime()
             )
@@ -202,7 +203,7 @@ def deliver_claimed_message(claim: MessageClaim) -> Fired:
             ).update(**fields)
             if recorded:
                 # The next message (now) or this one's retry (later).
-                eta = None if final else retry_at
+                eta = retry_at
                 db.on_commit(lambda: wake_queue(claim.actor_id, eta), robust=True)
         return final and bool(recorded)
 

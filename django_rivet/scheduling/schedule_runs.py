@@ -32,7 +32,7 @@ from .claims import (
     describe,
     fire,
     fired_by,
-    retryable,
+    next_attempt_at,
     skip_locked,
 )
 
@@ -161,9 +161,8 @@ def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
     fired_at = clock.now_datetime()
 
     def record_error(exc: BaseException) -> bool:
-        final = not retryable(exc) or claim.attempt > retries.retries_allowed(
-            claim.max_retries
-        )
+        retry_at = next_attempt_at(exc, claim.attempt, claim.max_retries)
+        final = retry_at is None
         fields: dict[str, Any] = {
             "fired_at": fired_at,
             "error": describe(exc),
@@ -171,9 +170,8 @@ def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
             "claim_token": None,
             "claimed_at": None,
         }
-        retry_at = clock.now() + retries.backoff(claim.attempt)
-        enqueue = not final and dispatch.within_eta_horizon(retry_at)
-        if final:
+        enqueue = retry_at is not None and dispatch.within_eta_horizon(retry_at)
+        if retry_at is None:
             fields.update(
                 status=ScheduleStatus.FAILED, finished_at=clock.now_datetime()
             )
@@ -183,13 +181,14 @@ def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
                 run_at=clock.to_datetime(retry_at),
                 enqueued=enqueue,
             )
-        wake = not final and (enqueue or not dispatch.backend().eta_tasks)
+        wake = retry_at is not None and (enqueue or not dispatch.backend().eta_tasks)
         with db.atomic():
             recorded = Schedule.objects.filter(
                 pk=claim.id, claim_token=claim.token, status=ScheduleStatus.RUNNING
             ).update(**fields)
-            if recorded and wake:
-                db.on_commit(lambda: wake_schedule(claim.id, retry_at), robust=True)
+            if recorded and retry_at is not None and wake:
+                due = retry_at
+                db.on_commit(lambda: wake_schedule(claim.id, due), robust=True)
         # A lost claim recorded nothing: whoever took it over decides.
         return final and bool(recorded)
 
