@@ -34,9 +34,17 @@ class RivetConfig(AppConfig):
             workflows,
         )
         from .actors import cache, client, registry, services, spine
-        from .scheduling import cron, queues, schedules, sweeper, worker
+        from .scheduling import (
+            cron,
+            queues,
+            schedules,
+            sweeper,
+            worker,
+            workflow_schedules,
+        )
         from .transport import connections
         from .workflow_runtime import execution, wakeups
+        from .workflow_runtime import queues as workflow_queues
         from .workflow_runtime import registry as workflow_registry
 
         autodiscover_modules("actors", "workflows")
@@ -52,11 +60,33 @@ class RivetConfig(AppConfig):
             workflows=workflows,
         )
         sweeper.register_step(
+            sweeper.SweepStep("workflow_schedules", workflow_schedules.sweep),
+            before="purge_finished",
+        )
+        sweeper.register_step(
+            sweeper.SweepStep("workflow_queues", workflow_queues.admit_due),
+            before="purge_finished",
+        )
+        sweeper.register_step(
             sweeper.SweepStep("workflows", wakeups.sweep), before="purge_finished"
         )
         sweeper.register_step(
             sweeper.SweepStep("connections", connections.sweep_stale_connections),
             before="purge_finished",
+        )
+        worker.register_due_work(
+            worker.DueWork(
+                "workflow_schedules",
+                lambda limit: workflow_schedules.run_due_ticks(limit),
+                workflow_schedules.next_tick_due,
+            )
+        )
+        worker.register_due_work(
+            worker.DueWork(
+                "workflow_queues",
+                lambda limit: workflow_queues.admit_due(limit),
+                workflow_queues.next_admission_at,
+            )
         )
         worker.register_due_work(
             worker.DueWork(

@@ -121,6 +121,19 @@ DEFAULTS: dict[str, Any] = {
     # Base URL of the documentation that check hints and error messages link
     # to (each page is "<DOCS_URL><page>.html#<section>").
     "DOCS_URL": DEFAULT_DOCS_URL,
+    # Failed background work (a scheduled action, a cron firing, a queue
+    # message) is retried this many times after its first attempt, unless
+    # its own max_retries says otherwise. 0: never retried.
+    "SCHEDULE_MAX_RETRIES": 3,
+    # Seconds before retry n: min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE *
+    # 2 ** (n - 1)), less up to a quarter of it at random (jitter).
+    "RETRY_BACKOFF_BASE": 1.0,
+    "RETRY_BACKOFF_MAX": 300.0,
+    # Workflow queues: {"name": {"concurrency": 5, "rate_limit": (100, 60.0)}}.
+    # concurrency: workflows of the queue started and not finished, at most,
+    # across all workers (None: no limit); rate_limit: (n, seconds), at most
+    # n starts per sliding window of that many seconds (None: no limit).
+    "WORKFLOW_QUEUES": {},
 }
 
 

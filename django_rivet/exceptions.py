@@ -46,6 +46,8 @@ __all__ = [
     "TooManySchedules",
     "UserError",
     "ValueTooDeep",
+    "UnknownWorkflowQueue",
+    "WorkflowDeduplicated",
     "WorkflowNotFound",
 ]
 
@@ -354,6 +356,29 @@ class WorkflowNotFound(RivetError):
     default_message = "Workflow not found"
 
 
+class WorkflowDeduplicated(RivetError):
+    """A queued or running workflow of the queue holds that deduplication key."""
+
+    group = "workflow"
+    code = "duplicate"
+    http_status = 409
+    default_message = "A workflow with this deduplication key is in the queue"
+
+    @property
+    def workflow_id(self) -> str | None:
+        """Return the id of the workflow holding the key."""
+        found = (self.metadata or {}).get("workflow_id")
+        return None if found is None else str(found)
+
+
+class UnknownWorkflowQueue(RivetError):
+    """No queue of that name is configured in ``RIVET["WORKFLOW_QUEUES"]``."""
+
+    group = "workflow"
+    code = "unknown_queue"
+    http_status = 400
+
+
 class StateTooLarge(RivetError):
     """The encoded actor (or connection) state is over ``MAX_STATE_BYTES``."""
 
@@ -408,6 +433,8 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         QueueFull,
         QueueMessageTooLarge,
         WorkflowNotFound,
+        WorkflowDeduplicated,
+        UnknownWorkflowQueue,
         ConnectionExpired,
         MethodNotAllowed,
         ValueTooDeep,

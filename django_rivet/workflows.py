@@ -4,7 +4,7 @@
 
     h = workflows.start("order", {"sku": "A1"}, id="order-42")  # idempotent per id
     h = workflows.get("order-42")
-    h.status                      # pending|running|sleeping|completed|failed|...
+    h.status                      # queued|pending|running|sleeping|completed|...
     h.send("approve", {"by": "ann"})
     h.result(timeout=60)          # the output, or raises the failure
 
@@ -242,7 +242,13 @@ def _outcome(workflow_id: str, status: str, output: Any, error: Any) -> Any:
 
 # -- start / get -----------------------------------------------------------------------
 def start(
-    workflow: str | WorkflowDefinition, input: Any = None, id: str | None = None
+    workflow: str | WorkflowDefinition,
+    input: Any = None,
+    id: str | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    dedup_key: str | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
 
@@ -253,17 +259,33 @@ def start(
     name, ``StepOutputError`` for an input that cannot be stored and
     ``StorageLimitError`` (``workflow/storage_limit``) for one too large to
     store. The first run is enqueued when the surrounding transaction commits.
+
+    With ``queue`` (a name in ``RIVET["WORKFLOW_QUEUES"]``, else
+    ``workflow/unknown_queue``) the workflow is ``queued`` until its queue's
+    limits let it start, lowest ``priority`` first; a ``dedup_key`` held by
+    a queued or running workflow of that queue raises ``WorkflowDeduplicated``
+    (``workflow/duplicate``, with the holder's id). See docs/workflows.md.
     """
     definition = operations.definition_of(workflow)
-    workflow_id, name = operations.start(definition, input, id)
+    workflow_id, name = operations.start(
+        definition, input, id, queue=queue, priority=priority, dedup_key=dedup_key
+    )
     return WorkflowHandle(workflow_id, name)
 
 
 async def astart(
-    workflow: str | WorkflowDefinition, input: Any = None, id: str | None = None
+    workflow: str | WorkflowDefinition,
+    input: Any = None,
+    id: str | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    dedup_key: str | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
-    return await sync_to_async(start)(workflow, input, id)
+    return await sync_to_async(start)(
+        workflow, input, id, queue=queue, priority=priority, dedup_key=dedup_key
+    )
 
 
 def get(workflow_id: str) -> WorkflowHandle:

@@ -43,6 +43,11 @@ SPEC_DEFAULTS = {
     "ACTOR_CACHE_SIZE": 10000,
     # Where hints and errors link (issue 30).
     "DOCS_URL": "https://django-rivet.readthedocs.io/en/stable/",
+    # Background work (issue 26): retries and workflow queues.
+    "SCHEDULE_MAX_RETRIES": 3,
+    "RETRY_BACKOFF_BASE": 1.0,
+    "RETRY_BACKOFF_MAX": 300.0,
+    "WORKFLOW_QUEUES": {},
 }
 
 

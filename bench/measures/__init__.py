@@ -16,6 +16,7 @@ from bench.measures import (
     p09_memory,
     p10_scaling,
     p11_engine,
+    p14_queue,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -32,5 +33,6 @@ MEASURES: dict[str, ModuleType] = {
         p09_memory,
         p10_scaling,
         p11_engine,
+        p14_queue,
     )
 }

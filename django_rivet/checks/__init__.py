@@ -7,6 +7,7 @@ compare them by equality: ``django_rivet.checks.E401``.
 
 from __future__ import annotations
 
+from .background import *  # noqa: F403
 from .database import *  # noqa: F403
 from .definitions import *  # noqa: F403
 from .retention import *  # noqa: F403

@@ -3,7 +3,8 @@
 - :mod:`.actors`: ``Actor`` (identity, CBOR state, version), ``ActorKV``,
   ``Connection`` and ``ActorEvent`` (the bounded event log);
 - :mod:`.scheduling`: ``Schedule``, ``CronJob``, ``CronRun``,
-  ``QueueMessage``;
+  ``QueueMessage``, ``WorkflowQueue`` (admission's lock per workflow queue),
+  ``ScheduledWorkflow`` (the ticks of ``@workflow(cron=...)``);
 - :mod:`.workflows`: ``Workflow`` (the runtime's index and lease),
   ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``.
 
@@ -25,10 +26,13 @@ from .scheduling import (
     QueueMessage,
     QueueMessageStatus,
     Schedule,
+    ScheduledWorkflow,
     ScheduleStatus,
+    WorkflowQueue,
 )
 from .workflows import (
     WORKFLOW_ACTIVE,
+    WORKFLOW_ADMITTED,
     WORKFLOW_FINISHED,
     Workflow,
     WorkflowKV,
@@ -38,6 +42,7 @@ from .workflows import (
 
 __all__ = [
     "WORKFLOW_ACTIVE",
+    "WORKFLOW_ADMITTED",
     "WORKFLOW_FINISHED",
     "Actor",
     "ActorEvent",
@@ -51,9 +56,11 @@ __all__ = [
     "QueueMessageStatus",
     "Schedule",
     "ScheduleStatus",
+    "ScheduledWorkflow",
     "Workflow",
     "WorkflowKV",
     "WorkflowMessage",
+    "WorkflowQueue",
     "WorkflowStatus",
     "_now",
 ]

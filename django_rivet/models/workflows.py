@@ -23,6 +23,7 @@ class WorkflowStatus(models.TextChoices):
     """Where a workflow stands (the engine's state, mirrored)."""
 
     PENDING = "pending"  # started, never run yet
+    QUEUED = "queued"  # waiting in its queue (WORKFLOW_QUEUES) to be started
     RUNNING = "running"  # a worker holds its lease (or held it and crashed)
     SLEEPING = "sleeping"  # paused: a sleep, a retry backoff or a message wait
     COMPLETED = "completed"
@@ -34,6 +35,14 @@ class WorkflowStatus(models.TextChoices):
 # Workflows that may still run; the others are finished for good (unless
 # recovered or replayed from the admin or a handle).
 WORKFLOW_ACTIVE = [
+    WorkflowStatus.QUEUED,
+    WorkflowStatus.PENDING,
+    WorkflowStatus.RUNNING,
+    WorkflowStatus.SLEEPING,
+    WorkflowStatus.ROLLING_BACK,
+]
+# Started and not finished: what counts against a queue's concurrency.
+WORKFLOW_ADMITTED = [
     WorkflowStatus.PENDING,
     WorkflowStatus.RUNNING,
     WorkflowStatus.SLEEPING,
@@ -116,6 +125,15 @@ class Workflow(models.Model):
     # tasks that look lost).
     enqueued_for = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # Workflow queues (WORKFLOW_QUEUES): "" for a workflow started directly.
+    # A queued one waits with status "queued" (and no wake_at) until
+    # admission starts it, lowest priority first, then oldest; started_at
+    # is when that happened (the rate limit counts them). A dedup_key ("":
+    # none) is unique among the queue's workflows that have not finished.
+    queue = models.CharField(max_length=128, blank=True, default="")
+    priority = models.IntegerField(default=0)
+    dedup_key = models.CharField(max_length=255, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowQuerySet.as_manager()
 
@@ -139,6 +157,32 @@ class Workflow(models.Model):
                 fields=["finished_at"],
                 condition=models.Q(status__in=WORKFLOW_FINISHED),
                 name="rivet_workflow_finished",
+            ),
+            # Workflow queues: the next to admit, the running count, the
+            # starts within the rate window.
+            models.Index(
+                fields=["queue", "priority", "created_at"],
+                condition=models.Q(status="queued"),
+                name="rivet_workflow_queued",
+            ),
+            models.Index(
+                fields=["queue", "status"],
+                condition=~models.Q(queue=""),
+                name="rivet_workflow_queue_status",
+            ),
+            models.Index(
+                fields=["queue", "started_at"],
+                condition=~models.Q(queue=""),
+                name="rivet_workflow_queue_started",
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "dedup_key"],
+                condition=(
+                    ~models.Q(dedup_key="") & models.Q(status__in=WORKFLOW_ACTIVE)
+                ),
+                name="rivet_workflow_dedup",
             ),
         ]
 

@@ -150,20 +150,34 @@ class WorkflowDefinition:
 
     name: str
     fn: Callable[..., Awaitable[Any]]
+    # A cron expression: the runtime starts one workflow per tick, in the
+    # IANA zone ``tz`` (None: the project's TIME_ZONE).
+    cron: str | None = None
+    tz: str | None = None
 
     def __call__(self, ctx: Any, input: Any) -> Awaitable[Any]:
         return self.fn(ctx, input)
 
 
 def workflow(
-    fn: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    name: str | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
 ) -> Any:
     """Mark ``fn`` as a workflow: ``@workflow`` or ``@workflow(name="order")``.
 
-    Registers nothing: the Django runtime keeps the registry.
+    ``cron="0 2 * * *"`` (with ``tz``) also starts it on that schedule, with
+    the input ``{"scheduled_at": <the tick, ISO 8601 UTC>}``. Registers
+    nothing: the Django runtime keeps the registry and the schedule.
     """
+    if cron is not None and not isinstance(cron, str):
+        raise TypeError("cron is a cron expression string")
+    if tz is not None and not isinstance(tz, str):
+        raise TypeError("tz is an IANA time zone name")
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
-        return WorkflowDefinition(name=name or func.__name__, fn=func)
+        return WorkflowDefinition(name=name or func.__name__, fn=func, cron=cron, tz=tz)
 
     return wrap(fn) if fn is not None else wrap

@@ -39,7 +39,7 @@ from ..workflow import (
     cancel_workflow,
     start_workflow,
 )
-from . import leases, registry
+from . import leases, queues, registry
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .wakeups import schedule_wake, wake_fields
@@ -222,6 +222,8 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
     if status in WORKFLOW_ACTIVE and "wake_at" in fields:
         fields.update(wake_fields(wake_at))
     written = leases.release(lease, **fields)
+    if written is not None and status not in WORKFLOW_ACTIVE and lease.queue:
+        queues.admit_on_commit(lease.queue)  # its slot is free
     if written is None or status not in WORKFLOW_ACTIVE:
         return status, None
     # release() made it due now if something arrived meanwhile.

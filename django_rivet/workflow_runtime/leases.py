@@ -55,6 +55,7 @@ class Lease:
     cancel_requested: bool
     retry_count: int
     run: bool  # a run (counts, marks the row running) or an operation
+    queue: str = ""  # its workflow queue ("": started directly)
 
 
 def _claimable(now: datetime, *, run: bool) -> Q:
@@ -106,8 +107,9 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
             "wake_signal",
             "cancel_requested",
             "retry_count",
+            "queue",
         ).get()
-    name, status, wake_at, wake_signal, cancel_requested, retry_count = found
+    name, status, wake_at, wake_signal, cancel_requested, retry_count, queue = found
     return Lease(
         workflow_id,
         token,
@@ -118,6 +120,7 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
         cancel_requested,
         retry_count,
         run=run,
+        queue=queue,
     )
 
 

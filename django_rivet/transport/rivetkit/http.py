@@ -51,6 +51,7 @@ from ...exceptions import (
     MalformedRequest,
     MethodNotAllowed,
     RequestTooLarge,
+    error_from_dict,
 )
 from ...scheduling import queues
 from ..http import add_retry_after
@@ -410,6 +411,10 @@ async def gateway_queue_view(
             timeout=None if send.timeout is None else send.timeout / 1000,
             origin=origin,
         )
+        if result.get("status") == "failed":
+            # RivetKit's queue result has no failed status: its client
+            # raises the handler's error, as for an action.
+            raise error_from_dict(result["error"])
         status = QUEUE_STATUS.get(result.get("status", ""), "completed")
         data = protocol.encode_queue_result(
             status, result.get("response"), "response" in result, encoding
