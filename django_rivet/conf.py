@@ -105,6 +105,12 @@ DEFAULTS: dict[str, Any] = {
     # handshake is refused with actor/too_many_connections, close code 4429.
     # None: no limit.
     "MAX_CONNECTIONS_PER_ACTOR": 1000,
+    # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
+    # a logged-in active staff user when True, and any client whose address
+    # (REMOTE_ADDR) is in METRICS_ALLOWED_IPS, a list of addresses or
+    # networks such as ["127.0.0.1", "10.0.0.0/8"]. Everyone else gets 403.
+    "METRICS_ALLOW_STAFF": True,
+    "METRICS_ALLOWED_IPS": [],
 }
 
 

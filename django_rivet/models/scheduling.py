@@ -74,6 +74,9 @@ class Schedule(models.Model):
     fired_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # The W3C traceparent of the span that created it ("" without tracing):
+    # the firing's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = ScheduleQuerySet.as_manager()
 
@@ -282,6 +285,9 @@ class QueueMessage(models.Model):
     error = models.JSONField(null=True, blank=True)  # {group, code, message, ...}
     created_at = models.DateTimeField(default=base.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The W3C traceparent of the span that created it ("" without tracing):
+    # the firing's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = QueueMessageQuerySet.as_manager()
 

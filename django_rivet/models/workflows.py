@@ -116,6 +116,9 @@ class Workflow(models.Model):
     # tasks that look lost).
     enqueued_for = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # The W3C traceparent of the span that started it ("" without tracing):
+    # every run's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = WorkflowQuerySet.as_manager()
 

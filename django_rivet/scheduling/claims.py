@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import observability
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
@@ -216,6 +217,7 @@ def fire(
         invoke(ActorRef.by_id(actor_id), operation, origin)
     except HandlerGone as exc:
         if on_gone is None:
+            observability.work_failed(origin.transport)
             on_error(exc)
             return Fired.ERROR
         logger.warning(
@@ -233,6 +235,7 @@ def fire(
             describe(exc),
             exc_info=not isinstance(exc, RivetError),
         )
+        observability.work_failed(origin.transport)
         on_error(exc)
         return Fired.ERROR
     if not operation.consumed:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .. import clock, dispatch
+from .. import clock, dispatch, observability
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.errors import public_error
 from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
@@ -118,7 +118,12 @@ def _store(invocation: Invocation, queue: str, data: bytes) -> int:
             f"The actor has {pending} pending messages; the limit is {limit}",
             metadata={"limit": limit},
         )
-    message = QueueMessage.objects.create(actor_id=actor_id, queue=queue, body=data)
+    message = QueueMessage.objects.create(
+        actor_id=actor_id,
+        queue=queue,
+        body=data,
+        traceparent=observability.traceparent(),
+    )
     invocation.after_commit(wake_queue, actor_id)
     return message.id
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .. import clock, dispatch
+from .. import clock, dispatch, observability
 from ..actors.definition import Actor, HandlerSpec
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import ActionNotFound, TooManySchedules
@@ -149,6 +149,7 @@ class ScheduleAPI:
             run_at=clock.to_datetime(timestamp),
             enqueued=enqueue,
             created_at=clock.now_datetime(),
+            traceparent=observability.traceparent(),
         )
         self._pending = pending + 1
         if enqueue or not dispatch.backend().eta_tasks:

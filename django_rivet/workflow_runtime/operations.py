@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import F
 
-from .. import clock
+from .. import clock, observability
 from ..exceptions import WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
@@ -94,6 +94,7 @@ def start(
                 "wake_at": now,
                 "created_at": now,
                 "updated_at": now,
+                "traceparent": observability.traceparent(),
                 **wake_fields(now),
             },
         )
