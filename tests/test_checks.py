@@ -268,3 +268,26 @@ def test_events_larger_than_any_frame_is_w603():
         RIVET={"MAX_EVENT_BYTES": 2_000_000, "MAX_OUTGOING_MESSAGE_BYTES": 1_000_000}
     ):
         assert realtime_ids() == ["rivet.W603"]
+
+
+# -- the metrics view's access (issue 28) --------------------------------------------
+@override_settings(RIVET={"METRICS_ALLOWED_IPS": ["127.0.0.1", "10.0.0.0/8", "nope"]})
+def test_a_metrics_address_that_is_not_one_is_e701():
+    (message,) = [m for m in run_checks() if m.id == "rivet.E701"]
+    assert message.msg == rivet_checks.E701.format(entry="nope")
+    assert message.obj == "settings.RIVET"
+
+
+@override_settings(RIVET={"METRICS_ALLOWED_IPS": ["0.0.0.0/0"]})
+def test_allowing_every_address_to_read_metrics_is_w701():
+    (message,) = [m for m in run_checks() if m.id == "rivet.W701"]
+    assert message.msg == rivet_checks.W701.format(entry="0.0.0.0/0")
+
+
+@pytest.mark.parametrize(
+    "rivet",
+    [{"METRICS_ALLOW_STAFF": "yes"}, {"METRICS_ALLOWED_IPS": "127.0.0.1"}],
+)
+def test_metrics_access_settings_of_the_wrong_type_are_e004(rivet):
+    with override_settings(RIVET=rivet):
+        assert ids(run_checks()) == ["rivet.E004"]

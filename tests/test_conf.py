@@ -41,6 +41,9 @@ SPEC_DEFAULTS = {
     "SLOW_CONSUMER_TIMEOUT": 30,
     "CONNECTIONS_PER_PROCESS": 1000,
     "ACTOR_CACHE_SIZE": 10000,
+    # Who may read the metrics view (issue 28).
+    "METRICS_ALLOW_STAFF": True,
+    "METRICS_ALLOWED_IPS": [],
 }
 
 

@@ -29,9 +29,14 @@ from ..models import (
 
 __all__ = [
     "Snapshot",
+    "connection_counts",
+    "queue_depths",
     "read",
+    "schedules_pending",
+    "stuck_count",
     "stuck_cutoff",
     "stuck_workflows",
+    "workflow_counts",
 ]
 
 # Workflow states the rivet_workflows gauge counts: the active ones, and the
@@ -68,28 +73,50 @@ def stuck_workflows(now: datetime | None = None) -> Q:
     return Q(status__in=WORKFLOW_ACTIVE, lease_expires_at__lt=stuck_cutoff(now))
 
 
-def read() -> Snapshot:
-    """Read every gauge (five aggregate queries)."""
-    workflows = {
-        (row["name"], row["status"]): row["n"]
-        for row in Workflow.objects.filter(status__in=GAUGE_STATES)
+def workflow_counts() -> dict[tuple[str, str], int]:
+    """Count workflows by (name, state), for the states of :data:`GAUGE_STATES`."""
+    rows = (
+        Workflow.objects.filter(status__in=GAUGE_STATES)
         .order_by()
         .values("name", "status")
         .annotate(n=Count("pk"))
-    }
-    stuck = Workflow.objects.filter(stuck_workflows()).count()
-    depth = {
-        (row["actor__name"], row["queue"]): row["n"]
-        for row in QueueMessage.objects.active()
+    )
+    return {(row["name"], row["status"]): row["n"] for row in rows}
+
+
+def stuck_count(now: datetime | None = None) -> int:
+    """Count stuck workflows (:func:`stuck_workflows`)."""
+    return Workflow.objects.filter(stuck_workflows(now)).count()
+
+
+def queue_depths() -> dict[tuple[str, str], int]:
+    """Count unprocessed queue messages by (actor name, queue name)."""
+    rows = (
+        QueueMessage.objects.active()
         .order_by()
         .values("actor__name", "queue")
         .annotate(n=Count("pk"))
-    }
-    pending = Schedule.objects.filter(status=ScheduleStatus.PENDING).count()
-    connections = {
-        row["actor__name"]: row["n"]
-        for row in Connection.objects.order_by()
-        .values("actor__name")
-        .annotate(n=Count("pk"))
-    }
-    return Snapshot(workflows, stuck, depth, pending, connections)
+    )
+    return {(row["actor__name"], row["queue"]): row["n"] for row in rows}
+
+
+def schedules_pending() -> int:
+    """Count one-shot schedules waiting for their time."""
+    return Schedule.objects.filter(status=ScheduleStatus.PENDING).count()
+
+
+def connection_counts() -> dict[str, int]:
+    """Count open connections by actor name."""
+    rows = Connection.objects.order_by().values("actor__name").annotate(n=Count("pk"))
+    return {row["actor__name"]: row["n"] for row in rows}
+
+
+def read() -> Snapshot:
+    """Read every gauge (five aggregate queries)."""
+    return Snapshot(
+        workflows=workflow_counts(),
+        stuck_workflows=stuck_count(),
+        queue_depth=queue_depths(),
+        schedules_pending=schedules_pending(),
+        connections=connection_counts(),
+    )

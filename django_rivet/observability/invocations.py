@@ -166,9 +166,7 @@ def _stored_traceparent(kind: str, origin: Origin) -> str:
     stored: str | None = None
     if kind == "schedule":
         stored = (
-            Schedule.objects.filter(pk=pk)
-            .values_list("traceparent", flat=True)
-            .first()
+            Schedule.objects.filter(pk=pk).values_list("traceparent", flat=True).first()
         )
     elif kind == "queue":
         stored = (
