@@ -37,6 +37,15 @@ def _scale(series: Sequence[Series]) -> float:
     return top if top > 0 else 1.0
 
 
+def _tick(index: int, groups: int, slot: float) -> tuple[str, str]:
+    """Place a label: the end ones anchored inside the chart, so none is cut."""
+    if index == 0:
+        return "0", "start"
+    if index == groups - 1:
+        return str(WIDTH), "end"
+    return f"{index * slot + slot / 2:.1f}", "middle"
+
+
 def bars(
     series: Sequence[Series],
     labels: Sequence[str],
@@ -71,10 +80,9 @@ def bars(
                     f"{one.name} {labels[index]}: {value:g}{unit}",
                 )
             )
-    shown = {0, groups // 2, groups - 1} if groups else set()
+    shown = sorted({0, groups // 2, groups - 1}) if groups else []
     ticks = [
-        (f"{index * slot + slot / 2:.1f}", HEIGHT - 2, labels[index])
-        for index in sorted(shown)
+        (*_tick(index, groups, slot), HEIGHT - 2, labels[index]) for index in shown
     ]
     return format_html(
         '<svg class="rivet-chart" viewBox="0 0 {} {}" width="{}" height="{}" '
@@ -96,8 +104,7 @@ def bars(
         ),
         format_html_join(
             "",
-            '<text x="{}" y="{}" font-size="10" text-anchor="middle" '
-            'fill="#666">{}</text>',
+            '<text x="{}" text-anchor="{}" y="{}" font-size="10" fill="#666">{}</text>',
             ticks,
         ),
     )
