@@ -14,14 +14,25 @@ import sys
 import textwrap
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client, override_settings
-from prometheus_client import REGISTRY
 
-from django_rivet import actors, workflows
-from django_rivet.models import Schedule
-from django_rivet.testing import RivetCommunicator, freeze_time, run_due, run_until_idle
-from tests.otel import as_dict, memory_exporter
+# The extras (in the dev install); without them the rest of the suite is the
+# test of the no-extras path.
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("prometheus_client")
+
+from django.contrib.auth.models import User  # noqa: E402
+from django.test import Client, override_settings  # noqa: E402
+from prometheus_client import REGISTRY  # noqa: E402
+
+from django_rivet import actors, workflows  # noqa: E402
+from django_rivet.models import Schedule  # noqa: E402
+from django_rivet.testing import (  # noqa: E402
+    RivetCommunicator,
+    freeze_time,
+    run_due,
+    run_until_idle,
+)
+from tests.otel import as_dict, memory_exporter  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

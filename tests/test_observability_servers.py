@@ -14,9 +14,12 @@ import httpx
 import pytest
 import redis
 
-from django_rivet.models import Workflow
-from tests.otel import read_spans
-from tests.servers import (
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("prometheus_client")
+
+from django_rivet.models import Workflow  # noqa: E402
+from tests.otel import read_spans  # noqa: E402
+from tests.servers import (  # noqa: E402
     celery_broker,
     celery_worker,
     daphne_server,

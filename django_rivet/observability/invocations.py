@@ -7,7 +7,9 @@ lets everything else (creating an actor, subscriptions, disconnects, hooks)
 through untouched. What it learns inside the spine it learns through the
 operation itself: :class:`Observed` forwards to the real operation and notes
 the actor class when the spine resolves it (``prepare``) and the actor id once
-the row is locked (``run``), so the spine needs no other hook.
+the row is locked (``run``), so the spine needs no other hook. Without the
+extras and with DEBUG logging off, a successful call costs the wrapper about
+a microsecond (one object, two clock reads, a level check).
 
 Metric labels come only from the resolved definition (actor class name,
 action or queue handler name), never from what the caller sent: a call to an
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from ..actors.invocation import AuthRequest, Invocation, Operation, Origin
     from ..actors.rows import ActorRef
 
-__all__ = ["Observed", "Watch", "invocation", "outcome_of"]
+__all__ = ["Observed", "invocation", "kind_of", "outcome_of"]
 
 T = TypeVar("T")
 
@@ -50,18 +52,24 @@ FIRINGS = frozenset({"schedule", "cron", "queue"})
 ACTION_KINDS = frozenset({"action", "schedule", "cron"})
 
 
+# The kind of each operation class (what its on_auth request asks about is
+# the same for every instance of a class), found once per class.
+_kinds: dict[type, str | None] = {}
+
+
 def kind_of(operation: Operation, origin: Origin) -> str | None:
     """Return the kind of invocation to observe, or None to let it through."""
     if origin.transport in FIRINGS:
         return origin.transport
+    cls = type(operation)
+    try:
+        return _kinds[cls]
+    except KeyError:
+        pass
     auth = operation.auth
-    if auth is None:
-        return None
-    if auth.kind == "action":
-        return "action"
-    if auth.kind == "connect":
-        return "connect"
-    return None
+    kind = auth.kind if auth is not None else None
+    found = _kinds[cls] = kind if kind in ("action", "connect") else None
+    return found
 
 
 def outcome_of(error: BaseException | None) -> tuple[str, str, str]:
@@ -80,36 +88,18 @@ def outcome_of(error: BaseException | None) -> tuple[str, str, str]:
     return "error", "rivet/internal_error", f"{cls.__module__}.{cls.__qualname__}"
 
 
-class Watch:
-    """What one observed invocation learned about itself."""
+class Observed:
+    """An operation, forwarded, noting what the spine tells it along the way."""
 
-    __slots__ = ("action", "actor", "actor_id", "kind")
+    __slots__ = ("action", "actor", "actor_id", "kind", "label", "operation")
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, operation: Operation, kind: str) -> None:
+        self.operation = operation
         self.kind = kind
+        self.label: str | None = operation.label
         self.actor = ""  # the resolved class's name: a bounded label
         self.actor_id: str | None = None
-        self.action = ""  # the action or queue handler, once it is known to exist
-
-    def prepared(self, operation: Operation) -> None:
-        """Note the action once the operation found it in the definition."""
-        if self.kind in FIRINGS:
-            spec = getattr(operation, "spec", None)
-            self.action = getattr(spec, "wire_name", "") or ""
-        elif self.kind == "action":
-            auth: AuthRequest | None = operation.auth
-            self.action = (auth.action if auth is not None else None) or ""
-
-
-class Observed:
-    """An operation, forwarded, that tells its :class:`Watch` what it sees."""
-
-    __slots__ = ("label", "operation", "watch")
-
-    def __init__(self, operation: Operation, watch: Watch) -> None:
-        self.operation = operation
-        self.watch = watch
-        self.label: str | None = operation.label
+        self.action = ""  # the action or queue handler, once known to exist
 
     @property
     def auth(self) -> AuthRequest | None:
@@ -117,15 +107,22 @@ class Observed:
         return self.operation.auth
 
     def prepare(self, definition: type[Actor]) -> None:
-        """Note the actor class, then let the operation check its arguments."""
-        self.watch.actor = definition.name
-        self.operation.prepare(definition)
-        self.label = self.operation.label
-        self.watch.prepared(self.operation)
+        """Note the actor class, let the operation check its arguments, then
+        note the action it found."""
+        self.actor = definition.name
+        operation = self.operation
+        operation.prepare(definition)
+        self.label = operation.label
+        if self.kind in FIRINGS:
+            spec = getattr(operation, "spec", None)
+            self.action = getattr(spec, "wire_name", "") or ""
+        elif self.kind == "action":
+            auth = operation.auth
+            self.action = (auth.action if auth is not None else None) or ""
 
     def run(self, invocation: Invocation) -> Any:
         """Note the actor id, then run the operation."""
-        self.watch.actor_id = str(invocation.actor_id)
+        self.actor_id = str(invocation.actor_id)
         return self.operation.run(invocation)
 
 
@@ -139,20 +136,27 @@ def invocation(
     kind = kind_of(operation, origin)
     if kind is None:
         return run(ref, operation, origin)
-    watch = Watch(kind)
-    observed = Observed(operation, watch)
-    span = _start_span(watch, ref, operation, origin) if tracing.INSTALLED else None
+    observed = Observed(operation, kind)
+    if not tracing.INSTALLED:
+        # No span to open: the lean path (all of it when no extra is in).
+        started = time.perf_counter()
+        try:
+            result = run(ref, observed, origin)
+        except BaseException as exc:
+            _finish(observed, origin, None, time.perf_counter() - started, exc)
+            raise
+        if metrics.INSTALLED or logs.enabled(False):
+            _finish(observed, origin, None, time.perf_counter() - started, None)
+        return result
+    span = _start_span(observed, ref, operation, origin)
     started = time.perf_counter()
     try:
-        if span is None:
+        with tracing.activate(span):
             result = run(ref, observed, origin)
-        else:
-            with tracing.activate(span):
-                result = run(ref, observed, origin)
     except BaseException as exc:
-        _finish(watch, origin, span, time.perf_counter() - started, exc)
+        _finish(observed, origin, span, time.perf_counter() - started, exc)
         raise
-    _finish(watch, origin, span, time.perf_counter() - started, None)
+    _finish(observed, origin, span, time.perf_counter() - started, None)
     return result
 
 
@@ -178,14 +182,14 @@ def _stored_traceparent(kind: str, origin: Origin) -> str:
 
 
 def _start_span(
-    watch: Watch, ref: ActorRef, operation: Operation, origin: Origin
+    observed: Observed, ref: ActorRef, operation: Operation, origin: Origin
 ) -> Span:
     attributes: dict[str, Any] = {"rivet.transport": origin.transport}
     if ref.name is not None:
         attributes["rivet.actor.name"] = ref.name
     if ref.actor_id is not None:
         attributes["rivet.actor.id"] = str(ref.actor_id)
-    kind = watch.kind
+    kind = observed.kind
     info = origin.fire_info or {}
     if kind == "action":
         auth = operation.auth
@@ -224,15 +228,16 @@ def _lateness(origin: Origin) -> float | None:
     return max(0.0, (fired - scheduled).total_seconds())
 
 
-def _count(watch: Watch, origin: Origin, outcome: str, duration: float) -> None:
-    kind = watch.kind
+def _count(observed: Observed, origin: Origin, outcome: str, duration: float) -> None:
+    kind = observed.kind
     if kind in ACTION_KINDS:
         metrics.ACTIONS.labels(
-            watch.actor, watch.action, origin.transport, outcome
+            observed.actor, observed.action, origin.transport, outcome
         ).inc()
-        metrics.ACTION_DURATION.labels(watch.actor, watch.action).observe(duration)
+        duration_of = metrics.ACTION_DURATION.labels(observed.actor, observed.action)
+        duration_of.observe(duration)
     elif kind == "queue":
-        metrics.QUEUE_MESSAGES.labels(watch.actor, watch.action, outcome).inc()
+        metrics.QUEUE_MESSAGES.labels(observed.actor, observed.action, outcome).inc()
     if kind in ("schedule", "cron"):
         late = _lateness(origin)
         if late is not None:
@@ -240,7 +245,7 @@ def _count(watch: Watch, origin: Origin, outcome: str, duration: float) -> None:
 
 
 def _finish(
-    watch: Watch,
+    observed: Observed,
     origin: Origin,
     span: Span | None,
     duration: float,
@@ -254,25 +259,25 @@ def _finish(
         if context.is_valid:
             trace_id, span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
         attributes: dict[str, Any] = {"rivet.outcome": outcome}
-        if watch.actor:
-            attributes["rivet.actor.name"] = watch.actor
-        if watch.actor_id is not None:
-            attributes["rivet.actor.id"] = watch.actor_id
-        if watch.action:
-            attributes["rivet.action"] = watch.action
+        if observed.actor:
+            attributes["rivet.actor.name"] = observed.actor
+        if observed.actor_id is not None:
+            attributes["rivet.actor.id"] = observed.actor_id
+        if observed.action:
+            attributes["rivet.action"] = observed.action
         if error is not None:
             attributes["rivet.error.code"] = code
             attributes["error.type"] = error_type
         tracing.end(span, attributes, error, failed=failed)
     if metrics.INSTALLED:
-        _count(watch, origin, outcome, duration)
+        _count(observed, origin, outcome, duration)
     if logs.enabled(failed):
         logs.record(
             {
-                "kind": watch.kind,
-                "actor": watch.actor,
-                "actor_id": watch.actor_id,
-                "action": watch.action,
+                "kind": observed.kind,
+                "actor": observed.actor,
+                "actor_id": observed.actor_id,
+                "action": observed.action,
                 "transport": origin.transport,
                 "outcome": outcome,
                 "duration": duration,

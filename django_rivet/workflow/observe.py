@@ -11,11 +11,9 @@ test per step attempt and per flush.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 __all__ = ["EngineObserver", "flush", "observer", "set_observer", "step_attempt"]
-
-T = TypeVar("T")
 
 
 class EngineObserver(Protocol):
