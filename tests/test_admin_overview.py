@@ -108,17 +108,12 @@ def test_the_overview_is_listed_in_the_admin_index(admin_client):
     assert f'href="{URL}"' in page
 
 
-def test_staff_without_the_view_permission_is_refused(client):
+def test_the_overview_needs_staff_and_its_view_permission(client):
+    assert client.get(URL).status_code == 302  # anonymous: to the login page
+    client.force_login(User.objects.create_user("plain", password="pw"))
+    assert "/login/" in client.get(URL)["Location"]  # not staff
     user = User.objects.create_user("staff", password="pw", is_staff=True)
     client.force_login(user)
     assert client.get(URL).status_code == 403
     user.user_permissions.add(Permission.objects.get(codename="view_overview"))
     assert client.get(URL).status_code == 200
-
-
-def test_anonymous_and_non_staff_users_are_sent_to_login(client):
-    assert client.get(URL).status_code == 302
-    client.force_login(User.objects.create_user("plain", password="pw"))
-    response = client.get(URL)
-    assert response.status_code == 302
-    assert "/login/" in response["Location"]
