@@ -31,6 +31,7 @@ class RivetConfig(AppConfig):
         # imported before the app registry is ready, and these import models.
         from . import (
             checks,  # noqa: F401  (registers the system checks)
+            observability,
             workflows,
         )
         from .actors import cache, client, registry, services, spine
@@ -95,6 +96,8 @@ class RivetConfig(AppConfig):
                 wakeups.next_due_at,
             )
         )
+        # Spans and counts of workflow steps, when an observability extra is in.
+        observability.install()
         # Idle processes evict their actors too (not only after invocations).
         cache.watch_idle(spine.evict_idle)
         # RIVET["EMBEDDED_WORKER"]: the worker thread starts with the first

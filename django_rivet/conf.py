@@ -134,6 +134,12 @@ DEFAULTS: dict[str, Any] = {
     # across all workers (None: no limit); rate_limit: (n, seconds), at most
     # n starts per sliding window of that many seconds (None: no limit).
     "WORKFLOW_QUEUES": {},
+    # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
+    # a logged-in active staff user when True, and any client whose address
+    # (REMOTE_ADDR) is in METRICS_ALLOWED_IPS, a list of addresses or
+    # networks such as ["127.0.0.1", "10.0.0.0/8"]. Everyone else gets 403.
+    "METRICS_ALLOW_STAFF": True,
+    "METRICS_ALLOWED_IPS": [],
 }
 
 

@@ -36,7 +36,7 @@ from asgiref.sync import async_to_sync
 from channels.exceptions import ChannelFull
 from django.db.models import Min
 
-from . import clock
+from . import clock, observability
 from .conf import rivet_settings
 from .encoding import cbor_dumps
 from .exceptions import EventTooLarge
@@ -302,6 +302,7 @@ def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
     Never raises: the events are committed, and a feed that misses the
     announcement reads them from the log.
     """
+    observability.events_published(len(events))
     with _listeners_lock:
         listeners = list(_listeners)
     for listener in listeners:

@@ -59,7 +59,7 @@ from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
-from .. import clock
+from .. import clock, observability
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
@@ -212,7 +212,13 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     wait past ``LOCK_TIMEOUT`` ``actor/busy`` (nothing changed in either
     case). A connection found dead before any actor code ran (a stale one,
     after a database restart) is replaced and the call tried once more.
+    Actions, connects and fired work are traced, counted and logged
+    (:mod:`django_rivet.observability`).
     """
+    return observability.invocation(_invoke_attempts, ref, operation, origin)
+
+
+def _invoke_attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
     # The time limit counts from here, including the wait for the lock.
     started = time.monotonic()
     outermost = not db.in_atomic_block()

@@ -6,7 +6,9 @@
   ``QueueMessage``, ``WorkflowQueue`` (admission's lock per workflow queue),
   ``ScheduledWorkflow`` (the ticks of ``@workflow(cron=...)``);
 - :mod:`.workflows`: ``Workflow`` (the runtime's index and lease),
-  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``.
+  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``;
+- :mod:`.overview`: ``Overview``, a proxy giving the admin's overview page
+  its place and permission.
 
 Runtime records are written by the runtime and shown read-only in the admin.
 Values are CBOR bytes (see :mod:`django_rivet.encoding`); KV keys are raw
@@ -18,6 +20,7 @@ the storage layer: it imports only the foundation modules (``clock``,
 
 from .actors import Actor, ActorEvent, ActorKV, Connection
 from .base import now as _now  # referenced by the initial migration
+from .overview import Overview
 from .scheduling import (
     CronJob,
     CronKind,
@@ -52,6 +55,7 @@ __all__ = [
     "CronKind",
     "CronRun",
     "CronRunResult",
+    "Overview",
     "QueueMessage",
     "QueueMessageStatus",
     "Schedule",

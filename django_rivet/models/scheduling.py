@@ -85,6 +85,9 @@ class Schedule(models.Model):
     # The last attempt's error ("Type: message") and traceback.
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # The W3C traceparent of the span that created it ("" without tracing):
+    # the firing's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = ScheduleQuerySet.as_manager()
 
@@ -326,6 +329,9 @@ class QueueMessage(models.Model):
     # the head of the actor's queue, pending, until retry_at.
     attempts = models.PositiveIntegerField(default=0)
     retry_at = models.DateTimeField(null=True, blank=True)
+    # The W3C traceparent of the span that created it ("" without tracing):
+    # the firing's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = QueueMessageQuerySet.as_manager()
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import clock
+from .. import clock, observability
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
@@ -315,6 +315,7 @@ def _failed(
         operation.attempt,
         describe(exc),
     )
+    observability.work_failed(operation.kind)
     responses = work_failed.send_robust(
         sender=operation.definition,
         kind=operation.kind,

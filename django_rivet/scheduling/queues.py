@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
+from .. import observability
 from ..actors.definition import Actor
 from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
 from ..actors.rows import ActorRef
@@ -122,7 +123,12 @@ def _store(invocation: Invocation, queue: str, data: bytes) -> int:
             f"The actor has {pending} pending messages; the limit is {limit}",
             metadata={"limit": limit},
         )
-    message = QueueMessage.objects.create(actor_id=actor_id, queue=queue, body=data)
+    message = QueueMessage.objects.create(
+        actor_id=actor_id,
+        queue=queue,
+        body=data,
+        traceparent=observability.traceparent(),
+    )
     invocation.after_commit(wake_queue, actor_id)
     return message.id
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .. import clock, dispatch
+from .. import clock, dispatch, observability
 from ..encoding import cbor_dumps
 from ..exceptions import ActionNotFound, TooManySchedules
 from ..models import Schedule, ScheduleStatus
@@ -171,6 +171,7 @@ class ScheduleAPI:
             enqueued=enqueue,
             created_at=clock.now_datetime(),
             max_retries=max_retries,
+            traceparent=observability.traceparent(),
         )
         self._pending = pending + 1
         if enqueue or not dispatch.backend().eta_tasks:

@@ -25,7 +25,7 @@ import logging
 import uuid
 from typing import Any, Protocol
 
-from .. import events
+from .. import events, observability
 from ..events import LoggedEvent
 from ..exceptions import EventsMissed, RivetError
 from .feeds import LOG_BATCH, current_hub, run_db
@@ -276,6 +276,7 @@ class Stream:
         first = await run_db(events.oldest, self.actor_id)
         if first is None or first > self.cursor + 1:
             self.missed += 1
+            observability.events_missed()
             await self.sink.send_error(
                 EventsMissed(
                     "Events were deleted from the event log before this connection "

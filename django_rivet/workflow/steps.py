@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_rivet import clock
 
-from . import schema
+from . import observe, schema
 from .driver import call_maybe_async
 from .errors import (
     KNOWN_ERRORS,
@@ -143,6 +143,7 @@ async def run_step(
     metadata.attempts += 1
     metadata.last_attempt_at = clock.now()
     metadata.touch()
+    fn = observe.step_attempt(run.workflow_id, name, metadata.attempts, fn)
     what = f'Output of step "{name}"'
     try:
         if options.transaction:

@@ -33,7 +33,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import keys, schema
+from . import keys, observe, schema
 from .driver import EngineDriver, KVWrite
 from .flush import Plan, apply, chunk_writes, doomed, driver_call
 from .limits import (
@@ -502,7 +502,7 @@ class Storage:
             plan = self._plan(with_deletions=True, only_fields=only_fields)
             if plan.empty:
                 return
-            await apply(self.driver, plan)
+            await observe.flush(apply(self.driver, plan), len(plan.writes))
             self._commit(plan)
 
     def transactional_writes(self) -> tuple[list[KVWrite], Plan]:

@@ -22,7 +22,7 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import clock
+from .. import clock, observability
 from ..exceptions import WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
@@ -99,7 +99,7 @@ def run(workflow_id: str, *, max_passes: int = MAX_PASSES) -> str | None:
         lease = leases.claim(workflow_id)
         if lease is None:
             return status
-        status, wake_at = _run_claimed(lease)
+        status, wake_at = observability.workflow_run(_run_claimed, lease)
         if wake_at is None or clock.to_timestamp(wake_at) > clock.now():
             return status
     # Still due after many passes: yield the worker to other workflows.

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError
 from django.db.models import F
 
-from .. import clock
+from .. import clock, observability
 from ..exceptions import WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
@@ -112,6 +112,7 @@ def start(
                     "wake_at": now,
                     "created_at": now,
                     "updated_at": now,
+                    "traceparent": observability.traceparent(),
                     **placed,
                 },
             )

@@ -541,3 +541,42 @@ class Tally(Actor):
         for index in range(count):
             ctx.broadcast("blast", index, "x" * size)
         return count
+
+
+# -- observability (issue 28, tests/test_observability*.py) ------------------------
+class Shop(Actor):
+    """Starts workflows, schedules, queues and calls other actors: one trace."""
+
+    initial_state = {"handled": []}
+
+    @action
+    def place(self, ctx, name: str):
+        return ctx.workflows.start("twoSteps", {"name": name}).workflow_id
+
+    @action
+    def fail(self, ctx):
+        raise RuntimeError("the till is broken")
+
+    @action
+    def refuse(self, ctx):
+        raise UserError("out of stock", code="out_of_stock")
+
+    @action
+    def later(self, ctx):
+        return ctx.schedule.after(0, "ping")
+
+    @action
+    def ping(self, ctx):
+        return "pong"
+
+    @action
+    def enqueue(self, ctx, body):
+        return ctx.queue.send("orders", body)
+
+    @action
+    def tell_counter(self, ctx, key: str):
+        return ctx.actors.get_or_create("counter", key).call("increment")
+
+    @queue_handler("orders")
+    def on_order(self, ctx, body):
+        ctx.state["handled"].append(body)

@@ -216,3 +216,18 @@ async def crash_writer(ctx, input):
 
         await ctx.step(f"s{index}", write, transaction=transactional)
     return input["steps"]
+
+
+@workflow(name="twoSteps")
+async def two_steps(ctx, input):
+    """Two steps, the second failing its first attempt (observability tests)."""
+    first = await ctx.step("first", lambda: f"hello {input['name']}")
+
+    def second():
+        failed = StepRow.objects.filter(workflow_id=ctx.workflow_id, step="second")
+        if not failed.exists():
+            StepRow.objects.create(workflow_id=ctx.workflow_id, step="second")
+            raise RuntimeError("first attempt fails")
+        return first.upper()
+
+    return await ctx.step("second", second, retry_backoff_base=0.01)
