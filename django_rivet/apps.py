@@ -33,9 +33,8 @@ class RivetConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             workflows,
         )
-        from .actors import cache, client, registry, services, spine
+        from .actors import cache, client, connections, registry, services, spine
         from .scheduling import cron, queues, schedules, sweeper, worker
-        from .transport import connections
         from .workflow_runtime import execution, wakeups
         from .workflow_runtime import registry as workflow_registry
 
