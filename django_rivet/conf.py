@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     # sends more ahead of the answers gets request/too_many_frames and the
     # close code 4429, so a flood costs the server at most this much.
     "MAX_PENDING_FRAMES": 1000,
-    "MAX_PENDING_FRAME_BYTES": 4194304,
+    "MAX_PENDING_FRAME_BYTES": 1048576,
     # Largest HTTP request body accepted (bounds `input` too), checked before
     # reading the body.
     "MAX_HTTP_BODY_BYTES": 1048576,

@@ -38,7 +38,7 @@ __all__ = ["LOG_READ_BYTES", "Stream"]
 SEND_BATCH = 200
 # Bytes of logged event arguments one stream reads (and holds) at a time; a
 # batch always holds at least one event (at most MAX_EVENT_BYTES).
-LOG_READ_BYTES = 512 * 1024
+LOG_READ_BYTES = 256 * 1024
 
 
 # -- one connection ---------------------------------------------------------------
@@ -111,23 +111,32 @@ class Stream:
             if self.cursor + 1 < feed.start:
                 await self._from_log(feed.start)
                 continue
-            batch = feed.after(self.cursor, SEND_BATCH)
-            if not batch:
+            # One entry at a time: a stream whose socket is slow holds the
+            # frame it is sending, not a batch the feed has already dropped.
+            entry = feed.entry_after(self.cursor)
+            if entry is None:
                 # Caught up with the buffer: the feed reads the rest of the
                 # log (it fills only for streams waiting) and wakes us.
                 feed.schedule_fill()
                 return
-            for entry in batch:
-                if self.closed:
-                    return
-                if self.sink.wants_event(entry.event.name):
-                    await self._send(feed.frame(entry, self.sink))
-                self.cursor = entry.seq
-            feed.trim()
-            sent += len(batch)
-            if sent >= SEND_BATCH * 5:
-                await asyncio.sleep(0)  # let the other streams run
-                sent = 0
+            seq = entry.seq
+            if self.sink.wants_event(entry.event.name):
+                data = feed.frame(entry, self.sink)
+                del entry
+                await self._send(data)
+                del data
+            else:
+                del entry
+            if self.closed:
+                return
+            self.cursor = seq
+            sent += 1
+            if sent % SEND_BATCH == 0:
+                feed.trim()
+                if sent >= SEND_BATCH * 5:
+                    await asyncio.sleep(0)  # let the other streams run
+                    sent = 0
+        feed.trim()
 
     async def _send(self, data: bytes | RivetError) -> None:
         if isinstance(data, RivetError):

@@ -261,17 +261,12 @@ class Feed:
         return any(stream.cursor >= self.filled for stream in self.streams)
 
     # -- what goes out -------------------------------------------------------------
-    def after(self, cursor: int, limit: int) -> list[Entry]:
-        """Return up to ``limit`` buffered entries after ``cursor`` (in order)."""
+    def entry_after(self, cursor: int) -> Entry | None:
+        """Return the buffered entry right after ``cursor``, if the buffer has it."""
         index = cursor + 1 - self.start
-        if index < 0 or index >= len(self.entries):
-            return []
-        if index == 0 and limit >= len(self.entries):
-            return list(self.entries)
-        out = []
-        for position in range(index, min(len(self.entries), index + limit)):
-            out.append(self.entries[position])
-        return out
+        if 0 <= index < len(self.entries):
+            return self.entries[index]
+        return None
 
     def frame(self, entry: Entry, sink: EventSink) -> bytes | RivetError:
         """Return the entry's frame for ``sink``, encoding it once per process.

@@ -215,12 +215,13 @@ class Outbound:
         self.daphne = DaphneFlow.attach(send)
 
     async def send(
-        self, message: dict[str, Any], timeout: float, room: bool = True
+        self, message: dict[str, Any], timeout: float | None, room: bool = True
     ) -> bool:
         """Send ``message``; False if the socket did not take it in ``timeout``.
 
         ``room=False`` sends without waiting for daphne's buffer to drain
-        (a close frame must go out to a client that does not read).
+        (a close frame must go out to a client that does not read);
+        ``timeout=None`` waits as long as the server's ``send`` does.
         """
         try:
             async with asyncio.timeout(timeout):

@@ -75,6 +75,7 @@ from .delivery import Stream
 from .feeds import channel_receive
 from .flow import Inbound, Outbound
 from .heartbeat import disconnect_cleanup, heartbeat
+from .limits import outgoing_too_large
 from .parsing import MAX_SUBSCRIPTIONS, SUBPROTOCOL, event_name, handshake_request
 
 logger = logging.getLogger("django_rivet.transport")
@@ -120,7 +121,7 @@ DISCONNECT_REASONS = {
     "gone": "actor.connection_expired",
 }
 # How long a close frame may take to leave (it waits behind unsent data).
-CLOSE_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 1.0
 
 
 def close_code_for(error: RivetError, refused: bool = False) -> int:
@@ -204,6 +205,7 @@ class ConnectionConsumer(AsyncConsumer):
             int(rivet_settings.MAX_PENDING_FRAME_BYTES),
         )
         self._reader: asyncio.Task[None] | None = None
+        self._refusal: asyncio.Task[None] | None = None
         self._save_task: asyncio.Task[None] | None = None
         self._subscriptions_dirty = False
         self._guarded: type[Any] | None = None
@@ -213,6 +215,7 @@ class ConnectionConsumer(AsyncConsumer):
         self._in_action = False
         self._close_after_action: tuple[int, str] | None = None
         self._cleanup: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
 
     # -- the codec (each flavour) ------------------------------------------------------
     def read_connect(self) -> ConnectPlan:
@@ -255,7 +258,7 @@ class ConnectionConsumer(AsyncConsumer):
         self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
         self.base_send = send
         self.outbound = Outbound(send)
-        sources = [receive]
+        sources = [receive, self._stop_message]
         if self.channel_layer is not None:
             self.channel_name = await self.channel_layer.new_channel()
             layer, name = self.channel_layer, self.channel_name
@@ -271,6 +274,14 @@ class ConnectionConsumer(AsyncConsumer):
             self.closed = True
             self.outbound.close()
             await self._run_cleanup()
+
+    async def _stop_message(self) -> dict[str, Any]:
+        await self._stopped.wait()
+        return {"type": "rivet.stop"}
+
+    async def rivet_stop(self, message: dict[str, Any]) -> None:
+        """End the consumer: its socket did not take the close frame in time."""
+        raise StopConsumer()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler.
@@ -387,7 +398,7 @@ class ConnectionConsumer(AsyncConsumer):
         its pending calls at once. So are frames beyond the pending bounds
         (4429).
         """
-        if self.conn_id is None or self.closed:
+        if self.conn_id is None or self.closed or self._refusal is not None:
             return
         data = message.get("bytes")
         if data is None:
@@ -414,7 +425,11 @@ class ConnectionConsumer(AsyncConsumer):
             )
 
     async def _refuse_frames(self, error: RivetError, code: int) -> None:
-        """Answer frames the server will not read with ``error``, then close."""
+        """Answer frames the server will not read with ``error``, then close.
+
+        The answer may wait for the socket (flow control): it is sent from a
+        task of its own, so this never stops taking the server's frames.
+        """
         logger.info(
             "frames refused flavour=%s conn_id=%s error=%s",
             self.flavour,
@@ -422,6 +437,9 @@ class ConnectionConsumer(AsyncConsumer):
             error.qualified_code,
         )
         self.inbound.close()  # what is queued is not run either
+        self._refusal = asyncio.create_task(self._send_refusal(error, code))
+
+    async def _send_refusal(self, error: RivetError, code: int) -> None:
         await self._send_error(error)
         await self._close_when_answered(code, _reason(error))
 
@@ -453,14 +471,9 @@ class ConnectionConsumer(AsyncConsumer):
                 data = self.encode_output(frame.id, output)
             except (TypeError, ValueError) as exc:
                 raise FrameError(public_error(exc), frame.id) from exc
-            if len(data) > (limit := int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)):
-                raise FrameError(
-                    RequestTooLarge(
-                        f"The response is {len(data)} bytes; the limit is {limit}",
-                        metadata={"size": len(data), "limit": limit},
-                    ),
-                    frame.id,
-                )
+            too_large = outgoing_too_large(data)
+            if too_large is not None:
+                raise FrameError(too_large, frame.id)
             await self._send_raw(data)
         except FrameError as exc:
             await self._send_error(exc.error, exc.action_id)
@@ -647,14 +660,20 @@ class ConnectionConsumer(AsyncConsumer):
         self.closed = True
         self.inbound.close()
         assert self.outbound is not None
-        # Sent even when the socket is full (the server then drops it after
-        # its own close timeout), and bounded where send waits.
-        if not await self.outbound.send(
-            {"type": "websocket.close", "code": code, "reason": reason},
-            CLOSE_TIMEOUT,
-            room=False,
-        ):
-            logger.info("close frame not taken conn_id=%s", self.conn_id)
+        # Sent even when the socket is full. Not cancelled: a server whose
+        # send waits (uvicorn) ends a socket that does not take its close
+        # frame in its own time; if that takes longer than CLOSE_TIMEOUT the
+        # connection's cleanup runs without waiting for the server.
+        closing = asyncio.ensure_future(
+            self.outbound.send(
+                {"type": "websocket.close", "code": code, "reason": reason},
+                None,
+                room=False,
+            )
+        )
+        if not (await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT))[0]:
+            logger.info("close frame not taken, ending conn_id=%s", self.conn_id)
+            self._stopped.set()
         if self.stream is not None:
             await self.stream.close()  # nothing more to send
 
@@ -681,6 +700,8 @@ class ConnectionConsumer(AsyncConsumer):
 
     async def _shutdown(self) -> None:
         self.inbound.close()
+        if self._refusal is not None:
+            await asyncio.gather(self._refusal, return_exceptions=True)
         if self._reader is not None:
             try:
                 await self._reader
