@@ -21,19 +21,12 @@ from ..actors.connections import WILDCARD, ConnectResult
 from ..conf import rivet_settings
 from ..encoding import Encoding, decode_message, encode, json_dumps
 from ..exceptions import Forbidden, InvalidArgs, MalformedRequest, RivetError
+from .frames import ActionFrame, ConnectPlan, FrameError, SubscriptionFrame
 from .origins import origin_allowed
 from .parsing import event_name, parse_connect_request, scope_headers
-from .sockets import (
-    CLOSE_CODES,
-    ActionFrame,
-    ConnectionConsumer,
-    ConnectPlan,
-    FrameError,
-    SubscriptionFrame,
-    close_code_for,
-)
+from .sockets import ConnectionConsumer
 
-__all__ = ["CLOSE_CODES", "RivetConsumer", "close_code_for"]
+__all__ = ["RivetConsumer"]
 
 
 class RivetConsumer(ConnectionConsumer):

@@ -35,8 +35,6 @@ import copy
 import dataclasses
 import logging
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from channels.consumer import AsyncConsumer, get_handler_name
@@ -64,7 +62,6 @@ from ..events import LoggedEvent
 from ..exceptions import (
     ConnectionExpired,
     EventLogTruncated,
-    Forbidden,
     InternalError,
     MalformedRequest,
     RequestTooLarge,
@@ -74,109 +71,31 @@ from ..exceptions import (
 from .delivery import Stream
 from .feeds import channel_receive
 from .flow import Inbound, Outbound
+from .frames import (
+    CLOSE_EXPIRED,
+    CLOSE_INTERNAL,
+    CLOSE_NORMAL,
+    CLOSE_SLOW_CONSUMER,
+    CLOSE_TOO_LARGE,
+    CLOSE_TOO_MANY,
+    DISCONNECT_REASONS,
+    ActionFrame,
+    ConnectPlan,
+    FrameError,
+    SubscriptionFrame,
+    close_code_for,
+    close_reason,
+)
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
 from .parsing import MAX_SUBSCRIPTIONS, SUBPROTOCOL, event_name, handshake_request
 
 logger = logging.getLogger("django_rivet.transport")
 
-__all__ = [
-    "CLOSE_CODES",
-    "ActionFrame",
-    "ConnectPlan",
-    "ConnectionConsumer",
-    "FrameError",
-    "SubscriptionFrame",
-    "close_code_for",
-]
+__all__ = ["ConnectionConsumer"]
 
-# Close codes (docs/protocol.md): 1000, or 4000 + the HTTP status of the
-# reason. daphne's WebSocket stack refuses to send anything but 1000 and
-# 3000-4999, so the standard 1009 (too big) and 1011 (internal error) are
-# 4413 and 4500 here.
-CLOSE_NORMAL = 1000
-CLOSE_BAD_REQUEST = 4400
-CLOSE_FORBIDDEN = 4403
-CLOSE_SLOW_CONSUMER = 4408  # the client did not read for SLOW_CONSUMER_TIMEOUT
-CLOSE_EXPIRED = 4410
-CLOSE_TOO_LARGE = 4413
-CLOSE_TOO_MANY = 4429  # too many connections, or too many frames waiting
-CLOSE_INTERNAL = 4500
-CLOSE_UNAVAILABLE = 4503  # actor/unavailable, actor/busy: retry later
-CLOSE_CODES = {
-    "normal": CLOSE_NORMAL,
-    "bad_request": CLOSE_BAD_REQUEST,
-    "forbidden": CLOSE_FORBIDDEN,
-    "slow_consumer": CLOSE_SLOW_CONSUMER,
-    "expired": CLOSE_EXPIRED,
-    "too_large": CLOSE_TOO_LARGE,
-    "too_many": CLOSE_TOO_MANY,
-    "internal": CLOSE_INTERNAL,
-    "unavailable": CLOSE_UNAVAILABLE,
-}
-# Why the server closes a connection, as close reasons (``group.code``).
-DISCONNECT_REASONS = {
-    "destroyed": "actor.destroyed",
-    "stale": "actor.connection_expired",
-    "gone": "actor.connection_expired",
-}
 # How long a close frame may take to leave (it waits behind unsent data).
 CLOSE_TIMEOUT = 1.0
-
-
-def close_code_for(error: RivetError, refused: bool = False) -> int:
-    """Map a refused connect to its close code (4403 auth, 4400 request...)."""
-    # 403: a refusal, also when on_auth raised a UserError (it keeps its code).
-    if refused or isinstance(error, Forbidden) or error.http_status == 403:
-        return CLOSE_FORBIDDEN
-    if error.http_status == 503:
-        return CLOSE_UNAVAILABLE
-    if error.http_status >= 500:
-        return CLOSE_INTERNAL
-    if error.http_status == 429:
-        return CLOSE_TOO_MANY
-    return CLOSE_BAD_REQUEST
-
-
-# -- what a codec hands the base ------------------------------------------------------
-@dataclass(slots=True)
-class ConnectPlan:
-    """What a handshake asks for, as the flavour's codec read it."""
-
-    ref: ActorRef
-    encoding: str
-    headers: Mapping[str, str]
-    params: Any = None
-    # Subscriptions of the handshake (``*``: every event).
-    subscriptions: list[str] = field(default_factory=list)
-    # Replay the events after this seq first.
-    since: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ActionFrame:
-    """A decoded action call."""
-
-    id: Any
-    name: str
-    args: Any
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionFrame:
-    """A decoded (un)subscription."""
-
-    event: str
-    subscribe: bool
-
-
-class FrameError(Exception):
-    """A frame's error that answers one action (its id could be read)."""
-
-    def __init__(self, error: RivetError, action_id: Any) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.action_id = action_id
 
 
 # -- the consumer -----------------------------------------------------------------
@@ -387,7 +306,7 @@ class ConnectionConsumer(AsyncConsumer):
         # with no reason, so the client could not tell why.
         await self._accept()
         await self._send_error(error)
-        await self._close(code, _reason(error))
+        await self._close(code, close_reason(error))
 
     # -- frames from the client -----------------------------------------------------
     async def websocket_receive(self, message: dict[str, Any]) -> None:
@@ -441,7 +360,7 @@ class ConnectionConsumer(AsyncConsumer):
 
     async def _send_refusal(self, error: RivetError, code: int) -> None:
         await self._send_error(error)
-        await self._close_when_answered(code, _reason(error))
+        await self._close_when_answered(code, close_reason(error))
 
     async def _read_frames(self) -> None:
         while (data := await self.inbound.get()) is not None:
@@ -481,7 +400,7 @@ class ConnectionConsumer(AsyncConsumer):
             error = public_error(exc)
             await self._send_error(error, frame.id)
             if isinstance(exc, ConnectionExpired):
-                self._close_after_action = (CLOSE_EXPIRED, _reason(error))
+                self._close_after_action = (CLOSE_EXPIRED, close_reason(error))
         finally:
             self._in_action = False
         if self._close_after_action is not None:
@@ -720,8 +639,3 @@ class ConnectionConsumer(AsyncConsumer):
 def _utf8_size(text: str) -> int:
     # Most frames are ASCII: their size needs no encoded copy.
     return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def _reason(error: RivetError) -> str:
-    """A close reason, as the RivetKit client reads them (``group.code``)."""
-    return f"{error.group}.{error.code}"[:120]

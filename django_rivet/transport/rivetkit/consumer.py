@@ -32,8 +32,9 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from ...actors.connections import ConnectResult
 from ...actors.rows import ActorRef
 from ...exceptions import Forbidden, MalformedRequest, RivetError
+from ..frames import ActionFrame, ConnectPlan, SubscriptionFrame
 from ..parsing import scope_headers
-from ..sockets import ActionFrame, ConnectionConsumer, ConnectPlan, SubscriptionFrame
+from ..sockets import ConnectionConsumer
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
 from .cors import websocket_origin_allowed
