@@ -26,6 +26,11 @@ saying why (docs/protocol.md lists the differences). What the base owns:
   removed and ``on_disconnect`` runs however the socket ends; a failing
   channel-layer read (a Redis restart) is retried instead of ending the
   consumer, which daphne would report as a 1011 close.
+
+The consumer is one piece on purpose (about 640 lines): the frame queue,
+subscriptions, delivery and the close rules share one connection's state,
+and their ordering (answers before closes, replays under the stream's lock)
+is what the guarantees rest on.
 """
 
 from __future__ import annotations
