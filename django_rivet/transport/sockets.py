@@ -36,6 +36,7 @@ is what the guarantees rest on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -559,9 +560,16 @@ class ConnectionConsumer(AsyncConsumer):
             else {"type": "websocket.send", "bytes": data}
         )
         assert self.outbound is not None
-        if not await self.outbound.send(
-            message, float(rivet_settings.SLOW_CONSUMER_TIMEOUT)
-        ):
+        try:
+            taken = await self.outbound.send(
+                message, float(rivet_settings.SLOW_CONSUMER_TIMEOUT)
+            )
+        except OSError:
+            # The client is gone (uvicorn raises ClientDisconnected); the
+            # server's websocket.disconnect follows and cleans up.
+            self.closed = True
+            return
+        if not taken:
             # The client does not read: give up on it; it reconnects with
             # since and catches up from the log.
             logger.warning(
@@ -588,18 +596,21 @@ class ConnectionConsumer(AsyncConsumer):
         # send waits (uvicorn) ends a socket that does not take its close
         # frame in its own time; if that takes longer than CLOSE_TIMEOUT the
         # connection's cleanup runs without waiting for the server.
-        closing = asyncio.ensure_future(
-            self.outbound.send(
-                {"type": "websocket.close", "code": code, "reason": reason},
-                None,
-                room=False,
-            )
-        )
+        closing = asyncio.ensure_future(self._send_close(code, reason))
         if not (await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT))[0]:
             logger.info("close frame not taken, ending conn_id=%s", self.conn_id)
             self._stopped.set()
         if self.stream is not None:
             await self.stream.close()  # nothing more to send
+
+    async def _send_close(self, code: int, reason: str) -> None:
+        assert self.outbound is not None
+        with contextlib.suppress(OSError):  # the client is already gone
+            await self.outbound.send(
+                {"type": "websocket.close", "code": code, "reason": reason},
+                None,
+                room=False,
+            )
 
     # -- disconnect ---------------------------------------------------------------
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
