@@ -28,7 +28,12 @@ from websockets.exceptions import ConnectionClosed
 
 from django_rivet.models import Connection
 from django_rivet.transport.rivetkit import bare
-from tests.servers import asgi_process, rss_kib, server_env
+from tests.servers import (
+    asgi_process,
+    rss_kib,
+    server_env,
+    wait_until_no_connection_rows,
+)
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -76,10 +81,7 @@ async def _rows_gone_before_flush():
     yield
     # The servers run on_disconnect after sockets close: let them finish
     # before the test database is flushed.
-    count = sync_to_async(Connection.objects.count)
-    deadline = time.monotonic() + 20
-    while await count() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await wait_until_no_connection_rows(20)
 
 
 # -- one client for every flavour -----------------------------------------------------
