@@ -34,7 +34,7 @@ class RivetConfig(AppConfig):
             observability,
             workflows,
         )
-        from .actors import cache, client, registry, services, spine
+        from .actors import cache, client, connections, registry, services, spine
         from .scheduling import (
             cron,
             queues,
@@ -43,7 +43,6 @@ class RivetConfig(AppConfig):
             worker,
             workflow_schedules,
         )
-        from .transport import connections
         from .workflow_runtime import execution, wakeups
         from .workflow_runtime import queues as workflow_queues
         from .workflow_runtime import registry as workflow_registry

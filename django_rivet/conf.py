@@ -43,6 +43,12 @@ DEFAULTS: dict[str, Any] = {
     "ACTOR_CACHE_SIZE": 10000,
     # Largest WebSocket frame accepted, checked before decoding.
     "MAX_INCOMING_MESSAGE_BYTES": 65536,
+    # Frames one socket may have received and not yet handled (actions
+    # waiting behind the running one), by count and by bytes: a client that
+    # sends more ahead of the answers gets request/too_many_frames and the
+    # close code 4429, so a flood costs the server at most this much.
+    "MAX_PENDING_FRAMES": 1000,
+    "MAX_PENDING_FRAME_BYTES": 1048576,
     # Largest HTTP request body accepted (bounds `input` too), checked before
     # reading the body.
     "MAX_HTTP_BODY_BYTES": 1048576,

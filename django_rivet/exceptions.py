@@ -43,6 +43,7 @@ __all__ = [
     "RivetError",
     "StateTooLarge",
     "TooManyConnections",
+    "TooManyFrames",
     "TooManySchedules",
     "UserError",
     "ValueTooDeep",
@@ -318,6 +319,15 @@ class TooManyConnections(RivetError):
     code = "too_many_connections"
     http_status = 429
     default_message = "The actor has too many connections"
+
+
+class TooManyFrames(RivetError):
+    """A socket sent more frames than ``MAX_PENDING_FRAMES`` ahead of the answers."""
+
+    group = "request"
+    code = "too_many_frames"
+    http_status = 429
+    default_message = "Too many frames waiting to be handled; wait for the answers"
 
 
 class ValueTooDeep(RivetError, TypeError):

@@ -16,6 +16,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_rivet import Actor, action, actors, queue_handler, workflows
+from django_rivet.actors.connections import Connect
 from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import invoke
 from django_rivet.exceptions import WorkflowNotFound
@@ -35,7 +36,6 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.transport.connections import Connect
 
 pytestmark = pytest.mark.django_db
 
