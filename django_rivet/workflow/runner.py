@@ -27,7 +27,9 @@ from .errors import (
     StepOutputError,
     StorageError,
     StorageLimitError,
+    WorkflowCancelled,
     WorkflowInterrupt,
+    WorkflowTimeout,
     error_from_info,
     error_info,
     was_reported,
@@ -44,13 +46,23 @@ from .values import (
     WorkflowOutcome,
 )
 
-__all__ = ["WorkflowRun", "run_workflow", "start_workflow"]
+__all__ = [
+    "CANCEL_REASONS",
+    "WorkflowRun",
+    "cancellation",
+    "run_workflow",
+    "start_workflow",
+]
 
 logger = logging.getLogger("django_rivet.workflow")
 
 Mode = Literal["yield", "live"]
 WorkflowFn = Callable[[WorkflowContext, Any], Awaitable[Any]]
 HistoryHook = Callable[[list[schema.HistoryEntry]], Any]
+ReplyHook = Callable[[str], None]
+
+# Why a workflow may be cancelled: the error its cancellation records.
+CANCEL_REASONS = ("cancelled", "parent_cancelled", "timeout")
 
 
 async def run_workflow(
@@ -62,10 +74,27 @@ async def run_workflow(
     on_error: ErrorHook | None = None,
     *,
     on_history: HistoryHook | None = None,
+    on_reply: ReplyHook | None = None,
+    cancel: str | None = None,
 ) -> WorkflowOutcome:
-    """Run (or resume) workflow ``workflow_id`` and return where it stands."""
+    """Run (or resume) workflow ``workflow_id`` and return where it stands.
+
+    ``cancel`` (a reason: ``cancelled``, ``parent_cancelled``, ``timeout``)
+    cancels it instead: the rollback handlers of its completed steps run,
+    newest first, then it ends ``cancelled`` (``rolling_back`` if a handler
+    failed; a later run with ``cancel`` again or without retries it).
+    ``on_reply(message_id)`` hears of each reply recorded (``ctx.reply``).
+    """
     return await start_workflow(
-        workflow_id, fn, input, driver, mode, on_error, on_history=on_history
+        workflow_id,
+        fn,
+        input,
+        driver,
+        mode,
+        on_error,
+        on_history=on_history,
+        on_reply=on_reply,
+        cancel=cancel,
     )
 
 
@@ -78,11 +107,38 @@ def start_workflow(
     on_error: ErrorHook | None = None,
     *,
     on_history: HistoryHook | None = None,
+    on_reply: ReplyHook | None = None,
+    cancel: str | None = None,
 ) -> WorkflowRun:
     """Start running a workflow in a task; await the returned run for its outcome."""
-    run = WorkflowRun(workflow_id, fn, input, driver, mode, on_error, on_history)
+    run = WorkflowRun(
+        workflow_id,
+        fn,
+        input,
+        driver,
+        mode,
+        on_error,
+        on_history,
+        on_reply=on_reply,
+        cancel=cancel,
+    )
     run.start()
     return run
+
+
+def cancellation(reason: str) -> WorkflowCancelled:
+    """Return the error a cancellation for ``reason`` records."""
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Unknown cancel reason {reason!r}")
+    if reason == "timeout":
+        return WorkflowTimeout(
+            "The workflow's deadline passed", metadata={"reason": reason}
+        )
+    if reason == "parent_cancelled":
+        return WorkflowCancelled(
+            "The parent workflow was cancelled", metadata={"reason": reason}
+        )
+    return WorkflowCancelled("The workflow was cancelled", metadata={"reason": reason})
 
 
 class WorkflowRun:
@@ -100,9 +156,14 @@ class WorkflowRun:
         mode: Mode = "yield",
         on_error: ErrorHook | None = None,
         on_history: HistoryHook | None = None,
+        *,
+        on_reply: ReplyHook | None = None,
+        cancel: str | None = None,
     ) -> None:
         if mode not in ("yield", "live"):
             raise ValueError(f"mode must be 'yield' or 'live', not {mode!r}")
+        if cancel is not None:
+            cancellation(cancel)  # refuse an unknown reason now
         self.workflow_id = workflow_id
         self.fn = fn
         self.input = input
@@ -110,6 +171,8 @@ class WorkflowRun:
         self.mode = mode
         self.on_error = on_error
         self.on_history = on_history
+        self.on_reply = on_reply
+        self.cancel_reason = cancel
         self._eviction = asyncio.Event()
         self._wake = asyncio.Event()
         self._cancelled = False
@@ -230,9 +293,18 @@ class WorkflowRun:
                     storage, error, None, previously_failed, roll_back=False
                 )
         input = storage.get_field(keys.WORKFLOW_INPUT)
+        if self.cancel_reason is not None and storage.state not in (
+            "rolling_back",
+            "completed",
+            "failed",
+        ):
+            return await self._cancel(storage, input, self.cancel_reason)
         if storage.state == "rolling_back":
             stored_error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
             return await self._roll_back(storage, input, stored_error, False)
+        if self.cancel_reason is not None:
+            # It finished before the cancel reached it: that stands.
+            return _finished(storage)
 
         run = self._new_run(storage, rollback=False)
         ctx = WorkflowContext(run)
@@ -276,7 +348,21 @@ class WorkflowRun:
             rollback=rollback,
             eviction=self._eviction,
             on_error=self.on_error,
+            on_reply=self.on_reply,
         )
+
+    async def _cancel(
+        self, storage: Storage, input: Any, reason: str
+    ) -> WorkflowOutcome:
+        """Record the cancellation and roll back; it ends ``cancelled``."""
+        error = cancellation(reason)
+        storage.set_field(keys.WORKFLOW_ERROR, error_info(error))
+        storage.state = "rolling_back"
+        await storage.flush()
+        logger.info(
+            "workflow cancelling workflow=%s reason=%s", self.workflow_id, reason
+        )
+        return await self._roll_back(storage, input, error, False)
 
     async def _pause(
         self, storage: Storage, pause: WorkflowInterrupt
@@ -400,6 +486,12 @@ class WorkflowRun:
             metadata.rollback_error = None
             metadata.touch()
             await storage.flush()
+        if isinstance(error, WorkflowCancelled):
+            # A cancellation (a cancel, a parent's cancel, a deadline) rolls
+            # back like a failure but ends cancelled, reported nowhere.
+            storage.state = "cancelled"
+            await storage.flush()
+            return WorkflowOutcome("cancelled", error=error)
         storage.state = "failed"
         await storage.flush()
         await self._report_failure(error, previously_failed)
@@ -419,6 +511,16 @@ async def _call_handler(
         return await call_maybe_async(fn, *args)
     result = await call_sync(lambda: fn(*args))
     return await result if inspect.isawaitable(result) else result
+
+
+def _finished(storage: Storage) -> WorkflowOutcome:
+    """Return the outcome of a workflow stored as completed or failed."""
+    if storage.state == "completed":
+        return WorkflowOutcome(
+            "completed", output=storage.get_field(keys.WORKFLOW_OUTPUT)
+        )
+    error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
+    return WorkflowOutcome("failed", error=error)
 
 
 def _history(storage: Storage) -> list[schema.HistoryEntry]:
