@@ -27,6 +27,7 @@ from ..models import (
     db,
 )
 from ..workflow import (
+    CANCEL_REASONS,
     HistoryEntry,
     ReplayRefusedError,
     WorkflowDefinition,
@@ -39,6 +40,7 @@ from ..workflow import (
 )
 from ..workflow.ops import WorkflowSnapshot, read_workflow
 from . import leases, registry
+from .children import deadline_for
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_private
 from .leases import Lease
@@ -68,13 +70,18 @@ def _require(workflow_id: str) -> None:
 
 
 def start(
-    definition: WorkflowDefinition, input: Any = None, workflow_id: str | None = None
+    definition: WorkflowDefinition,
+    input: Any = None,
+    workflow_id: str | None = None,
+    *,
+    timeout: float | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
     The input is validated and stored now; the first run is dispatched when
     the surrounding transaction commits. An existing id returns its own
     name (a different workflow name under that id is a ``ValueError``).
+    ``timeout`` (seconds; default: the definition's) sets its deadline.
     """
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
@@ -94,6 +101,9 @@ def start(
                 "wake_at": now,
                 "created_at": now,
                 "updated_at": now,
+                "deadline_at": deadline_for(
+                    definition.timeout if timeout is None else timeout, clock.now()
+                ),
                 **wake_fields(now),
             },
         )
@@ -197,13 +207,16 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     return str(message.pk)
 
 
-def cancel(workflow_id: str) -> bool:
+def cancel(workflow_id: str, reason: str = "cancelled") -> bool:
     """Cancel an active workflow; return False if it had already finished.
 
-    A workflow nobody runs is cancelled right here. One that a worker is
-    running is marked: the worker is fenced out at its next write and the
-    next claim cancels it.
+    A workflow nobody runs is cancelled right here: the rollback handlers of
+    its completed steps run, then its non-detached children are asked to
+    cancel. One that a worker is running is marked: the worker is fenced
+    out at its next write and the next claim cancels it.
     """
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Unknown cancel reason {reason!r}")
     now = clock.now_datetime()
     with db.atomic():
         requested = (
@@ -211,6 +224,7 @@ def cancel(workflow_id: str) -> bool:
             .filter(pk=workflow_id)
             .update(
                 cancel_requested=True,
+                cancel_reason=reason,
                 wake_at=now,
                 wake_signal=F("wake_signal") + 1,
                 **wake_fields(now),
@@ -223,7 +237,8 @@ def cancel(workflow_id: str) -> bool:
         if lease is None:
             schedule_wake(workflow_id, now)
             return True
-        cancel_claimed(lease)
+    # Outside the claim's transaction: rollback handlers do I/O.
+    cancel_claimed(lease, reason)
     return True
 
 
