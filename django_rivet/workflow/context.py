@@ -278,7 +278,7 @@ class WorkflowContext:
                 # replayed by then, or the code changed (renamed, removed or
                 # moved an entry; see ``check_replay``).
                 stop.checked = True
-                self._validate(finished_only=True)
+                self._validate()
             raise
         finally:
             self._in_flight = None
@@ -333,21 +333,13 @@ class WorkflowContext:
             close_unstarted(self._in_flight)
             self._in_flight = None
 
-    def _validate(self, *, finished_only: bool = False) -> None:
-        """Refuse recorded entries of this scope the code did not visit.
-
-        ``finished_only`` (a replay check stopping at new work) looks at the
-        finished entries only: the unfinished one a paused run stopped at may
-        legitimately come after new work, finished ones came before it.
-        """
+    def _validate(self) -> None:
+        """Refuse recorded entries of this scope the code did not visit."""
         run = self._run
-        storage = run.storage
-        for location in storage.entries_under(self._scope):
+        for location in run.storage.entries_under(self._scope):
             if location in run.visited:
                 continue
             if any(location[:i] in run.covered for i in range(1, len(location))):
-                continue
-            if finished_only and not _finished(storage, storage.entries[location]):
                 continue
             where = run.storage.location_string(location)
             raise diverged(
@@ -439,14 +431,6 @@ class WorkflowContext:
         entry = storage.create_entry(location, "version_check", {"version": version})
         complete(storage, entry)
         return version
-
-
-def _finished(storage: Any, entry: schema.Entry) -> bool:
-    """Tell whether ``entry`` finished in history (its outcome is recorded)."""
-    if entry.kind == "child" and entry.data.get("state") != "started":
-        return True
-    metadata = storage.metadata.get(entry.id)
-    return metadata is not None and metadata.status in ("completed", "exhausted")
 
 
 def close_unstarted(coroutine: Coroutine[Any, Any, Any]) -> None:

@@ -82,11 +82,41 @@ async def test_retiring_the_old_step_with_removed_passes(clock, driver):
     async def fixed(ctx, _):
         await ctx.step("a", lambda: 0)
         await ctx.removed("b", "step")
-        await ctx.step("b2", lambda: 0)
         message = await ctx.messages.next("wait", names=["approve"])
         return message.body
 
     assert await check_replay("wf-1", fixed, driver) is None
+
+
+async def test_a_renamed_pending_wait_is_found(clock, driver):
+    # A run would wait under the new name, and fail once the scope ends.
+    await in_flight(clock, driver, make("a", "b"))
+
+    async def renamed(ctx, _):
+        await ctx.step("a", lambda: 0)
+        await ctx.step("b", lambda: 0)
+        return await ctx.messages.next("wait-for-it", names=["approve"])
+
+    found = await check_replay("wf-1", renamed, driver)
+    assert found is not None and found.location == "wait"
+
+
+async def test_new_work_before_a_pending_wait_needs_a_version_gate(clock, driver):
+    await in_flight(clock, driver, make("a", "b"))
+
+    def changed(gated):
+        async def wf(ctx, _):
+            await ctx.step("a", lambda: 0)
+            await ctx.step("b", lambda: 0)
+            if not gated or await ctx.get_version("audit", 2) >= 2:
+                await ctx.step("audit", lambda: 0)
+            return await ctx.messages.next("wait", names=["approve"])
+
+        return wf
+
+    found = await check_replay("wf-1", changed(gated=False), driver)
+    assert found is not None and found.location == "wait"
+    assert await check_replay("wf-1", changed(gated=True), driver) is None
 
 
 async def test_code_raising_on_recorded_values_is_reported(clock, driver):
