@@ -17,6 +17,7 @@ from typing import Any
 from django_rivet.exceptions import RivetError
 
 __all__ = [
+    "CANCEL_REASONS",
     "MAX_TRACEBACK_CHARS",
     "ChildWorkflowError",
     "CriticalError",
@@ -47,6 +48,7 @@ __all__ = [
     "WorkflowNoReply",
     "WorkflowRequestTimeout",
     "WorkflowTimeout",
+    "cancellation",
     "diverged",
     "error_from_info",
     "error_info",
@@ -225,6 +227,25 @@ class WorkflowTimeout(WorkflowCancelled):
 
     code = "timeout"
     default_message = "Workflow deadline passed"
+
+
+# Why a workflow may be cancelled: the error its cancellation records.
+CANCEL_REASONS = ("cancelled", "parent_cancelled", "timeout")
+
+
+def cancellation(reason: str) -> WorkflowCancelled:
+    """Return the error a cancellation for ``reason`` records."""
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Unknown cancel reason {reason!r}")
+    if reason == "timeout":
+        return WorkflowTimeout(
+            "The workflow's deadline passed", metadata={"reason": reason}
+        )
+    if reason == "parent_cancelled":
+        return WorkflowCancelled(
+            "The parent workflow was cancelled", metadata={"reason": reason}
+        )
+    return WorkflowCancelled("The workflow was cancelled", metadata={"reason": reason})
 
 
 class WorkflowRequestTimeout(WorkflowError, TimeoutError):

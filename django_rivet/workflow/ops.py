@@ -15,12 +15,14 @@ from django_rivet import clock
 
 from . import keys, schema
 from .driver import EngineDriver
-from .errors import EntryNotFoundError, ReplayRefusedError
+from .errors import EntryNotFoundError, ReplayRefusedError, error_from_info
 from .storage import UNSET, Storage
+from .values import WorkflowOutcome
 
 __all__ = [
     "WorkflowSnapshot",
     "cancel_workflow",
+    "finished_outcome",
     "read_event",
     "read_history",
     "read_reply",
@@ -75,6 +77,16 @@ async def read_reply(driver: EngineDriver, message_id: str) -> tuple[bool, Any]:
     if data is None:
         return False, None
     return True, schema.decode_published("reply", data)
+
+
+def finished_outcome(storage: Storage) -> WorkflowOutcome:
+    """Return the outcome of a workflow stored as completed or failed."""
+    if storage.state == "completed":
+        return WorkflowOutcome(
+            "completed", output=storage.get_field(keys.WORKFLOW_OUTPUT)
+        )
+    error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
+    return WorkflowOutcome("failed", error=error)
 
 
 async def cancel_workflow(workflow_id: str, driver: EngineDriver) -> None:

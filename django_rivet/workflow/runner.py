@@ -22,6 +22,7 @@ from . import keys, schema
 from .context import WorkflowContext
 from .driver import EngineDriver, call_maybe_async
 from .errors import (
+    CANCEL_REASONS,
     EvictedError,
     RollbackCheckpointError,
     StepOutputError,
@@ -29,14 +30,20 @@ from .errors import (
     StorageLimitError,
     WorkflowCancelled,
     WorkflowInterrupt,
-    WorkflowTimeout,
+    cancellation,
     error_from_info,
     error_info,
     was_reported,
 )
 from .execution import RollbackStop, Run, emit
 from .messages import ANY_MESSAGE
-from .ops import WorkflowSnapshot, cancel_workflow, read_workflow, recover_workflow
+from .ops import (
+    WorkflowSnapshot,
+    cancel_workflow,
+    finished_outcome,
+    read_workflow,
+    recover_workflow,
+)
 from .storage import UNSET, Storage, driver_call
 from .values import (
     ErrorHook,
@@ -46,13 +53,7 @@ from .values import (
     WorkflowOutcome,
 )
 
-__all__ = [
-    "CANCEL_REASONS",
-    "WorkflowRun",
-    "cancellation",
-    "run_workflow",
-    "start_workflow",
-]
+__all__ = ["CANCEL_REASONS", "WorkflowRun", "run_workflow", "start_workflow"]
 
 logger = logging.getLogger("django_rivet.workflow")
 
@@ -60,9 +61,6 @@ Mode = Literal["yield", "live"]
 WorkflowFn = Callable[[WorkflowContext, Any], Awaitable[Any]]
 HistoryHook = Callable[[list[schema.HistoryEntry]], Any]
 ReplyHook = Callable[[str], None]
-
-# Why a workflow may be cancelled: the error its cancellation records.
-CANCEL_REASONS = ("cancelled", "parent_cancelled", "timeout")
 
 
 async def run_workflow(
@@ -86,16 +84,9 @@ async def run_workflow(
     ``on_reply(message_id)`` hears of each reply recorded (``ctx.reply``).
     """
     return await start_workflow(
-        workflow_id,
-        fn,
-        input,
-        driver,
-        mode,
-        on_error,
-        on_history=on_history,
-        on_reply=on_reply,
-        cancel=cancel,
-    )
+        workflow_id, fn, input, driver, mode, on_error,
+        on_history=on_history, on_reply=on_reply, cancel=cancel,
+    )  # fmt: skip
 
 
 def start_workflow(
@@ -112,33 +103,11 @@ def start_workflow(
 ) -> WorkflowRun:
     """Start running a workflow in a task; await the returned run for its outcome."""
     run = WorkflowRun(
-        workflow_id,
-        fn,
-        input,
-        driver,
-        mode,
-        on_error,
-        on_history,
-        on_reply=on_reply,
-        cancel=cancel,
-    )
+        workflow_id, fn, input, driver, mode, on_error, on_history,
+        on_reply=on_reply, cancel=cancel,
+    )  # fmt: skip
     run.start()
     return run
-
-
-def cancellation(reason: str) -> WorkflowCancelled:
-    """Return the error a cancellation for ``reason`` records."""
-    if reason not in CANCEL_REASONS:
-        raise ValueError(f"Unknown cancel reason {reason!r}")
-    if reason == "timeout":
-        return WorkflowTimeout(
-            "The workflow's deadline passed", metadata={"reason": reason}
-        )
-    if reason == "parent_cancelled":
-        return WorkflowCancelled(
-            "The parent workflow was cancelled", metadata={"reason": reason}
-        )
-    return WorkflowCancelled("The workflow was cancelled", metadata={"reason": reason})
 
 
 class WorkflowRun:
@@ -304,7 +273,7 @@ class WorkflowRun:
             return await self._roll_back(storage, input, stored_error, False)
         if self.cancel_reason is not None:
             # It finished before the cancel reached it: that stands.
-            return _finished(storage)
+            return finished_outcome(storage)
 
         run = self._new_run(storage, rollback=False)
         ctx = WorkflowContext(run)
@@ -511,16 +480,6 @@ async def _call_handler(
         return await call_maybe_async(fn, *args)
     result = await call_sync(lambda: fn(*args))
     return await result if inspect.isawaitable(result) else result
-
-
-def _finished(storage: Storage) -> WorkflowOutcome:
-    """Return the outcome of a workflow stored as completed or failed."""
-    if storage.state == "completed":
-        return WorkflowOutcome(
-            "completed", output=storage.get_field(keys.WORKFLOW_OUTPUT)
-        )
-    error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
-    return WorkflowOutcome("failed", error=error)
 
 
 def _history(storage: Storage) -> list[schema.HistoryEntry]:

@@ -10,6 +10,10 @@ admin inspector and ``handle.history()`` all decode through here.
 The values inside are safe CBOR (:mod:`.cbor`: restricted tags, storable
 types only), whose functions this module re-exports.
 
+The module is one piece by design: every record type's encoding and
+decoding, and the history view built from them, is the one definition that
+the engine, the inspector and ``history()`` share.
+
 ``docs/storage-format.md`` describes the format; a format change adds a version
 here (a decoder for the old version that upgrades to the current model) and
 golden fixtures under ``tests/workflow/fixtures/v<N>/`` that keep decoding.
