@@ -186,9 +186,7 @@ def test_the_page_checks_replay_against_the_deployed_code(viewer):
 
     waiting = workflows.start("approval", {}, id="checked")
     run_until_idle(waiting)
-    assert "replays cleanly against the deployed code" in change_page(
-        viewer, "checked"
-    )
+    assert "replays cleanly against the deployed code" in change_page(viewer, "checked")
     with registry.register_temporarily(renamed):
         html = change_page(viewer, "checked")
     assert "<strong>diverges</strong> at <code>wait-approval</code>" in html

@@ -77,11 +77,14 @@ def test_check_replay_exits_1_on_a_renamed_step_and_0_otherwise(in_flight):
     assert Workflow.objects.get(pk="evo-1").run_count == 1
 
 
-def test_check_replay_exits_with_status_1_from_the_command_line(in_flight):
+def test_check_replay_exits_with_status_1_from_the_command_line(in_flight, capsys):
     with registry.register_temporarily(evolving_renamed):
         with pytest.raises(SystemExit) as exited:
             execute_from_command_line(["manage.py", "rivet_check_replay"])
     assert exited.value.code == 1
+    streams = capsys.readouterr()
+    assert "evo-1 (evolving): diverges at 'charge'" in streams.out
+    assert "1 in-flight workflow(s) would diverge on this code" in streams.err
 
 
 def test_check_replay_reports_a_workflow_no_deployed_code_knows(in_flight):

@@ -196,6 +196,15 @@ def test_an_actor_action_gets_a_reply_inside_its_transaction():
     assert [e.kind for e in first.history()] == ["message", "reply", "sleep"]
 
 
+def test_a_workflow_step_requests_from_another_workflow():
+    target = workflows.start("asker", {}, id="target")
+    run_until_idle(target)
+    caller = workflows.start("asksAnother", {"target": "target"}, id="caller")
+    assert run_until_idle(caller) == "completed"
+    assert caller.result() == {"ok": True, "by": "caller"}
+    assert run_until_idle(target) == "sleeping"  # the rest of the target
+
+
 async def test_arequest_outside_an_action():
     handle = await workflows.astart("asker", {}, id="async-ask")
     await arun_until_idle(handle)

@@ -218,6 +218,8 @@ class WorkflowsAPI(Protocol):
         workflow: str | WorkflowDefinition,
         input: Any = None,
         id: str | None = None,
+        *,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowHandle:
         """Start a workflow (idempotent per ``id``); runs after commit."""
         ...
@@ -227,6 +229,8 @@ class WorkflowsAPI(Protocol):
         workflow: str | WorkflowDefinition,
         input: Any = None,
         id: str | None = None,
+        *,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowHandle:
         """Async :meth:`start`."""
         ...

@@ -5,7 +5,7 @@ import os
 import time
 from datetime import timedelta
 
-from django_rivet import actors
+from django_rivet import actors, workflows
 from django_rivet.models import Workflow
 from django_rivet.workflow import CriticalError, Loop, RollbackError, workflow
 
@@ -303,3 +303,14 @@ async def divider(ctx, input):
         return 1 / input.get("by", 0)
 
     return await ctx.step("ratio", ratio, max_retries=input.get("retries", 0))
+
+
+@workflow(name="asksAnother")
+async def asks_another(ctx, input):
+    """Asks another workflow (``asker``) for approval, in a step."""
+
+    def ask():
+        target = workflows.get(input["target"])
+        return target.request("approve", {"by": ctx.workflow_id}, timeout=20)
+
+    return await ctx.step("ask", ask, max_retries=0)
