@@ -65,39 +65,48 @@ async def run_reply(
 ) -> None:
     """Record and send the reply to ``message`` (once; a replay skips it)."""
     message_id = message_id_of(message)
-    run = ctx._run
-    storage = run.storage
-    location = ctx._visit(name)
-    if ctx._existing(location, "reply") is not None:
-        return
-    if run.rollback:
-        raise RollbackStop()
-    what = f'Reply "{name}"'
-    stored = schema.roundtrip(value, what)
-    entry = storage.create_entry(location, "reply", {"message_id": message_id})
-    storage.update(entry, what, value=stored)
-    storage.publish(keys.reply_key(message_id), "reply", stored, what)
-    complete(storage, entry)
-    await storage.flush()
-    if run.on_reply is not None:
-        run.on_reply(message_id)
+    key = keys.reply_key(message_id)
+    data = {"message_id": message_id}
+    if await _publish(ctx, name, "reply", data, key, value, f'Reply "{name}"'):
+        on_reply = ctx._run.on_reply
+        if on_reply is not None:
+            on_reply(message_id)
 
 
 async def run_set_event(
     ctx: WorkflowContext, entry_name: str, key: str, value: Any
 ) -> None:
     """Record and publish ``value`` under ``key`` (a replay skips it)."""
+    where = keys.event_key(key)
+    await _publish(
+        ctx, entry_name, "event", {"key": key}, where, value, f'Event "{key}"'
+    )
+
+
+async def _publish(
+    ctx: WorkflowContext,
+    name: str,
+    kind: str,
+    data: dict[str, Any],
+    key: bytes,
+    value: Any,
+    what: str,
+) -> bool:
+    """Record the entry ``name`` and publish ``value`` at ``key`` with it.
+
+    Returns False when history already has the entry (nothing is sent).
+    """
     run = ctx._run
     storage = run.storage
-    location = ctx._visit(entry_name)
-    if ctx._existing(location, "event") is not None:
-        return
+    location = ctx._visit(name)
+    if ctx._existing(location, kind) is not None:
+        return False
     if run.rollback:
         raise RollbackStop()
-    what = f'Event "{key}"'
     stored = schema.roundtrip(value, what)
-    entry = storage.create_entry(location, "event", {"key": key})
+    entry = storage.create_entry(location, kind, data)
     storage.update(entry, what, value=stored)
-    storage.publish(keys.event_key(key), "event", stored, what)
+    storage.publish(key, kind, stored, what)
     complete(storage, entry)
     await storage.flush()
+    return True
