@@ -258,6 +258,7 @@ class WorkflowsAPI(Protocol):
         queue: str | None = None,
         priority: int = 0,
         dedup_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowHandle:
         """Start a workflow (idempotent per ``id``); runs after commit.
 
@@ -275,6 +276,7 @@ class WorkflowsAPI(Protocol):
         queue: str | None = None,
         priority: int = 0,
         dedup_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowHandle:
         """Async :meth:`start`."""
         ...

@@ -56,6 +56,10 @@ class Lease:
     retry_count: int
     run: bool  # a run (counts, marks the row running) or an operation
     queue: str = ""  # its workflow queue ("": started directly)
+    deadline_at: datetime | None = None
+    cancel_reason: str = ""
+    parent_id: str = ""
+    detached: bool = False
 
 
 def _claimable(now: datetime, *, run: bool) -> Q:
@@ -108,8 +112,13 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
             "cancel_requested",
             "retry_count",
             "queue",
+            "deadline_at",
+            "cancel_reason",
+            "parent_id",
+            "detached",
         ).get()
-    name, status, wake_at, wake_signal, cancel_requested, retry_count, queue = found
+    name, status, wake_at, wake_signal, cancel_requested, retry_count = found[:6]
+    queue, deadline_at, cancel_reason, parent_id, detached = found[6:]
     return Lease(
         workflow_id,
         token,
@@ -121,6 +130,10 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
         retry_count,
         run=run,
         queue=queue,
+        deadline_at=deadline_at,
+        cancel_reason=cancel_reason,
+        parent_id=parent_id,
+        detached=detached,
     )
 
 

@@ -28,6 +28,7 @@ from ..models import (
     db,
 )
 from ..workflow import (
+    CANCEL_REASONS,
     HistoryEntry,
     ReplayRefusedError,
     WorkflowDefinition,
@@ -40,6 +41,7 @@ from ..workflow import (
 )
 from ..workflow.ops import WorkflowSnapshot, read_workflow
 from . import leases, queues, registry
+from .children import deadline_for
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_private
 from .leases import Lease
@@ -76,6 +78,7 @@ def start(
     queue: str | None = None,
     priority: int = 0,
     dedup_key: str | None = None,
+    timeout: float | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
@@ -83,7 +86,8 @@ def start(
     the surrounding transaction commits. An existing id returns its own
     name (a different workflow name under that id is a ``ValueError``).
     With ``queue`` the workflow is stored ``queued`` and admission starts
-    it (:mod:`.queues`).
+    it (:mod:`.queues`). ``timeout`` (seconds; default: the definition's)
+    sets its deadline.
     """
     where = queues.placement(queue, priority, dedup_key)
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
@@ -113,6 +117,10 @@ def start(
                     "created_at": now,
                     "updated_at": now,
                     "traceparent": observability.traceparent(),
+                    "deadline_at": deadline_for(
+                        definition.timeout if timeout is None else timeout,
+                        clock.now(),
+                    ),
                     **placed,
                 },
             )
@@ -224,13 +232,16 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     return str(message.pk)
 
 
-def cancel(workflow_id: str) -> bool:
+def cancel(workflow_id: str, reason: str = "cancelled") -> bool:
     """Cancel an active workflow; return False if it had already finished.
 
-    A workflow nobody runs is cancelled right here. One that a worker is
-    running is marked: the worker is fenced out at its next write and the
-    next claim cancels it.
+    A workflow nobody runs is cancelled right here: the rollback handlers of
+    its completed steps run, then its non-detached children are asked to
+    cancel. One that a worker is running is marked: the worker is fenced
+    out at its next write and the next claim cancels it.
     """
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Unknown cancel reason {reason!r}")
     now = clock.now_datetime()
     with db.atomic():
         requested = (
@@ -238,6 +249,7 @@ def cancel(workflow_id: str) -> bool:
             .filter(pk=workflow_id)
             .update(
                 cancel_requested=True,
+                cancel_reason=reason,
                 wake_at=now,
                 wake_signal=F("wake_signal") + 1,
                 **wake_fields(now),
@@ -250,7 +262,8 @@ def cancel(workflow_id: str) -> bool:
         if lease is None:
             schedule_wake(workflow_id, now)
             return True
-        cancel_claimed(lease)
+    # Outside the claim's transaction: rollback handlers do I/O.
+    cancel_claimed(lease, reason)
     return True
 
 
