@@ -105,7 +105,7 @@ def fill(prefix: str, workflows: int, kv_per_workflow: int, others: int) -> int:
 
 
 def run_sweeps(batch: int) -> tuple[int, float, list[float]]:
-    from django_rivet.scheduling.retention import purge_pass
+    from django_rivet.upkeep.retention import purge_pass
 
     deleted, calls = 0, []
     started = time.perf_counter()
@@ -126,7 +126,7 @@ def rate(deleted: int, seconds: float) -> dict[str, float]:
 def explain() -> str:
     from django.db import connection
 
-    from django_rivet.scheduling.retention import _workflows
+    from django_rivet.upkeep.retention import _workflows
 
     query = _workflows().order_by("finished_at").values_list("pk")[:500]
     if connection.vendor != "postgresql":
@@ -139,7 +139,7 @@ def leg(label: str) -> dict:
     from django.db import connection
 
     from django_rivet.models import Workflow, WorkflowKV
-    from django_rivet.scheduling.retention import PURGE_BATCH, purge_all
+    from django_rivet.upkeep.retention import PURGE_BATCH, purge_all
 
     result: dict = {}
     filled = fill("sweep", WORKFLOWS, KV_PER_WORKFLOW, WORKFLOWS)

@@ -76,13 +76,13 @@ def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
 
 def start_embedded_worker() -> None:
     """Start the embedded worker in this process (as daphne does on a request)."""
-    from django_rivet.scheduling import worker
+    from django_rivet.upkeep import worker
 
     worker.start_embedded_worker()
 
 
 def stop_embedded_worker() -> None:
-    from django_rivet.scheduling import worker
+    from django_rivet.upkeep import worker
 
     worker.stop_embedded_worker()
 
@@ -93,6 +93,6 @@ def describe() -> dict[str, Any]:
         "private": [
             "django_rivet.models.WorkflowKV / Workflow (tables, lease columns)",
             "django_rivet.actors.cache.cached_ids (P9 checks the cache)",
-            "django_rivet.scheduling.worker.start/stop_embedded_worker (P8)",
+            "django_rivet.upkeep.worker.start/stop_embedded_worker (P8)",
         ]
     }

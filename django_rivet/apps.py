@@ -1,10 +1,10 @@
 """App configuration: autodiscovery, and the wiring of the layers.
 
-``ready()`` is the one place that knows every layer. It binds what ``ctx``
-offers from the layers above the actor runtime (schedules, cron, queues,
-workflows, the server-side client: :mod:`django_rivet.actors.services`) and
-registers the workflow runtime's and the transport's sweep steps and due
-work with the scheduler, so that no lower layer imports a higher one.
+``ready()`` binds what ``ctx`` offers from the layers above the actor
+runtime (schedules, cron, queues, workflows, the server-side client:
+:mod:`django_rivet.actors.services`), so that the actor runtime never
+imports them. The sweeper's steps and the worker's due work are listed in
+:mod:`django_rivet.upkeep`, which sits above every layer it serves.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ class RivetConfig(AppConfig):
     def ready(self) -> None:
         """Register checks, discover definitions and wire the layers.
 
-        No database I/O here, and safe to run twice: every registration
-        replaces its own earlier one.
+        No database I/O here, and safe to run twice: every binding replaces
+        its own earlier one.
         """
         # Imported here, not at module level: the app config module is
         # imported before the app registry is ready, and these import models.
@@ -34,17 +34,9 @@ class RivetConfig(AppConfig):
             observability,
             workflows,
         )
-        from .actors import cache, client, connections, registry, services, spine
-        from .scheduling import (
-            cron,
-            queues,
-            schedules,
-            sweeper,
-            worker,
-            workflow_schedules,
-        )
-        from .workflow_runtime import execution, wakeups
-        from .workflow_runtime import queues as workflow_queues
+        from .actors import cache, client, registry, services, spine
+        from .scheduling import cron, queues, schedules
+        from .upkeep import worker
         from .workflow_runtime import registry as workflow_registry
 
         autodiscover_modules("actors", "workflows")
@@ -58,42 +50,6 @@ class RivetConfig(AppConfig):
             queue=queues.QueueAPI,
             queue_sender=queues,
             workflows=workflows,
-        )
-        sweeper.register_step(
-            sweeper.SweepStep("workflow_schedules", workflow_schedules.sweep),
-            before="purge_finished",
-        )
-        sweeper.register_step(
-            sweeper.SweepStep("workflow_queues", workflow_queues.admit_due),
-            before="purge_finished",
-        )
-        sweeper.register_step(
-            sweeper.SweepStep("workflows", wakeups.sweep), before="purge_finished"
-        )
-        sweeper.register_step(
-            sweeper.SweepStep("connections", connections.sweep_stale_connections),
-            before="purge_finished",
-        )
-        worker.register_due_work(
-            worker.DueWork(
-                "workflow_schedules",
-                lambda limit: workflow_schedules.run_due_ticks(limit),
-                workflow_schedules.next_tick_due,
-            )
-        )
-        worker.register_due_work(
-            worker.DueWork(
-                "workflow_queues",
-                lambda limit: workflow_queues.admit_due(limit),
-                workflow_queues.next_admission_at,
-            )
-        )
-        worker.register_due_work(
-            worker.DueWork(
-                "workflows",
-                lambda limit: execution.run_due(limit=limit),
-                wakeups.next_due_at,
-            )
         )
         # Spans and counts of workflow steps, when an observability extra is in.
         observability.install()

@@ -1,4 +1,4 @@
-"""Celery tasks of django-rivet: thin entry points over the scheduler.
+"""Celery tasks of django-rivet: thin entry points over the runtime.
 
 Arguments are ids and primitives. Every task re-checks due-ness and claims
 its row before acting, so early, late, lost or duplicated deliveries are all
@@ -90,7 +90,7 @@ def tick_workflows() -> int:
 @shared_task(name="rivet.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """Run one sweep (lost schedules, cron runs, messages, stale claims...)."""
-    from .scheduling import sweeper
+    from .upkeep import sweeper
 
     return sweeper.sweep()
 

@@ -286,15 +286,14 @@ __all__ += [
 ]
 
 
-# -- due work without a broker (scheduling; the workflow runtime plugs in) ---------
+# -- due work without a broker (the worker's round, in this process) -----------------
 def run_due(*, max_rounds: int = 100) -> int:
     """Run everything due now, in this process; return how many items ran.
 
-    Fires due schedules and cron runs and delivers queue messages (and any
-    kind of due work registered with
-    ``django_rivet.scheduling.worker.register_due_work()``, such as
-    workflows), round
-    after round until nothing is left, using the current clock -- the virtual
+    Fires due schedules and cron runs, delivers queue messages and runs the
+    other due work of the in-process worker (scheduled workflows, workflow
+    queues, workflows: ``django_rivet.upkeep.worker.DUE_WORK``), round after
+    round until nothing is left, using the current clock -- the virtual
     one under :func:`freeze_time`. No broker, no worker::
 
         with freeze_time() as clock:
@@ -302,7 +301,7 @@ def run_due(*, max_rounds: int = 100) -> int:
             clock.advance(30)
             assert run_due() == 1
     """
-    from .scheduling.worker import run_due_work
+    from .upkeep.worker import run_due_work
 
     total = 0
     for _ in range(max_rounds):

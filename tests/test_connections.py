@@ -19,9 +19,9 @@ from django_rivet.actors.connections import (
 from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import invoke
 from django_rivet.models import Connection
-from django_rivet.scheduling import sweeper
 from django_rivet.testing import RivetCommunicator, freeze_time, register_temporarily
 from django_rivet.transport.heartbeat import heartbeat
+from django_rivet.upkeep import sweeper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -29,13 +29,13 @@ from django_rivet.models import (
     WorkflowKV,
     WorkflowMessage,
 )
-from django_rivet.scheduling import retention, sweeper
 from django_rivet.testing import (
     freeze_time,
     register_temporarily,
     run_due,
     run_until_idle,
 )
+from django_rivet.upkeep import retention, sweeper
 
 pytestmark = pytest.mark.django_db
 

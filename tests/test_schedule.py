@@ -15,9 +15,10 @@ from django_rivet import (
     actors,
 )
 from django_rivet.models import CronJob, QueueMessage, Schedule, ScheduleStatus
-from django_rivet.scheduling import claims, schedules, sweeper
+from django_rivet.scheduling import claims, schedules
 from django_rivet.scheduling.schedules import MAX_PENDING_SCHEDULES
 from django_rivet.testing import freeze_time, register_temporarily, run_due
+from django_rivet.upkeep import sweeper
 
 pytestmark = pytest.mark.django_db
 

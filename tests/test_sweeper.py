@@ -15,8 +15,9 @@ from django_rivet.models import (
     Schedule,
     ScheduleStatus,
 )
-from django_rivet.scheduling import claims, cron_runs, queues, schedules, sweeper
+from django_rivet.scheduling import claims, cron_runs, queues, schedules
 from django_rivet.testing import freeze_time, run_due
+from django_rivet.upkeep import sweeper
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -124,17 +125,20 @@ def test_fired_schedules_and_processed_messages_are_purged_after_a_day():
 
 
 @pytest.mark.django_db
-def test_registered_steps_run_and_a_failing_step_does_not_stop_the_sweep(
+def test_listed_steps_run_and_a_failing_step_does_not_stop_the_sweep(
     monkeypatch,
 ):
-    monkeypatch.setattr(sweeper, "_steps", list(sweeper._steps))
     calls = []
 
     def broken():
         raise RuntimeError("broken step")
 
-    sweeper.register_step(sweeper.SweepStep("broken", broken), before="fire_lost")
-    sweeper.register_step(sweeper.SweepStep("extra", lambda: calls.append(1) or 7))
+    steps = sweeper.steps()
+    steps.insert(
+        [s.name for s in steps].index("fire_lost"), sweeper.SweepStep("broken", broken)
+    )
+    steps.append(sweeper.SweepStep("extra", lambda: calls.append(1) or 7))
+    monkeypatch.setattr(sweeper, "STEPS", tuple(steps))
     counts = sweeper.sweep()
     names = list(counts)
     assert names[0] == "recover_stale_claims"

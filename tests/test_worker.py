@@ -11,8 +11,9 @@ from django.test import override_settings
 
 from django_rivet import actors, dispatch, workflows
 from django_rivet.models import CronJob, Schedule, ScheduleStatus
-from django_rivet.scheduling import queues, worker
+from django_rivet.scheduling import queues
 from django_rivet.testing import freeze_time, run_due
+from django_rivet.upkeep import worker
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 EMBEDDED = {"EMBEDDED_WORKER": True}
@@ -49,15 +50,16 @@ def test_run_once_runs_due_work_and_a_sweep():
 
 
 @pytest.mark.django_db
-def test_registered_due_work_runs_in_run_due_and_the_worker(monkeypatch):
-    monkeypatch.setattr(worker, "_due_work", list(worker._due_work))
+def test_listed_due_work_runs_in_run_due_and_the_worker(monkeypatch):
     pending = [3]
 
     def run(limit):
         ran, pending[0] = pending[0], 0
         return ran
 
-    worker.register_due_work(worker.DueWork("workflows", run, lambda: 42.0))
+    listed = [work for work in worker.due_work() if work.name != "workflows"]
+    listed.append(worker.DueWork("workflows", run, lambda: 42.0))
+    monkeypatch.setattr(worker, "DUE_WORK", tuple(listed))
     assert [work.name for work in worker.due_work()][-1] == "workflows"
     assert run_due() == 3
     assert worker.next_due_at() == 42.0

@@ -17,9 +17,9 @@ from django.test import override_settings
 
 from django_rivet import workflows
 from django_rivet.models import Workflow, WorkflowStatus
-from django_rivet.scheduling.sweeper import sweep
-from django_rivet.scheduling.worker import Worker, due_work
 from django_rivet.testing import freeze_time, run_due, run_until_idle
+from django_rivet.upkeep.sweeper import sweep
+from django_rivet.upkeep.worker import Worker, due_work
 from django_rivet.workflow import workflow
 from django_rivet.workflow.storage import MAX_KV_BATCH_ENTRIES, Storage
 from django_rivet.workflow_runtime import execution, leases, registry, wakeups
@@ -387,7 +387,7 @@ def test_the_worker_loop_runs_due_workflows(clock):
     handle = workflows.start("napper", {"seconds": 30})
     worker = Worker(sweep_interval=3600)
     assert worker.run_once() >= 1
-    from django_rivet.scheduling.worker import next_due_at
+    from django_rivet.upkeep.worker import next_due_at
 
     assert next_due_at() == pytest.approx(clock.now() + 30)
     clock.advance(30)

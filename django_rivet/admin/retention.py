@@ -8,8 +8,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from ..models import Workflow
-from ..scheduling import retention
 from ..scheduling.cron import history_limit
+from ..upkeep import retention
 from .rendering import ReadOnlyAdmin
 
 __all__ = ["RetentionAdmin", "describe_period", "purge_note"]

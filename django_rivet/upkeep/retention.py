@@ -49,8 +49,8 @@ from ..models import (
     WorkflowMessage,
     db,
 )
-from .claims import skip_locked
-from .cron import history_limit
+from ..scheduling.claims import skip_locked
+from ..scheduling.cron import history_limit
 
 logger = logging.getLogger("django_rivet.retention")
 

@@ -2,7 +2,8 @@
 
 The database is the source of truth; Celery tasks only make work prompt. A
 sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
-``rivet_sweep`` command, or the worker loop) runs a list of steps:
+``rivet_sweep`` command, or the worker loop) runs the steps of
+:data:`STEPS`, in order:
 
 - ``recover_stale_claims``: claims whose firer died before committing go back
   to pending (a cron job gets its lost run back);
@@ -10,6 +11,10 @@ sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
   (only near-term work gets one when it is created; Celery dispatch only);
 - ``fire_lost``: schedules, cron runs and queue messages overdue by more than
   one sweep interval are fired right here, in this process;
+- ``workflow_schedules``: due ticks of ``@workflow(cron=...)`` start their
+  workflows, upcoming ones get their ETA tasks;
+- ``workflow_queues``: an admission pass for every workflow queue with
+  queued workflows;
 - ``workflows``: wake-ups and expired workflow leases get a run task;
 - ``connections``: connections of processes that stopped heartbeating are
   removed (``on_disconnect`` runs);
@@ -19,42 +24,34 @@ sweep (``rivet.sweep`` on Celery beat every ``SWEEP_INTERVAL`` seconds, the
 
 Every step is safe with many sweepers at once: each row is claimed with a
 conditional update (``SKIP LOCKED`` batches on PostgreSQL) before anything is
-done with it. The steps of other layers (workflow wake-ups and leases, the
-transport's connection liveness check) are added with :func:`register_step`
-by the app config at start-up: this module does not import those layers.
+done with it. The steps live with what they repair (:mod:`~django_rivet.
+scheduling.due`, :mod:`~django_rivet.workflows.wakeups`, ...); this module
+only lists them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import F, Q
-from django.db.models.functions import Least
-
-from .. import clock, dispatch
-from ..models import (
-    CronJob,
-    QueueMessage,
-    QueueMessageStatus,
-    Schedule,
-    ScheduleStatus,
-    db,
-)
-from .claims import claim_lease
-from .cron import wake_cron
-from .cron_runs import run_due_cron
-from .queue_delivery import deliver_due_queues
+from ..actors.connections import sweep_stale_connections
+from ..scheduling import workflow_schedules
+from ..scheduling.due import enqueue_upcoming, fire_lost, recover_stale_claims
+from ..workflow_runtime import queues as workflow_queues
+from ..workflow_runtime import wakeups
 from .retention import purge_pass
-from .schedule_runs import fire_due_schedules, wake_schedule
 
 logger = logging.getLogger("django_rivet.sweeper")
 
 __all__ = [
+    "STEPS",
     "SweepStep",
-    "register_step",
+    "enqueue_upcoming",
+    "fire_lost",
+    "purge_finished",
+    "recover_stale_claims",
     "steps",
     "sweep",
 ]
@@ -72,35 +69,38 @@ class SweepStep:
     run: Callable[[], int]
 
 
-_steps: list[SweepStep] = []
+def purge_finished() -> int:
+    """Delete one batch per table of what retention lets go; return the rows."""
+    return sum(purge_pass(STEP_BATCH).values())
 
 
-def register_step(step: SweepStep, *, before: str | None = None) -> None:
-    """Add a sweep step (replacing one of the same name)."""
-    for index, existing in enumerate(_steps):
-        if existing.name == step.name:
-            _steps[index] = step
-            return
-    if before is not None:
-        for index, existing in enumerate(_steps):
-            if existing.name == before:
-                _steps.insert(index, step)
-                return
-    _steps.append(step)
+# The steps, in the order a sweep runs them. Each lambda looks its function
+# up when it runs, so a test can replace one.
+STEPS: tuple[SweepStep, ...] = (
+    SweepStep("recover_stale_claims", lambda: recover_stale_claims()),
+    SweepStep("enqueue_upcoming", lambda: enqueue_upcoming(STEP_BATCH)),
+    SweepStep("fire_lost", lambda: fire_lost(STEP_BATCH)),
+    SweepStep("workflow_schedules", lambda: workflow_schedules.sweep()),
+    SweepStep("workflow_queues", lambda: workflow_queues.admit_due()),
+    SweepStep("workflows", lambda: wakeups.sweep()),
+    SweepStep("connections", lambda: sweep_stale_connections()),
+    SweepStep("purge_finished", lambda: purge_finished()),
+)
 
 
 def steps() -> list[SweepStep]:
-    """Return the registered steps, in order."""
-    return list(_steps)
+    """Return the steps of a sweep, in order."""
+    return list(STEPS)
 
 
-def sweep() -> dict[str, int]:
+def sweep(steps: Sequence[SweepStep] | None = None) -> dict[str, int]:
     """Run every step once; return ``{step name: rows handled}``.
 
-    A failing step is logged and the others still run.
+    ``steps`` defaults to :data:`STEPS`. A failing step is logged and the
+    others still run.
     """
     counts: dict[str, int] = {}
-    for step in steps():
+    for step in STEPS if steps is None else steps:
         started = time.monotonic()
         try:
             counts[step.name] = step.run()
@@ -115,90 +115,3 @@ def sweep() -> dict[str, int]:
                 time.monotonic() - started,
             )
     return counts
-
-
-# -- the scheduling steps -------------------------------------------------------------
-def recover_stale_claims() -> int:
-    """Return claims older than the claim lease to pending."""
-    before = clock.to_datetime(clock.now() - claim_lease())
-    released = {"claim_token": None, "claimed_at": None}
-    with db.atomic():
-        count = Schedule.objects.stale_claims(before).update(
-            status=ScheduleStatus.PENDING, **released
-        )
-        # The lost run is due again: next_run_at goes back to it.
-        count += (
-            CronJob.objects.stale_claims(before)
-            .filter(running_for__isnull=False)
-            .update(
-                running=False,
-                next_run_at=Least(F("next_run_at"), F("running_for")),
-                running_for=None,
-                enqueued_for=None,
-                **released,
-            )
-        )
-        count += (
-            CronJob.objects.stale_claims(before)
-            .filter(running_for__isnull=True)
-            .update(running=False, **released)
-        )
-        count += QueueMessage.objects.stale_claims(before).update(
-            status=QueueMessageStatus.PENDING, **released
-        )
-    if count:
-        logger.warning("recovered stale claims count=%s", count)
-    return count
-
-
-def enqueue_upcoming() -> int:
-    """Send Celery ETA tasks for work that entered the ETA horizon."""
-    if not dispatch.backend().eta_tasks:
-        return 0
-    horizon = clock.to_datetime(clock.now() + dispatch.ETA_HORIZON)
-    sent = 0
-    upcoming = Schedule.objects.filter(
-        status=ScheduleStatus.PENDING, enqueued=False, run_at__lte=horizon
-    ).order_by("run_at")
-    for schedule_id, run_at in upcoming.values_list("id", "run_at")[:STEP_BATCH]:
-        # The conditional update decides which sweeper sends the task.
-        if Schedule.objects.filter(pk=schedule_id, enqueued=False).update(
-            enqueued=True
-        ):
-            wake_schedule(schedule_id, clock.to_timestamp(run_at))
-            sent += 1
-    jobs = CronJob.objects.filter(next_run_at__lte=horizon).filter(
-        Q(enqueued_for__isnull=True) | ~Q(enqueued_for=F("next_run_at"))
-    )
-    for job_id, next_run_at in jobs.values_list("id", "next_run_at")[:STEP_BATCH]:
-        if CronJob.objects.filter(pk=job_id, next_run_at=next_run_at).update(
-            enqueued_for=next_run_at
-        ):
-            wake_cron(job_id, clock.to_timestamp(next_run_at))
-            sent += 1
-    return sent
-
-
-def fire_lost() -> int:
-    """Fire work overdue by more than one sweep interval (its task was lost)."""
-    grace = dispatch.grace_period().total_seconds()
-    handled = fire_due_schedules(limit=STEP_BATCH, grace=grace)
-    handled += run_due_cron(limit=STEP_BATCH, grace=grace)
-    handled += deliver_due_queues(limit=STEP_BATCH, grace=grace)
-    if handled:
-        logger.info("fired lost work count=%s", handled)
-    return handled
-
-
-def purge_finished() -> int:
-    """Delete one batch per table of what retention lets go; return the rows."""
-    return sum(purge_pass(STEP_BATCH).values())
-
-
-for _step in (
-    SweepStep("recover_stale_claims", recover_stale_claims),
-    SweepStep("enqueue_upcoming", enqueue_upcoming),
-    SweepStep("fire_lost", fire_lost),
-    SweepStep("purge_finished", purge_finished),
-):
-    register_step(_step)

@@ -9,9 +9,9 @@ One loop serves two uses:
   process. Events broadcast by fired actions then reach browsers through the
   in-memory channel layer, which only spans one process.
 
-The loop runs every registered :class:`DueWork` (schedules, cron, queues;
-the app config adds the workflow runtime's with :func:`register_due_work`),
-sweeps every ``SWEEP_INTERVAL`` seconds, and otherwise sleeps until the next
+The loop runs every kind of due work of :data:`DUE_WORK` (schedules, cron,
+queues, scheduled workflows, workflow queues, workflows), sweeps every
+``SWEEP_INTERVAL`` seconds, and otherwise sleeps until the next
 due time, at most ``poll_interval`` seconds -- work created in this process
 wakes it at once (the ``worker`` dispatch backend,
 :func:`django_rivet.dispatch.notify_worker`).
@@ -36,20 +36,22 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.signals import request_started
 from django.db import close_old_connections, connections
-from django.db.models import Min
 
 from .. import clock, dispatch
 from ..actors.errors import MIGRATE_HINT, caused_by_missing_table
 from ..conf import rivet_settings
-from ..models import CronJob, QueueMessage, Schedule, ScheduleStatus
+from ..scheduling import due, workflow_schedules
+from ..scheduling.cron_runs import run_due_cron
+from ..scheduling.queue_delivery import deliver_due_queues
+from ..scheduling.schedule_runs import fire_due_schedules
+from ..workflow_runtime import execution, wakeups
+from ..workflow_runtime import queues as workflow_queues
 from . import sweeper
-from .cron_runs import run_due_cron
-from .queue_delivery import deliver_due_queues
-from .schedule_runs import fire_due_schedules
 
 logger = logging.getLogger("django_rivet.worker")
 
 __all__ = [
+    "DUE_WORK",
     "DueWork",
     "EmbeddedWorkerApp",
     "Worker",
@@ -57,9 +59,7 @@ __all__ = [
     "due_work",
     "embedded_worker_running",
     "next_due_at",
-    "register_due_work",
     "run_due_work",
-    "scheduling_next_due",
     "start_embedded_worker",
     "stop_embedded_worker",
 ]
@@ -85,46 +85,35 @@ class DueWork:
     next_due: Callable[[], float | None] | None = None
 
 
-def scheduling_next_due() -> float | None:
-    """Return when the next schedule, cron run or queue message is due."""
-    now = clock.now_datetime()
-    times = [
-        Schedule.objects.filter(status=ScheduleStatus.PENDING).aggregate(
-            at=Min("run_at")
-        )["at"],
-        *CronJob.objects.aggregate(
-            at=Min("next_run_at"), retry=Min("retry_at")
-        ).values(),
-        # Heads waiting for a retry are due then, not now (no busy loop).
-        QueueMessage.objects.pending().aggregate(at=Min("retry_at"))["at"],
-    ]
-    if QueueMessage.objects.deliverable(now).exists():
-        times.append(now)
-    found = [clock.to_timestamp(t) for t in times if t is not None]
-    return min(found) if found else None
-
-
-_due_work: list[DueWork] = [
+# Every kind of due work, in the order a round runs them. Each lambda looks
+# its function up when it runs, so a test can replace one.
+DUE_WORK: tuple[DueWork, ...] = (
     DueWork(
-        "schedules", lambda limit: fire_due_schedules(limit=limit), scheduling_next_due
+        "schedules", lambda limit: fire_due_schedules(limit=limit), due.next_due_at
     ),
     DueWork("cron", lambda limit: run_due_cron(limit=limit)),
     DueWork("queues", lambda limit: deliver_due_queues(limit=limit)),
-]
-
-
-def register_due_work(work: DueWork) -> None:
-    """Add a kind of due work (replacing one of the same name)."""
-    for index, existing in enumerate(_due_work):
-        if existing.name == work.name:
-            _due_work[index] = work
-            return
-    _due_work.append(work)
+    DueWork(
+        "workflow_schedules",
+        lambda limit: workflow_schedules.run_due_ticks(limit),
+        lambda: workflow_schedules.next_tick_due(),
+    ),
+    DueWork(
+        "workflow_queues",
+        lambda limit: workflow_queues.admit_due(limit),
+        lambda: workflow_queues.next_admission_at(),
+    ),
+    DueWork(
+        "workflows",
+        lambda limit: execution.run_due(limit=limit),
+        lambda: wakeups.next_due_at(),
+    ),
+)
 
 
 def due_work() -> list[DueWork]:
-    """Return the registered kinds of due work."""
-    return list(_due_work)
+    """Return the kinds of due work, in order."""
+    return list(DUE_WORK)
 
 
 def run_due_work(limit: int = DEFAULT_BATCH) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rivet.scheduling.retention import (
+from django_rivet.upkeep.retention import (
     PURGE_BATCH,
     TABLES,
     eligible_counts,

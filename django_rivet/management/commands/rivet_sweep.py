@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_rivet.scheduling.sweeper import sweep
+from django_rivet.upkeep.sweeper import sweep
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_rivet import dispatch
-from django_rivet.scheduling.worker import Worker
+from django_rivet.upkeep.worker import Worker
 
 
 class Command(BaseCommand):
