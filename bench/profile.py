@@ -54,7 +54,7 @@ def p4(size: int = 10_000) -> str:
     from bench import internals
     from bench.measures.p04_flush import build, run_private
     from django_rivet import workflows
-    from django_rivet.workflow_runtime.driver import DjangoDriver
+    from django_rivet.workflows.driver import DjangoDriver
 
     workflow_id = workflows.start("benchSteps", 0).workflow_id
     token = internals.take_lease(workflow_id)

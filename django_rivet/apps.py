@@ -32,12 +32,12 @@ class RivetConfig(AppConfig):
         from . import (
             checks,  # noqa: F401  (registers the system checks)
             observability,
-            workflows,
         )
         from .actors import cache, client, registry, services, spine
         from .scheduling import cron, queues, schedules
         from .upkeep import worker
-        from .workflow_runtime import registry as workflow_registry
+        from .workflows import client as workflows
+        from .workflows import registry as workflow_registry
 
         autodiscover_modules("actors", "workflows")
         registry.register_discovered()

@@ -66,7 +66,7 @@ def deliver_queue(actor_id: str) -> int:
 @shared_task(name="rivet.run_workflow", ignore_result=True)
 def run_workflow(workflow_id: str) -> str | None:
     """Run workflow ``workflow_id`` until it pauses, if it is due and unclaimed."""
-    from .workflow_runtime import execution
+    from .workflows import execution
 
     return execution.run(workflow_id)
 
@@ -74,7 +74,7 @@ def run_workflow(workflow_id: str) -> str | None:
 @shared_task(name="rivet.admit_workflows", ignore_result=True)
 def admit_workflows(queue: str) -> int:
     """Start the queued workflows of ``queue`` its limits allow now."""
-    from .workflow_runtime import queues
+    from .workflows import queues
 
     return queues.admit(queue)
 

@@ -333,7 +333,7 @@ def run_until_idle(handle: _Any, *, max_runs: int = 1000) -> str:
             assert run_until_idle(h) == "completed"
     """
     from .models import Workflow, WorkflowStatus
-    from .workflow_runtime import execution, queues
+    from .workflows import execution, queues
 
     workflow_id = getattr(handle, "workflow_id", handle)
     queued = Workflow.objects.filter(pk=workflow_id, status=WorkflowStatus.QUEUED)

@@ -20,8 +20,8 @@ from django_rivet.models import (
 )
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.workflow import workflow
-from django_rivet.workflow_runtime import queues
-from django_rivet.workflow_runtime.registry import register_temporarily
+from django_rivet.workflows import queues
+from django_rivet.workflows.registry import register_temporarily
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,7 +23,7 @@ from django.test import override_settings
 from django_rivet import actors, workflows
 from django_rivet.models import Schedule, ScheduledWorkflow, ScheduleStatus, Workflow
 from django_rivet.testing import register_temporarily
-from django_rivet.workflow_runtime import registry as workflow_registry
+from django_rivet.workflows import registry as workflow_registry
 from tests.background_app.actors import BackgroundFlaky
 from tests.background_app.workflows import every_minute, queue_probe
 from tests.background_settings import WORKFLOW_QUEUES

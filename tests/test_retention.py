@@ -254,7 +254,7 @@ def test_live_work_is_never_purged_whatever_its_age():
 
 @rivet(WORKFLOW_RETENTION=0)
 def test_a_finished_workflow_held_by_an_operation_is_not_purged():
-    from django_rivet.workflow_runtime import leases
+    from django_rivet.workflows import leases
 
     with freeze_time(START) as clock:
         handle = workflows.start("doomed", id="held")

@@ -12,7 +12,7 @@ from django_rivet import workflows
 from django_rivet.models import Workflow
 from django_rivet.testing import freeze_time, run_until_idle
 from django_rivet.workflow import workflow
-from django_rivet.workflow_runtime import registry
+from django_rivet.workflows import registry
 from tests.testapp.models import StepRow
 
 pytestmark = pytest.mark.django_db(transaction=True)

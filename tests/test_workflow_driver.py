@@ -13,8 +13,8 @@ from django.test import override_settings
 from django_rivet.clock import freeze_time
 from django_rivet.models import Workflow, WorkflowKV
 from django_rivet.workflow import StorageError, StorageLimitError, keys
-from django_rivet.workflow_runtime import leases
-from django_rivet.workflow_runtime.driver import (
+from django_rivet.workflows import leases
+from django_rivet.workflows.driver import (
     ATOMIC_FLUSH_MAX_WRITES,
     DjangoDriver,
     LeaseLost,

@@ -22,8 +22,8 @@ from django_rivet.upkeep.sweeper import sweep
 from django_rivet.upkeep.worker import Worker, due_work
 from django_rivet.workflow import workflow
 from django_rivet.workflow.storage import MAX_KV_BATCH_ENTRIES, Storage
-from django_rivet.workflow_runtime import execution, leases, registry, wakeups
-from django_rivet.workflow_runtime.driver import DjangoDriver
+from django_rivet.workflows import execution, leases, registry, wakeups
+from django_rivet.workflows.driver import DjangoDriver
 from tests.testapp.models import StepRow
 
 pytestmark = pytest.mark.django_db(transaction=True)

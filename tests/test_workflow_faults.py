@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 
 from django_rivet.clock import freeze_time
 from django_rivet.models import Workflow
-from django_rivet.workflow_runtime.driver import DjangoDriver
+from django_rivet.workflows.driver import DjangoDriver
 from tests.workflow.faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,7 +20,7 @@ from django_rivet.workflow import (
     MAX_MESSAGE_BODY_BYTES,
     StorageLimitError,
 )
-from django_rivet.workflow_runtime.driver import DjangoDriver
+from django_rivet.workflows.driver import DjangoDriver
 from tests.testapp.models import StepRow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -27,7 +27,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.workflow_runtime import queues
+from django_rivet.workflows import queues
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django_rivet.models import ScheduledWorkflow, Workflow
 from django_rivet.scheduling import workflow_schedules
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.workflow import workflow
-from django_rivet.workflow_runtime.registry import register_temporarily
+from django_rivet.workflows.registry import register_temporarily
 
 pytestmark = pytest.mark.django_db
 

@@ -26,7 +26,7 @@ from django_rivet.workflow import (
     WorkflowError,
     workflow,
 )
-from django_rivet.workflow_runtime import leases, registry
+from django_rivet.workflows import leases, registry
 from tests.testapp import workflows as test_workflows
 from tests.testapp.models import StepRow
 
@@ -249,7 +249,7 @@ def test_cancel_of_a_running_workflow_takes_effect_at_its_next_write():
     assert Workflow.objects.get(pk="busy").cancel_requested
     from asgiref.sync import async_to_sync
 
-    from django_rivet.workflow_runtime.driver import DjangoDriver, LeaseLost
+    from django_rivet.workflows.driver import DjangoDriver, LeaseLost
 
     with pytest.raises(LeaseLost):
         async_to_sync(DjangoDriver("busy", lease_token=lease.token).set)(b"k", b"v")

@@ -63,7 +63,7 @@ def leg(size: int, trials: int) -> dict[str, Any]:
     from bench import internals
     from django_rivet import workflows
     from django_rivet.workflow import InMemoryDriver
-    from django_rivet.workflow_runtime.driver import DjangoDriver
+    from django_rivet.workflows.driver import DjangoDriver
 
     class Recorder(InMemoryDriver):
         def __init__(self) -> None:

@@ -22,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
     from ..workflow import WorkflowDefinition
-    from ..workflows import WorkflowHandle
+    from ..workflows.client import WorkflowHandle
     from .client import ActorHandle
     from .invocation import Invocation, Origin
     from .rows import ActorRef

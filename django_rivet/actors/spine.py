@@ -303,9 +303,11 @@ def _invoke(
             progress.user_code = True
             active_token = active_ids.set(active | {row.id})
             current_token = current.set(invocation)
+            invoking_token = db.invoking.set(True)
             try:
                 result = _run(invocation, operation, fresh, ref)
             finally:
+                db.invoking.reset(invoking_token)
                 current.reset(current_token)
                 active_ids.reset(active_token)
     except BaseException:

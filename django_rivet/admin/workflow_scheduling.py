@@ -28,7 +28,7 @@ from ..models import (
     WorkflowStatus,
 )
 from ..scheduling import workflow_schedules
-from ..workflow_runtime import queues
+from ..workflows import queues
 from .rendering import ReadOnlyAdmin
 
 

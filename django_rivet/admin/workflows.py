@@ -20,8 +20,8 @@ from django.utils.html import format_html, format_html_join
 from ..encoding import json_loads
 from ..exceptions import MalformedRequest
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage
-from ..workflow_runtime import control, operations
-from ..workflows import WorkflowHandle
+from ..workflows import control, operations
+from ..workflows.client import WorkflowHandle
 from .rendering import pretty, render_history
 from .retention import RetentionAdmin, purge_note
 

@@ -14,8 +14,8 @@ from .. import clock
 from ..conf import DEFAULTS, rivet_settings
 from ..exceptions import InvalidCron
 from ..scheduling import crontab, retries, workflow_schedules
-from ..workflow_runtime import registry as workflow_registry
-from ..workflow_runtime.queues import QUEUE_NAME_MAX_LENGTH
+from ..workflows import registry as workflow_registry
+from ..workflows.queues import QUEUE_NAME_MAX_LENGTH
 from .settings import E004, E004_HINT
 
 __all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]

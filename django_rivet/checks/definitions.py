@@ -20,7 +20,7 @@ from django.core.checks import Error, Tags, Warning, register
 from ..actors import registry
 from ..actors.definition import HandlerSpec
 from ..conf import docs_url
-from ..workflow_runtime import registry as workflow_registry
+from ..workflows import registry as workflow_registry
 
 E103 = "{kind} {name!r} of {cls} cannot take the context: {signature}."
 E103_HINT = (

@@ -17,7 +17,7 @@ from .. import dispatch
 from ..actors import registry
 from ..actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 from ..conf import docs_url, rivet_settings
-from ..workflow_runtime import registry as workflow_registry
+from ..workflows import registry as workflow_registry
 
 
 @register(Tags.compatibility)

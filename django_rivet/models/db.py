@@ -14,6 +14,7 @@ which no transaction could make atomic.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,25 @@ from django.db.transaction import Atomic
 
 from .actors import Actor
 
-__all__ = ["alias", "atomic", "connection", "in_atomic_block", "on_commit"]
+__all__ = [
+    "alias",
+    "atomic",
+    "connection",
+    "in_atomic_block",
+    "in_invocation",
+    "invoking",
+    "on_commit",
+]
+
+# True while an actor invocation's transaction is open in this context. That
+# transaction belongs to the invoking thread; async handlers run on an event
+# loop of their own, whose ORM calls hop back to that thread. Code outside
+# the actor runtime that waits for database work (a workflow request, a
+# queue send waiting for its reply) must hop back too, instead of waiting in
+# another thread outside the transaction. The actor runtime sets it.
+invoking: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "rivet_invoking", default=False
+)
 
 
 def alias() -> str:
@@ -49,3 +68,8 @@ def in_atomic_block() -> bool:
 def on_commit(func: Callable[[], Any], robust: bool = True) -> None:
     """Run ``func`` after the current transaction on that database commits."""
     transaction.on_commit(func, using=alias(), robust=robust)
+
+
+def in_invocation() -> bool:
+    """Tell whether this context runs inside an actor invocation's transaction."""
+    return invoking.get()

@@ -11,7 +11,7 @@ The rest of django-rivet calls the one-line hooks of this module:
 - :func:`invocation` wraps the invocation spine (``actors/spine.py``):
   spans, ``rivet_actions_total``, durations, lateness, log lines;
 - :func:`workflow_run` wraps one run of a workflow
-  (``workflow_runtime/execution.py``); :func:`install` registers the
+  (``workflows/execution.py``); :func:`install` registers the
   engine observer for step attempts and flushes;
 - :func:`traceparent` is stored with a schedule, a queue message or a
   workflow when it is created, so the span that runs it continues the trace;
@@ -19,7 +19,7 @@ The rest of django-rivet calls the one-line hooks of this module:
   count what their names say.
 
 This package sits below the actor runtime (it never imports ``actors``,
-``scheduling``, ``workflow_runtime`` or ``transport``) and above the models,
+``scheduling``, ``workflows`` or ``transport``) and above the models,
 which the database gauges and the stored trace contexts read. The metrics
 view is :mod:`.views` (URLs in :mod:`django_rivet.metrics`); the admin
 overview page is ``django_rivet.admin.overview``.

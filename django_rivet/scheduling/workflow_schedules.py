@@ -36,7 +36,7 @@ from .. import clock, dispatch
 from ..exceptions import InvalidCron, WorkflowNotFound
 from ..models import ScheduledWorkflow, Workflow, db
 from ..workflow import WorkflowDefinition
-from ..workflow_runtime import operations, registry
+from ..workflows import operations, registry
 from . import crontab
 
 logger = logging.getLogger("django_rivet.scheduler")

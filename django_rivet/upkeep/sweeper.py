@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from ..actors.connections import sweep_stale_connections
 from ..scheduling import workflow_schedules
 from ..scheduling.due import enqueue_upcoming, fire_lost, recover_stale_claims
-from ..workflow_runtime import queues as workflow_queues
-from ..workflow_runtime import wakeups
+from ..workflows import queues as workflow_queues
+from ..workflows import wakeups
 from .retention import purge_pass
 
 logger = logging.getLogger("django_rivet.sweeper")

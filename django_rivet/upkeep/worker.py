@@ -44,8 +44,8 @@ from ..scheduling import due, workflow_schedules
 from ..scheduling.cron_runs import run_due_cron
 from ..scheduling.queue_delivery import deliver_due_queues
 from ..scheduling.schedule_runs import fire_due_schedules
-from ..workflow_runtime import execution, wakeups
-from ..workflow_runtime import queues as workflow_queues
+from ..workflows import execution, wakeups
+from ..workflows import queues as workflow_queues
 from . import sweeper
 
 logger = logging.getLogger("django_rivet.worker")

@@ -31,19 +31,19 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from .conf import docs_url
-from .models import WORKFLOW_FINISHED, Workflow
-from .workflow import (
+from ..conf import docs_url
+from ..models import WORKFLOW_FINISHED, Workflow
+from ..workflow import (
     HistoryEntry,
     ReplayDivergence,
     WorkflowCancelled,
     WorkflowDefinition,
     WorkflowTimeout,
 )
-from .workflow.errors import error_from_info
-from .workflow.ops import WorkflowSnapshot
-from .workflow.values import seconds
-from .workflow_runtime import control, operations, published, queries
+from ..workflow.errors import error_from_info
+from ..workflow.ops import WorkflowSnapshot
+from ..workflow.values import seconds
+from . import control, operations, published, queries
 
 __all__ = [
     "MAX_ID_LENGTH",

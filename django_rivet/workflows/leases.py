@@ -7,7 +7,7 @@ workflow until it releases it or the lease expires. On databases with
 UPDATE SKIP LOCKED`` so concurrent claimers skip it instead of queueing on
 its lock; on SQLite the update is the first statement and takes the write
 lock. Every write of the run re-checks the token (see
-:class:`~django_rivet.workflow_runtime.driver.DjangoDriver`), and a
+:class:`~django_rivet.workflows.driver.DjangoDriver`), and a
 :class:`Heartbeat` renews the lease while a long step runs.
 """
 

@@ -23,9 +23,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from ..actors.invocation import current_invocation
 from ..conf import rivet_settings
-from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage
+from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
 from ..workflow import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from . import execution, operations
 
@@ -208,7 +207,7 @@ async def arequest(
     Inside an actor invocation it runs in the invocation's thread and
     transaction, as the sync one does.
     """
-    if current_invocation() is not None:
+    if db.in_invocation():
         inline = sync_to_async(request, thread_sensitive=True)
         return await inline(workflow_id, name, body, timeout)
     limit = _limit(timeout)

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet.models import WORKFLOW_ACTIVE, Workflow
 from django_rivet.workflow import ReplayDivergence
-from django_rivet.workflow_runtime import control
+from django_rivet.workflows import control
 
 
 class Command(BaseCommand):

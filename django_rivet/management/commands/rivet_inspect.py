@@ -22,7 +22,7 @@ from django_rivet import clock
 from django_rivet.actors.rows import canonical_key, normalize_key
 from django_rivet.encoding import json_dumps
 from django_rivet.models import Actor, Workflow
-from django_rivet.workflows import WorkflowHandle
+from django_rivet.workflows.client import WorkflowHandle
 
 # Stored user values: always shown as JSON, so a string output reads "like this".
 _VALUES = ("input", "output", "error", "state")

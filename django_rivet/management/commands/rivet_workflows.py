@@ -17,8 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet import clock
 from django_rivet.models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
-from django_rivet.workflow_runtime import queries
-from django_rivet.workflows import WorkflowHandle
+from django_rivet.workflows import queries
+from django_rivet.workflows.client import WorkflowHandle
 
 # Which workflows each verb can act on (a --status outside them is refused).
 _TARGETS = {
