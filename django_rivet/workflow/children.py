@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from . import keys, schema
 from .errors import ChildWorkflowError, MessageWaitError, diverged
 from .execution import RollbackStop, complete
 from .limits import check_record
+from .scope import Scope
 from .storage import driver_call
 from .values import ChildOutcome, ChildStart, child_wake_name
-
-if TYPE_CHECKING:
-    from .context import WorkflowContext
 
 __all__ = [
     "MAX_WORKFLOW_ID_LENGTH",
@@ -87,8 +85,8 @@ def child_error(data: dict[str, Any]) -> ChildWorkflowError:
     )
 
 
-def _host(ctx: WorkflowContext) -> ChildHost:
-    driver = ctx._run.driver
+def _host(scope: Scope) -> ChildHost:
+    driver = scope.run.driver
     if not isinstance(driver, ChildHost):
         raise TypeError(
             f"{type(driver).__name__} cannot start child workflows: it needs "
@@ -98,13 +96,13 @@ def _host(ctx: WorkflowContext) -> ChildHost:
 
 
 async def run_child(
-    ctx: WorkflowContext, name: str, options: ChildOptions, *, wait: bool
+    scope: Scope, name: str, options: ChildOptions, *, wait: bool
 ) -> Any:
     """Start (or find again) a child; with ``wait``, return its output."""
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    location = ctx._visit(name)
-    entry = ctx._existing(location, "child")
+    location = scope.visit(name)
+    entry = scope.existing(location, "child")
     if entry is not None:
         data = entry.data
         if bool(data.get("wait", True)) != wait:
@@ -120,11 +118,11 @@ async def run_child(
             raise child_error(data)
         if run.rollback:
             raise RollbackStop()
-        host = _host(ctx)
+        host = _host(scope)
     else:
         if run.rollback:
             raise RollbackStop()
-        host = _host(ctx)
+        host = _host(scope)
         where = storage.location_string(location)
         child_id = options.id or default_child_id(run.workflow_id, where)
         if not 0 < len(child_id) <= MAX_WORKFLOW_ID_LENGTH:
@@ -159,13 +157,13 @@ async def run_child(
     outcome = await driver_call(host.child_outcome(child_id), "child outcome")
     if outcome is None:
         raise MessageWaitError(None, [child_wake_name(child_id)])
-    return await _record_outcome(ctx, entry, name, outcome)
+    return await _record_outcome(scope, entry, name, outcome)
 
 
 async def _record_outcome(
-    ctx: WorkflowContext, entry: schema.Entry, name: str, outcome: ChildOutcome
+    scope: Scope, entry: schema.Entry, name: str, outcome: ChildOutcome
 ) -> Any:
-    storage = ctx._run.storage
+    storage = scope.run.storage
     if outcome.state == "completed":
         what = f'Output of child workflow "{name}"'
         value = schema.roundtrip(outcome.output, what)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import keys, schema
 from .driver import call_maybe_async
@@ -23,12 +23,10 @@ from .errors import (
     error_info,
 )
 from .execution import RollbackStop, complete
+from .scope import Scope
 from .steps import failure_kind
+from .storage import Storage
 from .values import Failure, LoopBreak, LoopContinue, StepResult
-
-if TYPE_CHECKING:
-    from .context import WorkflowContext
-    from .storage import Storage
 
 __all__ = ["merge_interrupts", "run_join", "run_loop", "run_race", "run_try_block"]
 
@@ -53,7 +51,7 @@ def merge_interrupts(interrupts: list[WorkflowInterrupt]) -> WorkflowInterrupt:
 
 
 async def run_loop(
-    ctx: WorkflowContext,
+    scope: Scope,
     name: str,
     fn: Callable[..., Any],
     state: Any,
@@ -61,12 +59,12 @@ async def run_loop(
     size: int,
 ) -> Any:
     """Run a durable loop (see ``WorkflowContext.loop``)."""
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    location = ctx._visit(name)
+    location = scope.visit(name)
     loop_index = location[-1]
     assert isinstance(loop_index, int)
-    entry = ctx._existing(location, "loop")
+    entry = scope.existing(location, "loop")
     if entry is not None:
         if "output" in entry.data:
             run.cover(location)
@@ -98,13 +96,13 @@ async def run_loop(
     while True:
         if run.evicted():
             raise EvictedError()
-        child = ctx._child((*location, (loop_index, iteration)))
+        child = scope.child((*location, (loop_index, iteration)))
         try:
-            result = await call_maybe_async(fn, child, state)
+            result = await call_maybe_async(fn, child.context, state)
         except BaseException:
-            child._abandon()
+            child.abandon()
             raise
-        child._finish()
+        child.finish()
         if isinstance(result, LoopBreak):
             value = schema.roundtrip(result.value, f'Output of loop "{name}"')
             if run.rollback:
@@ -142,21 +140,19 @@ async def run_loop(
 # --- join and race ------------------------------------------------------------
 
 
-async def _branch(
-    ctx: WorkflowContext, fn: Callable[..., Any], scope: keys.Location
-) -> Any:
-    child = ctx._child(scope)
+async def _branch(scope: Scope, fn: Callable[..., Any], location: keys.Location) -> Any:
+    child = scope.child(location)
     try:
-        result = await call_maybe_async(fn, child)
+        result = await call_maybe_async(fn, child.context)
     except BaseException:
-        child._abandon()
+        child.abandon()
         raise
-    child._finish()
+    child.finish()
     return result
 
 
 def _branch_records(
-    ctx: WorkflowContext,
+    scope: Scope,
     entry: schema.Entry,
     names: list[str],
     location: keys.Location,
@@ -164,7 +160,7 @@ def _branch_records(
     recorded = entry.data["branches"]
     unknown = [branch for branch in recorded if branch not in names]
     if unknown:
-        where = ctx._run.storage.location_string(location)
+        where = scope.run.storage.location_string(location)
         raise diverged(
             f'"{where}" recorded branches {unknown} the code no longer has', where
         )
@@ -207,12 +203,12 @@ async def _cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
 
 
 async def _replay_for_rollback(
-    ctx: WorkflowContext,
+    scope: Scope,
     branches: dict[str, Callable[..., Any]],
     location: keys.Location,
 ) -> bool:
     """Replay branches one by one to collect rollback handlers; False if stopped."""
-    storage = ctx._run.storage
+    storage = scope.run.storage
     finished = True
     for branch, fn in branches.items():
         index = storage.name_index(branch)
@@ -220,11 +216,11 @@ async def _replay_for_rollback(
             finished = False
             continue
         try:
-            await _branch(ctx, fn, (*location, index))
+            await _branch(scope, fn, (*location, index))
         except RollbackStop:
             finished = False
         except _FATAL:
-            if ctx._run.check:
+            if scope.run.check:
                 raise  # what a replay check is looking for
         except Exception:  # noqa: S110 - failures are history now
             pass
@@ -232,22 +228,22 @@ async def _replay_for_rollback(
 
 
 async def run_join(
-    ctx: WorkflowContext, name: str, branches: dict[str, Callable[..., Any]]
+    scope: Scope, name: str, branches: dict[str, Callable[..., Any]]
 ) -> dict[str, Any]:
     """Run every branch in parallel (see ``WorkflowContext.join``)."""
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    location = ctx._visit(name)
-    entry = ctx._existing(location, "join")
+    location = scope.visit(name)
+    entry = scope.existing(location, "join")
     if entry is None:
         if run.rollback:
             raise RollbackStop()
         data = {"branches": {b: {"status": "pending"} for b in branches}}
         entry = storage.create_entry(location, "join", data, status="running")
-    recorded = _branch_records(ctx, entry, list(branches), location)
+    recorded = _branch_records(scope, entry, list(branches), location)
     if run.rollback:
         done = all(recorded[b]["status"] == "completed" for b in branches)
-        if not await _replay_for_rollback(ctx, branches, location) or not done:
+        if not await _replay_for_rollback(scope, branches, location) or not done:
             raise RollbackStop()
         return {b: recorded[b].get("output") for b in branches}
 
@@ -256,16 +252,16 @@ async def run_join(
     tasks: dict[str, asyncio.Future[Any]] = {}
     for branch, fn in branches.items():
         status = recorded[branch]
-        scope = (*location, storage.register_name(branch))
+        where = (*location, storage.register_name(branch))
         if status["status"] == "completed":
             results[branch] = status.get("output")
-            run.cover(scope)
+            run.cover(where)
         elif status["status"] == "failed":
             errors[branch] = error_from_info(status.get("error"))
-            run.cover(scope)
+            run.cover(where)
         else:
             status["status"] = "running"
-            tasks[branch] = asyncio.ensure_future(_branch(ctx, fn, scope))
+            tasks[branch] = asyncio.ensure_future(_branch(scope, fn, where))
     what = f'Results of join "{name}"'
     _save_branches(storage, entry, what, recorded)
     await _settle(tasks)
@@ -310,25 +306,25 @@ async def run_join(
 
 
 async def run_race(
-    ctx: WorkflowContext, name: str, branches: dict[str, Callable[..., Any]]
+    scope: Scope, name: str, branches: dict[str, Callable[..., Any]]
 ) -> tuple[str, Any]:
     """Run branches in parallel; the first to finish wins (see ``ctx.race``)."""
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    location = ctx._visit(name)
-    entry = ctx._existing(location, "race")
+    location = scope.visit(name)
+    entry = scope.existing(location, "race")
     if entry is not None and entry.data.get("winner") is not None:
         recorded_winner = str(entry.data["winner"])
         run.cover(location)
         if run.rollback and recorded_winner in branches:
             replay = {recorded_winner: branches[recorded_winner]}
-            await _replay_for_rollback(ctx, replay, location)
+            await _replay_for_rollback(scope, replay, location)
         output = entry.data["branches"].get(recorded_winner, {}).get("output")
         return recorded_winner, output
     if run.rollback:
         if entry is not None:
             # Unfinished race: its branches' completed steps still roll back.
-            await _replay_for_rollback(ctx, branches, location)
+            await _replay_for_rollback(scope, branches, location)
         raise RollbackStop()
     if entry is None:
         data = {
@@ -336,19 +332,19 @@ async def run_race(
             "branches": {b: {"status": "pending"} for b in branches},
         }
         entry = storage.create_entry(location, "race", data, status="running")
-    recorded = _branch_records(ctx, entry, list(branches), location)
+    recorded = _branch_records(scope, entry, list(branches), location)
 
     errors: dict[str, BaseException] = {}
     tasks: dict[str, asyncio.Future[Any]] = {}
-    scopes: dict[str, keys.Location] = {}
+    branch_locations: dict[str, keys.Location] = {}
     for branch, fn in branches.items():
-        scopes[branch] = (*location, storage.register_name(branch))
+        branch_locations[branch] = (*location, storage.register_name(branch))
         if recorded[branch]["status"] == "failed":
             errors[branch] = error_from_info(recorded[branch].get("error"))
-            run.cover(scopes[branch])
+            run.cover(branch_locations[branch])
             continue
         recorded[branch]["status"] = "running"
-        task = asyncio.ensure_future(_branch(ctx, fn, scopes[branch]))
+        task = asyncio.ensure_future(_branch(scope, fn, branch_locations[branch]))
         tasks[branch] = task
     what = f'Result of race "{name}"'
     _save_branches(storage, entry, what, recorded)
@@ -399,7 +395,7 @@ async def run_race(
         complete(storage, entry, what, winner=winner, branches=copy)
         for branch in branches:
             if branch != winner:
-                storage.delete_subtree(scopes[branch])
+                storage.delete_subtree(branch_locations[branch])
         await storage.flush()
         return winner, value
     _save_branches(storage, entry, what, recorded)
@@ -417,21 +413,21 @@ async def run_race(
 
 
 async def run_try_block(
-    ctx: WorkflowContext,
+    scope: Scope,
     name: str,
     fn: Callable[..., Any],
     catch: tuple[str | type[BaseException], ...],
 ) -> StepResult[Any]:
     """Run ``fn`` in its own scope, turning caught failures into a result."""
-    location = ctx._visit(name)
-    if location in ctx._run.storage.entries:
-        entry = ctx._run.storage.entries[location]
-        where = ctx._run.storage.location_string(location)
+    location = scope.visit(name)
+    if location in scope.run.storage.entries:
+        entry = scope.run.storage.entries[location]
+        where = scope.run.storage.location_string(location)
         raise diverged(
             f'Expected a try block at "{where}", history has a {entry.kind}', where
         )
     try:
-        value = await _branch(ctx, fn, location)
+        value = await _branch(scope, fn, location)
     except _FATAL:
         raise
     except Exception as error:

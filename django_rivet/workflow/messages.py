@@ -12,18 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_rivet import clock
 
 from . import schema
 from .errors import MessageTimeoutError, MessageWaitError, StorageLimitError
 from .execution import RollbackStop, complete
+from .scope import Scope
 from .storage import driver_call
 from .values import Message
-
-if TYPE_CHECKING:
-    from .context import WorkflowContext
 
 __all__ = ["ANY_MESSAGE", "Messages"]
 
@@ -34,8 +32,8 @@ ANY_MESSAGE = "*"
 class Messages:
     """The ``ctx.messages`` namespace."""
 
-    def __init__(self, ctx: WorkflowContext) -> None:
-        self._ctx = ctx
+    def __init__(self, scope: Scope) -> None:
+        self._scope = scope
 
     def next(
         self,
@@ -49,14 +47,14 @@ class Messages:
         timeout = _seconds(timeout)
 
         async def receive_one() -> Message:
-            found = await _receive(self._ctx, name, wanted, 1, timeout)
+            found = await _receive(self._scope, name, wanted, 1, timeout)
             if not found:
                 raise MessageTimeoutError(
                     f'No message arrived for "{name}" within {timeout:g} seconds'
                 )
             return found[0]
 
-        return self._ctx._entry(receive_one)
+        return self._scope.enter(receive_one)
 
     def next_batch(
         self,
@@ -69,8 +67,8 @@ class Messages:
         """Return up to ``count`` messages; ``[]`` when the timeout passes first."""
         wanted = None if names is None else list(names)
         timeout = _seconds(timeout)
-        return self._ctx._entry(
-            lambda: _receive(self._ctx, name, wanted, max(1, count), timeout)
+        return self._scope.enter(
+            lambda: _receive(self._scope, name, wanted, max(1, count), timeout)
         )
 
 
@@ -89,11 +87,9 @@ def _to_message(record: dict[str, Any]) -> Message:
     )
 
 
-async def _take(
-    ctx: WorkflowContext, names: list[str] | None, count: int
-) -> list[Message]:
+async def _take(scope: Scope, names: list[str] | None, count: int) -> list[Message]:
     """Receive up to ``count`` messages that history has not recorded yet."""
-    run = ctx._run
+    run = scope.run
     driver = run.driver
     fresh: list[Message] = []
     while True:
@@ -105,14 +101,14 @@ async def _take(
         fresh += [m for m in batch if m.id not in run.consumed_messages]
         for message in stale:
             # Recorded by an earlier run that crashed before completing it.
-            await _complete(ctx, message.id)
+            await _complete(scope, message.id)
         if not stale or len(fresh) >= count:
             return fresh
 
 
-async def _complete(ctx: WorkflowContext, message_id: str) -> None:
+async def _complete(scope: Scope, message_id: str) -> None:
     await driver_call(
-        ctx._run.driver.complete_message(message_id, None), "complete message"
+        scope.run.driver.complete_message(message_id, None), "complete message"
     )
 
 
@@ -126,23 +122,23 @@ def _record(message: Message) -> dict[str, Any]:
 
 
 async def _receive(
-    ctx: WorkflowContext,
+    scope: Scope,
     name: str,
     names: list[str] | None,
     count: int,
     timeout: float | None,
 ) -> list[Message]:
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    location = ctx._visit(name)
-    entry = ctx._existing(location, "message")
+    location = scope.visit(name)
+    entry = scope.existing(location, "message")
     if entry is not None:
         state = entry.data["state"]
         if state == "received":
             recorded = [_to_message(m) for m in entry.data["messages"]]
             if not run.rollback:
                 for message in recorded:
-                    await _complete(ctx, message.id)
+                    await _complete(scope, message.id)
             return recorded
         if state == "timed_out":
             return []
@@ -161,7 +157,7 @@ async def _receive(
             "messages": [],
         }
         entry = storage.create_entry(location, "message", data)
-    received = await _take(ctx, names, count)
+    received = await _take(scope, names, count)
     if received:
         records = [_record(m) for m in received]
         what = f'Messages received by "{name}"'
@@ -178,7 +174,7 @@ async def _receive(
         await storage.flush()
         for record in records:
             run.consumed_messages.add(record["id"])
-            await _complete(ctx, record["id"])
+            await _complete(scope, record["id"])
         return [_to_message(record) for record in records]
     if deadline is not None and clock.now() >= deadline:
         complete(storage, entry, state="timed_out")

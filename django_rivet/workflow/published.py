@@ -12,14 +12,12 @@ brings back an older event value. Readers (``handle.request``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import keys, schema
 from .execution import RollbackStop, complete
+from .scope import Scope
 from .values import Message
-
-if TYPE_CHECKING:
-    from .context import WorkflowContext
 
 __all__ = [
     "MAX_EVENT_KEY_LENGTH",
@@ -58,7 +56,7 @@ def message_id_of(message: Message | Mapping[str, Any] | str) -> str:
 
 
 async def run_reply(
-    ctx: WorkflowContext,
+    scope: Scope,
     name: str,
     message: Message | Mapping[str, Any] | str,
     value: Any,
@@ -67,24 +65,22 @@ async def run_reply(
     message_id = message_id_of(message)
     key = keys.reply_key(message_id)
     data = {"message_id": message_id}
-    if await _publish(ctx, name, "reply", data, key, value, f'Reply "{name}"'):
-        on_reply = ctx._run.on_reply
+    if await _publish(scope, name, "reply", data, key, value, f'Reply "{name}"'):
+        on_reply = scope.run.on_reply
         if on_reply is not None:
             on_reply(message_id)
 
 
-async def run_set_event(
-    ctx: WorkflowContext, entry_name: str, key: str, value: Any
-) -> None:
+async def run_set_event(scope: Scope, entry_name: str, key: str, value: Any) -> None:
     """Record and publish ``value`` under ``key`` (a replay skips it)."""
     where = keys.event_key(key)
     await _publish(
-        ctx, entry_name, "event", {"key": key}, where, value, f'Event "{key}"'
+        scope, entry_name, "event", {"key": key}, where, value, f'Event "{key}"'
     )
 
 
 async def _publish(
-    ctx: WorkflowContext,
+    scope: Scope,
     name: str,
     kind: str,
     data: dict[str, Any],
@@ -96,10 +92,10 @@ async def _publish(
 
     Returns False when history already has the entry (nothing is sent).
     """
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    location = ctx._visit(name)
-    if ctx._existing(location, kind) is not None:
+    location = scope.visit(name)
+    if scope.existing(location, kind) is not None:
         return False
     if run.rollback:
         raise RollbackStop()

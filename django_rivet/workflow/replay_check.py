@@ -53,10 +53,10 @@ async def check_replay(
     storage = await Storage.load(driver)
     input = storage.get_field(keys.WORKFLOW_INPUT)
     run = Run(workflow_id, storage, driver, rollback=True, check=True)
-    ctx = WorkflowContext(run)
+    scope = WorkflowContext.root_scope(run)
     try:
-        await fn(ctx, input)
-        ctx._finish()
+        await fn(scope.context, input)
+        scope.finish()
     except RollbackStop:
         return None  # reached new work: everything before it replays
     except (HistoryDivergedError, EntryInProgressError) as error:
@@ -84,7 +84,7 @@ async def check_replay(
             code,
         )
     finally:
-        ctx._abandon()
+        scope.abandon()
     return None
 
 

@@ -276,11 +276,11 @@ class WorkflowRun:
             return finished_outcome(storage)
 
         run = self._new_run(storage, rollback=False)
-        ctx = WorkflowContext(run)
+        scope = WorkflowContext.root_scope(run)
         storage.state = "running"
         try:
-            output = await self.fn(ctx, input)
-            ctx._finish()
+            output = await self.fn(scope.context, input)
+            scope.finish()
             output = schema.roundtrip(output, "Workflow output")
             storage.set_field(keys.WORKFLOW_OUTPUT, output)
         except WorkflowInterrupt as pause:
@@ -290,7 +290,7 @@ class WorkflowRun:
         except Exception as error:
             return await self._fail(storage, error, input, previously_failed)
         finally:
-            ctx._abandon()
+            scope.abandon()
         storage.state = "completed"
         storage.set_field(keys.WORKFLOW_ERROR, UNSET)
         try:
@@ -415,9 +415,9 @@ class WorkflowRun:
     ) -> WorkflowOutcome:
         """Run rollback handlers of completed steps, newest first; resumable."""
         run = self._new_run(storage, rollback=True)
-        ctx = WorkflowContext(run)
+        scope = WorkflowContext.root_scope(run)
         try:
-            await self.fn(ctx, input)
+            await self.fn(scope.context, input)
         except EvictedError:
             return WorkflowOutcome("rolling_back", error=error)
         except StorageError:
@@ -425,7 +425,7 @@ class WorkflowRun:
         except (RollbackStop, WorkflowInterrupt, Exception):
             pass  # the replay only collects handlers; it ends where history ends
         finally:
-            ctx._abandon()
+            scope.abandon()
         context = RollbackContext(self.workflow_id, self._eviction.is_set)
         actions = sorted(run.rollback_actions, key=lambda a: a.seq, reverse=True)
         for action in actions:

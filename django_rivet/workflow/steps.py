@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_rivet import clock
 
@@ -31,11 +31,9 @@ from .errors import (
     mark_reported,
 )
 from .execution import RollbackAction, RollbackStop
+from .scope import Scope
 from .storage import Storage
 from .values import Failure, StepErrorEvent, StepResult
-
-if TYPE_CHECKING:
-    from .context import WorkflowContext
 
 __all__ = ["StepOptions", "backoff", "failure_kind", "run_step", "try_step"]
 
@@ -81,11 +79,11 @@ def failure_kind(error: BaseException) -> str | None:
 
 
 async def try_step(
-    ctx: WorkflowContext, name: str, fn: Callable[[], Any], options: StepOptions
+    scope: Scope, name: str, fn: Callable[[], Any], options: StepOptions
 ) -> StepResult[Any]:
     """Run a step, returning critical, timeout and exhausted failures."""
     try:
-        value = await run_step(ctx, name, fn, options)
+        value = await run_step(scope, name, fn, options)
     except (StepExhaustedError, CriticalError) as error:
         kind = failure_kind(error)
         attempts = getattr(error, "attempts", 0)
@@ -94,15 +92,15 @@ async def try_step(
 
 
 async def run_step(
-    ctx: WorkflowContext, name: str, fn: Callable[[], Any], options: StepOptions
+    scope: Scope, name: str, fn: Callable[[], Any], options: StepOptions
 ) -> Any:
     """Replay or execute one step attempt."""
-    run = ctx._run
+    run = scope.run
     storage = run.storage
-    if options.rollback is not None and not ctx._checkpoint:
+    if options.rollback is not None and not scope.checkpoint:
         raise RollbackCheckpointError()
-    location = ctx._visit(name)
-    entry = ctx._existing(location, "step")
+    location = scope.visit(name)
+    entry = scope.existing(location, "step")
     if entry is not None:
         metadata = storage.meta(entry)
         if metadata.status == "completed" or "output" in entry.data:
@@ -151,13 +149,13 @@ async def run_step(
     what = f'Output of step "{name}"'
     try:
         if options.transaction:
-            return await _run_transactional(ctx, name, fn, entry)
-        raw = await _call_with_timeout(ctx, name, fn, options.timeout)
+            return await _run_transactional(scope, name, fn, entry)
+        raw = await _call_with_timeout(scope, name, fn, options.timeout)
         _record_success(storage, entry, schema.roundtrip(raw, what), what)
     except StorageError:
         raise  # the driver's trouble, not the step's: the host retries the run
     except Exception as error:
-        failure = await _attempt_failed(ctx, name, entry, options, error)
+        failure = await _attempt_failed(scope, name, entry, options, error)
         if failure is error:
             raise
         raise failure from error
@@ -170,7 +168,7 @@ async def run_step(
             # fails once, as critical, without its output (RivetKit's rule).
             _undo_success(storage, entry)
             named = _refused(name, refused)
-            raise await _attempt_failed(ctx, name, entry, options, named) from None
+            raise await _attempt_failed(scope, name, entry, options, named) from None
     return output
 
 
@@ -202,9 +200,9 @@ def _undo_success(storage: Storage, entry: schema.Entry) -> None:
 
 
 async def _run_transactional(
-    ctx: WorkflowContext, name: str, fn: Callable[[], Any], entry: schema.Entry
+    scope: Scope, name: str, fn: Callable[[], Any], entry: schema.Entry
 ) -> Any:
-    storage = ctx._run.storage
+    storage = scope.run.storage
     done: dict[str, Any] = {}
     what = f'Output of step "{name}"'
 
@@ -216,7 +214,7 @@ async def _run_transactional(
         return writes
 
     try:
-        await ctx._run.driver.run_transactional(fn, make_writes)
+        await scope.run.driver.run_transactional(fn, make_writes)
     except BaseException as error:
         if "plan" in done:
             # The transaction rolled back after we recorded success: undo it.
@@ -228,10 +226,10 @@ async def _run_transactional(
     return entry.data["output"]
 
 
-async def _invoke(ctx: WorkflowContext, fn: Callable[[], Any]) -> Any:
+async def _invoke(scope: Scope, fn: Callable[[], Any]) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn()
-    call_sync = getattr(ctx._run.driver, "call_sync", None)
+    call_sync = getattr(scope.run.driver, "call_sync", None)
     if call_sync is not None:
         result = await call_sync(fn)
         return await result if inspect.isawaitable(result) else result
@@ -239,7 +237,7 @@ async def _invoke(ctx: WorkflowContext, fn: Callable[[], Any]) -> Any:
 
 
 async def _call_with_timeout(
-    ctx: WorkflowContext, name: str, fn: Callable[[], Any], timeout: float | None
+    scope: Scope, name: str, fn: Callable[[], Any], timeout: float | None
 ) -> Any:
     """Run the step function, cut off after ``timeout`` seconds (clock time).
 
@@ -249,7 +247,7 @@ async def _call_with_timeout(
     cancellation becomes :class:`StepTimeoutError`.
     """
     if not timeout or timeout <= 0:
-        return await _invoke(ctx, fn)
+        return await _invoke(scope, fn)
     deadline = clock.now() + timeout
     task = asyncio.current_task()
     assert task is not None
@@ -268,7 +266,7 @@ async def _call_with_timeout(
 
     armed = asyncio.get_running_loop().call_soon(arm)
     try:
-        result = await _invoke(ctx, fn)
+        result = await _invoke(scope, fn)
     except asyncio.CancelledError:
         if expired and task.uncancel() == 0:
             raise StepTimeoutError(
@@ -285,7 +283,7 @@ async def _call_with_timeout(
 
 
 async def _attempt_failed(
-    ctx: WorkflowContext,
+    scope: Scope,
     name: str,
     entry: schema.Entry,
     options: StepOptions,
@@ -298,7 +296,7 @@ async def _attempt_failed(
     retried) is reported here once, and the error raised is marked so that
     the workflow's failure does not report it a second time.
     """
-    run = ctx._run
+    run = scope.run
     metadata = run.storage.meta(entry)
     attempt = metadata.attempts
     if isinstance(error, StepTimeoutError) and options.retry_on_timeout:
