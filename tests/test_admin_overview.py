@@ -54,6 +54,10 @@ def make_trouble(frozen):
         run_due()
     doomed = workflows.start("doomed", id="doomed-1")
     assert run_until_idle(doomed) == "failed"
+    late = workflows.start("approval", {}, id="late-1", timeout=5)
+    run_until_idle(late)
+    frozen.advance(6)  # its deadline passes: cancelled with reason timeout
+    assert run_until_idle(late) == "cancelled"
     actors.get_or_create("shop", "overview").call("enqueue", {"n": 1})
     actors.get_or_create("shop", "overview").call("later")
     waiting = workflows.start("approval", {}, id="stuck-1")
@@ -80,6 +84,7 @@ def test_the_overview_counts_failed_and_stuck_work_and_links_to_those_rows(
             ("cron runs", 0),
             ("queue messages", 1),
             ("workflows", 1),
+            ("workflows past their deadline", 1),
         ]:
             count, link = link_after(page, f'<th scope="row">{label}</th>')
             assert count == expected, label
@@ -99,6 +104,14 @@ def test_the_overview_shows_queue_depths_connections_and_lateness(admin_client):
         count, link = link_after(page, '<th scope="row">alarmClock</th>')
         assert count == 1
         assert len(changelist_ids(admin_client, link)) == 1
+        mail = {"WORKFLOW_QUEUES": {"mail": {"concurrency": 1}}}
+        with override_settings(RIVET=mail):
+            workflows.start("approval", {}, id="queued-1", queue="mail")
+            workflows.start("approval", {}, id="queued-2", queue="mail")
+            page = admin_client.get(URL).content.decode()
+        queued, link = link_after(page, "<td>mail</td>")
+        assert queued == 1
+        assert changelist_ids(admin_client, link) == ["queued-2"]
     # Two schedules fired 10 s late (one of them failed): p50 and p99 are 10 s.
     assert re.search(r"p50 <span[^>]*>10\.000 s", page)
     assert re.search(r"p99 <span[^>]*>10\.000 s", page)

@@ -306,11 +306,18 @@ def test_the_scrape_reads_the_gauges_from_the_database():
         shop.call("later")
         shop.call("enqueue", {"n": 2})
         workflows.start("approval", {}, id="gauge-wf")
+        # One admitted at once, the second waits in its workflow queue.
+        with override_settings(RIVET={"WORKFLOW_QUEUES": {"mail": {"concurrency": 1}}}):
+            workflows.start("approval", {}, id="gauge-q1", queue="mail")
+            workflows.start("approval", {}, id="gauge-q2", queue="mail")
     text = staff_client().get("/metrics/").content.decode()
     assert "rivet_schedules_pending 1.0" in text
     assert 'rivet_queue_depth{actor="shop",queue="orders"} 1.0' in text
-    assert 'rivet_workflows{state="pending",workflow="approval"} 1.0' in text
+    # gauge-wf, and gauge-q1 admitted by its queue; gauge-q2 waits.
+    assert 'rivet_workflows{state="pending",workflow="approval"} 2.0' in text
+    assert 'rivet_workflows{state="queued",workflow="approval"} 1.0' in text
     assert "rivet_workflows_stuck 0.0" in text
+    assert 'rivet_workflow_queue_depth{queue="mail"} 1.0' in text
 
 
 def test_events_published_are_counted():

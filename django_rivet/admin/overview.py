@@ -1,9 +1,10 @@
 """The overview page: what needs attention, linked to the filtered lists.
 
 ``/admin/django_rivet/overview/`` (the "Overview" entry of the app in the
-admin index) shows failed work of the last 24 hours, stuck workflows, queue
-depths, open connections and how late schedules fired in the last hour,
-each count linking to the change list filtered to exactly those rows. It
+admin index) shows failed work of the last 24 hours (workflows past their
+deadline included), stuck workflows, actor and workflow queue depths, open
+connections and how late schedules fired in the last hour, each count
+linking to the change list filtered to exactly those rows. It
 needs the ``django_rivet.view_overview`` permission (superusers have it).
 
 Every figure is one bounded query: counts over partial indexes, and the
@@ -40,6 +41,7 @@ from ..models import (
     WorkflowStatus,
 )
 from ..observability import gauges
+from ..workflow_runtime.queues import queue_stats as workflow_queue_stats
 from .charts import Series, bars
 from .rendering import ReadOnlyAdmin
 
@@ -90,12 +92,18 @@ def _hourly(times: Iterable[datetime | None], now: datetime) -> list[float | Non
     return counts
 
 
-# What failed, by row kind: (label, model, status field, failed value).
-FAILED: list[tuple[str, type[Any], str, str]] = [
-    ("schedules", Schedule, "status", ScheduleStatus.FAILED),
-    ("cron runs", CronRun, "result", CronRunResult.ERROR),
-    ("queue messages", QueueMessage, "status", QueueMessageStatus.FAILED),
-    ("workflows", Workflow, "status", WorkflowStatus.FAILED),
+# What failed, by row kind: (label, model, the filters that select it).
+FAILED: list[tuple[str, type[Any], dict[str, str]]] = [
+    ("schedules", Schedule, {"status": ScheduleStatus.FAILED}),
+    ("cron runs", CronRun, {"result": CronRunResult.ERROR}),
+    ("queue messages", QueueMessage, {"status": QueueMessageStatus.FAILED}),
+    ("workflows", Workflow, {"status": WorkflowStatus.FAILED}),
+    # Cancelled because their deadline (@workflow(timeout=...)) passed.
+    (
+        "workflows past their deadline",
+        Workflow,
+        {"status": WorkflowStatus.CANCELLED, "cancel_reason": "timeout"},
+    ),
 ]
 
 
@@ -104,17 +112,16 @@ def failed_work(now: datetime) -> dict[str, Any]:
     since = now - timedelta(days=1)
     times: list[datetime | None] = []
     counts = []
-    for label, model, field, failed in FAILED:
-        rows = model.objects.filter(**{field: failed, "finished_at__gte": since})
+    for label, model, filters in FAILED:
+        rows = model.objects.filter(**filters, finished_at__gte=since)
         recent = list(
             rows.order_by("-finished_at").values_list("finished_at", flat=True)[
                 :SAMPLE_LIMIT
             ]
         )
         times += recent
-        link = _changelist(
-            model, **{f"{field}__exact": failed, "finished_at__gte": _iso(since)}
-        )
+        exact = {f"{field}__exact": value for field, value in filters.items()}
+        link = _changelist(model, **exact, finished_at__gte=_iso(since))
         count = len(recent) if len(recent) < SAMPLE_LIMIT else rows.count()
         counts.append({"label": label, "count": count, "link": link})
     hours = [f"{(now - timedelta(hours=23 - h)):%H}:00" for h in range(24)]
@@ -158,6 +165,24 @@ def queues(now: datetime) -> list[dict[str, Any]]:
             "link": _changelist(QueueMessage, status__in=active, queue=row["queue"]),
         }
         for row in found[:50]
+    ]
+
+
+def workflow_queues(now: datetime) -> list[dict[str, Any]]:
+    """List each workflow queue: queued, running, and the oldest wait."""
+    return [
+        {
+            "queue": stats.name,
+            "depth": stats.depth,
+            "running": stats.running,
+            "waiting": "-"
+            if stats.oldest_queued_at is None
+            else _age(now - stats.oldest_queued_at),
+            "link": _changelist(
+                Workflow, queue=stats.name, status__exact=WorkflowStatus.QUEUED
+            ),
+        }
+        for stats in workflow_queue_stats()[:50]
     ]
 
 
@@ -253,6 +278,7 @@ class OverviewAdmin(ReadOnlyAdmin):
             "failed": failed_work(now),
             "stuck": stuck(now),
             "queues": queues(now),
+            "workflow_queues": workflow_queues(now),
             "connections": connections(),
             "lateness": lateness(now),
             "schedules_pending": gauges.schedules_pending(),

@@ -1,9 +1,9 @@
 """What the database says right now: the gauges of a scrape and the overview.
 
 Each reading is one aggregate query over rows a partial index already
-narrows (active workflows, pending messages and schedules, live
-connections), so a scrape costs a fixed number of queries whatever the
-traffic: five, none of which reads finished history. Label values come from
+narrows (active and queued workflows, pending messages and schedules,
+live connections), so a scrape costs a fixed number of queries whatever the
+traffic: six, none of which reads finished history. Label values come from
 names the code defines (workflow, actor and queue names), never from keys or
 ids.
 """
@@ -37,6 +37,7 @@ __all__ = [
     "stuck_cutoff",
     "stuck_workflows",
     "workflow_counts",
+    "workflow_queue_depths",
 ]
 
 # Workflow states the rivet_workflows gauge counts: the active ones, and the
@@ -55,6 +56,8 @@ class Snapshot:
     queue_depth: dict[tuple[str, str], int]
     schedules_pending: int
     connections: dict[str, int]  # actor name -> open connections
+    # workflow queue name (WORKFLOW_QUEUES) -> workflows queued, not started
+    workflow_queue_depth: dict[str, int]
 
 
 def stuck_cutoff(now: datetime | None = None) -> datetime:
@@ -100,6 +103,17 @@ def queue_depths() -> dict[tuple[str, str], int]:
     return {(row["actor__name"], row["queue"]): row["n"] for row in rows}
 
 
+def workflow_queue_depths() -> dict[str, int]:
+    """Count queued workflows (not started yet) by workflow queue name."""
+    rows = (
+        Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+        .order_by()
+        .values("queue")
+        .annotate(n=Count("pk"))
+    )
+    return {row["queue"]: row["n"] for row in rows}
+
+
 def schedules_pending() -> int:
     """Count one-shot schedules waiting for their time."""
     return Schedule.objects.filter(status=ScheduleStatus.PENDING).count()
@@ -112,11 +126,12 @@ def connection_counts() -> dict[str, int]:
 
 
 def read() -> Snapshot:
-    """Read every gauge (five aggregate queries)."""
+    """Read every gauge (six aggregate queries)."""
     return Snapshot(
         workflows=workflow_counts(),
         stuck_workflows=stuck_count(),
         queue_depth=queue_depths(),
         schedules_pending=schedules_pending(),
         connections=connection_counts(),
+        workflow_queue_depth=workflow_queue_depths(),
     )

@@ -157,6 +157,14 @@ class DatabaseCollector:
         for (actor, queue), count in sorted(snapshot.queue_depth.items()):
             depth.add_metric([actor, queue], count)
         yield depth
+        queued = GaugeMetricFamily(
+            "rivet_workflow_queue_depth",
+            "Workflows waiting in a workflow queue (WORKFLOW_QUEUES), not started.",
+            labels=["queue"],
+        )
+        for queue, count in sorted(snapshot.workflow_queue_depth.items()):
+            queued.add_metric([queue], count)
+        yield queued
         yield GaugeMetricFamily(
             "rivet_schedules_pending",
             "One-shot schedules waiting for their time.",
