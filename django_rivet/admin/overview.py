@@ -41,7 +41,7 @@ from ..models import (
     WorkflowStatus,
 )
 from ..observability import gauges
-from ..workflow_runtime.queues import queue_stats as workflow_queue_stats
+from ..workflows.queues import queue_stats as workflow_queue_stats
 from .charts import Series, bars
 from .rendering import ReadOnlyAdmin
 
