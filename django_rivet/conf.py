@@ -1,15 +1,26 @@
 """Settings of django-rivet, read through :data:`rivet_settings`.
 
-Projects configure the app with one dict, ``settings.RIVET``. Reads are lazy
-(never at import time) and the cache is dropped on ``setting_changed``, so
-``override_settings(RIVET=...)`` works in tests. Unknown keys are reported by
-the system check ``rivet.E001`` rather than raised here, so a typo shows up in
-``manage.py check`` with a hint instead of as a crash at first use.
+Projects configure the app with one dict, ``settings.RIVET``. Each key is
+declared once, in :data:`SETTINGS`: its default, and the kind of value it
+takes (:class:`Kind`: what it accepts, said in words, and the Python type
+it is read as). Reads are typed (``rivet_settings.ACTION_TIMEOUT`` is a
+``float``), lazy (never at import time) and cached; the cache is dropped on
+``setting_changed``, so ``override_settings(RIVET=...)`` works in tests.
+
+A value of the wrong kind is reported by the system checks (``rivet.E004``,
+and ``E301``, ``E302``, ``E701`` for retention, cron history and workflow
+queues), with the same sentence :class:`InvalidSetting` raises if the
+runtime reads it anyway. Unknown keys are ``rivet.E001``. The settings page
+of the documentation (``settings.md``) says what each key means.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -19,7 +30,14 @@ from django.dispatch import receiver
 __all__ = [
     "DEFAULTS",
     "DEFAULT_DOCS_URL",
+    "MAX_CRON_HISTORY",
+    "MAX_RETENTION_SECONDS",
+    "MAX_RETRIES",
+    "SETTINGS",
+    "InvalidSetting",
+    "Kind",
     "RivetSettings",
+    "Setting",
     "docs_url",
     "rivet_settings",
 ]
@@ -28,132 +46,295 @@ __all__ = [
 # released versions. Projects that host their own copy (or pin a version)
 # set RIVET["DOCS_URL"].
 DEFAULT_DOCS_URL = "https://django-rivet.readthedocs.io/en/stable/"
+# Longer retention periods are "forever" anyway, and would overflow date
+# arithmetic.
+MAX_RETENTION_SECONDS = 100 * 365 * 86400
+# The most runs a cron job keeps (the setting, and each job's max_history).
+MAX_CRON_HISTORY = 10000
+# The most retries of a piece of background work (the setting, and each
+# schedule's, cron job's or queue handler's max_retries).
+MAX_RETRIES = 1000
 
-#: Every key of ``settings.RIVET`` with its default value; the settings page
+
+# -- kinds of values -------------------------------------------------------------------
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """The values a setting takes.
+
+    ``expected`` says which in words (it completes "RIVET['X'] must be
+    ..."); ``accepts(value)`` tells whether a value is one; ``convert(value)``
+    turns an accepted value into what reads return.
+    """
+
+    expected: str
+    accepts: Callable[[Any], bool]
+    convert: Callable[[Any], Any] = _same
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def _integer(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int)
+
+
+def optional(kind: Kind) -> Kind:
+    """Return ``kind``, or ``None``."""
+    return Kind(
+        f"None or {kind.expected}",
+        lambda value: value is None or kind.accepts(value),
+        lambda value: None if value is None else kind.convert(value),
+    )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value) if _number(value) else None
+
+
+def _retention(value: Any) -> bool:
+    seconds = _seconds(value)
+    # NaN compares false with everything: refused here.
+    return seconds is not None and 0 <= seconds <= MAX_RETENTION_SECONDS
+
+
+def _http_url(value: Any) -> bool:
+    return isinstance(value, str) and urlsplit(value).scheme in ("http", "https")
+
+
+POSITIVE_NUMBER = Kind("a positive number", lambda v: _number(v) and v > 0, float)
+POSITIVE_SECONDS = Kind("a positive number of seconds", POSITIVE_NUMBER.accepts, float)
+POSITIVE_INTEGER = Kind("a positive integer", lambda v: _integer(v) and v > 0)
+BOOLEAN = Kind("True or False", lambda v: isinstance(v, bool))
+ALIAS = Kind("the name of a channel layer", lambda v: isinstance(v, str) and bool(v))
+ORIGINS = Kind("a list of origin strings", _strings, list)
+IP_NETWORKS = Kind(
+    "a list of IP addresses or networks", lambda v: isinstance(v, list | tuple), list
+)
+HTTP_URL = Kind("an http(s) URL", _http_url)
+BACKEND_NAME = Kind(
+    "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
+    lambda v: v is None or (isinstance(v, str) and bool(v)),
+)
+RETENTION = Kind(
+    "None or a number of seconds (or a timedelta) from 0 to 100 years",
+    lambda v: v is None or _retention(v),
+)
+CRON_HISTORY = Kind(
+    f"None or an integer from 0 to {MAX_CRON_HISTORY}",
+    lambda v: v is None or (_integer(v) and 0 <= v <= MAX_CRON_HISTORY),
+)
+RETRIES = Kind(
+    f"an integer from 0 to {MAX_RETRIES}",
+    lambda v: _integer(v) and 0 <= v <= MAX_RETRIES,
+)
+QUEUES = Kind(
+    "a dict of queue names to their limits", lambda v: isinstance(v, dict), dict
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One key of ``settings.RIVET``: its default, its kind, the check reporting it."""
+
+    default: Any
+    kind: Kind
+    check: str = "rivet.E004"
+
+
+#: Every key of ``settings.RIVET``: its default, the kind of value it takes,
+#: and which system check reports a value of another kind. The settings page
 #: of the documentation says what each one means.
-DEFAULTS: dict[str, Any] = {
+SETTINGS: dict[str, Setting] = {
     # Seconds an invocation may run before it is rolled back with
     # actor/action_timeout.
-    "ACTION_TIMEOUT": 60,
+    "ACTION_TIMEOUT": Setting(60, POSITIVE_NUMBER),
     # Seconds an actor instance may sit idle in a process before it is evicted
     # (its on_sleep hook runs); ephemeral attributes are rebuilt on next load.
-    "SLEEP_TIMEOUT": 30,
+    "SLEEP_TIMEOUT": Setting(30, POSITIVE_NUMBER),
     # Actor instances (with their decoded state) one process keeps cached;
     # beyond it the least recently used are evicted (on_sleep runs).
-    "ACTOR_CACHE_SIZE": 10000,
+    "ACTOR_CACHE_SIZE": Setting(10000, POSITIVE_INTEGER),
     # Largest WebSocket frame accepted, checked before decoding.
-    "MAX_INCOMING_MESSAGE_BYTES": 65536,
+    "MAX_INCOMING_MESSAGE_BYTES": Setting(65536, POSITIVE_INTEGER),
     # Frames one socket may have received and not yet handled (actions
     # waiting behind the running one), by count and by bytes: a client that
     # sends more ahead of the answers gets request/too_many_frames and the
     # close code 4429, so a flood costs the server at most this much.
-    "MAX_PENDING_FRAMES": 1000,
-    "MAX_PENDING_FRAME_BYTES": 1048576,
+    "MAX_PENDING_FRAMES": Setting(1000, POSITIVE_INTEGER),
+    "MAX_PENDING_FRAME_BYTES": Setting(1048576, POSITIVE_INTEGER),
     # Largest HTTP request body accepted (bounds `input` too), checked before
     # reading the body.
-    "MAX_HTTP_BODY_BYTES": 1048576,
+    "MAX_HTTP_BODY_BYTES": Setting(1048576, POSITIVE_INTEGER),
     # Largest response or frame the server sends.
-    "MAX_OUTGOING_MESSAGE_BYTES": 1048576,
+    "MAX_OUTGOING_MESSAGE_BYTES": Setting(1048576, POSITIVE_INTEGER),
     # When True, internal errors carry the exception text to clients.
     # Development only.
-    "EXPOSE_ERRORS": False,
+    "EXPOSE_ERRORS": Setting(False, BOOLEAN),
     # Alias in CHANNEL_LAYERS used for broadcasts and connection messages.
-    "CHANNEL_LAYER": "default",
+    "CHANNEL_LAYER": Setting("default", ALIAS),
     # Seconds between sweeps (lost schedules, expired workflow leases, stale
     # connections). Use it for the Celery beat entry of rivet.sweep.
-    "SWEEP_INTERVAL": 5,
+    "SWEEP_INTERVAL": Setting(5, POSITIVE_NUMBER),
     # Events kept per actor for replay after a reconnect (?since=<seq>).
-    "EVENT_LOG_SIZE": 1000,
+    "EVENT_LOG_SIZE": Setting(1000, POSITIVE_INTEGER),
     # Largest encoded arguments of one event (ctx.broadcast, conn.send);
     # larger ones fail the handler with actor/event_too_large.
-    "MAX_EVENT_BYTES": 262144,
+    "MAX_EVENT_BYTES": Setting(262144, POSITIVE_INTEGER),
     # Seconds between two checks of the actors' latest seqs by each web
     # process: events whose channel-layer message was lost reach their
     # sockets (from the event log) within this time.
-    "EVENT_CHECK_INTERVAL": 1.0,
+    "EVENT_CHECK_INTERVAL": Setting(1.0, POSITIVE_NUMBER),
     # Seconds a socket may stay unable to take more data (its client does
     # not read) before it is closed with code 4408; meanwhile it is sent no
     # events and catches up from the log once it reads again.
-    "SLOW_CONSUMER_TIMEOUT": 30,
+    "SLOW_CONSUMER_TIMEOUT": Setting(30, POSITIVE_NUMBER),
     # WebSocket connections one web process is sized for; the channel-layer
     # check (rivet.W602) compares channels_redis' capacity with it.
-    "CONNECTIONS_PER_PROCESS": 1000,
+    "CONNECTIONS_PER_PROCESS": Setting(1000, POSITIVE_INTEGER),
     # True: the web process itself fires due schedules/cron/queues and runs
     # workflows (single-process development). A deploy check warns about it.
-    "EMBEDDED_WORKER": False,
+    "EMBEDDED_WORKER": Setting(False, BOOLEAN),
     # Seconds a worker's claim on a workflow lasts without a heartbeat.
-    "WORKFLOW_LEASE_SECONDS": 30,
+    "WORKFLOW_LEASE_SECONDS": Setting(30, POSITIVE_NUMBER),
     # Seconds; sleeps shorter than this wait in memory instead of yielding.
-    "WORKFLOW_POLL_INTERVAL": 0.1,
+    "WORKFLOW_POLL_INTERVAL": Setting(0.1, POSITIVE_NUMBER),
     # True: a workflow flush is one database transaction (an oversized flush
     # is rejected) instead of chunks of <= 128 writes.
-    "KV_ATOMIC_FLUSH": False,
+    "KV_ATOMIC_FLUSH": Setting(False, BOOLEAN),
     # What makes due work run promptly: "celery", "worker" (the in-process
     # worker loop), "none" (the sweeper of another process), or a dotted path
     # to a backend class. None: "worker" with EMBEDDED_WORKER, else "celery"
     # when a Celery broker is configured, else "none".
-    "DISPATCH_BACKEND": None,
+    "DISPATCH_BACKEND": Setting(None, BACKEND_NAME),
     # Origins allowed to open WebSockets, e.g. ["https://app.example.com"].
     # None: derived from ALLOWED_HOSTS.
-    "ALLOWED_ORIGINS": None,
+    "ALLOWED_ORIGINS": Setting(None, optional(ORIGINS)),
     # Origins whose pages may call the RivetKit-client endpoints (metadata,
     # actors, gateway) cross-origin, with credentials, e.g.
     # ["http://localhost:5173"] for a Vite dev server. Empty: no CORS at all.
-    "CORS_ALLOWED_ORIGINS": [],
+    "CORS_ALLOWED_ORIGINS": Setting([], ORIGINS),
     # Retention (seconds or a timedelta; None keeps forever). The sweeper
     # deletes what is older in bounded batches; rivet_purge does it on demand.
     # A finished workflow (completed, failed, cancelled) with its history and
     # inbox, this long after it finished.
-    "WORKFLOW_RETENTION": 7 * 86400,
+    "WORKFLOW_RETENTION": Setting(7 * 86400, RETENTION, "rivet.E301"),
     # A fired schedule, this long after it fired.
-    "SCHEDULE_RETENTION": 86400,
+    "SCHEDULE_RETENTION": Setting(86400, RETENTION, "rivet.E301"),
     # A processed queue message and its reply, this long after processing.
-    "QUEUE_RETENTION": 86400,
+    "QUEUE_RETENTION": Setting(86400, RETENTION, "rivet.E301"),
     # History entries kept per cron job that did not pass max_history.
-    "CRON_HISTORY": 100,
+    "CRON_HISTORY": Setting(100, CRON_HISTORY, "rivet.E302"),
     # Largest encoded (CBOR) actor state, and connection state, an
     # invocation may commit; a call growing it past this is rolled back with
     # actor/state_too_large.
-    "MAX_STATE_BYTES": 1048576,
+    "MAX_STATE_BYTES": Setting(1048576, POSITIVE_INTEGER),
     # PostgreSQL: seconds an invocation waits for a lock (the actor's row,
     # and row locks its handler takes) before it gives up with actor/busy,
     # having changed nothing. Never longer than the invocation's own time
     # limit. None: wait as long as that limit allows.
-    "LOCK_TIMEOUT": 10,
+    "LOCK_TIMEOUT": Setting(10, optional(POSITIVE_NUMBER)),
     # WebSocket connections one actor may hold (both protocols); the next
     # handshake is refused with actor/too_many_connections, close code 4429.
     # None: no limit.
-    "MAX_CONNECTIONS_PER_ACTOR": 1000,
+    "MAX_CONNECTIONS_PER_ACTOR": Setting(1000, optional(POSITIVE_INTEGER)),
     # Base URL of the documentation that check hints and error messages link
     # to (each page is "<DOCS_URL><page>.html#<section>").
-    "DOCS_URL": DEFAULT_DOCS_URL,
+    "DOCS_URL": Setting(DEFAULT_DOCS_URL, HTTP_URL),
     # Failed background work (a scheduled action, a cron firing, a queue
     # message) is retried this many times after its first attempt, unless
     # its own max_retries says otherwise. 0: never retried.
-    "SCHEDULE_MAX_RETRIES": 3,
+    "SCHEDULE_MAX_RETRIES": Setting(3, RETRIES),
     # Seconds before retry n: min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE *
     # 2 ** (n - 1)), less up to a quarter of it at random (jitter).
-    "RETRY_BACKOFF_BASE": 1.0,
-    "RETRY_BACKOFF_MAX": 300.0,
+    "RETRY_BACKOFF_BASE": Setting(1.0, POSITIVE_SECONDS),
+    "RETRY_BACKOFF_MAX": Setting(300.0, POSITIVE_SECONDS),
     # Workflow queues: {"name": {"concurrency": 5, "rate_limit": (100, 60.0)}}.
     # concurrency: workflows of the queue started and not finished, at most,
     # across all workers (None: no limit); rate_limit: (n, seconds), at most
     # n starts per sliding window of that many seconds (None: no limit).
-    "WORKFLOW_QUEUES": {},
+    # rivet.E701 checks the limits too.
+    "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
     # a logged-in active staff user when True, and any client whose address
     # (REMOTE_ADDR) is in METRICS_ALLOWED_IPS, a list of addresses or
-    # networks such as ["127.0.0.1", "10.0.0.0/8"]. Everyone else gets 403.
-    "METRICS_ALLOW_STAFF": True,
-    "METRICS_ALLOWED_IPS": [],
+    # networks such as ["127.0.0.1", "10.0.0.0/8"] (rivet.E801 checks each).
+    # Everyone else gets 403.
+    "METRICS_ALLOW_STAFF": Setting(True, BOOLEAN),
+    "METRICS_ALLOWED_IPS": Setting([], IP_NETWORKS),
 }
+
+#: Every key of ``settings.RIVET`` with its default value.
+DEFAULTS: dict[str, Any] = {key: entry.default for key, entry in SETTINGS.items()}
+
+
+class InvalidSetting(ImproperlyConfigured):
+    """A value of ``settings.RIVET`` is not of its setting's kind."""
+
+    def __init__(self, key: str, expected: str) -> None:
+        super().__init__(f"RIVET[{key!r}] must be {expected}.")
+        self.key = key
+        self.expected = expected
 
 
 class RivetSettings:
-    """Lazy, cached view of ``settings.RIVET`` over :data:`DEFAULTS`."""
+    """Typed, lazy, cached view of ``settings.RIVET`` over :data:`SETTINGS`.
 
-    def __init__(self, defaults: dict[str, Any] | None = None) -> None:
-        self.defaults = defaults if defaults is not None else DEFAULTS
+    Reading a key returns the project's value, or the default, as the type
+    annotated here; a value of the wrong kind raises
+    :class:`InvalidSetting` (the system checks report it first).
+    """
+
+    ACTION_TIMEOUT: float
+    SLEEP_TIMEOUT: float
+    ACTOR_CACHE_SIZE: int
+    MAX_INCOMING_MESSAGE_BYTES: int
+    MAX_PENDING_FRAMES: int
+    MAX_PENDING_FRAME_BYTES: int
+    MAX_HTTP_BODY_BYTES: int
+    MAX_OUTGOING_MESSAGE_BYTES: int
+    EXPOSE_ERRORS: bool
+    CHANNEL_LAYER: str
+    SWEEP_INTERVAL: float
+    EVENT_LOG_SIZE: int
+    MAX_EVENT_BYTES: int
+    EVENT_CHECK_INTERVAL: float
+    SLOW_CONSUMER_TIMEOUT: float
+    CONNECTIONS_PER_PROCESS: int
+    EMBEDDED_WORKER: bool
+    WORKFLOW_LEASE_SECONDS: float
+    WORKFLOW_POLL_INTERVAL: float
+    KV_ATOMIC_FLUSH: bool
+    DISPATCH_BACKEND: str | None
+    ALLOWED_ORIGINS: list[str] | None
+    CORS_ALLOWED_ORIGINS: list[str]
+    WORKFLOW_RETENTION: float | timedelta | None
+    SCHEDULE_RETENTION: float | timedelta | None
+    QUEUE_RETENTION: float | timedelta | None
+    CRON_HISTORY: int | None
+    MAX_STATE_BYTES: int
+    LOCK_TIMEOUT: float | None
+    MAX_CONNECTIONS_PER_ACTOR: int | None
+    DOCS_URL: str
+    SCHEDULE_MAX_RETRIES: int
+    RETRY_BACKOFF_BASE: float
+    RETRY_BACKOFF_MAX: float
+    WORKFLOW_QUEUES: dict[str, Any]
+    METRICS_ALLOW_STAFF: bool
+    METRICS_ALLOWED_IPS: list[str]
+
+    def __init__(self, declared: dict[str, Setting] | None = None) -> None:
+        self.declared = declared if declared is not None else SETTINGS
         self._cached: set[str] = set()
 
     @property
@@ -168,12 +349,47 @@ class RivetSettings:
 
     def unknown_keys(self) -> list[str]:
         """Return the keys of ``settings.RIVET`` that are not settings."""
-        return sorted(set(self.user_settings) - set(self.defaults))
+        return sorted(set(self.user_settings) - set(self.declared))
+
+    def raw(self, key: str) -> Any:
+        """Return the project's value of ``key`` as given (or the default)."""
+        return self.user_settings.get(key, self.declared[key].default)
+
+    def problem(self, key: str) -> str | None:
+        """Return what ``key`` must be when its value is not of its kind, else None."""
+        kind = self.declared[key].kind
+        return None if kind.accepts(self.raw(key)) else kind.expected
+
+    def problems(self, check: str | None = None) -> dict[str, str]:
+        """Return ``{key: what it must be}`` for values not of their kind.
+
+        ``check`` keeps the keys that check reports (``"rivet.E004"``...).
+        """
+        found = {}
+        for key, setting in self.declared.items():
+            if check is not None and setting.check != check:
+                continue
+            expected = self.problem(key)
+            if expected is not None:
+                found[key] = expected
+        return found
+
+    def valid(self, key: str) -> Any:
+        """Return the value of ``key`` as a read does, or None if it is invalid.
+
+        For the system checks: they must not fail on a value another check
+        reports.
+        """
+        return None if self.problem(key) is not None else getattr(self, key)
 
     def __getattr__(self, attr: str) -> Any:
-        if attr not in self.defaults:
+        setting = self.declared.get(attr) if attr.isupper() else None
+        if setting is None:
             raise AttributeError(f"Invalid django-rivet setting: {attr!r}")
-        value = self.user_settings.get(attr, self.defaults[attr])
+        value = self.user_settings.get(attr, setting.default)
+        if not setting.kind.accepts(value):
+            raise InvalidSetting(attr, setting.kind.expected)
+        value = setting.kind.convert(value)
         self._cached.add(attr)
         setattr(self, attr, value)
         return value

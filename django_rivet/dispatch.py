@@ -266,4 +266,4 @@ def within_eta_horizon(when: float) -> bool:
 
 def grace_period() -> timedelta:
     """Return how late due work must be before a sweep presumes it lost."""
-    return timedelta(seconds=float(rivet_settings.SWEEP_INTERVAL))
+    return timedelta(seconds=rivet_settings.SWEEP_INTERVAL)

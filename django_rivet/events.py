@@ -106,7 +106,7 @@ def encode_args(name: str, args: Iterable[Any]) -> bytes:
     every connection failing to deliver it later.
     """
     data = cbor_dumps(list(args))
-    limit = int(rivet_settings.MAX_EVENT_BYTES)
+    limit = rivet_settings.MAX_EVENT_BYTES
     if len(data) > limit:
         raise EventTooLarge(
             f"Event {name[:64]!r} is {len(data)} bytes encoded; the limit is {limit}",
@@ -142,7 +142,7 @@ def append(
         ]
     )
     last = logged[-1].seq
-    keep = max(int(rivet_settings.EVENT_LOG_SIZE), 0)
+    keep = rivet_settings.EVENT_LOG_SIZE
     if last > keep:
         ActorEvent.objects.filter(actor_id=actor_id, seq__lte=last - keep).delete()
     return logged

@@ -102,7 +102,7 @@ def beat_schedule(interval: float | None = None) -> dict[str, dict[str, Any]]:
     ``app.conf.beat_schedule``.
     """
     if interval is None:
-        interval = float(rivet_settings.SWEEP_INTERVAL)
+        interval = rivet_settings.SWEEP_INTERVAL
     return {
         "rivet-sweep": {
             "task": "rivet.sweep",

@@ -43,6 +43,9 @@ def test_unknown_key_is_e001():
         {"ALLOWED_ORIGINS": "https://example.com"},
         {"MAX_CONNECTIONS_PER_ACTOR": 0},
         {"MAX_CONNECTIONS_PER_ACTOR": "10"},
+        {"MAX_PENDING_FRAMES": 0},
+        {"CHANNEL_LAYER": 5},
+        {"RETRY_BACKOFF_MAX": "300"},
     ],
 )
 def test_bad_values_are_e004(rivet):

@@ -83,3 +83,40 @@ def test_every_setting_is_documented():
     text = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
     for key in DEFAULTS:
         assert f"`{key}`" in text, key
+
+
+def test_every_setting_is_read_as_its_declared_type():
+    # One table declares each key; the typed attributes follow it exactly.
+    from django_rivet.conf import SETTINGS, RivetSettings
+
+    assert set(RivetSettings.__annotations__) == set(SETTINGS)
+
+
+@override_settings(RIVET={"ACTION_TIMEOUT": 5, "MAX_STATE_BYTES": 2000})
+def test_reads_are_typed_so_callers_convert_nothing():
+    assert rivet_settings.ACTION_TIMEOUT == 5.0
+    assert isinstance(rivet_settings.ACTION_TIMEOUT, float)
+    assert rivet_settings.MAX_STATE_BYTES == 2000
+
+
+@pytest.mark.parametrize(
+    ("rivet", "message"),
+    [
+        (
+            {"ACTION_TIMEOUT": "60"},
+            "RIVET['ACTION_TIMEOUT'] must be a positive number.",
+        ),
+        (
+            {"QUEUE_RETENTION": "7 days"},
+            "RIVET['QUEUE_RETENTION'] must be None or a number of seconds "
+            "(or a timedelta) from 0 to 100 years.",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused_when_read(rivet, message):
+    from django.core.exceptions import ImproperlyConfigured
+
+    (key,) = rivet
+    with override_settings(RIVET=rivet), pytest.raises(ImproperlyConfigured) as info:
+        getattr(rivet_settings, key)
+    assert str(info.value) == message

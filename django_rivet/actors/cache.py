@@ -242,7 +242,7 @@ def _ensure_watcher() -> None:
 
 def _excess_age() -> float | None:
     """Return the idle age beyond which evicting brings the cache to its bound."""
-    bound = int(rivet_settings.ACTOR_CACHE_SIZE)
+    bound = rivet_settings.ACTOR_CACHE_SIZE
     now = clock.now()
     with _lock:
         excess = len(_cache) - bound
@@ -254,7 +254,7 @@ def _excess_age() -> float | None:
 
 def _watch() -> None:
     while True:
-        timeout = max(float(rivet_settings.SLEEP_TIMEOUT), 0.05)
+        timeout = max(rivet_settings.SLEEP_TIMEOUT, 0.05)
         time.sleep(min(timeout, 1.0))
         evict = _evictor
         if evict is None:

@@ -84,7 +84,7 @@ WILDCARD = "*"
 
 def heartbeat_interval() -> float:
     """Return the seconds between two refreshes of ``last_seen_at``."""
-    return float(rivet_settings.SWEEP_INTERVAL)
+    return rivet_settings.SWEEP_INTERVAL
 
 
 def stale_after() -> float:

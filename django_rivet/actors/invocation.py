@@ -383,7 +383,7 @@ def refusal(error: UserError) -> UserError:
 
 def check_state_size(data: bytes, what: str) -> None:
     """Refuse an encoded state over ``MAX_STATE_BYTES`` (``actor/state_too_large``)."""
-    limit = int(rivet_settings.MAX_STATE_BYTES)
+    limit = rivet_settings.MAX_STATE_BYTES
     if len(data) > limit:
         raise StateTooLarge(
             f"The {what} state is {len(data)} bytes encoded; the limit is {limit}",
@@ -400,7 +400,7 @@ def action_timeout(definition: type[Actor] | None = None) -> float:
     """
     if definition is not None and definition.action_timeout is not None:
         return float(definition.action_timeout)
-    return float(rivet_settings.ACTION_TIMEOUT)
+    return rivet_settings.ACTION_TIMEOUT
 
 
 def longest_action_timeout() -> float:
@@ -409,7 +409,7 @@ def longest_action_timeout() -> float:
     ``ACTION_TIMEOUT`` or a longer per-class or per-action timeout; claims
     of scheduled work must outlive it.
     """
-    longest = float(rivet_settings.ACTION_TIMEOUT)
+    longest = rivet_settings.ACTION_TIMEOUT
     for definition in registry.all_actors().values():
         longest = max(longest, action_timeout(definition))
         for spec in (*definition.actions.values(), *definition.queue_handlers.values()):

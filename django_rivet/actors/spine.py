@@ -426,7 +426,7 @@ def evict_idle(max_idle: float | None = None) -> int:
     Returns how many were evicted. Best effort: a failing ``on_sleep`` is
     logged and the actor is evicted anyway.
     """
-    limit = float(rivet_settings.SLEEP_TIMEOUT if max_idle is None else max_idle)
+    limit = rivet_settings.SLEEP_TIMEOUT if max_idle is None else max_idle
     evicted = 0
     for actor_id, entry in cache.idle_entries(limit):
         if entry.definition.overrides("on_sleep"):

@@ -1,5 +1,7 @@
-"""Background work: retries, workflow queues, scheduled workflows (rivet.E004,
-E701, E702).
+"""Background work: workflow queues, scheduled workflows (rivet.E701, E702).
+
+The retry settings' kinds are declared with the settings (``conf``), and
+reported as ``rivet.E004`` with the others.
 
 Messages are module constants so tests compare them by equality.
 """
@@ -11,12 +13,11 @@ from typing import Any
 from django.core.checks import Error, Tags, register
 
 from .. import clock
-from ..conf import DEFAULTS, rivet_settings
+from ..conf import rivet_settings
 from ..exceptions import InvalidCron
-from ..scheduling import crontab, retries, workflow_schedules
+from ..scheduling import crontab, workflow_schedules
 from ..workflows import registry as workflow_registry
 from ..workflows.queues import QUEUE_NAME_MAX_LENGTH
-from .settings import E004, E004_HINT
 
 __all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]
 
@@ -38,43 +39,19 @@ SCHEDULED_NAME_MAX_LENGTH = 200
 
 @register(Tags.compatibility)
 def check_background_work(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Check the retry settings, the workflow queues and the cron workflows."""
-    return _retry_settings() + _queues() + _scheduled_workflows()
-
-
-def _retry_settings() -> list[Any]:
-    user = rivet_settings.user_settings
-    errors = []
-
-    def bad(key: str, expected: str) -> None:
-        errors.append(
-            Error(
-                E004.format(key=key, expected=expected),
-                hint=E004_HINT,
-                obj="settings.RIVET",
-                id="rivet.E004",
-            )
-        )
-
-    retries_setting = user.get("SCHEDULE_MAX_RETRIES", DEFAULTS["SCHEDULE_MAX_RETRIES"])
-    try:
-        if retries.check_max_retries(retries_setting) is None:
-            raise TypeError
-    except (TypeError, ValueError):
-        bad("SCHEDULE_MAX_RETRIES", f"an integer from 0 to {retries.MAX_RETRIES_LIMIT}")
-    for key in ("RETRY_BACKOFF_BASE", "RETRY_BACKOFF_MAX"):
-        if not _positive(user.get(key, DEFAULTS[key]), int | float):
-            bad(key, "a positive number of seconds")
-    return errors
+    """Check the workflow queues and the cron workflows."""
+    return _queues() + _scheduled_workflows()
 
 
 def _positive(value: Any, kind: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, kind) and value > 0
 
 
-def _queue_problems(queues: Any) -> list[str]:
-    if not isinstance(queues, dict):
-        return ["is not a dict of queue names to their limits"]
+def _queue_problems() -> list[str]:
+    expected = rivet_settings.problem("WORKFLOW_QUEUES")
+    if expected is not None:
+        return [f"is not {expected}"]
+    queues = rivet_settings.WORKFLOW_QUEUES
     problems = []
     for name, options in queues.items():
         if not isinstance(name, str) or not 0 < len(name) <= QUEUE_NAME_MAX_LENGTH:
@@ -106,7 +83,6 @@ def _queue_problems(queues: Any) -> list[str]:
 
 
 def _queues() -> list[Any]:
-    queues = rivet_settings.user_settings.get("WORKFLOW_QUEUES", {})
     return [
         Error(
             E701.format(problem=problem),
@@ -114,7 +90,7 @@ def _queues() -> list[Any]:
             obj="settings.RIVET",
             id="rivet.E701",
         )
-        for problem in _queue_problems(queues)
+        for problem in _queue_problems()
     ]
 
 

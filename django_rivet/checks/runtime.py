@@ -23,8 +23,10 @@ from ..workflows import registry as workflow_registry
 @register(Tags.compatibility)
 def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Warn when due work would only run on another process's sweep."""
-    if rivet_settings.user_settings.get("DISPATCH_BACKEND") is not None:
+    if rivet_settings.raw("DISPATCH_BACKEND") is not None:
         return []
+    if rivet_settings.valid("EMBEDDED_WORKER") is None:
+        return []  # rivet.E004
     if dispatch.configured_name() != "none":
         return []
     package = _project_package()
@@ -52,9 +54,9 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(
             Error(E002, hint=E002_HINT, obj="settings.INSTALLED_APPS", id="rivet.E002")
         )
-    alias = rivet_settings.CHANNEL_LAYER
+    alias = rivet_settings.valid("CHANNEL_LAYER")
     layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
-    if alias not in layers:
+    if alias is not None and alias not in layers:
         errors.append(
             Error(
                 E003.format(alias=alias),
@@ -120,7 +122,7 @@ def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Warn about development-only configuration in a deployment."""
     warnings: list[Any] = []
-    alias = rivet_settings.CHANNEL_LAYER
+    alias = rivet_settings.valid("CHANNEL_LAYER")
     backend = (
         (getattr(settings, "CHANNEL_LAYERS", None) or {})
         .get(alias, {})
@@ -137,7 +139,7 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         )
     if _celery_eager():
         warnings.append(Warning(W002, hint=W002_HINT, obj="celery", id="rivet.W002"))
-    if rivet_settings.EMBEDDED_WORKER:
+    if rivet_settings.valid("EMBEDDED_WORKER"):
         warnings.append(
             Warning(W003, hint=W003_HINT, obj="settings.RIVET", id="rivet.W003")
         )

@@ -36,13 +36,10 @@ W501_HINT = (
 def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check RIVET['ALLOWED_ORIGINS'] (its types are rivet.E004's)."""
     messages: list[Any] = []
-    user = rivet_settings.user_settings
-    origins = user.get("ALLOWED_ORIGINS")
-    if not isinstance(origins, list | tuple):
+    origins = rivet_settings.valid("ALLOWED_ORIGINS")
+    if origins is None:
         return messages  # None, or a wrong type (rivet.E004)
     for origin in origins:
-        if not isinstance(origin, str):
-            continue
         if origin == "*":
             messages.append(
                 Warning(
@@ -137,18 +134,18 @@ def _socket_timeouts(hosts: Any) -> list[float | None]:
 def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check that the channel layer can be created and is sized for load."""
     errors: list[Any] = []
-    event_limit = rivet_settings.MAX_EVENT_BYTES
-    outgoing = rivet_settings.MAX_OUTGOING_MESSAGE_BYTES
-    if isinstance(event_limit, int) and isinstance(outgoing, int):
+    event_limit = rivet_settings.valid("MAX_EVENT_BYTES")
+    outgoing = rivet_settings.valid("MAX_OUTGOING_MESSAGE_BYTES")
+    if event_limit is not None and outgoing is not None:
         if event_limit > outgoing:
             message = W603.format(events=event_limit, outgoing=outgoing)
             errors.append(
                 Warning(message, hint=W603_HINT, obj="settings.RIVET", id="rivet.W603")
             )
-    alias = rivet_settings.CHANNEL_LAYER
+    alias = rivet_settings.valid("CHANNEL_LAYER")
     layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
     if alias not in layers:
-        return errors  # rivet.E003
+        return errors  # rivet.E003 (or E004)
     try:
         channel_layers.make_backend(alias)
     except Exception as exc:
@@ -181,8 +178,8 @@ def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
             break
     capacity = config.get("capacity", 100)
-    expected = rivet_settings.CONNECTIONS_PER_PROCESS
-    if isinstance(capacity, int) and isinstance(expected, int) and capacity < expected:
+    expected = rivet_settings.valid("CONNECTIONS_PER_PROCESS")
+    if isinstance(capacity, int) and expected is not None and capacity < expected:
         errors.append(
             Warning(
                 W602.format(alias=alias, capacity=capacity, expected=expected),

@@ -68,7 +68,7 @@ def stuck_cutoff(now: datetime | None = None) -> datetime:
     expired more than two sweeps ago was not picked up: no sweeper runs.
     """
     now = now or clock.now_datetime()
-    return now - timedelta(seconds=2 * float(rivet_settings.SWEEP_INTERVAL))
+    return now - timedelta(seconds=2 * rivet_settings.SWEEP_INTERVAL)
 
 
 def stuck_workflows(now: datetime | None = None) -> Q:

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .. import clock, dispatch
-from ..conf import rivet_settings
+from ..conf import MAX_CRON_HISTORY, rivet_settings
 from ..exceptions import TooManySchedules
 from ..models import CronJob, CronKind, CronRun, CronRunResult, db
 from . import crontab, retries
@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 MAX_CRON_JOBS = 1000
-MAX_HISTORY_LIMIT = 10000
+# One bound for RIVET["CRON_HISTORY"] and for each job's max_history.
+MAX_HISTORY_LIMIT = MAX_CRON_HISTORY
 CRON_NAME_MAX_LENGTH = 128
 
 
@@ -65,8 +66,7 @@ def history_limit(max_history: int | None) -> int | None:
     """
     if max_history is not None:
         return max_history
-    setting = rivet_settings.CRON_HISTORY
-    return None if setting is None else int(setting)
+    return rivet_settings.CRON_HISTORY
 
 
 def trim_history(job_id: int, keep: int | None) -> None:

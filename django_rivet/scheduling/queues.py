@@ -220,7 +220,7 @@ def _deliver_and_check(actor_id: uuid.UUID, message_id: int) -> dict[str, Any] |
 
 
 def _wait_limit(timeout: float | None) -> float:
-    limit = float(rivet_settings.ACTION_TIMEOUT) if timeout is None else timeout
+    limit = rivet_settings.ACTION_TIMEOUT if timeout is None else timeout
     return time.monotonic() + max(float(limit), 0.0)
 
 

@@ -21,7 +21,7 @@ import random
 import traceback
 from typing import Any
 
-from ..conf import rivet_settings
+from ..conf import MAX_RETRIES, rivet_settings
 
 __all__ = [
     "JITTER",
@@ -33,7 +33,8 @@ __all__ = [
     "traceback_text",
 ]
 
-MAX_RETRIES_LIMIT = 1000
+# One bound for RIVET["SCHEDULE_MAX_RETRIES"] and for each max_retries.
+MAX_RETRIES_LIMIT = MAX_RETRIES
 # The share of a delay that jitter may take off.
 JITTER = 0.25
 # Characters of a traceback kept on a row.
@@ -55,13 +56,13 @@ def retries_allowed(max_retries: int | None) -> int:
     """Return the retries a piece of work has (its own, or the setting)."""
     if max_retries is not None:
         return max_retries
-    return int(rivet_settings.SCHEDULE_MAX_RETRIES)
+    return rivet_settings.SCHEDULE_MAX_RETRIES
 
 
 def backoff(attempt: int) -> float:
     """Return the seconds to wait after failed attempt ``attempt`` (1-based)."""
-    base = float(rivet_settings.RETRY_BACKOFF_BASE)
-    ceiling = float(rivet_settings.RETRY_BACKOFF_MAX)
+    base = rivet_settings.RETRY_BACKOFF_BASE
+    ceiling = rivet_settings.RETRY_BACKOFF_MAX
     nominal = min(ceiling, base * 2 ** min(max(attempt - 1, 0), 64))
     return float(nominal * (1.0 - JITTER * random.random()))
 

@@ -102,7 +102,7 @@ class RivetConsumer(ConnectionConsumer):
                 # that sees no event still knows where to resume from; the
                 # frame size limit, so a client refuses oversized calls itself.
                 "seq": result.head,
-                "max_frame_bytes": int(rivet_settings.MAX_INCOMING_MESSAGE_BYTES),
+                "max_frame_bytes": rivet_settings.MAX_INCOMING_MESSAGE_BYTES,
             }
         )
 

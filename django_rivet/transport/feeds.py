@@ -90,7 +90,7 @@ async def run_db(func: Callable[..., T], *args: Any) -> T:
 
 def check_interval() -> float:
     """Return the seconds between two checks of the actors' latest seqs."""
-    return float(rivet_settings.EVENT_CHECK_INTERVAL)
+    return rivet_settings.EVENT_CHECK_INTERVAL
 
 
 # -- what a feed needs from the streams that follow it ----------------------------

@@ -84,7 +84,7 @@ class BodyLimitMiddleware:
         if scope.get("type") != "http" or not _is_rivet_route(scope):
             await self.app(scope, receive, send)
             return
-        limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+        limit = rivet_settings.MAX_HTTP_BODY_BYTES
         headers = _headers(scope)
         raw_length = headers.get(b"content-length")
         if raw_length is not None:
@@ -177,7 +177,7 @@ def _content_length(request: HttpRequest) -> int:
 
 def check_body_size(request: HttpRequest) -> None:
     """Refuse a body announced larger than ``MAX_HTTP_BODY_BYTES``."""
-    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    limit = rivet_settings.MAX_HTTP_BODY_BYTES
     length = _content_length(request)
     if length > limit:
         raise RequestTooLarge(
@@ -198,7 +198,7 @@ def read_body_bytes(request: HttpRequest, media_types: Iterable[str]) -> bytes:
             metadata={"content_type": request.content_type},
         )
     check_body_size(request)
-    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    limit = rivet_settings.MAX_HTTP_BODY_BYTES
     data = request.read(limit + 1)
     if len(data) > limit:
         raise RequestTooLarge(
@@ -209,7 +209,7 @@ def read_body_bytes(request: HttpRequest, media_types: Iterable[str]) -> bytes:
 
 def outgoing_too_large(data: bytes) -> RequestTooLarge | None:
     """Return the error for a response or frame over ``MAX_OUTGOING_MESSAGE_BYTES``."""
-    limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+    limit = rivet_settings.MAX_OUTGOING_MESSAGE_BYTES
     if len(data) <= limit:
         return None
     return RequestTooLarge(

@@ -126,8 +126,8 @@ class ConnectionConsumer(AsyncConsumer):
         self.stream: Stream | None = None
         self.outbound: Outbound | None = None
         self.inbound = Inbound(
-            int(rivet_settings.MAX_PENDING_FRAMES),
-            int(rivet_settings.MAX_PENDING_FRAME_BYTES),
+            rivet_settings.MAX_PENDING_FRAMES,
+            rivet_settings.MAX_PENDING_FRAME_BYTES,
         )
         self._reader: asyncio.Task[None] | None = None
         self._refusal: asyncio.Task[None] | None = None
@@ -329,7 +329,7 @@ class ConnectionConsumer(AsyncConsumer):
         if data is None:
             data = message.get("text") or ""
         size = len(data) if isinstance(data, bytes) else _utf8_size(data)
-        limit = int(rivet_settings.MAX_INCOMING_MESSAGE_BYTES)
+        limit = rivet_settings.MAX_INCOMING_MESSAGE_BYTES
         if size > limit:
             await self._refuse_frames(
                 RequestTooLarge(
@@ -507,7 +507,7 @@ class ConnectionConsumer(AsyncConsumer):
             raise InternalError(
                 "An event could not be encoded", metadata={"event": name, "seq": seq}
             ) from exc
-        limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+        limit = rivet_settings.MAX_OUTGOING_MESSAGE_BYTES
         if len(data) > limit:
             raise RequestTooLarge(
                 f"Event {name!r} is {len(data)} bytes; the limit is {limit}",
@@ -562,7 +562,7 @@ class ConnectionConsumer(AsyncConsumer):
         assert self.outbound is not None
         try:
             taken = await self.outbound.send(
-                message, float(rivet_settings.SLOW_CONSUMER_TIMEOUT)
+                message, rivet_settings.SLOW_CONSUMER_TIMEOUT
             )
         except OSError:
             # The client is gone (uvicorn raises ClientDisconnected); the

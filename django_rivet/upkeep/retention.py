@@ -92,10 +92,10 @@ Counts = dict[str, int]
 
 def retention(setting: str) -> timedelta | None:
     """Return a retention setting as a ``timedelta`` (``None``: keep forever)."""
-    value = getattr(rivet_settings, setting)
+    value: float | timedelta | None = getattr(rivet_settings, setting)
     if value is None or isinstance(value, timedelta):
         return value
-    return timedelta(seconds=float(value))
+    return timedelta(seconds=value)
 
 
 def _cutoff(setting: str) -> datetime | None:

@@ -148,7 +148,7 @@ class Worker:
         ran = run_due_work(self.batch)
         interval = self.sweep_interval
         if interval is None:
-            interval = float(rivet_settings.SWEEP_INTERVAL)
+            interval = rivet_settings.SWEEP_INTERVAL
         now = time.monotonic()
         if self._last_sweep is None or now - self._last_sweep >= interval:
             self._last_sweep = now

@@ -191,10 +191,10 @@ class DjangoDriver:
         self.lease_token = lease_token
         self.stop_on_cancel = stop_on_cancel
         if atomic_batch is None:
-            atomic_batch = bool(rivet_settings.KV_ATOMIC_FLUSH)
+            atomic_batch = rivet_settings.KV_ATOMIC_FLUSH
         self.atomic_batch: bool = atomic_batch
-        self.worker_poll_interval: float = float(rivet_settings.WORKFLOW_POLL_INTERVAL)
-        self.lease_seconds = float(rivet_settings.WORKFLOW_LEASE_SECONDS)
+        self.worker_poll_interval: float = rivet_settings.WORKFLOW_POLL_INTERVAL
+        self.lease_seconds = rivet_settings.WORKFLOW_LEASE_SECONDS
         # What the engine asked of the alarm during this run: the epoch
         # seconds to wake at, None for "no alarm"; ``alarm_set`` tells whether
         # it asked at all.

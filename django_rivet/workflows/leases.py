@@ -39,7 +39,7 @@ _OWNER = f"{socket.gethostname()}:{os.getpid()}"
 
 def lease_seconds() -> float:
     """Return how long a lease lasts without renewal."""
-    return float(rivet_settings.WORKFLOW_LEASE_SECONDS)
+    return rivet_settings.WORKFLOW_LEASE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

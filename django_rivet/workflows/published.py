@@ -76,7 +76,7 @@ def take_reply(workflow_id: str, message_id: str) -> tuple[bool, Any]:
 
 
 def _limit(timeout: float | None) -> float:
-    limit = float(rivet_settings.ACTION_TIMEOUT) if timeout is None else timeout
+    limit = rivet_settings.ACTION_TIMEOUT if timeout is None else timeout
     if limit <= 0:
         raise ValueError("A request timeout must be positive")
     return float(limit)

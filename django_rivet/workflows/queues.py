@@ -91,7 +91,7 @@ class QueueConfig:
 def configured() -> dict[str, QueueConfig]:
     """Return the configured queues (``rivet.E701`` checks the setting)."""
     queues: dict[str, QueueConfig] = {}
-    for name, options in dict(rivet_settings.WORKFLOW_QUEUES or {}).items():
+    for name, options in rivet_settings.WORKFLOW_QUEUES.items():
         options = options or {}
         rate = options.get("rate_limit")
         queues[name] = QueueConfig(
