@@ -169,7 +169,7 @@ class ReentrantCall(RivetError):
 
 
 class InvalidKey(RivetError):
-    """An actor name or key breaks the limits of SPEC 3.1."""
+    """An actor name or key breaks its limits (docs/actors.md)."""
 
     group = "actor"
     code = "invalid_key"

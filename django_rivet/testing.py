@@ -1,4 +1,4 @@
-"""Testing tools for projects using django-rivet (SPEC 7).
+"""Testing tools for projects using django-rivet (docs/testing.md).
 
 Also a pytest plugin: ``-p django_rivet.testing`` (or ``pytest_plugins``)
 provides the ``rivet_clock`` fixture.
@@ -72,7 +72,7 @@ else:
     __all__ += ["rivet_clock"]
 
 
-# -- communicator helpers for the WebSocket protocol (transport, SPEC 4.2) ----------
+# -- communicator helpers for the WebSocket protocol (docs/protocol.md) -------------
 from typing import Any as _Any  # noqa: E402
 
 from channels.testing.websocket import WebsocketCommunicator  # noqa: E402

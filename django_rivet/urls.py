@@ -1,4 +1,4 @@
-"""HTTP routes of django-rivet (SPEC 4.1); include under a prefix::
+"""HTTP routes of django-rivet (docs/protocol.md); include under a prefix::
 
 path("rivet/", include("django_rivet.urls"))
 """

@@ -90,7 +90,7 @@ class ActorHandle:
     def send(
         self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
     ) -> dict[str, Any]:
-        """Enqueue a message to the actor's queue ``queue`` (SPEC 3.7)."""
+        """Enqueue a message to the actor's queue ``queue`` (docs/scheduling.md)."""
         sender = services.require("queue_sender")
         result: dict[str, Any] = sender.send(
             self._ref(), queue, body, wait=wait, timeout=timeout

@@ -99,7 +99,7 @@ class Conn:
 
 
 class ActorContext:
-    """What a handler sees of its actor and the world (SPEC 3.4)."""
+    """What a handler sees of its actor and the world (docs/actors.md)."""
 
     def __init__(self, invocation: Invocation) -> None:
         self._invocation = invocation
@@ -186,21 +186,21 @@ class ActorContext:
 
     @cached_property
     def schedule(self) -> ScheduleAPI:
-        """One-shot schedules of this actor (SPEC 3.6)."""
+        """One-shot schedules of this actor (docs/scheduling.md)."""
         factory = services.require("schedule")
         api: ScheduleAPI = factory(self._invocation)
         return api
 
     @cached_property
     def cron(self) -> CronAPI:
-        """Recurring jobs of this actor (SPEC 3.6)."""
+        """Recurring jobs of this actor (docs/scheduling.md)."""
         factory = services.require("cron")
         api: CronAPI = factory(self._invocation)
         return api
 
     @cached_property
     def queue(self) -> QueueAPI:
-        """This actor's own queues (SPEC 3.7)."""
+        """This actor's own queues (docs/scheduling.md, "Queues")."""
         factory = services.require("queue")
         api: QueueAPI = factory(self._invocation)
         return api

@@ -1,4 +1,4 @@
-"""The actor KV store (SPEC 3.5) over the ``ActorKV`` table.
+"""The actor KV store (docs/actors.md, "KV") over the ``ActorKV`` table.
 
 Every limit is checked before anything is written. Writes join the caller's
 transaction (an invocation's, when used as ``ctx.kv``), so they commit or roll

@@ -1,4 +1,4 @@
-"""The inspector (SPEC 6): every runtime record in the Django admin.
+"""The inspector: every runtime record in the Django admin.
 
 Importing this package registers the model admins (Django's admin
 autodiscovery imports ``django_rivet.admin``). Runtime records are

@@ -1,4 +1,4 @@
-"""Remote Python client for django-rivet (SPEC 4.4): HTTP and WebSocket.
+"""Remote Python client for django-rivet (docs/protocol.md): HTTP and WebSocket.
 
 Needs the ``client`` extra (``httpx``, ``websockets``); imports nothing from
 Django, so scripts and other services can use it without settings::

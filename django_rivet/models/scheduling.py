@@ -245,7 +245,7 @@ class CronRun(models.Model):
         return f"{self.action} at {self.scheduled_at:%Y-%m-%d %H:%M:%S}: {self.result}"
 
     def as_entry(self) -> dict[str, Any]:
-        """Return the history entry of SPEC 3.6."""
+        """Return the entry ``ctx.cron.history()`` lists (docs/scheduling.md)."""
         return {
             "action": self.action,
             "scheduled_at": self.scheduled_at,

@@ -11,7 +11,7 @@ from django.db.models.lookups import Lookup
 from ..workflow import schema
 from . import base
 
-# -- workflows: the durable workflow runtime (SPEC 5.2-5.4) --------------------------
+# -- workflows: the durable runtime (docs/workflows.md, docs/storage-format.md) -----
 # The engine's history lives in WorkflowKV (its private KV namespace); the
 # Workflow row is the runtime's index over it: status, when to run next, and
 # the lease that keeps two workers from running one workflow at once. A run

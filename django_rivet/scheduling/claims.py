@@ -136,7 +136,8 @@ def fired_by(
 ) -> Origin:
     """Return the origin of a scheduled, cron or queue invocation.
 
-    Its ``fire_info`` is what handlers read as ``ctx.fire_info`` (SPEC 3.4);
+    Its ``fire_info`` is what handlers read as ``ctx.fire_info``
+    (docs/scheduling.md, "What fired me");
     ``attempt`` is 1 for the first run, 2 for the first retry...
     """
     return Origin(

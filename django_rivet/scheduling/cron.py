@@ -1,4 +1,4 @@
-"""Recurring jobs (SPEC 3.6): ``ctx.cron`` and the timing of their runs.
+"""Recurring jobs: ``ctx.cron`` and the timing of their runs (docs/scheduling.md).
 
 ``ctx.cron.set/every`` writes a ``CronJob`` in the invocation's transaction;
 ``next_run_at`` is the source of truth for when it runs next, moved forward

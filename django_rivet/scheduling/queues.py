@@ -1,4 +1,4 @@
-"""Actor queues (SPEC 3.7): durable FIFO messages for ``@queue_handler``\\ s.
+"""Actor queues: durable FIFO messages for ``@queue_handler``\\ s (docs/scheduling.md).
 
 A message is stored in the sender's transaction (``ctx.queue.send``) or in an
 invocation of the receiving actor (``handle.send``), which locks the actor so

@@ -1,4 +1,4 @@
-"""One-shot schedules (SPEC 3.6): ``ctx.schedule`` and how schedules fire.
+"""One-shot schedules: ``ctx.schedule`` and how they fire (docs/scheduling.md).
 
 ``ctx.schedule.after/at`` writes a ``Schedule`` row in the invocation's
 transaction, so a rolled-back action schedules nothing; the dispatch backend

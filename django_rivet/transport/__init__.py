@@ -1,7 +1,7 @@
 """The edges: HTTP views, the WebSocket consumer and connection lifecycle.
 
-- :mod:`.http`: the HTTP routes of SPEC 4.1 (decode, invoke, encode);
-- :mod:`.consumer`: one WebSocket connection to an actor (SPEC 4.2), with
+- :mod:`.http`: the HTTP routes of docs/protocol.md (decode, invoke, encode);
+- :mod:`.consumer`: one WebSocket connection to an actor (docs/protocol.md), with
   ordered actions and exactly-once, in-order event delivery;
 - :mod:`.connections`: the connection operations (connect, action,
   disconnect), the per-process heartbeat and the liveness sweep;

@@ -1,4 +1,4 @@
-"""django-rivet's own WebSocket protocol (SPEC 4.2): the codec of one flavour.
+"""django-rivet's own WebSocket protocol (docs/protocol.md): the codec of one flavour.
 
 ``ws://host/rivet/actors/{name}/connect?key=..&encoding=json|cbor``, with
 the connection params in the subprotocol list

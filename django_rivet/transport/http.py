@@ -1,4 +1,4 @@
-"""The HTTP transport (SPEC 4.1): decode, call the runtime, encode.
+"""The HTTP transport (docs/protocol.md): decode, call the runtime, encode.
 
 Bodies are JSON or CBOR by ``Content-Type`` and answers use the same
 encoding. The size limit is checked against ``Content-Length`` before the

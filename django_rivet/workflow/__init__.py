@@ -2,7 +2,7 @@
 
 Write workflows against :class:`WorkflowContext`; run them with
 :func:`run_workflow` on any :class:`EngineDriver` (``InMemoryDriver`` for
-tests, the Django driver in production). See SPEC section 5 and
+tests, the Django driver in production). See docs/workflows.md and
 ``docs/storage-format.md``.
 """
 

@@ -7,7 +7,8 @@ encoding is the FoundationDB tuple layer's for the types used here: ``None``,
 tuples. Elements of different types order by type code (None < bytes < str <
 tuple < int < float < bool), as in FoundationDB.
 
-The workflow key layout (SPEC 5.3) lives at the bottom of this module.
+The workflow key layout (docs/storage-format.md, "Keys") lives at the
+bottom of this module.
 """
 
 from __future__ import annotations
@@ -294,7 +295,7 @@ def _read_escaped(data: bytes, pos: int) -> tuple[bytes, int]:
         return bytes(out), end + 1
 
 
-# --- The workflow key layout (SPEC 5.3) -----------------------------------------
+# --- The workflow key layout (docs/storage-format.md) --------------------------
 # A location is a path of name indexes (ints) and loop iteration markers
 # ``(loop_name_index, iteration)``; markers are nested tuples so that all of an
 # iteration's entries share one key prefix and pruning is one range delete.

@@ -1,10 +1,11 @@
 """How large what the engine stores may be, and the one check it all goes through.
 
 One KV write (key plus value) is at most :data:`MAX_KV_BATCH_PAYLOAD_BYTES`,
-the byte limit of a whole batch (RivetKit's; SPEC 5.3). Every record the
-engine persists -- a history entry with the step output, loop state, join
-or race results or received messages it carries, a workflow field such as
-the input or the output -- is encoded and measured by :func:`check_record`
+the byte limit of a whole batch (RivetKit's; docs/storage-format.md,
+"Sizes"). Every record the engine persists -- a history entry with the step
+output, loop state, join or race results or received messages it carries, a
+workflow field such as the input or the output -- is encoded and measured by
+:func:`check_record`
 at the moment the engine records it, before anything is written. Over the
 limit, :class:`~.errors.StorageLimitError` (code ``workflow/storage_limit``)
 names what was too big and the limit, and the record is left as it was, so

@@ -2,7 +2,8 @@
 
 ``Storage`` loads everything once per run with one ordered range read
 (names, entries, workflow fields, metadata), lets the context change it, and
-writes the changes back with :meth:`Storage.flush` (SPEC 5.3): one write
+writes the changes back with :meth:`Storage.flush` (docs/storage-format.md,
+"Flush"): one write
 list of new names, dirty entries, dirty metadata and changed workflow fields
 (compared with their flushed shadows), plus the pending deletions, sent by
 :mod:`.flush`; dirty markers and shadows are cleared only once everything
