@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from ..encoding import Encoding
 from ..exceptions import RivetError
 
 MEDIA_TYPES: dict[str, str] = {"json": "application/json", "cbor": "application/cbor"}
@@ -17,6 +18,32 @@ FRAME_CLOSE_CODE = 4413
 DEFAULT_MAX_FRAME_BYTES = 65536
 Status = Literal["connecting", "connected", "disconnected"]
 Handler = Callable[..., Any]
+
+
+class SocketOptions(Protocol):
+    """What a WebSocket connection reads of its client (a ``Client``)."""
+
+    encoding: Encoding
+    headers: dict[str, str]
+    timeout: float
+    origin: str
+
+
+class SocketTarget(Protocol):
+    """The actor a WebSocket connection opens (an ``ActorClient``).
+
+    The connection module knows the HTTP module only through this, as the
+    HTTP module builds connections: neither imports the other's names back.
+    """
+
+    @property
+    def client(self) -> SocketOptions:
+        """The client whose options the connection uses."""
+        ...
+
+    def connect_url(self, params: list[tuple[str, str]]) -> str:
+        """Return the URL of this actor's WebSocket route, ``params`` appended."""
+        ...
 
 
 class ConnectionLost(RivetError):

@@ -19,7 +19,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -34,11 +34,9 @@ from .base import (
     FRAME_CLOSE_CODE,
     ConnectionLost,
     Handler,
+    SocketTarget,
     Status,
 )
-
-if TYPE_CHECKING:
-    from .http import ActorClient
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -51,7 +49,7 @@ class AsyncConnection:
 
     def __init__(
         self,
-        actor: ActorClient,
+        actor: SocketTarget,
         params: Any = None,
         *,
         since: int | None = None,
@@ -97,13 +95,12 @@ class AsyncConnection:
 
     # -- opening ----------------------------------------------------------------
     def _url(self) -> str:
-        params = self.actor._params(self.actor.create_missing)
-        params.append(("encoding", self.actor.client.encoding))
+        params: list[tuple[str, str]] = [("encoding", self.actor.client.encoding)]
         if self.last_seq is not None:
             params.append(("since", str(self.last_seq)))
         if self._url_subscribe:
             params.append(("subscribe", ",".join(self._url_subscribe)))
-        return self.actor.client.websocket_url(f"{self.actor._path}/connect", params)
+        return self.actor.connect_url(params)
 
     def _subprotocols(self) -> list[Subprotocol]:
         protocols = [Subprotocol("rivet")]
@@ -377,7 +374,7 @@ class Connection:
     Handlers run in the connection's thread; keep them short.
     """
 
-    def __init__(self, actor: ActorClient, params: Any = None, **options: Any) -> None:
+    def __init__(self, actor: SocketTarget, params: Any = None, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="rivet-client", daemon=True
@@ -391,7 +388,7 @@ class Connection:
 
     @staticmethod
     async def _open(
-        actor: ActorClient, params: Any, options: dict[str, Any]
+        actor: SocketTarget, params: Any, options: dict[str, Any]
     ) -> AsyncConnection:
         conn = AsyncConnection(actor, params, **options)
         await conn.open()

@@ -187,6 +187,11 @@ class ActorClient:
     def _path(self) -> str:
         return f"/actors/{self.name}"
 
+    def connect_url(self, params: list[tuple[str, str]]) -> str:
+        """Return the URL of this actor's WebSocket route, ``params`` appended."""
+        query = self._params(self.create_missing) + params
+        return self.client.websocket_url(f"{self._path}/connect", query)
+
     # -- actions --------------------------------------------------------------------
     def call(self, action: str, *args: Any) -> Any:
         """Run an action over HTTP and return its output."""
