@@ -14,14 +14,19 @@ a microsecond (one object, two clock reads, a level check).
 Metric labels come only from the resolved definition (actor class name,
 action or queue handler name), never from what the caller sent: a call to an
 unknown actor or action is counted with empty labels.
+
+This package sits below the actor runtime, so it reads the spine's objects
+through the small Protocols below (what it reads of an operation, a caller,
+an actor reference), which the actor runtime's types satisfy.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..exceptions import RivetError
 from ..models import QueueMessage, Schedule
@@ -30,13 +35,88 @@ from . import logs, metrics, tracing
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from ..actors.definition import Actor
-    from ..actors.invocation import AuthRequest, Invocation, Operation, Origin
-    from ..actors.rows import ActorRef
-
-__all__ = ["Observed", "invocation", "kind_of", "outcome_of"]
+__all__ = [
+    "ActorRefLike",
+    "AuthRequestLike",
+    "Observed",
+    "OperationLike",
+    "OriginLike",
+    "invocation",
+    "kind_of",
+    "outcome_of",
+]
 
 T = TypeVar("T")
+Ref = TypeVar("Ref", bound="ActorRefLike")
+Caller = TypeVar("Caller", bound="OriginLike")
+
+
+class ActorRefLike(Protocol):
+    """What is read of the actor an invocation addresses (an ``ActorRef``)."""
+
+    @property
+    def name(self) -> str | None:
+        """The actor's name, when addressed by name."""
+        ...
+
+    @property
+    def actor_id(self) -> uuid.UUID | None:
+        """The actor's id, when addressed by id."""
+        ...
+
+
+class OriginLike(Protocol):
+    """What is read of who calls (an ``Origin``)."""
+
+    @property
+    def transport(self) -> str:
+        """``http``, ``websocket``, ``schedule``, ``cron``, ``queue``..."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The caller's headers (a trace context may be among them)."""
+        ...
+
+    @property
+    def fire_info(self) -> dict[str, Any] | None:
+        """What fired a schedule, cron run or queue message."""
+        ...
+
+
+class AuthRequestLike(Protocol):
+    """What an operation asks ``on_auth`` (an ``AuthRequest``)."""
+
+    @property
+    def kind(self) -> str:
+        """``action``, ``connect``, ``queue``..."""
+        ...
+
+    @property
+    def action(self) -> str | None:
+        """The action asked for."""
+        ...
+
+
+class OperationLike(Protocol):
+    """An operation of the spine (an ``Operation``), as observed and forwarded."""
+
+    @property
+    def label(self) -> str | None:
+        """A short description of the operation, for logs."""
+        ...
+
+    @property
+    def auth(self) -> AuthRequestLike | None:
+        """What ``on_auth`` is asked about it."""
+        ...
+
+    def prepare(self, definition: Any) -> None:
+        """Check the arguments against the actor class."""
+
+    def run(self, invocation: Any) -> Any:
+        """Run inside the invocation."""
+
 
 # Span names by kind of invocation.
 SPAN_NAMES = {
@@ -57,7 +137,7 @@ ACTION_KINDS = frozenset({"action", "schedule", "cron"})
 _kinds: dict[type, str | None] = {}
 
 
-def kind_of(operation: Operation, origin: Origin) -> str | None:
+def kind_of(operation: OperationLike, origin: OriginLike) -> str | None:
     """Return the kind of invocation to observe, or None to let it through."""
     if origin.transport in FIRINGS:
         return origin.transport
@@ -93,7 +173,7 @@ class Observed:
 
     __slots__ = ("action", "actor", "actor_id", "kind", "label", "operation")
 
-    def __init__(self, operation: Operation, kind: str) -> None:
+    def __init__(self, operation: OperationLike, kind: str) -> None:
         self.operation = operation
         self.kind = kind
         self.label: str | None = operation.label
@@ -102,11 +182,11 @@ class Observed:
         self.action = ""  # the action or queue handler, once known to exist
 
     @property
-    def auth(self) -> AuthRequest | None:
+    def auth(self) -> AuthRequestLike | None:
         """Forward the operation's ``on_auth`` request."""
         return self.operation.auth
 
-    def prepare(self, definition: type[Actor]) -> None:
+    def prepare(self, definition: Any) -> None:
         """Note the actor class, let the operation check its arguments, then
         note the action it found."""
         self.actor = definition.name
@@ -120,17 +200,17 @@ class Observed:
             auth = operation.auth
             self.action = (auth.action if auth is not None else None) or ""
 
-    def run(self, invocation: Invocation) -> Any:
+    def run(self, invocation: Any) -> Any:
         """Note the actor id, then run the operation."""
         self.actor_id = str(invocation.actor_id)
         return self.operation.run(invocation)
 
 
 def invocation(
-    run: Callable[[ActorRef, Operation, Origin], T],
-    ref: ActorRef,
-    operation: Operation,
-    origin: Origin,
+    run: Callable[[Ref, Any, Caller], T],
+    ref: Ref,
+    operation: OperationLike,
+    origin: Caller,
 ) -> T:
     """Run ``run(ref, operation, origin)``, observed if it is worth observing."""
     kind = kind_of(operation, origin)
@@ -161,7 +241,7 @@ def invocation(
 
 
 # -- spans ---------------------------------------------------------------------------
-def _stored_traceparent(kind: str, origin: Origin) -> str:
+def _stored_traceparent(kind: str, origin: OriginLike) -> str:
     """Return the ``traceparent`` stored with a schedule or queue message."""
     info = origin.fire_info or {}
     pk = info.get("id")
@@ -182,7 +262,7 @@ def _stored_traceparent(kind: str, origin: Origin) -> str:
 
 
 def _start_span(
-    observed: Observed, ref: ActorRef, operation: Operation, origin: Origin
+    observed: Observed, ref: ActorRefLike, operation: OperationLike, origin: OriginLike
 ) -> Span:
     attributes: dict[str, Any] = {"rivet.transport": origin.transport}
     if ref.name is not None:
@@ -220,7 +300,7 @@ def _start_span(
 
 
 # -- the end ---------------------------------------------------------------------------
-def _lateness(origin: Origin) -> float | None:
+def _lateness(origin: OriginLike) -> float | None:
     info = origin.fire_info or {}
     scheduled, fired = info.get("scheduled_at"), info.get("fired_at")
     if not isinstance(scheduled, datetime) or not isinstance(fired, datetime):
@@ -228,7 +308,9 @@ def _lateness(origin: Origin) -> float | None:
     return max(0.0, (fired - scheduled).total_seconds())
 
 
-def _count(observed: Observed, origin: Origin, outcome: str, duration: float) -> None:
+def _count(
+    observed: Observed, origin: OriginLike, outcome: str, duration: float
+) -> None:
     kind = observed.kind
     if kind in ACTION_KINDS:
         metrics.ACTIONS.labels(
@@ -246,7 +328,7 @@ def _count(observed: Observed, origin: Origin, outcome: str, duration: float) ->
 
 def _finish(
     observed: Observed,
-    origin: Origin,
+    origin: OriginLike,
     span: Span | None,
     duration: float,
     error: BaseException | None,
