@@ -19,8 +19,8 @@ from ..exceptions import ActionNotFound, InvalidArgs
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
+    from .calls import AuthInfo
     from .context import ActorContext, Conn
-    from .invocation import AuthInfo
 
 __all__ = ["Actor", "HandlerSpec", "action", "queue_handler"]
 

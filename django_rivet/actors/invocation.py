@@ -17,8 +17,7 @@ import contextvars
 import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from asgiref.sync import async_to_sync
@@ -39,15 +38,13 @@ from ..exceptions import (
 from ..models import Actor as ActorRow
 from ..models import Connection, db
 from . import registry, rows
+from .calls import INTERNAL, AuthInfo, AuthRequest, Origin
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
 from .rows import LockedRow
 
 if TYPE_CHECKING:
-    from django.http import HttpRequest
-
     from .cache import CachedActor
-    from .context import User
 
 __all__ = [
     "INTERNAL",
@@ -59,57 +56,6 @@ __all__ = [
     "active_ids",
     "current_invocation",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Who is calling; decides ``ctx.conn``, ``ctx.user``, ``ctx.fire_info``."""
-
-    transport: str = "internal"  # http|websocket|schedule|cron|queue|internal
-    user: User | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    request: Any = None  # the HttpRequest, or the ASGI scope of a WebSocket
-    # The HttpRequest of the call (for a WebSocket, a view of its handshake):
-    # what ctx.request gives hooks and handlers.
-    http_request: HttpRequest | None = None
-    params: Any = None
-    conn_id: uuid.UUID | None = None
-    fire_info: dict[str, Any] | None = None
-
-    @property
-    def external(self) -> bool:
-        """Tell whether ``on_auth`` guards this call."""
-        return self.transport in ("http", "websocket")
-
-
-INTERNAL = Origin()
-
-
-@dataclass(frozen=True, slots=True)
-class AuthRequest:
-    """What an operation asks ``on_auth`` to allow.
-
-    ``kind`` is ``"action"``, ``"connect"``, ``"queue"``, ``"request"`` (raw
-    HTTP) or ``"actor"`` (creating, resolving or describing the actor).
-    """
-
-    kind: str
-    action: str | None = None
-    queue: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AuthInfo:
-    """What ``on_auth`` is told about the caller and the call."""
-
-    transport: str
-    user: User
-    headers: Mapping[str, str]
-    action: str | None
-    params: Any
-    request: Any
-    kind: str = "action"
-    queue: str | None = None
 
 
 class Operation(Protocol):
