@@ -7,6 +7,12 @@ actor runtime must not import those layers (they import it), so it knows
 them only through the Protocols below; the app config binds the
 implementations at start-up (:func:`bind`). Editors and type checkers see
 the Protocols, so ``ctx.schedule.after(...)`` completes and is checked.
+
+This module sits below the rest of the actor runtime too: ``ctx`` imports
+it, and the invocation and the client import ``ctx``. So it names none of
+them: a handle is an :class:`ActorHandleAPI`, and the factories behind
+``ctx.schedule``, ``ctx.cron`` and ``ctx.queue`` are handed the running
+invocation without this module naming its class.
 """
 
 from __future__ import annotations
@@ -16,18 +22,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
     from ..workflow import WorkflowDefinition
     from ..workflows.client import WorkflowHandle
-    from .client import ActorHandle
-    from .invocation import Invocation, Origin
+    from .calls import Origin
     from .rows import ActorRef
 
 __all__ = [
+    "ActorHandleAPI",
     "ActorsAPI",
     "CronAPI",
     "QueueAPI",
@@ -38,6 +44,8 @@ __all__ = [
     "bind",
     "services",
 ]
+
+T = TypeVar("T")
 
 
 class ScheduleAPI(Protocol):
@@ -290,55 +298,109 @@ class WorkflowsAPI(Protocol):
         ...
 
 
+class ActorHandleAPI(Protocol):
+    """What ``ctx.actors`` returns: a handle to an actor (``client.ActorHandle``)."""
+
+    @property
+    def name(self) -> str:
+        """The actor's registered name."""
+        ...
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The actor's key."""
+        ...
+
+    @property
+    def actor_id(self) -> uuid.UUID:
+        """The id the handle resolved when it was made."""
+        ...
+
+    def call(self, action: str, *args: Any) -> Any:
+        """Run an action and return its result."""
+        ...
+
+    async def acall(self, action: str, *args: Any) -> Any:
+        """Async :meth:`call`."""
+        ...
+
+    def send(
+        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Enqueue a message to the actor's queue ``queue``."""
+        ...
+
+    async def asend(
+        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Async :meth:`send`."""
+        ...
+
+    def destroy(self) -> None:
+        """Destroy the actor."""
+        ...
+
+    async def adestroy(self) -> None:
+        """Async :meth:`destroy`."""
+        ...
+
+
 class ActorsAPI(Protocol):
     """``ctx.actors``: the server-side client, for actor-to-actor calls."""
 
-    def get(self, name: str, key: Any = None) -> ActorHandle:
+    def get(self, name: str, key: Any = None) -> ActorHandleAPI:
         """Return a handle to an existing actor."""
         ...
 
     def get_or_create(
         self, name: str, key: Any = None, input: Any = None
-    ) -> ActorHandle:
+    ) -> ActorHandleAPI:
         """Return a handle, creating the actor if needed."""
         ...
 
-    def create(self, name: str, key: Any = None, input: Any = None) -> ActorHandle:
+    def create(self, name: str, key: Any = None, input: Any = None) -> ActorHandleAPI:
         """Create a new actor."""
         ...
 
-    def get_by_id(self, actor_id: uuid.UUID | str) -> ActorHandle:
+    def get_by_id(self, actor_id: uuid.UUID | str) -> ActorHandleAPI:
         """Return a handle to the actor with this id."""
         ...
 
-    async def aget(self, name: str, key: Any = None) -> ActorHandle:
+    async def aget(self, name: str, key: Any = None) -> ActorHandleAPI:
         """Async :meth:`get`."""
         ...
 
     async def aget_or_create(
         self, name: str, key: Any = None, input: Any = None
-    ) -> ActorHandle:
+    ) -> ActorHandleAPI:
         """Async :meth:`get_or_create`."""
         ...
 
     async def acreate(
         self, name: str, key: Any = None, input: Any = None
-    ) -> ActorHandle:
+    ) -> ActorHandleAPI:
         """Async :meth:`create`."""
         ...
 
-    async def aget_by_id(self, actor_id: uuid.UUID | str) -> ActorHandle:
+    async def aget_by_id(self, actor_id: uuid.UUID | str) -> ActorHandleAPI:
         """Async :meth:`get_by_id`."""
         ...
+
+
+# A factory of ctx.schedule, ctx.cron or ctx.queue. ctx calls it with its
+# running invocation: an invocation.Invocation, a class this module cannot
+# name (that module imports this one, through ctx), hence Any here; the
+# scheduler's factories type their parameter.
+Factory: TypeAlias = Callable[[Any], T]
 
 
 @dataclass(slots=True)
 class Services:
     """The implementations bound at start-up (``None`` until then)."""
 
-    schedule: Callable[[Invocation], ScheduleAPI] | None = None
-    cron: Callable[[Invocation], CronAPI] | None = None
-    queue: Callable[[Invocation], QueueAPI] | None = None
+    schedule: Factory[ScheduleAPI] | None = None
+    cron: Factory[CronAPI] | None = None
+    queue: Factory[QueueAPI] | None = None
     queue_sender: QueueSender | None = None
     workflows: WorkflowsAPI | None = None
     actors: ActorsAPI | None = None
@@ -359,9 +421,9 @@ services = Services()
 
 def bind(
     *,
-    schedule: Callable[[Invocation], ScheduleAPI] | None = None,
-    cron: Callable[[Invocation], CronAPI] | None = None,
-    queue: Callable[[Invocation], QueueAPI] | None = None,
+    schedule: Factory[ScheduleAPI] | None = None,
+    cron: Factory[CronAPI] | None = None,
+    queue: Factory[QueueAPI] | None = None,
     queue_sender: QueueSender | None = None,
     workflows: WorkflowsAPI | None = None,
     actors: ActorsAPI | None = None,
