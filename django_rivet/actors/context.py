@@ -4,13 +4,18 @@
 ``ctx.queue``, ``ctx.workflows``, ``ctx.actors``) are typed by the
 interfaces of :mod:`.services` and bound at start-up, so this module never
 imports the scheduler or the workflow runtime.
+
+The invocation that builds ``ctx`` sits above this module (it imports it,
+and so do the definitions, to type their hooks); ``ctx`` and ``Conn`` reach
+it back through :class:`Running`, the few members they read.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events
 from ..encoding import cbor_dumps
@@ -25,15 +30,58 @@ from .services import (
 )
 
 if TYPE_CHECKING:
-    from django.contrib.auth.base_user import AbstractBaseUser
-    from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from .invocation import Invocation
+    from .calls import Origin, User
 
-    User: TypeAlias = AbstractBaseUser | AnonymousUser
+__all__ = ["ActorContext", "Conn", "Running"]
 
-__all__ = ["ActorContext", "Conn"]
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class Running(Protocol):
+    """The running invocation, as ``ctx`` and ``Conn`` see it.
+
+    ``invocation.Invocation`` is the one implementation; this is what ``ctx``
+    reads of it and the effects it records on it.
+    """
+
+    state: Any
+    conn: Conn | None
+    broadcasts: list[tuple[str, bytes]]
+    destroy_requested: bool
+    sleep_requested: bool
+
+    @property
+    def actor_id(self) -> uuid.UUID:
+        """The actor's id."""
+        ...
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The actor's key."""
+        ...
+
+    @property
+    def definition(self) -> _Named:
+        """The actor's class."""
+        ...
+
+    @property
+    def origin(self) -> Origin:
+        """Who calls."""
+        ...
+
+    def after_commit(self, func: Callable[..., Any], *args: Any) -> None:
+        """Run ``func(*args)`` once the invocation's transaction commits."""
+        ...
+
+    def load_conns(self) -> list[Conn]:
+        """Return the actor's live connections."""
+        ...
 
 
 class Conn:
@@ -41,7 +89,7 @@ class Conn:
 
     def __init__(
         self,
-        invocation: Invocation,
+        invocation: Running,
         *,
         id: uuid.UUID,
         channel_name: str,
@@ -101,7 +149,7 @@ class Conn:
 class ActorContext:
     """What a handler sees of its actor and the world (docs/actors.md)."""
 
-    def __init__(self, invocation: Invocation) -> None:
+    def __init__(self, invocation: Running) -> None:
         self._invocation = invocation
         self.actor_id: uuid.UUID = invocation.actor_id
         self.name: str = invocation.definition.name
