@@ -168,10 +168,10 @@ def _check_connection_limit(invocation: Invocation) -> None:
     if limit is None:
         return
     count = Connection.objects.filter(actor_id=invocation.actor_id).count()
-    if count >= int(limit):
+    if count >= limit:
         raise TooManyConnections(
             f"The actor has {count} connections; the limit is {limit}",
-            metadata={"limit": int(limit)},
+            metadata={"limit": limit},
         )
 
 

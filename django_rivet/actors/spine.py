@@ -334,7 +334,7 @@ def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
     limit = rivet_settings.LOCK_TIMEOUT
     seconds = action_timeout(definition) - (time.monotonic() - started)
     if limit is not None:
-        seconds = min(float(limit), seconds)
+        seconds = min(limit, seconds)
     # 0 would mean "no limit" to PostgreSQL.
     return max(int(seconds * 1000), 1)
 
