@@ -7,12 +7,18 @@
 - :mod:`.definition` and :mod:`.registry`: ``Actor``, ``@action``,
   ``@queue_handler`` and the name registry;
 - :mod:`.spine`: ``invoke``, the one invocation path; :mod:`.invocation`
-  (the run, ``Origin``, ``on_auth`` requests), :mod:`.operations` (shared
-  operations), :mod:`.cache` (the process cache), :mod:`.errors` (wire
-  mapping);
+  (the run), :mod:`.operations` (shared operations), :mod:`.cache` (the
+  process cache), :mod:`.errors` (wire mapping);
 - :mod:`.context` (``ctx``, ``Conn``), :mod:`.kv` (``ctx.kv``), :mod:`.rows`
   (identity and the row statements), :mod:`.services` (the interfaces of
-  ``ctx`` members other layers provide).
+  ``ctx`` members other layers provide), :mod:`.calls` (``Origin``, what
+  ``on_auth`` is asked).
+
+Inside, the modules import one way, from the calls down to the definitions:
+client, spine, operations, invocation, cache and registry, definition,
+context, services and calls. Where a lower module must reach a higher one
+it states what it needs as a Protocol (``context.Running``,
+``services.ActorHandleAPI``).
 
 It may import the event log, dispatch, storage and the foundation; never
 the scheduler, the workflow runtime or the transport, which build on it.
