@@ -47,33 +47,42 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeVar
 
 import cbor2
 
-from .exceptions import InvalidEncoding, MalformedRequest, ValueTooDeep
+from .exceptions import InvalidEncoding, InvalidValue, MalformedRequest, ValueTooDeep
 
 __all__ = [
     "ALLOWED_CBOR_TAGS",
+    "INT_MAX",
+    "INT_MIN",
     "MAX_DEPTH",
     "MAX_ENTRIES",
     "OFFLOAD_BYTES",
     "READ_DEPTH",
+    "Encoded",
     "Encoding",
     "adecode",
     "adecode_message",
     "cbor_dumps",
     "cbor_loads",
     "check_depth",
+    "check_value",
+    "cbor_map",
     "decode",
     "decode_message",
     "decode_trusted",
     "encode",
+    "encode_value",
     "json_dumps",
     "json_loads",
     "parse_encoding",
     "run_decoder",
+    "splice",
+    "value_problem",
 ]
 
 Encoding = Literal["json", "cbor"]
@@ -91,15 +100,15 @@ MAX_DEPTH = 128
 MAX_ENTRIES = 100_000
 #: Incoming bodies and frames larger than this are decoded in a worker thread.
 OFFLOAD_BYTES = 16 * 1024
-# Integers JSON carries: Python's json refuses more than 4300 digits
-# (sys.int_info.default_max_str_digits); CBOR bignums get the same bound.
-_INT_LIMIT = 10**4300
+#: Integers of the value domain: signed 64-bit, what every encoding carries
+#: without a bignum (CBOR, BARE's i64, the RivetKit client's BigInt) and every
+#: database column. Larger ones are refused where they are written or sent.
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
 #: Nesting accepted when reading what a server wrote or sent: a stored value
 #: (at most MAX_DEPTH) inside a frame's envelope, plus one level for a tagged
 #: leaf (a datetime, UUID or bignum counts as a level for cbor2).
 READ_DEPTH = MAX_DEPTH + 8
-# Plain values that need no check.
-_PLAIN = frozenset({str, bool, type(None), bytes, datetime, date, uuid.UUID})
 
 
 def _refuse_tag(*args: Any) -> Any:
@@ -146,13 +155,264 @@ class _TagPolicy(Mapping[int, Any]):
 _TAG_POLICY = _TagPolicy()
 
 
+# -- the value domain -----------------------------------------------------------------
+# What may be an argument, a return value, state, a KV value, an event, a queue
+# body, a schedule's arguments or a workflow value (docs/values.md): one walk
+# checks it, where the value is written or sent. The walk is level by level
+# (no tuple per item) and finds *whether* a value is outside; only then a
+# second, slower walk finds *where*, for the error.
+_OK, _TEXT, _INT, _FLOAT, _MAP, _LIST, _REFUSED = range(7)
+_KINDS: dict[type, int] = {
+    type(None): _OK,
+    bool: _OK,
+    bytes: _OK,
+    bytearray: _OK,
+    datetime: _OK,
+    date: _OK,
+    uuid.UUID: _OK,
+    str: _TEXT,
+    int: _INT,
+    float: _FLOAT,
+    dict: _MAP,
+    list: _LIST,
+    tuple: _LIST,
+}
+# Why common Python types are refused, with what to use instead.
+_REFUSED_HINTS: dict[type, str] = {
+    set: "sets are not in the value domain (use a sorted list)",
+    frozenset: "sets are not in the value domain (use a sorted list)",
+    decimal.Decimal: "Decimal is not in the value domain (use str, or int cents)",
+    fractions.Fraction: "Fraction is not in the value domain (use str or float)",
+    complex: "complex is not in the value domain",
+}
+
+
+def _kind_of(item: Any, undefined: bool) -> int:
+    """The kind of a value whose type is not one of the plain ones."""
+    # Subclasses (enums, OrderedDict, namedtuple...) read back as their base.
+    if isinstance(item, str):
+        return _TEXT
+    if isinstance(item, int):
+        return _INT
+    if isinstance(item, float):
+        return _FLOAT
+    if isinstance(item, dict):
+        return _MAP
+    if isinstance(item, list | tuple):
+        return _LIST
+    if isinstance(item, bytes | bytearray | date | uuid.UUID):
+        return _OK
+    if undefined and item is cbor2.undefined:
+        return _OK
+    return _REFUSED
+
+
+def _text_ok(text: str) -> bool:
+    # Lone surrogates (JSON escapes, Python strings) cannot be UTF-8.
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _scan(value: Any, max_entries: int | None, undefined: bool) -> bool:
+    """Return whether ``value`` is in the domain (fast; says nothing of where)."""
+    kinds = _KINDS
+    kind = kinds.get(type(value))
+    if kind is None:
+        kind = _kind_of(value, undefined)
+    if kind != _MAP and kind != _LIST:
+        return _leaf_ok(value, kind)
+    level = [value]
+    depth = 0
+    entries = 0
+    isfinite = math.isfinite
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return False
+        deeper: list[Any] = []
+        push = deeper.append
+        for item in level:
+            if max_entries is not None:
+                entries += len(item)
+                if entries > max_entries:
+                    return False
+            if isinstance(item, dict):
+                for key in item:
+                    if type(key) is not str or not (key.isascii() or _text_ok(key)):
+                        return False
+                children = item.values()
+            else:
+                children = item
+            for child in children:
+                kind = kinds.get(type(child))
+                if kind is None:
+                    kind = _kind_of(child, undefined)
+                if kind == _OK:
+                    continue
+                if kind == _TEXT:
+                    if not child.isascii() and not _text_ok(child):
+                        return False
+                elif kind == _INT:
+                    if not INT_MIN <= child <= INT_MAX:
+                        return False
+                elif kind == _FLOAT:
+                    if not isfinite(child):
+                        return False
+                elif kind == _REFUSED:
+                    return False
+                else:
+                    push(child)
+        level = deeper
+    return True
+
+
+def _leaf_ok(value: Any, kind: int) -> bool:
+    if kind == _TEXT:
+        return _text_ok(value)
+    if kind == _INT:
+        return bool(INT_MIN <= value <= INT_MAX)
+    if kind == _FLOAT:
+        return math.isfinite(value)
+    return kind == _OK
+
+
+def _leaf_problem(value: Any, kind: int) -> str:
+    if kind == _TEXT:
+        return "strings must be valid Unicode (no lone surrogates)"
+    if kind == _INT:
+        return "integers are 64-bit (from -2**63 to 2**63 - 1)"
+    if kind == _FLOAT:
+        return "numbers must be finite (no NaN or infinity)"
+    if value is cbor2.undefined:
+        return "undefined is not in the value domain"
+    hint = _REFUSED_HINTS.get(type(value))
+    return hint or f"{type(value).__name__} is not in the value domain"
+
+
+def _locate(
+    value: Any, max_entries: int | None, undefined: bool
+) -> tuple[list[str | int], str]:
+    """Return the path to the first value outside the domain, and why."""
+    entries = 0
+    todo: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while todo:
+        item, path = todo.pop()
+        kind = _KINDS.get(type(item))
+        if kind is None:
+            kind = _kind_of(item, undefined)
+        if kind != _MAP and kind != _LIST:
+            if not _leaf_ok(item, kind):
+                return path, _leaf_problem(item, kind)
+            continue
+        if len(path) >= MAX_DEPTH:
+            return path, f"values nest at most {MAX_DEPTH} levels of lists and maps"
+        entries += len(item)
+        if max_entries is not None and entries > max_entries:
+            return [], (
+                f"a message holds at most {max_entries} list items and map entries"
+            )
+        if kind == _MAP:
+            for key in item:
+                if type(key) is not str:
+                    return path, "map keys must be strings"
+                if not _text_ok(key):
+                    return path, "strings must be valid Unicode (no lone surrogates)"
+            pairs: list[tuple[str | int, Any]] = list(item.items())
+        else:
+            pairs = list(enumerate(item))
+        # Reversed: the stack pops the first child first.
+        todo.extend((child, [*path, step]) for step, child in reversed(pairs))
+    # The fast walk counts entries level by level: an excess it saw is found
+    # here in the same count.
+    return [], f"values nest at most {MAX_DEPTH} levels of lists and maps"
+
+
+def format_path(where: str, path: list[str | int]) -> str:
+    """Return ``where`` followed by ``path``: ``args[0].price``, ``state["a b"]``."""
+    text = where
+    if len(path) > 16:
+        # A value nested too deeply: its path says little past its start.
+        return format_path(where, path[:16]) + "..."
+    for step in path:
+        if isinstance(step, int):
+            text += f"[{step}]"
+        elif step.isidentifier():
+            text += f".{step}" if text else step
+        else:
+            text += f"[{json.dumps(step, ensure_ascii=False)}]"
+    return text
+
+
+def value_problem(
+    value: Any, *, max_entries: int | None = None, undefined: bool = False
+) -> tuple[str, str] | None:
+    """Return ``(path, reason)`` if ``value`` is outside the domain, else None.
+
+    ``path`` is relative to the value (``""`` for the value itself);
+    ``max_entries`` bounds list items plus map entries (messages from
+    clients); ``undefined`` admits CBOR ``undefined`` (the RivetKit client's).
+    """
+    if _scan(value, max_entries, undefined):
+        return None
+    path, reason = _locate(value, max_entries, undefined)
+    return format_path("", path), reason
+
+
+def check_value(value: Any, where: str = "value") -> None:
+    """Raise :class:`InvalidValue` unless ``value`` is in the value domain.
+
+    The error names the path from ``where`` (``state.items[3].price``);
+    values nested too deeply raise :class:`ValueTooDeep`. One walk, so a
+    self-referencing list is refused instead of recursing.
+    """
+    if _scan(value, None, False):
+        return
+    path, reason = _locate(value, None, False)
+    where_path = format_path(where, path)
+    error = ValueTooDeep if reason.startswith("values nest") else InvalidValue
+    metadata: dict[str, Any] = {"path": where_path, "reason": reason}
+    if error is ValueTooDeep:
+        metadata["limit"] = MAX_DEPTH
+    raise error(f"{where_path}: {reason}", metadata=metadata)
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """Raise :class:`ValueTooDeep` if ``value`` nests more than ``limit`` containers.
+
+    Iterative, so a self-referencing list is refused instead of recursing.
+    (Kept for callers that only need the nesting bound; values that are
+    stored or sent go through :func:`check_value`.)
+    """
+    if not isinstance(value, _CONTAINERS):
+        return
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > limit:
+            raise ValueTooDeep(
+                f"The value nests more than {limit} levels of lists and maps",
+                metadata={"limit": limit},
+            )
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                todo.append((child, depth + 1))
+
+
 # -- writing ------------------------------------------------------------------------
 def _refuse_type(encoder: Any, value: Any) -> None:
     raise TypeError(f"{type(value).__name__} values cannot be stored or sent")
 
 
 # cbor2 encodes these natively with tags that decoding refuses; refusing them
-# on the way in keeps every stored value readable.
+# keeps every frame readable. (Values of the domain never hold them: checked
+# values are encoded without this table, which costs cbor2 three times the
+# time.)
 _REFUSED_ENCODERS: dict[type, Any] = {
     kind: _refuse_type
     for kind in (
@@ -172,27 +432,6 @@ _REFUSED_ENCODERS: dict[type, Any] = {
 _CONTAINERS = (dict, list, tuple)
 
 
-def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
-    """Raise :class:`ValueTooDeep` if ``value`` nests more than ``limit`` containers.
-
-    Iterative, so a self-referencing list is refused instead of recursing.
-    """
-    if not isinstance(value, _CONTAINERS):
-        return
-    todo: list[tuple[Any, int]] = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if depth > limit:
-            raise ValueTooDeep(
-                f"The value nests more than {limit} levels of lists and maps",
-                metadata={"limit": limit},
-            )
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, _CONTAINERS):
-                todo.append((child, depth + 1))
-
-
 def _cbor_encode(value: Any) -> bytes:
     try:
         return cbor2.dumps(
@@ -202,14 +441,23 @@ def _cbor_encode(value: Any) -> bytes:
         raise TypeError(f"Value is not CBOR-serializable: {exc}") from exc
 
 
-def cbor_dumps(value: Any) -> bytes:
-    """Encode ``value`` for storage as CBOR; naive datetimes are taken as UTC.
+def _cbor_checked(value: Any) -> bytes:
+    """Encode a value :func:`check_value` accepted (cbor2's fast path)."""
+    try:
+        return cbor2.dumps(value, timezone=UTC, date_as_datetime=True)
+    except (cbor2.CBOREncodeError, TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"Value is not CBOR-serializable: {exc}") from exc
 
-    Raises :class:`ValueTooDeep` (also a ``TypeError``) past :data:`MAX_DEPTH`
-    and ``TypeError`` for types that could not be read back.
+
+def cbor_dumps(value: Any, where: str = "value") -> bytes:
+    """Check ``value`` against the value domain and encode it as CBOR for storage.
+
+    Naive datetimes are taken as UTC. Raises :class:`InvalidValue` (also a
+    ``TypeError``) naming the path from ``where`` for a value outside the
+    domain, :class:`ValueTooDeep` past :data:`MAX_DEPTH`.
     """
-    check_depth(value)
-    return _cbor_encode(value)
+    check_value(value, where)
+    return _cbor_checked(value)
 
 
 def _json_default(value: Any) -> Any:
@@ -224,8 +472,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         # JSON has no bytes; this tagged form is documented in docs/protocol.md.
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
@@ -244,10 +490,66 @@ def json_dumps(value: Any, *, indent: int | None = None) -> str:
     )
 
 
-def encode(value: Any, encoding: Encoding) -> bytes:
-    """Encode ``value`` for the wire in ``encoding``.
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A value checked against the domain and encoded for one encoding.
 
-    No depth check: frames wrap stored values in an envelope.
+    What an action's invocation hands the transport that called it (the
+    output is encoded before the transaction commits); frames embed
+    ``data`` as it is (:func:`splice`).
+    """
+
+    data: bytes
+
+
+def encode_value(value: Any, encoding: Encoding, where: str = "output") -> bytes:
+    """Check ``value`` against the value domain and encode it for the wire.
+
+    Raises :class:`InvalidValue` naming the path from ``where``.
+    """
+    check_value(value, where)
+    if encoding == "cbor":
+        return _cbor_checked(value)
+    return json_dumps(value).encode("utf-8")
+
+
+def _cbor_head(major: int, length: int) -> bytes:
+    if length < 24:
+        return bytes((major << 5 | length,))
+    if length < 0x100:
+        return bytes((major << 5 | 24, length))
+    if length < 0x10000:
+        return bytes((major << 5 | 25,)) + length.to_bytes(2, "big")
+    return bytes((major << 5 | 26,)) + length.to_bytes(4, "big")
+
+
+def cbor_map(items: list[tuple[str, bytes]]) -> bytes:
+    """Assemble a CBOR map from string keys and already-encoded values."""
+    return _cbor_head(5, len(items)) + b"".join(
+        _cbor_checked(key) + value for key, value in items
+    )
+
+
+def splice(head: dict[str, Any], name: str, data: bytes, encoding: Encoding) -> bytes:
+    """Encode the map ``head`` plus ``name``: an already-encoded value, last.
+
+    Frames carry an action's output as :class:`Encoded` bytes; this puts
+    them in their envelope without decoding or encoding them again.
+    """
+    if encoding == "cbor":
+        items = [(key, _cbor_encode(value)) for key, value in head.items()]
+        return cbor_map([*items, (name, data)])
+    start = json_dumps(head).encode("utf-8")[:-1]
+    separator = b"," if head else b""
+    return start + separator + json.dumps(name).encode("ascii") + b":" + data + b"}"
+
+
+def encode(value: Any, encoding: Encoding) -> bytes:
+    """Encode ``value`` for the wire in ``encoding`` (frames, error bodies).
+
+    No domain check: frames wrap values checked where they were made (an
+    action's output, an event's arguments); types outside the domain still
+    fail here rather than reach a client unreadable.
     """
     if encoding == "cbor":
         return _cbor_encode(value)
@@ -301,64 +603,6 @@ def decode_trusted(data: bytes | str, encoding: Encoding) -> Any:
 
 
 # -- reading what clients send ----------------------------------------------------
-def _text_problem(text: str) -> str | None:
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "strings must be valid Unicode (no lone surrogates)"
-    return None
-
-
-def _value_problem(value: Any, *, undefined: bool, text: bool) -> str | None:
-    """Return why ``value`` is not a value JSON can carry, or None.
-
-    ``undefined`` admits CBOR ``undefined``; ``text`` checks strings for lone
-    surrogates (JSON escapes can carry them, UTF-8 cannot).
-    """
-    todo: list[tuple[Any, int]] = [(value, 0)]
-    entries = 0
-    while todo:
-        item, depth = todo.pop()
-        kind = type(item)
-        if kind is dict or kind is list:
-            if depth >= MAX_DEPTH:
-                return f"values nest at most {MAX_DEPTH} levels of lists and maps"
-            entries += len(item)
-            if entries > MAX_ENTRIES:
-                return (
-                    f"a message holds at most {MAX_ENTRIES} list items and map entries"
-                )
-            if kind is dict:
-                for key in item:
-                    if type(key) is not str:
-                        return "map keys must be strings"
-                    if text and (problem := _text_problem(key)):
-                        return problem
-                children = item.values()
-            else:
-                children = item
-            todo.extend((child, depth + 1) for child in children)
-        elif kind is str:
-            if text and (problem := _text_problem(item)):
-                return problem
-        elif kind in _PLAIN:
-            continue
-        elif kind is int:
-            if not -_INT_LIMIT < item < _INT_LIMIT:
-                return "integers have at most 4300 digits"
-        elif kind is float:
-            if not math.isfinite(item):
-                return "numbers must be finite (no NaN or infinity)"
-        elif item is cbor2.undefined:
-            if not undefined:
-                return "undefined is not a value JSON can carry"
-        else:
-            return f"{kind.__name__} is not a value JSON can carry"
-    return None
-
-
 def decode_message(
     data: bytes | bytearray | memoryview | str,
     encoding: Encoding,
@@ -386,10 +630,15 @@ def decode_message(
             value = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise MalformedRequest(f"Malformed JSON: {exc}") from exc
-    problem = _value_problem(value, undefined=undefined, text=encoding == "json")
+    problem = value_problem(value, max_entries=MAX_ENTRIES, undefined=undefined)
     if problem is None:
         return value, None
-    return value, MalformedRequest(f"Malformed {encoding.upper()}: {problem}")
+    path, reason = problem
+    where = f" at {path}" if path else ""
+    return value, MalformedRequest(
+        f"Malformed {encoding.upper()}: {reason}{where}",
+        metadata={"path": path, "reason": reason} if path else {"reason": reason},
+    )
 
 
 def decode(

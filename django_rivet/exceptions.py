@@ -28,6 +28,8 @@ __all__ = [
     "Forbidden",
     "InternalError",
     "InvalidArgs",
+    "InvalidOutput",
+    "InvalidValue",
     "InvalidCron",
     "InvalidEncoding",
     "InvalidKey",
@@ -330,7 +332,31 @@ class TooManyFrames(RivetError):
     default_message = "Too many frames waiting to be handled; wait for the answers"
 
 
-class ValueTooDeep(RivetError, TypeError):
+class InvalidValue(RivetError, TypeError):
+    """A value outside the value domain (docs/values.md): cannot be stored or sent.
+
+    Its metadata names the ``path`` to the bad value (``state.items[3]``)
+    and the ``reason``. Raised where the value is written (state, KV,
+    events, queue bodies, schedule arguments) or, from the server-side
+    client, for arguments; the invocation rolls back.
+    """
+
+    group = "actor"
+    code = "invalid_value"
+    http_status = 400
+    default_message = "The value is outside the value domain"
+
+
+class InvalidOutput(RivetError):
+    """An action returned a value no client could read; nothing was committed."""
+
+    group = "actor"
+    code = "invalid_output"
+    http_status = 500
+    default_message = "The action returned a value outside the value domain"
+
+
+class ValueTooDeep(InvalidValue):
     """A value to store nests more lists and maps than the codec reads back."""
 
     group = "actor"

@@ -329,14 +329,14 @@ class Invocation:
         ``MAX_STATE_BYTES`` is refused with ``actor/state_too_large``
         before anything is written; the caller's transaction rolls back.
         """
-        new_bytes = cbor_dumps(self.state)
+        new_bytes = cbor_dumps(self.state, "state")
         state: bytes | None = None
         if new_bytes != self.state_bytes:
             if self.definition.overrides("on_state_change") and (
                 not self.created or new_bytes != self.created_bytes
             ):
                 self.call_hook("on_state_change", self.state)
-                new_bytes = cbor_dumps(self.state)
+                new_bytes = cbor_dumps(self.state, "state")
             check_state_size(new_bytes, "actor")
             state = new_bytes
         for conn in self._conns.values():

@@ -366,7 +366,7 @@ def _run(
         )
         invocation.call_hook("on_create", invocation.input)
         if invocation.definition.overrides("on_state_change"):
-            invocation.created_bytes = cbor_dumps(invocation.state)
+            invocation.created_bytes = cbor_dumps(invocation.state, "state")
     elif ref.mode == "create":
         raise ActorAlreadyExists(
             f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",

@@ -93,7 +93,7 @@ WAIT_POLL_INTERVAL = 0.05
 def _encode_body(queue: str, body: Any) -> bytes:
     if not isinstance(queue, str) or not queue:
         raise TypeError("queue is a non-empty string")
-    return cbor_dumps(body)
+    return cbor_dumps(body, "body")
 
 
 def _check_size(definition: type[Actor], data: bytes) -> None:

@@ -28,10 +28,10 @@ from django.views.decorators.csrf import csrf_exempt
 from ..actors import registry
 from ..actors.errors import public_error
 from ..actors.invocation import Operation, Origin
-from ..actors.operations import CallAction, EnsureActor
+from ..actors.operations import CallAction, EnsureActor, OutputEncoder
 from ..actors.rows import ActorRef, Mode
 from ..actors.spine import ainvoke
-from ..encoding import Encoding, adecode, decode, encode
+from ..encoding import Encoded, Encoding, adecode, decode, encode, encode_value, splice
 from ..exceptions import (
     InvalidArgs,
     MalformedRequest,
@@ -100,6 +100,35 @@ def encoded_response(value: Any, encoding: Encoding, status: int = 200) -> HttpR
     return HttpResponse(data, status=status, content_type=MEDIA_TYPES[encoding])
 
 
+def output_encoder(encoding: Encoding) -> OutputEncoder:
+    """Return the encoder an invocation uses for an action's output.
+
+    It runs inside the invocation, before commit: a value outside the
+    domain, or an answer over ``MAX_OUTGOING_MESSAGE_BYTES``, rolls the
+    action back.
+    """
+
+    def encode_output(value: Any) -> bytes:
+        data = encode_value(value, encoding)
+        too_large = outgoing_too_large(data)
+        if too_large is not None:
+            raise too_large
+        return data
+
+    return encode_output
+
+
+def spliced_response(
+    head: dict[str, Any], name: str, value: Encoded, encoding: Encoding
+) -> HttpResponse:
+    """Answer ``head`` plus an already-encoded value, within the size limit."""
+    data = splice(head, name, value.data, encoding)
+    too_large = outgoing_too_large(data)
+    if too_large is not None:
+        return error_response(too_large, encoding)
+    return HttpResponse(data, content_type=MEDIA_TYPES[encoding])
+
+
 def error_response(exc: BaseException, encoding: Encoding = "json") -> HttpResponse:
     """Return ``{group, code, message, metadata}`` with the error's status."""
     error = public_error(exc)
@@ -129,25 +158,44 @@ def _raw_body(request: HttpRequest) -> tuple[bytes, Encoding]:
     return data, CONTENT_TYPES[request.content_type or ""]
 
 
-def _body_map(body: Any) -> dict[str, Any]:
+def body_map(body: Any, keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """Return the body as a map; refuse a key outside ``keys`` (if given).
+
+    An unknown key (``{"by": 3}`` instead of ``{"args": [3]}``) is
+    ``request/invalid_args`` naming it: ignoring it would run the action
+    with its defaults.
+    """
     if not isinstance(body, dict):
         raise MalformedRequest("The body must be a map")
+    if keys is not None:
+        allowed = sorted(keys)
+        for key in body:
+            if key not in allowed:
+                raise InvalidArgs(
+                    f"Unknown key {key[:64]!r} in the body; it takes "
+                    + ", ".join(allowed),
+                    metadata={"key": key[:64], "allowed": allowed},
+                )
     return body
 
 
-def read_body(request: HttpRequest) -> dict[str, Any]:
+def read_body(
+    request: HttpRequest, keys: Iterable[str] | None = None
+) -> dict[str, Any]:
     """Decode the JSON or CBOR map body (empty body: ``{}``)."""
     data, encoding = _raw_body(request)
-    return _body_map(decode(data, encoding)) if data else {}
+    return body_map(decode(data, encoding), keys) if data else {}
 
 
-async def aread_body(request: HttpRequest) -> dict[str, Any]:
+async def aread_body(
+    request: HttpRequest, keys: Iterable[str] | None = None
+) -> dict[str, Any]:
     """:func:`read_body`, decoding large bodies in a worker thread.
 
     Off the event loop, one slow body cannot stall the other connections.
     """
     data, encoding = _raw_body(request)
-    return _body_map(await adecode(data, encoding)) if data else {}
+    return body_map(await adecode(data, encoding), keys) if data else {}
 
 
 # -- addressing -------------------------------------------------------------------
@@ -240,7 +288,7 @@ async def actor_view(
             },
             encoding,
         )
-    body = await aread_body(request)
+    body = await aread_body(request, ("input",))
     if request.method == "POST" and request.GET.get("actor_id"):
         raise MalformedRequest("Create an actor by name and key, not actor_id")
     mode: Literal["get_or_create", "create"] = (
@@ -258,7 +306,7 @@ async def action_view(
     request: HttpRequest, encoding: Encoding, name: str, action: str
 ) -> HttpResponse:
     """``POST {args, input?}`` -> ``{output}``; get-or-create unless create=false."""
-    body = await aread_body(request)
+    body = await aread_body(request, ("args", "input"))
     args = body.get("args", [])
     if not isinstance(args, list):
         raise InvalidArgs("args must be a list")
@@ -266,8 +314,9 @@ async def action_view(
     ref = actor_ref(
         request, name, "get_or_create" if create else "get", body.get("input")
     )
-    output = await _run(ref, CallAction(action, args), request)
-    return encoded_response({"output": output}, encoding)
+    call = CallAction(action, args, encoder=output_encoder(encoding), args_checked=True)
+    output: Encoded = await _run(ref, call, request)
+    return spliced_response({}, "output", output, encoding)
 
 
 @rivet_api("POST")
@@ -275,7 +324,7 @@ async def queue_view(
     request: HttpRequest, encoding: Encoding, name: str, queue: str
 ) -> HttpResponse:
     """``POST {body, wait?, timeout?}`` -> ``{status, response?}``."""
-    body = await aread_body(request)
+    body = await aread_body(request, ("body", "wait", "timeout"))
     wait = body.get("wait", False)
     timeout = body.get("timeout")
     if not isinstance(wait, bool):

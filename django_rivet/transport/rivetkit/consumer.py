@@ -31,6 +31,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 
 from ...actors.connections import ConnectResult
 from ...actors.rows import ActorRef
+from ...encoding import Encoded
 from ...exceptions import Forbidden, MalformedRequest, RivetError
 from ..frames import ActionFrame, ConnectPlan, SubscriptionFrame
 from ..parsing import scope_headers
@@ -119,9 +120,13 @@ class RivetKitConsumer(ConnectionConsumer):
             str(result.actor_id), str(result.conn_id), self.encoding
         )
 
-    def encode_output(self, action_id: Any, output: Any) -> bytes:
-        """Encode ``ActionResponse``."""
-        return protocol.encode_action_response(action_id, output, self.encoding)
+    def encode_value(self, value: Any) -> bytes:
+        """Check and encode an output as the client reads it."""
+        return protocol.encode_output_value(value, self.encoding)
+
+    def encode_output(self, action_id: Any, output: Encoded) -> bytes:
+        """Encode ``ActionResponse`` around the encoded output."""
+        return protocol.encode_action_response(action_id, output.data, self.encoding)
 
     def encode_error(self, error: RivetError, action_id: Any) -> bytes:
         """Encode ``Error`` (``actionId`` null for the connection)."""

@@ -40,10 +40,10 @@ from ... import __version__
 from ...actors import registry
 from ...actors.errors import public_error
 from ...actors.invocation import Origin
-from ...actors.operations import CallAction
+from ...actors.operations import CallAction, OutputEncoder
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
-from ...encoding import json_dumps, json_loads, run_decoder
+from ...encoding import Encoded, json_dumps, json_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,
     InvalidEncoding,
@@ -126,6 +126,18 @@ def _response(data: bytes, encoding: WireEncoding, status: int = 200) -> HttpRes
 
 def _json(value: Any, status: int = 200) -> HttpResponse:
     return _response(json_dumps(value).encode("utf-8"), "json", status)
+
+
+def _output_encoder(encoding: WireEncoding) -> OutputEncoder:
+    # Runs inside the invocation, before commit (see CallAction.encoder).
+    def encode_output(value: Any) -> bytes:
+        data = protocol.encode_output_value(value, encoding)
+        too_large = outgoing_too_large(data)
+        if too_large is not None:
+            raise too_large
+        return data
+
+    return encode_output
 
 
 def _read_body(request: HttpRequest) -> bytes:
@@ -355,12 +367,11 @@ async def gateway_action_view(
     address, args, origin = await _gateway_call(
         request, target, protocol.decode_action_args, encoding
     )
-    output = await ainvoke(_ref(address), CallAction(action, args), origin)
-    try:
-        data = protocol.encode_action_output(output, encoding)
-    except (TypeError, ValueError) as exc:
-        return _error(exc, encoding)
-    return _response(data, encoding)
+    call = CallAction(
+        action, args, encoder=_output_encoder(encoding), args_checked=True
+    )
+    output: Encoded = await ainvoke(_ref(address), call, origin)
+    return _response(protocol.encode_action_output(output.data, encoding), encoding)
 
 
 @gateway_view("POST")
