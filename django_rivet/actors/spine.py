@@ -66,6 +66,7 @@ from ..exceptions import (
     ActionTimeout,
     ActorAlreadyExists,
     ActorNotFound,
+    Forbidden,
     ReentrantCall,
 )
 from ..models import Actor as ActorRow
@@ -359,6 +360,12 @@ def _run(
     if invocation.created:
         if ref.mode == "get":
             raise _not_found(ref)
+        if invocation.origin.external and not invocation.definition.create_from_clients:
+            raise Forbidden(
+                f"Actors of {invocation.definition.name!r} are created by server "
+                "code only",
+                metadata={"name": invocation.definition.name},
+            )
         if not rows.insert_row(invocation.row):
             raise _Raced()
         invocation.state = invocation.call(
