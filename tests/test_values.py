@@ -75,7 +75,7 @@ def new_till():
     return key, snapshot(key)
 
 
-# -- an output outside the domain rolls everything back ---------------------------------
+# -- an output outside the domain rolls everything back --------------------------------
 def http_call(url, way, key, action, *args):
     """Call over HTTP; return ``(status, code, metadata)``."""
     if way in ("json", "cbor"):
@@ -173,7 +173,7 @@ def test_handle_call_refuses_an_output_outside_the_domain_and_changes_nothing(ki
     assert snapshot(key) == before
 
 
-# -- writes outside the domain are refused where they are made ---------------------------
+# -- writes outside the domain are refused where they are made -------------------------
 @pytest.mark.parametrize(
     ("where", "kind", "path"),
     [
@@ -221,7 +221,7 @@ def test_the_shell_refuses_what_the_wire_refuses():
     assert not Actor.objects.filter(name="till", key='["other"]').exists()
 
 
-# -- unknown body keys ---------------------------------------------------------------------
+# -- unknown body keys -----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("path", "body", "key"),
     [
@@ -259,7 +259,7 @@ def test_unknown_body_keys_are_refused_on_the_rivetkit_gateway_too():
     assert snapshot(till) == before
 
 
-# -- no sequence of valid calls makes an actor unreadable for JSON clients ----------------
+# -- no sequence of valid calls makes an actor unreadable for JSON clients -------------
 # What the wire accepts as an integer, up to what Python's JSON reads (4300
 # digits), and the 64-bit integers of the domain.
 wire_integers = st.one_of(
