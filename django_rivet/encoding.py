@@ -48,7 +48,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeVar
@@ -262,6 +262,7 @@ def _scan(value: Any, max_entries: int | None, undefined: bool) -> bool:
                 entries += len(item)
                 if entries > max_entries:
                     return False
+            children: Iterable[Any]
             if isinstance(item, dict):
                 for key in item:
                     if type(key) is not str or not (key.isascii() or _text_ok(key)):
