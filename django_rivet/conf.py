@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     # Actor instances (with their decoded state) one process keeps cached;
     # beyond it the least recently used are evicted (on_sleep runs).
     "ACTOR_CACHE_SIZE": 10000,
+    # Estimated bytes of decoded state one process keeps cached; beyond it
+    # the states of the least recently used actors are dropped at once (they
+    # are read from the database again when called).
+    "ACTOR_CACHE_BYTES": 256 * 1024 * 1024,
     # Largest WebSocket frame accepted, checked before decoding.
     "MAX_INCOMING_MESSAGE_BYTES": 65536,
     # Frames one socket may have received and not yet handled (actions

@@ -78,6 +78,7 @@ __all__ = [
     "decode_message",
     "decode_trusted",
     "encode",
+    "encode_state",
     "encode_value",
     "json_dumps",
     "json_loads",
@@ -237,8 +238,12 @@ def _paced(children: Any) -> Iterator[Any]:
         yield child
 
 
-def _scan(value: Any, max_entries: int | None, undefined: bool) -> bool:
-    """Return whether ``value`` is in the domain (fast; says nothing of where)."""
+def _scan(value: Any, max_entries: int | None, undefined: bool) -> int:
+    """Return how many list items and map entries ``value`` holds, or -1.
+
+    -1: outside the domain (fast; says nothing of where). The count sizes
+    the process cache's estimate of an actor's state (actors/cache.py).
+    """
     pace = getattr(_pacing, "on", False)
     seen = 0
     kinds = _KINDS
@@ -246,7 +251,7 @@ def _scan(value: Any, max_entries: int | None, undefined: bool) -> bool:
     if kind is None:
         kind = _kind_of(value, undefined)
     if kind != _MAP and kind != _LIST:
-        return _leaf_ok(value, kind)
+        return 0 if _leaf_ok(value, kind) else -1
     level = [value]
     depth = 0
     entries = 0
@@ -254,19 +259,18 @@ def _scan(value: Any, max_entries: int | None, undefined: bool) -> bool:
     while level:
         depth += 1
         if depth > MAX_DEPTH:
-            return False
+            return -1
         deeper: list[Any] = []
         push = deeper.append
         for item in level:
-            if max_entries is not None:
-                entries += len(item)
-                if entries > max_entries:
-                    return False
+            entries += len(item)
+            if max_entries is not None and entries > max_entries:
+                return -1
             children: Iterable[Any]
             if isinstance(item, dict):
                 for key in item:
                     if type(key) is not str or not (key.isascii() or _text_ok(key)):
-                        return False
+                        return -1
                 children = item.values()
             else:
                 children = item
@@ -285,19 +289,19 @@ def _scan(value: Any, max_entries: int | None, undefined: bool) -> bool:
                     continue
                 if kind == _TEXT:
                     if not child.isascii() and not _text_ok(child):
-                        return False
+                        return -1
                 elif kind == _INT:
                     if not INT_MIN <= child <= INT_MAX:
-                        return False
+                        return -1
                 elif kind == _FLOAT:
                     if not isfinite(child):
-                        return False
+                        return -1
                 elif kind == _REFUSED:
-                    return False
+                    return -1
                 else:
                     push(child)
         level = deeper
-    return True
+    return entries
 
 
 def _leaf_ok(value: Any, kind: int) -> bool:
@@ -386,21 +390,23 @@ def value_problem(
     ``max_entries`` bounds list items plus map entries (messages from
     clients); ``undefined`` admits CBOR ``undefined`` (the RivetKit client's).
     """
-    if _scan(value, max_entries, undefined):
+    if _scan(value, max_entries, undefined) >= 0:
         return None
     path, reason = _locate(value, max_entries, undefined)
     return format_path("", path), reason
 
 
-def check_value(value: Any, where: str = "value") -> None:
+def check_value(value: Any, where: str = "value") -> int:
     """Raise :class:`InvalidValue` unless ``value`` is in the value domain.
 
     The error names the path from ``where`` (``state.items[3].price``);
     values nested too deeply raise :class:`ValueTooDeep`. One walk, so a
-    self-referencing list is refused instead of recursing.
+    self-referencing list is refused instead of recursing. Returns how many
+    list items and map entries the value holds.
     """
-    if _scan(value, None, False):
-        return
+    entries = _scan(value, None, False)
+    if entries >= 0:
+        return entries
     path, reason = _locate(value, None, False)
     where_path = format_path(where, path)
     error = ValueTooDeep if reason.startswith("values nest") else InvalidValue
@@ -487,6 +493,12 @@ def cbor_dumps(value: Any, where: str = "value") -> bytes:
     """
     check_value(value, where)
     return _cbor_checked(value)
+
+
+def encode_state(value: Any, where: str = "state") -> tuple[bytes, int]:
+    """:func:`cbor_dumps`, also returning how many items and entries it holds."""
+    entries = check_value(value, where)
+    return _cbor_checked(value), entries
 
 
 def _json_default(value: Any) -> Any:

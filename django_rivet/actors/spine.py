@@ -411,6 +411,7 @@ def _after(invocation: Invocation) -> None:
         invocation.state,
         invocation.state_bytes,
         invocation.row.version,
+        invocation.state_entries,
     )
     _maybe_evict_idle()
 

@@ -41,6 +41,7 @@ _POSITIVE_INTEGERS = (
     "MAX_EVENT_BYTES",
     "CONNECTIONS_PER_PROCESS",
     "ACTOR_CACHE_SIZE",
+    "ACTOR_CACHE_BYTES",
 )
 # None switches these off (no lock bound beyond the action timeout, no limit).
 _OPTIONAL_POSITIVE_NUMBERS = ("LOCK_TIMEOUT",)

@@ -478,6 +478,19 @@ class Hoard(Actor):
     def size(self, ctx):
         return len(ctx.state["blob"])
 
+    @action
+    def records(self, ctx, count: int):
+        """Hold ``count`` small records (19,000 are ~0.9 MB encoded)."""
+        ctx.state["records"] = [
+            {"id": n, "name": f"item {n}", "price": n * 0.5, "tags": ["a", "b"]}
+            for n in range(count)
+        ]
+        return count
+
+    @action
+    def count_records(self, ctx):
+        return len(ctx.state.get("records", []))
+
 
 # -- the edges (issues 12 and 17): hostile input, close codes ----------------------
 class Ledger(Actor):
