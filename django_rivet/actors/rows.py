@@ -51,7 +51,9 @@ def normalize_key(key: Any) -> tuple[str, ...]:
         parts = tuple(key)
     else:
         raise InvalidKey("An actor key is a string or a list of strings")
-    total = 0
+    # Each part counts one byte more than its UTF-8 (the separator it needs in
+    # any joined form), so a key of many empty parts is as bounded as any.
+    total = max(len(parts) - 1, 0)
     for part in parts:
         if not isinstance(part, str):
             raise InvalidKey("An actor key is a string or a list of strings")

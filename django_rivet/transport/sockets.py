@@ -94,7 +94,13 @@ from .frames import (
 )
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
-from .parsing import MAX_SUBSCRIPTIONS, SUBPROTOCOL, event_name, handshake_request
+from .parsing import (
+    MAX_SUBSCRIPTIONS,
+    SUBPROTOCOL,
+    event_name,
+    handshake_request,
+    loggable_path,
+)
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -314,7 +320,7 @@ class ConnectionConsumer(AsyncConsumer):
             self.flavour,
             code,
             error.qualified_code,
-            self.scope.get("path"),
+            loggable_path(str(self.scope.get("path", ""))),
         )
         # Accepted first: a close before accepting reaches browsers as 1006
         # with no reason, so the client could not tell why.
