@@ -37,6 +37,7 @@ from .exceptions import (
     UnknownWorkflowQueue,
     UserError,
     WorkflowDeduplicated,
+    WorkflowInboxFull,
     WorkflowNotFound,
 )
 
@@ -88,6 +89,7 @@ __all__ = [
     "UnknownWorkflowQueue",
     "UserError",
     "WorkflowDeduplicated",
+    "WorkflowInboxFull",
     "WorkflowNotFound",
     "__version__",
     "action",

@@ -51,6 +51,7 @@ __all__ = [
     "ValueTooDeep",
     "UnknownWorkflowQueue",
     "WorkflowDeduplicated",
+    "WorkflowInboxFull",
     "WorkflowNotFound",
 ]
 
@@ -405,6 +406,15 @@ class WorkflowDeduplicated(RivetError):
         """Return the id of the workflow holding the key."""
         found = (self.metadata or {}).get("workflow_id")
         return None if found is None else str(found)
+
+
+class WorkflowInboxFull(RivetError):
+    """The workflow holds as many unreceived messages as it may."""
+
+    group = "workflow"
+    code = "inbox_full"
+    http_status = 429
+    default_message = "The workflow's inbox is full"
 
 
 class UnknownWorkflowQueue(RivetError):
