@@ -71,7 +71,9 @@ class CallAction:
         spec = definition.actions.get(self.action)
         if spec is None:
             raise ActionNotFound(
-                f"Actor {definition.name!r} has no action {self.action!r}",
+                # Checked before on_auth: the class is not named, so a caller
+                # holding only an actor id does not learn it.
+                f"The actor has no action {self.action!r}",
                 metadata={"action": self.action},
             )
         if not self.args_checked:

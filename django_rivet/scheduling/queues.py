@@ -108,7 +108,7 @@ def _check_size(definition: type[Actor], data: bytes) -> None:
 def _check_queue(definition: type[Actor], queue: str) -> None:
     if queue not in definition.queue_handlers:
         raise ActionNotFound(
-            f"Actor {definition.name!r} has no handler for queue {queue!r}",
+            f"The actor has no handler for queue {queue!r}",
             metadata={"queue": queue},
         )
 

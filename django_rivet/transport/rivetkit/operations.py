@@ -51,7 +51,7 @@ class Destroy:
         """Refuse classes that did not opt in, before any I/O."""
         if not getattr(definition, ALLOW_DESTROY_ATTRIBUTE, False):
             raise Forbidden(
-                f"Actor {definition.name!r} cannot be destroyed by clients",
+                "The actor cannot be destroyed by clients",
                 metadata={"name": definition.name},
             )
 
