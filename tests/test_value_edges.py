@@ -5,17 +5,23 @@ Each test fails on the code before the issue (checked against its tree).
 
 from __future__ import annotations
 
+import json
 import logging
 from io import StringIO
 
 import pytest
+from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.test import Client
 
 from django_rivet import WorkflowInboxFull, actors, workflows
 from django_rivet.exceptions import InvalidKey
 from django_rivet.models import Actor, WorkflowMessage
-from django_rivet.testing import RivetCommunicator, run_until_idle
+from django_rivet.testing import (
+    RivetCommunicator,
+    run_until_idle,
+    websocket_application,
+)
 from django_rivet.workflow_runtime import operations as workflow_operations
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,6 +83,23 @@ async def test_a_websocket_key_that_is_not_utf8_is_refused():
     frame = await comm.receive_frame()
     assert (frame["type"], frame["code"]) == ("error", "malformed")
     await comm.disconnect()
+
+
+async def test_a_rivetkit_websocket_key_that_is_not_utf8_is_refused():
+    answers = []
+    for key in ("%FF", "%FE"):
+        comm = WebsocketCommunicator(
+            websocket_application("rivet/"),
+            f"/rivet/gateway/counter/connect?rvt-method=getOrCreate&rvt-key={key}",
+            subprotocols=["rivet", "rivet_encoding.json"],
+        )
+        connected, _ = await comm.connect(10)
+        assert connected
+        error = json.loads(await comm.receive_from(10))["body"]
+        answers.append((error["tag"], error["val"]["code"]))
+        await comm.disconnect()
+    assert answers == [("Error", "malformed")] * 2
+    assert not await Actor.objects.filter(name="counter").aexists()
 
 
 # -- workflow inboxes ------------------------------------------------------------------
