@@ -3,7 +3,8 @@
 A fresh process on a fresh SQLite database (``tests.settings``) creates
 ``ACTORS`` actors of the test app's ``hoard`` and gives each a state of
 19,000 small records (~0.9 MB encoded, the shape of issue 25's figure), one
-call each, as a busy server would. Reported: the resident memory the
+call each, as a busy server would (no idle eviction: ``SLEEP_TIMEOUT`` is
+set past the run). Reported: the resident memory the
 process gained, in total and per actor, and what the cache estimates it
 holds. ``--actors N`` changes the count (a version without a byte bound
 needs ~7-12 MiB per actor: measure it with fewer and scale).
@@ -48,9 +49,16 @@ def leg(count: int) -> dict[str, object]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from django.conf import settings
+    from django.test import override_settings
+
     from django_rivet import actors
     from django_rivet.actors import cache
 
+    # No idle eviction during the run (a busy server calls its actors more
+    # often than SLEEP_TIMEOUT): only the cache's own bounds act.
+    rivet = {**getattr(settings, "RIVET", {}), "SLEEP_TIMEOUT": 86400}
+    override_settings(RIVET=rivet).enable()
     handles = [actors.get_or_create("hoard", f"cache-{n}") for n in range(count)]
     gc.collect()
     before = rss()
