@@ -22,6 +22,8 @@ from .exceptions import (
     InternalError,
     InvalidArgs,
     InvalidCron,
+    InvalidOutput,
+    InvalidValue,
     KVKeyTooLarge,
     KVPayloadTooLarge,
     KVTooManyKeys,
@@ -35,6 +37,7 @@ from .exceptions import (
     UnknownWorkflowQueue,
     UserError,
     WorkflowDeduplicated,
+    WorkflowInboxFull,
     WorkflowNotFound,
 )
 
@@ -70,6 +73,8 @@ __all__ = [
     "Forbidden",
     "InternalError",
     "InvalidArgs",
+    "InvalidOutput",
+    "InvalidValue",
     "InvalidCron",
     "KVKeyTooLarge",
     "KVPayloadTooLarge",
@@ -84,6 +89,7 @@ __all__ = [
     "UnknownWorkflowQueue",
     "UserError",
     "WorkflowDeduplicated",
+    "WorkflowInboxFull",
     "WorkflowNotFound",
     "__version__",
     "action",

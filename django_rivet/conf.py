@@ -165,6 +165,10 @@ SETTINGS: dict[str, Setting] = {
     # Actor instances (with their decoded state) one process keeps cached;
     # beyond it the least recently used are evicted (on_sleep runs).
     "ACTOR_CACHE_SIZE": Setting(10000, POSITIVE_INTEGER),
+    # Estimated bytes of decoded state one process keeps cached; beyond it
+    # the states of the least recently used actors are dropped at once (they
+    # are read from the database again when called).
+    "ACTOR_CACHE_BYTES": Setting(256 * 1024 * 1024, POSITIVE_INTEGER),
     # Largest WebSocket frame accepted, checked before decoding.
     "MAX_INCOMING_MESSAGE_BYTES": Setting(65536, POSITIVE_INTEGER),
     # Frames one socket may have received and not yet handled (actions
@@ -298,6 +302,7 @@ class RivetSettings:
     ACTION_TIMEOUT: float
     SLEEP_TIMEOUT: float
     ACTOR_CACHE_SIZE: int
+    ACTOR_CACHE_BYTES: int
     MAX_INCOMING_MESSAGE_BYTES: int
     MAX_PENDING_FRAMES: int
     MAX_PENDING_FRAME_BYTES: int

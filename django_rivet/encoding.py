@@ -43,37 +43,56 @@ import fractions
 import io
 import ipaddress
 import json
-import math
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeVar
 
 import cbor2
 
-from .exceptions import InvalidEncoding, MalformedRequest, ValueTooDeep
+from .domain import (
+    INT_MAX,
+    INT_MIN,
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    check_depth,
+    check_value,
+    paced,
+    value_problem,
+)
+from .exceptions import InvalidEncoding, MalformedRequest
 
 __all__ = [
     "ALLOWED_CBOR_TAGS",
+    "INT_MAX",
+    "INT_MIN",
     "MAX_DEPTH",
     "MAX_ENTRIES",
     "OFFLOAD_BYTES",
     "READ_DEPTH",
+    "Encoded",
     "Encoding",
     "adecode",
     "adecode_message",
     "cbor_dumps",
     "cbor_loads",
     "check_depth",
+    "check_value",
+    "cbor_map",
     "decode",
     "decode_message",
     "decode_trusted",
     "encode",
+    "encode_state",
+    "encode_value",
     "json_dumps",
     "json_loads",
     "parse_encoding",
     "run_decoder",
+    "splice",
+    "value_problem",
 ]
 
 Encoding = Literal["json", "cbor"]
@@ -83,23 +102,12 @@ T = TypeVar("T")
 # (what JavaScript encoders such as cbor-x write; decoded as bytes).
 ALLOWED_CBOR_TAGS = frozenset({0, 1, 2, 3, 37, 64})
 UINT8_ARRAY_TAG = 64
-#: Containers (maps, lists) a value may nest: one limit for what clients send,
-#: what is stored and what is read back.
-MAX_DEPTH = 128
-#: List items plus map entries in one incoming message (a 1 MiB body of tiny
-#: items would otherwise be a million Python objects to build and walk).
-MAX_ENTRIES = 100_000
 #: Incoming bodies and frames larger than this are decoded in a worker thread.
 OFFLOAD_BYTES = 16 * 1024
-# Integers JSON carries: Python's json refuses more than 4300 digits
-# (sys.int_info.default_max_str_digits); CBOR bignums get the same bound.
-_INT_LIMIT = 10**4300
 #: Nesting accepted when reading what a server wrote or sent: a stored value
 #: (at most MAX_DEPTH) inside a frame's envelope, plus one level for a tagged
 #: leaf (a datetime, UUID or bignum counts as a level for cbor2).
 READ_DEPTH = MAX_DEPTH + 8
-# Plain values that need no check.
-_PLAIN = frozenset({str, bool, type(None), bytes, datetime, date, uuid.UUID})
 
 
 def _refuse_tag(*args: Any) -> Any:
@@ -152,7 +160,9 @@ def _refuse_type(encoder: Any, value: Any) -> None:
 
 
 # cbor2 encodes these natively with tags that decoding refuses; refusing them
-# on the way in keeps every stored value readable.
+# keeps every frame readable. (Values of the domain never hold them: checked
+# values are encoded without this table, which costs cbor2 three times the
+# time.)
 _REFUSED_ENCODERS: dict[type, Any] = {
     kind: _refuse_type
     for kind in (
@@ -169,28 +179,6 @@ _REFUSED_ENCODERS: dict[type, Any] = {
         cbor2.CBORTag,
     )
 }
-_CONTAINERS = (dict, list, tuple)
-
-
-def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
-    """Raise :class:`ValueTooDeep` if ``value`` nests more than ``limit`` containers.
-
-    Iterative, so a self-referencing list is refused instead of recursing.
-    """
-    if not isinstance(value, _CONTAINERS):
-        return
-    todo: list[tuple[Any, int]] = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if depth > limit:
-            raise ValueTooDeep(
-                f"The value nests more than {limit} levels of lists and maps",
-                metadata={"limit": limit},
-            )
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, _CONTAINERS):
-                todo.append((child, depth + 1))
 
 
 def _cbor_encode(value: Any) -> bytes:
@@ -202,14 +190,29 @@ def _cbor_encode(value: Any) -> bytes:
         raise TypeError(f"Value is not CBOR-serializable: {exc}") from exc
 
 
-def cbor_dumps(value: Any) -> bytes:
-    """Encode ``value`` for storage as CBOR; naive datetimes are taken as UTC.
+def _cbor_checked(value: Any) -> bytes:
+    """Encode a value :func:`check_value` accepted (cbor2's fast path)."""
+    try:
+        return cbor2.dumps(value, timezone=UTC, date_as_datetime=True)
+    except (cbor2.CBOREncodeError, TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"Value is not CBOR-serializable: {exc}") from exc
 
-    Raises :class:`ValueTooDeep` (also a ``TypeError``) past :data:`MAX_DEPTH`
-    and ``TypeError`` for types that could not be read back.
+
+def cbor_dumps(value: Any, where: str = "value") -> bytes:
+    """Check ``value`` against the value domain and encode it as CBOR for storage.
+
+    Naive datetimes are taken as UTC. Raises :class:`InvalidValue` (also a
+    ``TypeError``) naming the path from ``where`` for a value outside the
+    domain, :class:`ValueTooDeep` past :data:`MAX_DEPTH`.
     """
-    check_depth(value)
-    return _cbor_encode(value)
+    check_value(value, where)
+    return _cbor_checked(value)
+
+
+def encode_state(value: Any, where: str = "state") -> tuple[bytes, int]:
+    """:func:`cbor_dumps`, also returning how many items and entries it holds."""
+    entries = check_value(value, where)
+    return _cbor_checked(value), entries
 
 
 def _json_default(value: Any) -> Any:
@@ -224,8 +227,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         # JSON has no bytes; this tagged form is documented in docs/protocol.md.
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
@@ -244,10 +245,66 @@ def json_dumps(value: Any, *, indent: int | None = None) -> str:
     )
 
 
-def encode(value: Any, encoding: Encoding) -> bytes:
-    """Encode ``value`` for the wire in ``encoding``.
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A value checked against the domain and encoded for one encoding.
 
-    No depth check: frames wrap stored values in an envelope.
+    What an action's invocation hands the transport that called it (the
+    output is encoded before the transaction commits); frames embed
+    ``data`` as it is (:func:`splice`).
+    """
+
+    data: bytes
+
+
+def encode_value(value: Any, encoding: Encoding, where: str = "output") -> bytes:
+    """Check ``value`` against the value domain and encode it for the wire.
+
+    Raises :class:`InvalidValue` naming the path from ``where``.
+    """
+    check_value(value, where)
+    if encoding == "cbor":
+        return _cbor_checked(value)
+    return json_dumps(value).encode("utf-8")
+
+
+def _cbor_head(major: int, length: int) -> bytes:
+    if length < 24:
+        return bytes((major << 5 | length,))
+    if length < 0x100:
+        return bytes((major << 5 | 24, length))
+    if length < 0x10000:
+        return bytes((major << 5 | 25,)) + length.to_bytes(2, "big")
+    return bytes((major << 5 | 26,)) + length.to_bytes(4, "big")
+
+
+def cbor_map(items: list[tuple[str, bytes]]) -> bytes:
+    """Assemble a CBOR map from string keys and already-encoded values."""
+    return _cbor_head(5, len(items)) + b"".join(
+        _cbor_checked(key) + value for key, value in items
+    )
+
+
+def splice(head: dict[str, Any], name: str, data: bytes, encoding: Encoding) -> bytes:
+    """Encode the map ``head`` plus ``name``: an already-encoded value, last.
+
+    Frames carry an action's output as :class:`Encoded` bytes; this puts
+    them in their envelope without decoding or encoding them again.
+    """
+    if encoding == "cbor":
+        items = [(key, _cbor_encode(value)) for key, value in head.items()]
+        return cbor_map([*items, (name, data)])
+    start = json_dumps(head).encode("utf-8")[:-1]
+    separator = b"," if head else b""
+    return start + separator + json.dumps(name).encode("ascii") + b":" + data + b"}"
+
+
+def encode(value: Any, encoding: Encoding) -> bytes:
+    """Encode ``value`` for the wire in ``encoding`` (frames, error bodies).
+
+    No domain check: frames wrap values checked where they were made (an
+    action's output, an event's arguments); types outside the domain still
+    fail here rather than reach a client unreadable.
     """
     if encoding == "cbor":
         return _cbor_encode(value)
@@ -256,25 +313,29 @@ def encode(value: Any, encoding: Encoding) -> bytes:
 
 # -- reading what this process wrote ----------------------------------------------
 def _cbor_decode(data: bytes | bytearray | memoryview, *, strict: bool) -> Any:
-    buffer = io.BytesIO(bytes(data))
+    decoder = cbor2.CBORDecoder(
+        io.BytesIO(data),
+        semantic_decoders=_TAG_POLICY,
+        tag_hook=_tag_hook,
+        # Tags count as a level for cbor2; the walk checks MAX_DEPTH
+        # containers exactly.
+        max_depth=MAX_DEPTH + 1 if strict else READ_DEPTH,
+        # Buffered reads (a byte at a time cost five times as much); the
+        # decoder's own read below finds trailing bytes in its buffer.
+        read_size=4096,
+        str_errors="strict",
+        strict_hashable_types=strict,
+    )
     try:
-        value = cbor2.CBORDecoder(
-            buffer,
-            semantic_decoders=_TAG_POLICY,
-            tag_hook=_tag_hook,
-            # Tags count as a level for cbor2; the walk checks MAX_DEPTH
-            # containers exactly.
-            max_depth=MAX_DEPTH + 1 if strict else READ_DEPTH,
-            read_size=1,
-            str_errors="strict",
-            strict_hashable_types=strict,
-        ).decode()
+        value = decoder.decode()
     except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise MalformedRequest(f"Malformed CBOR: {exc}{cause}") from exc
-    if buffer.tell() != buffer.getbuffer().nbytes:
-        raise MalformedRequest("Malformed CBOR: trailing bytes after the value")
-    return value
+    try:
+        decoder.read(1)
+    except cbor2.CBORDecodeEOF:
+        return value
+    raise MalformedRequest("Malformed CBOR: trailing bytes after the value")
 
 
 def cbor_loads(data: bytes | bytearray | memoryview) -> Any:
@@ -301,64 +362,6 @@ def decode_trusted(data: bytes | str, encoding: Encoding) -> Any:
 
 
 # -- reading what clients send ----------------------------------------------------
-def _text_problem(text: str) -> str | None:
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "strings must be valid Unicode (no lone surrogates)"
-    return None
-
-
-def _value_problem(value: Any, *, undefined: bool, text: bool) -> str | None:
-    """Return why ``value`` is not a value JSON can carry, or None.
-
-    ``undefined`` admits CBOR ``undefined``; ``text`` checks strings for lone
-    surrogates (JSON escapes can carry them, UTF-8 cannot).
-    """
-    todo: list[tuple[Any, int]] = [(value, 0)]
-    entries = 0
-    while todo:
-        item, depth = todo.pop()
-        kind = type(item)
-        if kind is dict or kind is list:
-            if depth >= MAX_DEPTH:
-                return f"values nest at most {MAX_DEPTH} levels of lists and maps"
-            entries += len(item)
-            if entries > MAX_ENTRIES:
-                return (
-                    f"a message holds at most {MAX_ENTRIES} list items and map entries"
-                )
-            if kind is dict:
-                for key in item:
-                    if type(key) is not str:
-                        return "map keys must be strings"
-                    if text and (problem := _text_problem(key)):
-                        return problem
-                children = item.values()
-            else:
-                children = item
-            todo.extend((child, depth + 1) for child in children)
-        elif kind is str:
-            if text and (problem := _text_problem(item)):
-                return problem
-        elif kind in _PLAIN:
-            continue
-        elif kind is int:
-            if not -_INT_LIMIT < item < _INT_LIMIT:
-                return "integers have at most 4300 digits"
-        elif kind is float:
-            if not math.isfinite(item):
-                return "numbers must be finite (no NaN or infinity)"
-        elif item is cbor2.undefined:
-            if not undefined:
-                return "undefined is not a value JSON can carry"
-        else:
-            return f"{kind.__name__} is not a value JSON can carry"
-    return None
-
-
 def decode_message(
     data: bytes | bytearray | memoryview | str,
     encoding: Encoding,
@@ -386,10 +389,15 @@ def decode_message(
             value = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise MalformedRequest(f"Malformed JSON: {exc}") from exc
-    problem = _value_problem(value, undefined=undefined, text=encoding == "json")
+    problem = value_problem(value, max_entries=MAX_ENTRIES, undefined=undefined)
     if problem is None:
         return value, None
-    return value, MalformedRequest(f"Malformed {encoding.upper()}: {problem}")
+    path, reason = problem
+    where = f" at {path}" if path else ""
+    return value, MalformedRequest(
+        f"Malformed {encoding.upper()}: {reason}{where}",
+        metadata={"path": path, "reason": reason} if path else {"reason": reason},
+    )
 
 
 def decode(
@@ -416,7 +424,13 @@ async def run_decoder(
     """
     if len(data) <= OFFLOAD_BYTES:
         return decoder(data, *args, **kwargs)
-    return await asyncio.to_thread(decoder, data, *args, **kwargs)
+    return await asyncio.to_thread(_run_paced, decoder, data, *args, **kwargs)
+
+
+def _run_paced(decoder: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    # The value walks of this thread pause now and then (domain.PACE_ITEMS).
+    with paced():
+        return decoder(*args, **kwargs)
 
 
 async def adecode_message(

@@ -105,7 +105,7 @@ def encode_args(name: str, args: Iterable[Any]) -> bytes:
     fails (``actor/event_too_large``, its invocation rolls back) instead of
     every connection failing to deliver it later.
     """
-    data = cbor_dumps(list(args))
+    data = cbor_dumps(list(args), f"event {name[:64]} args")
     limit = rivet_settings.MAX_EVENT_BYTES
     if len(data) > limit:
         raise EventTooLarge(

@@ -5,6 +5,10 @@ stable ``group``/``code`` pair (written ``group/code`` in the docs), a message
 and optional metadata. The transports turn them into ``{group, code, message,
 metadata}`` bodies with :attr:`RivetError.http_status`. This module imports
 nothing from Django so the workflow engine core can use it.
+
+It is one piece on purpose, though long: it is the catalogue of every
+``group/code`` pair (docs/protocol.md lists the same), and one file is what
+keeps two codes from being given the same name twice.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ __all__ = [
     "Forbidden",
     "InternalError",
     "InvalidArgs",
+    "InvalidOutput",
+    "InvalidValue",
     "InvalidCron",
     "InvalidEncoding",
     "InvalidKey",
@@ -49,6 +55,7 @@ __all__ = [
     "ValueTooDeep",
     "UnknownWorkflowQueue",
     "WorkflowDeduplicated",
+    "WorkflowInboxFull",
     "WorkflowNotFound",
 ]
 
@@ -330,7 +337,31 @@ class TooManyFrames(RivetError):
     default_message = "Too many frames waiting to be handled; wait for the answers"
 
 
-class ValueTooDeep(RivetError, TypeError):
+class InvalidValue(RivetError, TypeError):
+    """A value outside the value domain (docs/values.md): cannot be stored or sent.
+
+    Its metadata names the ``path`` to the bad value (``state.items[3]``)
+    and the ``reason``. Raised where the value is written (state, KV,
+    events, queue bodies, schedule arguments) or, from the server-side
+    client, for arguments; the invocation rolls back.
+    """
+
+    group = "actor"
+    code = "invalid_value"
+    http_status = 400
+    default_message = "The value is outside the value domain"
+
+
+class InvalidOutput(RivetError):
+    """An action returned a value no client could read; nothing was committed."""
+
+    group = "actor"
+    code = "invalid_output"
+    http_status = 500
+    default_message = "The action returned a value outside the value domain"
+
+
+class ValueTooDeep(InvalidValue):
     """A value to store nests more lists and maps than the codec reads back."""
 
     group = "actor"
@@ -379,6 +410,15 @@ class WorkflowDeduplicated(RivetError):
         """Return the id of the workflow holding the key."""
         found = (self.metadata or {}).get("workflow_id")
         return None if found is None else str(found)
+
+
+class WorkflowInboxFull(RivetError):
+    """The workflow holds as many unreceived messages as it may."""
+
+    group = "workflow"
+    code = "inbox_full"
+    http_status = 429
+    default_message = "The workflow's inbox is full"
 
 
 class UnknownWorkflowQueue(RivetError):

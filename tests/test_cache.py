@@ -1,8 +1,10 @@
 """The process cache gives its memory back: idle eviction and compaction."""
 
 import asyncio
+import gc
 import sys
 import time
+import tracemalloc
 
 import pytest
 from django.test import override_settings
@@ -57,3 +59,27 @@ def test_the_cache_is_bounded_by_size():
             time.sleep(0.05)
         # The most recently used stayed.
         assert handles[-1].actor_id in cache.cached_ids()
+
+
+MIB = 1024 * 1024
+
+
+def test_the_cache_is_bounded_by_the_bytes_of_its_decoded_states():
+    # Six actors of ~0.9 MB encoded state each hold ~70 MiB of Python
+    # objects once decoded; the byte bound keeps what the cache holds near it.
+    limit = 8 * MIB
+    with override_settings(RIVET={"ACTOR_CACHE_BYTES": limit}):
+        handles = [actors.get_or_create("hoard", f"bytes-{n}") for n in range(6)]
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for handle in handles:
+                handle.call("records", 19_000)
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert held < limit + 8 * MIB, f"{held / MIB:.1f} MiB held"
+        # Every actor still answers: a dropped state is read again.
+        assert [h.call("count_records") for h in handles] == [19_000] * 6

@@ -43,6 +43,7 @@ SPEC_DEFAULTS = {
     "MAX_PENDING_FRAME_BYTES": 1048576,
     "CONNECTIONS_PER_PROCESS": 1000,
     "ACTOR_CACHE_SIZE": 10000,
+    "ACTOR_CACHE_BYTES": 268435456,
     # Where hints and errors link (issue 30).
     "DOCS_URL": "https://django-rivet.readthedocs.io/en/stable/",
     # Background work (issue 26): retries and workflow queues.

@@ -186,11 +186,12 @@ async def test_user_error_reaches_the_client_and_internal_errors_are_hidden():
     await comm.disconnect()
 
 
-async def test_unencodable_output_is_an_internal_error_for_that_action():
+async def test_unencodable_output_is_a_coded_error_for_that_action():
     comm, _ = await open_room()
     action_id = await comm.send_action("unencodable")
     frame = await comm.receive_frame()
-    assert (frame["code"], frame["action_id"]) == ("internal_error", action_id)
+    assert (frame["code"], frame["action_id"]) == ("invalid_output", action_id)
+    assert frame["metadata"]["action"] == "unencodable"
     assert await comm.call("echo", 1) == 1
     await comm.disconnect()
 

@@ -23,7 +23,7 @@ TRAFFIC = json.loads(FIXTURE.read_text())["traffic"]
 ENCODINGS = ["bare", "json", "cbor"]
 
 # What capture.mjs sends: echo(ECHO) over HTTP and WebSocket...
-ECHO = [1, "two", b"\x03\x04", 2**70, {"nested": [True, None]}]
+ECHO = [1, "two", b"\x03\x04", 2**62, {"nested": [True, None]}]
 # ...a queue send with wait, and these frames on a connection.
 QUEUE = protocol.QueueSend(body={"n": 1}, name="inbox", wait=True, timeout=5000)
 FRAMES = [
@@ -85,7 +85,8 @@ def test_bare_writers_reproduce_the_client_bytes():
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_http_answers_are_the_recorded_bytes(encoding):
     action, queue = TRAFFIC[encoding]["http"]
-    assert protocol.encode_action_output(ECHO, encoding) == raw(action["received"])
+    output = protocol.encode_output_value(ECHO, encoding)
+    assert protocol.encode_action_output(output, encoding) == raw(action["received"])
     assert protocol.encode_queue_result(
         "completed", {"got": {"n": 1}}, True, encoding
     ) == raw(queue["received"])
@@ -97,9 +98,13 @@ def test_websocket_frames_are_the_recorded_bytes(encoding):
     recorded = [raw(f) for f in TRAFFIC[encoding]["ws"]["received"][1:]]
     error = protocol.encode_error(_action_not_found(), action_id=2, encoding=encoding)
     ours = [
-        protocol.encode_action_response(0, ECHO, encoding),
+        protocol.encode_action_response(
+            0, protocol.encode_output_value(ECHO, encoding), encoding
+        ),
         protocol.encode_event("newMessage", ["cap", "hi"], encoding),
-        protocol.encode_action_response(1, 1, encoding),
+        protocol.encode_action_response(
+            1, protocol.encode_output_value(1, encoding), encoding
+        ),
         error,
     ]
     assert Counter(ours) == Counter(recorded)

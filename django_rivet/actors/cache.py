@@ -11,6 +11,15 @@ them (running ``on_sleep``) after invocations, and :func:`watch_idle` runs
 that eviction in the background when the process itself goes idle -- else a
 process that served 10,000 actors once would keep them all.
 
+Memory is bounded twice. By count (``ACTOR_CACHE_SIZE``: instances beyond it
+are evicted by the background watcher, ``on_sleep`` running) and by bytes
+(``ACTOR_CACHE_BYTES``): each kept state has an estimate measured when it is
+written (:func:`estimate`), and a :func:`store` that takes the total past the
+bound drops the states of the least recently used actors at once (their
+instances stay; their next call reads the row). A decoded state costs many
+times its encoded size (a 0.9 MB state of small records is ~7 MiB of Python
+objects), so a count alone let a process hold gigabytes.
+
 Evicting does not by itself give the memory back: a dict keeps its table at
 its largest size, and glibc keeps freed blocks in its arenas (one per
 invoking thread). After a large eviction the cache rebuilds its dict and
@@ -42,6 +51,7 @@ logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "CachedActor",
+    "cached_bytes",
     "cached_definition",
     "cached_ids",
     "checkout",
@@ -66,9 +76,30 @@ class CachedActor:
     state_bytes: bytes | None = None
     version: int = -1
     last_used: float = 0.0
+    # Estimated bytes this entry holds (see estimate()).
+    size: int = 0
+
+
+#: Bytes an actor instance costs without its state (measured: ~0.8 KiB).
+INSTANCE_BYTES = 1024
+#: Bytes a decoded list item or map entry costs beyond its payload, measured
+#: with tracemalloc: 23 (floats) to 79 (small maps of small values).
+ENTRY_BYTES = 80
+
+
+def estimate(state_bytes: bytes, entries: int) -> int:
+    """Estimate the memory of a cached state: its bytes, decoded and encoded.
+
+    The payload of the decoded objects is about the encoded size (strings,
+    bytes, numbers), the encoded bytes are kept too (to compare at the next
+    write), and every list item and map entry adds object overhead.
+    """
+    return INSTANCE_BYTES + 2 * len(state_bytes) + ENTRY_BYTES * entries
 
 
 _cache: dict[uuid.UUID, CachedActor] = {}
+# Sum of the entries' sizes.
+_bytes = 0
 _lock = threading.Lock()
 # Entries dropped since the dict was last rebuilt, and the largest size the
 # dict reached meanwhile (its table never shrinks by itself).
@@ -82,10 +113,15 @@ COMPACT_AFTER = 1000
 
 def clear() -> None:
     """Forget every cached instance without running hooks (tests)."""
-    global _dropped, _peak
+    global _dropped, _peak, _bytes
     with _lock:
         _cache.clear()
-        _dropped = _peak = 0
+        _dropped = _peak = _bytes = 0
+
+
+def cached_bytes() -> int:
+    """Return the estimated bytes the cache holds (instances and states)."""
+    return _bytes
 
 
 def cached_ids() -> set[uuid.UUID]:
@@ -110,22 +146,29 @@ def checkout(
     instance was just created (``on_wake`` must run); state and bytes are
     ``None`` unless the cached version matches the row.
     """
+    global _peak, _bytes
     with _lock:
-        entry = _cache.get(row.id)
+        entry = _cache.pop(row.id, None)
         if entry is None or entry.definition is not definition:
-            entry = _cache[row.id] = CachedActor(
-                instance=definition(), definition=definition
+            if entry is not None:
+                _bytes -= entry.size
+            entry = CachedActor(
+                instance=definition(), definition=definition, size=INSTANCE_BYTES
             )
-            global _peak
-            _peak = max(_peak, len(_cache))
+            _bytes += entry.size
             fresh = True
         else:
             fresh = False
+        # Re-inserted: the dict's order is the order of last use.
+        _cache[row.id] = entry
+        _peak = max(_peak, len(_cache))
         state, state_bytes = None, None
         if entry.state_bytes is not None and entry.version == row.version:
             state, state_bytes = entry.state, entry.state_bytes
         entry.state = entry.state_bytes = None
         entry.version = -1
+        _bytes -= entry.size - INSTANCE_BYTES
+        entry.size = INSTANCE_BYTES
         entry.last_used = clock.now()
     return entry, fresh, state, state_bytes
 
@@ -136,25 +179,56 @@ def store(
     state: Any,
     state_bytes: bytes,
     version: int,
+    entries: int = 0,
 ) -> None:
-    """Keep committed state for the next invocation in this process."""
-    global _last_store
+    """Keep committed state for the next invocation in this process.
+
+    ``entries`` (list items and map entries of the state) sizes its
+    estimate. Past ``ACTOR_CACHE_BYTES`` the least recently used states are
+    dropped; a state over the bound by itself is not kept.
+    """
+    global _last_store, _bytes
     _last_store = time.monotonic()
     _ensure_watcher()
+    limit = rivet_settings.ACTOR_CACHE_BYTES
+    size = estimate(state_bytes, entries)
     with _lock:
+        if _cache.get(actor_id) is not entry:
+            return  # dropped meanwhile
+        entry.last_used = clock.now()
+        if size > limit:
+            return
         entry.state = state
         entry.state_bytes = state_bytes
         entry.version = version
-        entry.last_used = clock.now()
+        _bytes += size - entry.size
+        entry.size = size
+        if _bytes > limit:
+            _shed(limit, keep=entry)
+
+
+def _shed(limit: int, keep: CachedActor) -> None:
+    """Drop the least recently used states until the cache is within ``limit``."""
+    global _bytes
+    for other in list(_cache.values()):
+        if _bytes <= limit:
+            return
+        if other is keep or other.state_bytes is None:
+            continue
+        other.state = other.state_bytes = None
+        other.version = -1
+        _bytes -= other.size - INSTANCE_BYTES
+        other.size = INSTANCE_BYTES
 
 
 def drop(actor_id: uuid.UUID, entry: CachedActor) -> None:
     """Forget ``entry`` if it is still the one cached for ``actor_id``."""
-    global _dropped
+    global _dropped, _bytes
     with _lock:
         if _cache.get(actor_id) is not entry:
             return
         del _cache[actor_id]
+        _bytes -= entry.size
         _dropped += 1
 
 

@@ -29,7 +29,7 @@ from django.db import DatabaseError
 from ..exceptions import ActorNotFound
 from ..models import Actor
 from .errors import database_error
-from .operations import CallAction, EnsureActor, RunHook
+from .operations import CallAction, EnsureActor, RunHook, check_arguments
 from .rows import ActorRef, Mode, canonical_key
 from .services import services
 from .spine import ainvoke, invoke
@@ -171,6 +171,9 @@ def _lookup(ref: ActorRef) -> ActorHandle:
 
 
 def _ref(name: str, key: Any, mode: Mode, input: Any = None) -> ActorRef:
+    if input is not None:
+        # What the wire would refuse as input, the shell refuses too.
+        check_arguments(input, "input")
     return ActorRef.of(name, key, mode=mode, input=input)
 
 

@@ -46,7 +46,7 @@ from ..models import Connection, db
 from .context import Conn
 from .definition import Actor
 from .invocation import AuthRequest
-from .operations import CallAction
+from .operations import CallAction, OutputEncoder
 from .rows import ActorRef
 from .spine import invoke
 
@@ -205,7 +205,7 @@ class Connect:
             self.refused = True
             raise Forbidden("Connection refused") from exc
         state = invocation.call_hook("create_conn_state", self.params)
-        state_bytes = cbor_dumps(state)
+        state_bytes = cbor_dumps(state, "conn.state")
         conn = Conn(
             invocation,
             id=uuid.uuid4(),
@@ -225,7 +225,7 @@ class Connect:
             actor_id=invocation.actor_id,
             channel_name=self.channel_name,
             server_id=self.server_id,
-            params=cbor_dumps(self.params),
+            params=cbor_dumps(self.params, "params"),
             state=state_bytes,
             subscriptions=list(conn.subscriptions),
             encoding=self.encoding,
@@ -284,6 +284,8 @@ class ConnAction:
     action: str
     args: Any = ()
     label: str | None = None
+    # The connection's encoder for the output (see CallAction.encoder).
+    encoder: OutputEncoder | None = None
     _call: CallAction | None = None
 
     @property
@@ -293,7 +295,9 @@ class ConnAction:
 
     def prepare(self, definition: type[Actor]) -> None:
         """Find the action and check the arguments, before any I/O."""
-        self._call = CallAction(self.action, self.args)
+        self._call = CallAction(
+            self.action, self.args, encoder=self.encoder, args_checked=True
+        )
         self._call.prepare(definition)
         self.label = self._call.label
 
@@ -301,8 +305,8 @@ class ConnAction:
         """Run the action; refuse if the connection row is gone."""
         if invocation.conn is None:
             raise ConnectionExpired()
-        assert self._call is not None and self._call.spec is not None
-        return invocation.run_handler(self._call.spec, self.args)
+        assert self._call is not None
+        return self._call.run(invocation)
 
 
 @dataclass(slots=True)
@@ -339,7 +343,7 @@ class Disconnect:
             # A failing hook must not keep the row alive: its writes roll back
             # to a savepoint (which also keeps PostgreSQL's transaction
             # usable), and its state changes and broadcasts are dropped.
-            state_before = cbor_dumps(invocation.state)
+            state_before = cbor_dumps(invocation.state, "state")
             broadcasts = len(invocation.broadcasts)
             try:
                 with db.atomic():

@@ -135,7 +135,7 @@ class Conn:
 
     def changed_state(self) -> bytes | None:
         """Return the encoded state if it changed since it was loaded."""
-        data = cbor_dumps(self._state)
+        data = cbor_dumps(self._state, "conn.state")
         return data if data != self._state_bytes else None
 
     def state_saved(self, data: bytes) -> None:

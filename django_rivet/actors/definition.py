@@ -199,6 +199,12 @@ class Actor:
     #: ``ctx.actors``, schedules, queues, workflows); HTTP, WebSocket and
     #: RivetKit routes answer as if no such actor existed.
     server_only: ClassVar[bool] = False
+    #: False: HTTP, WebSocket and RivetKit clients may call actors of this
+    #: class that exist but never create one (``actor/forbidden``); only
+    #: server-side code does. For actors whose creation sets up recurring
+    #: work (cron jobs, schedules) or costs storage: otherwise each new key
+    #: an anonymous client names creates one.
+    create_from_clients: ClassVar[bool] = True
 
     # Per-actor limits; None keeps the project-wide default.
     #: Seconds an invocation may run (default ``ACTION_TIMEOUT``).

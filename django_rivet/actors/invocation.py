@@ -25,7 +25,7 @@ from django.db import Error as DatabaseError
 
 from .. import events
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads
+from ..encoding import cbor_dumps, cbor_loads, encode_state
 from ..exceptions import (
     ActionTimeout,
     ActorBusy,
@@ -153,6 +153,9 @@ class Invocation:
         self.created_bytes: bytes | None = None
         self.input = input
         self.broadcasts: list[tuple[str, bytes]] = []
+        # List items and map entries of the state, counted when it is
+        # encoded (the process cache's memory estimate).
+        self.state_entries = 0
         self.destroy_requested = False
         self.sleep_requested = False
         self._conns: dict[uuid.UUID, Conn] = {}
@@ -275,14 +278,14 @@ class Invocation:
         ``MAX_STATE_BYTES`` is refused with ``actor/state_too_large``
         before anything is written; the caller's transaction rolls back.
         """
-        new_bytes = cbor_dumps(self.state)
+        new_bytes, self.state_entries = encode_state(self.state)
         state: bytes | None = None
         if new_bytes != self.state_bytes:
             if self.definition.overrides("on_state_change") and (
                 not self.created or new_bytes != self.created_bytes
             ):
                 self.call_hook("on_state_change", self.state)
-                new_bytes = cbor_dumps(self.state)
+                new_bytes, self.state_entries = encode_state(self.state)
             check_state_size(new_bytes, "actor")
             state = new_bytes
         for conn in self._conns.values():

@@ -71,7 +71,7 @@ def _encode_value(value: Any, codec: Codec) -> bytes:
             raise TypeError("The raw codec stores bytes only")
         data = bytes(value)
     elif codec == "cbor":
-        data = cbor_dumps(value)
+        data = cbor_dumps(value, "kv value")
     else:
         raise ValueError(f"Unknown KV codec {codec!r}")
     if len(data) > MAX_VALUE_BYTES:

@@ -9,17 +9,37 @@ these are the ones the server-side client and the transport both use.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..exceptions import ActionNotFound
+from ..encoding import Encoded, check_value
+from ..exceptions import (
+    ActionNotFound,
+    InvalidArgs,
+    InvalidOutput,
+    InvalidValue,
+    RivetError,
+)
 from .definition import Actor, HandlerSpec
 from .invocation import AuthRequest
 
 if TYPE_CHECKING:
     from .invocation import Invocation
 
-__all__ = ["ACTOR_AUTH", "CallAction", "EnsureActor", "RunHook"]
+__all__ = [
+    "ACTOR_AUTH",
+    "CallAction",
+    "EnsureActor",
+    "OutputEncoder",
+    "RunHook",
+    "check_arguments",
+    "checked_output",
+]
+
+#: Encodes an action's output for the caller (its transport and encoding):
+#: checks the value domain and the outgoing size limit, returns the bytes.
+OutputEncoder = Callable[[Any], bytes]
 
 # What on_auth is asked when a caller creates, resolves or describes an actor.
 ACTOR_AUTH = AuthRequest("actor")
@@ -33,6 +53,13 @@ class CallAction:
     args: Any = ()
     label: str | None = None
     spec: HandlerSpec | None = None
+    #: The caller's encoder: the output is encoded inside the invocation,
+    #: before its transaction commits, and handed back as :class:`Encoded`.
+    #: ``None`` (the server-side client): the output is checked against the
+    #: value domain and returned as it is.
+    encoder: OutputEncoder | None = None
+    #: The arguments were decoded from the wire, under the same rule.
+    args_checked: bool = False
 
     @property
     def auth(self) -> AuthRequest:
@@ -44,17 +71,62 @@ class CallAction:
         spec = definition.actions.get(self.action)
         if spec is None:
             raise ActionNotFound(
-                f"Actor {definition.name!r} has no action {self.action!r}",
+                # Checked before on_auth: the class is not named, so a caller
+                # holding only an actor id does not learn it.
+                f"The actor has no action {self.action!r}",
                 metadata={"action": self.action},
             )
+        if not self.args_checked:
+            check_arguments(self.args)
         spec.check_args(self.args)
         self.spec = spec
         self.label = f"action {self.action}"
 
     def run(self, invocation: Invocation) -> Any:
-        """Run the action."""
+        """Run the action; its output is checked (and encoded) before commit."""
         assert self.spec is not None
-        return invocation.run_handler(self.spec, self.args)
+        output = invocation.run_handler(self.spec, self.args)
+        return checked_output(self.action, output, self.encoder)
+
+
+def check_arguments(args: Any, where: str = "args") -> None:
+    """Refuse arguments outside the value domain (``request/invalid_args``).
+
+    What the wire refuses when it decodes a call, the server-side client
+    refuses here, naming the path (``args[0].price``).
+    """
+    try:
+        check_value(args, where)
+    except InvalidValue as exc:
+        raise InvalidArgs(exc.message, metadata=exc.metadata) from exc
+
+
+def checked_output(action: str, output: Any, encoder: OutputEncoder | None) -> Any:
+    """Return ``output`` checked against the value domain (encoded if asked).
+
+    Raises ``actor/invalid_output`` naming the action and the path: the
+    invocation rolls back, so nothing a caller cannot read is committed. The
+    encoder's own coded errors (the outgoing size limit) pass unchanged.
+    """
+    try:
+        if encoder is None:
+            check_value(output, "output")
+            return output
+        return Encoded(encoder(output))
+    except RivetError as exc:
+        if not isinstance(exc, InvalidValue):
+            raise
+        metadata = {"action": action, **(exc.metadata or {})}
+        raise InvalidOutput(
+            f"Action {action!r} returned a value outside the value domain: "
+            f"{exc.message}",
+            metadata=metadata,
+        ) from exc
+    except (TypeError, ValueError) as exc:
+        raise InvalidOutput(
+            f"Action {action!r} returned a value that cannot be encoded: {exc}",
+            metadata={"action": action},
+        ) from exc
 
 
 @dataclass(slots=True)

@@ -51,6 +51,9 @@ def normalize_key(key: Any) -> tuple[str, ...]:
         parts = tuple(key)
     else:
         raise InvalidKey("An actor key is a string or a list of strings")
+    # An empty part counts one byte: 200,000 empty parts (600 KB stored)
+    # counted 0 against the limit. Parts of at least one byte count their
+    # UTF-8 length, as the actors page says (eight 128-byte parts fit).
     total = 0
     for part in parts:
         if not isinstance(part, str):
@@ -66,7 +69,7 @@ def normalize_key(key: Any) -> tuple[str, ...]:
                 f"A key part is {size} bytes; the limit is {KEY_PART_MAX_BYTES}",
                 metadata={"size": size, "limit": KEY_PART_MAX_BYTES},
             )
-        total += size
+        total += max(size, 1)
     if total > KEY_MAX_BYTES:
         raise InvalidKey(
             f"The key is {total} bytes; the limit is {KEY_MAX_BYTES}",

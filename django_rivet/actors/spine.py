@@ -66,6 +66,7 @@ from ..exceptions import (
     ActionTimeout,
     ActorAlreadyExists,
     ActorNotFound,
+    Forbidden,
     ReentrantCall,
 )
 from ..models import Actor as ActorRow
@@ -361,6 +362,12 @@ def _run(
     if invocation.created:
         if ref.mode == "get":
             raise _not_found(ref)
+        if invocation.origin.external and not invocation.definition.create_from_clients:
+            raise Forbidden(
+                f"Actors of {invocation.definition.name!r} are created by server "
+                "code only",
+                metadata={"name": invocation.definition.name},
+            )
         if not rows.insert_row(invocation.row):
             raise _Raced()
         invocation.state = invocation.call(
@@ -368,7 +375,7 @@ def _run(
         )
         invocation.call_hook("on_create", invocation.input)
         if invocation.definition.overrides("on_state_change"):
-            invocation.created_bytes = cbor_dumps(invocation.state)
+            invocation.created_bytes = cbor_dumps(invocation.state, "state")
     elif ref.mode == "create":
         raise ActorAlreadyExists(
             f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",
@@ -406,6 +413,7 @@ def _after(invocation: Invocation) -> None:
         invocation.state,
         invocation.state_bytes,
         invocation.row.version,
+        invocation.state_entries,
     )
     _maybe_evict_idle()
 

@@ -153,7 +153,7 @@ class DeliverMessage(Firing):
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Store the reply for a waiting sender."""
         QueueMessage.objects.filter(pk=self.claim.id).update(
-            response=cbor_dumps(result), finished_at=clock.now_datetime()
+            response=cbor_dumps(result, "response"), finished_at=clock.now_datetime()
         )
 
 

@@ -93,7 +93,7 @@ WAIT_POLL_INTERVAL = 0.05
 def _encode_body(queue: str, body: Any) -> bytes:
     if not isinstance(queue, str) or not queue:
         raise TypeError("queue is a non-empty string")
-    return cbor_dumps(body)
+    return cbor_dumps(body, "body")
 
 
 def _check_size(definition: type[Actor], data: bytes) -> None:
@@ -108,7 +108,7 @@ def _check_size(definition: type[Actor], data: bytes) -> None:
 def _check_queue(definition: type[Actor], queue: str) -> None:
     if queue not in definition.queue_handlers:
         raise ActionNotFound(
-            f"Actor {definition.name!r} has no handler for queue {queue!r}",
+            f"The actor has no handler for queue {queue!r}",
             metadata={"queue": queue},
         )
 

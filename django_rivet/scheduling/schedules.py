@@ -60,7 +60,7 @@ def encode_call(invocation: Invocation, action: str, args: tuple[Any, ...]) -> b
             metadata={"action": action},
         )
     spec.check_args(list(args))
-    return cbor_dumps(list(args))
+    return cbor_dumps(list(args), "args")
 
 
 def _schedule_info(row: Schedule) -> dict[str, Any]:

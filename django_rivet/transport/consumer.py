@@ -19,7 +19,7 @@ from typing import Any
 
 from ..actors.connections import WILDCARD, ConnectResult
 from ..conf import rivet_settings
-from ..encoding import Encoding, decode_message, encode, json_dumps
+from ..encoding import Encoded, Encoding, decode_message, encode, encode_value, splice
 from ..exceptions import Forbidden, InvalidArgs, MalformedRequest, RivetError
 from .frames import ActionFrame, ConnectPlan, FrameError, SubscriptionFrame
 from .origins import origin_allowed
@@ -106,11 +106,14 @@ class RivetConsumer(ConnectionConsumer):
             }
         )
 
-    def encode_output(self, action_id: Any, output: Any) -> bytes:
-        """Encode ``action_response``."""
-        return self._encode(
-            {"type": "action_response", "id": action_id, "output": output}
-        )
+    def encode_value(self, value: Any) -> bytes:
+        """Check and encode an output in the connection's encoding."""
+        return encode_value(value, self.encoding)
+
+    def encode_output(self, action_id: Any, output: Encoded) -> bytes:
+        """Encode ``action_response`` around the encoded output."""
+        head = {"type": "action_response", "id": action_id}
+        return splice(head, "output", output.data, self.encoding)
 
     def encode_error(self, error: RivetError, action_id: Any) -> bytes:
         """Encode ``error`` (with ``action_id`` when it answers an action)."""
@@ -127,6 +130,4 @@ class RivetConsumer(ConnectionConsumer):
         return self._encode(frame)
 
     def _encode(self, frame: dict[str, Any]) -> bytes:
-        if self.encoding == "json":
-            return json_dumps(frame).encode("utf-8")
-        return encode(frame, "cbor")
+        return encode(frame, self.encoding)

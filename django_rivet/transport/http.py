@@ -28,10 +28,10 @@ from django.views.decorators.csrf import csrf_exempt
 from ..actors import registry
 from ..actors.errors import public_error
 from ..actors.invocation import Operation, Origin
-from ..actors.operations import CallAction, EnsureActor
+from ..actors.operations import CallAction, EnsureActor, OutputEncoder
 from ..actors.rows import ActorRef, Mode
 from ..actors.spine import ainvoke
-from ..encoding import Encoding, adecode, decode, encode
+from ..encoding import Encoded, Encoding, adecode, decode, encode, encode_value, splice
 from ..exceptions import (
     InvalidArgs,
     MalformedRequest,
@@ -41,7 +41,7 @@ from ..exceptions import (
 from ..scheduling import queues
 from .limits import check_body_size, outgoing_too_large, read_body_bytes
 from .operations import Describe, HandleRequest, csrf_rejection
-from .parsing import parse_actor_id, parse_bool
+from .parsing import parse_actor_id, parse_bool, query_params
 
 E = TypeVar("E", bound=str)
 E_contra = TypeVar("E_contra", bound=str, contravariant=True)
@@ -100,6 +100,35 @@ def encoded_response(value: Any, encoding: Encoding, status: int = 200) -> HttpR
     return HttpResponse(data, status=status, content_type=MEDIA_TYPES[encoding])
 
 
+def output_encoder(encoding: Encoding) -> OutputEncoder:
+    """Return the encoder an invocation uses for an action's output.
+
+    It runs inside the invocation, before commit: a value outside the
+    domain, or an answer over ``MAX_OUTGOING_MESSAGE_BYTES``, rolls the
+    action back.
+    """
+
+    def encode_output(value: Any) -> bytes:
+        data = encode_value(value, encoding)
+        too_large = outgoing_too_large(data)
+        if too_large is not None:
+            raise too_large
+        return data
+
+    return encode_output
+
+
+def spliced_response(
+    head: dict[str, Any], name: str, value: Encoded, encoding: Encoding
+) -> HttpResponse:
+    """Answer ``head`` plus an already-encoded value, within the size limit."""
+    data = splice(head, name, value.data, encoding)
+    too_large = outgoing_too_large(data)
+    if too_large is not None:
+        return error_response(too_large, encoding)
+    return HttpResponse(data, content_type=MEDIA_TYPES[encoding])
+
+
 def error_response(exc: BaseException, encoding: Encoding = "json") -> HttpResponse:
     """Return ``{group, code, message, metadata}`` with the error's status."""
     error = public_error(exc)
@@ -129,25 +158,44 @@ def _raw_body(request: HttpRequest) -> tuple[bytes, Encoding]:
     return data, CONTENT_TYPES[request.content_type or ""]
 
 
-def _body_map(body: Any) -> dict[str, Any]:
+def body_map(body: Any, keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """Return the body as a map; refuse a key outside ``keys`` (if given).
+
+    An unknown key (``{"by": 3}`` instead of ``{"args": [3]}``) is
+    ``request/invalid_args`` naming it: ignoring it would run the action
+    with its defaults.
+    """
     if not isinstance(body, dict):
         raise MalformedRequest("The body must be a map")
+    if keys is not None:
+        allowed = sorted(keys)
+        for key in body:
+            if key not in allowed:
+                raise InvalidArgs(
+                    f"Unknown key {key[:64]!r} in the body; it takes "
+                    + ", ".join(allowed),
+                    metadata={"key": key[:64], "allowed": allowed},
+                )
     return body
 
 
-def read_body(request: HttpRequest) -> dict[str, Any]:
+def read_body(
+    request: HttpRequest, keys: Iterable[str] | None = None
+) -> dict[str, Any]:
     """Decode the JSON or CBOR map body (empty body: ``{}``)."""
     data, encoding = _raw_body(request)
-    return _body_map(decode(data, encoding)) if data else {}
+    return body_map(decode(data, encoding), keys) if data else {}
 
 
-async def aread_body(request: HttpRequest) -> dict[str, Any]:
+async def aread_body(
+    request: HttpRequest, keys: Iterable[str] | None = None
+) -> dict[str, Any]:
     """:func:`read_body`, decoding large bodies in a worker thread.
 
     Off the event loop, one slow body cannot stall the other connections.
     """
     data, encoding = _raw_body(request)
-    return _body_map(await adecode(data, encoding)) if data else {}
+    return body_map(await adecode(data, encoding), keys) if data else {}
 
 
 # -- addressing -------------------------------------------------------------------
@@ -159,10 +207,22 @@ def actor_ref(
     By id, the name still counts: the runtime refuses an actor of another
     class with ``actor/not_found``.
     """
-    actor_id = request.GET.get("actor_id")
+    query = _query(request)
+    actor_id = (query.get("actor_id") or [""])[-1]
     if actor_id:
         return ActorRef(name=name, actor_id=parse_actor_id(actor_id))
-    return ActorRef.of(name, request.GET.getlist("key"), mode=mode, input=input)
+    return ActorRef.of(name, query.get("key", []), mode=mode, input=input)
+
+
+def _query(request: HttpRequest) -> dict[str, list[str]]:
+    # Not request.GET: it answers 500 past DATA_UPLOAD_MAX_NUMBER_FIELDS and
+    # reads invalid UTF-8 leniently.
+    return query_params(request.META.get("QUERY_STRING", ""))
+
+
+def _single(request: HttpRequest, name: str) -> str | None:
+    values = _query(request).get(name)
+    return values[-1] if values else None
 
 
 async def http_origin(request: HttpRequest) -> Origin:
@@ -240,8 +300,8 @@ async def actor_view(
             },
             encoding,
         )
-    body = await aread_body(request)
-    if request.method == "POST" and request.GET.get("actor_id"):
+    body = await aread_body(request, ("input",))
+    if request.method == "POST" and _query(request).get("actor_id"):
         raise MalformedRequest("Create an actor by name and key, not actor_id")
     mode: Literal["get_or_create", "create"] = (
         "get_or_create" if request.method == "PUT" else "create"
@@ -258,16 +318,17 @@ async def action_view(
     request: HttpRequest, encoding: Encoding, name: str, action: str
 ) -> HttpResponse:
     """``POST {args, input?}`` -> ``{output}``; get-or-create unless create=false."""
-    body = await aread_body(request)
+    body = await aread_body(request, ("args", "input"))
     args = body.get("args", [])
     if not isinstance(args, list):
         raise InvalidArgs("args must be a list")
-    create = parse_bool(request.GET.get("create"), "create", True)
+    create = parse_bool(_single(request, "create"), "create", True)
     ref = actor_ref(
         request, name, "get_or_create" if create else "get", body.get("input")
     )
-    output = await _run(ref, CallAction(action, args), request)
-    return encoded_response({"output": output}, encoding)
+    call = CallAction(action, args, encoder=output_encoder(encoding), args_checked=True)
+    output: Encoded = await _run(ref, call, request)
+    return spliced_response({}, "output", output, encoding)
 
 
 @rivet_api("POST")
@@ -275,7 +336,7 @@ async def queue_view(
     request: HttpRequest, encoding: Encoding, name: str, queue: str
 ) -> HttpResponse:
     """``POST {body, wait?, timeout?}`` -> ``{status, response?}``."""
-    body = await aread_body(request)
+    body = await aread_body(request, ("body", "wait", "timeout"))
     wait = body.get("wait", False)
     timeout = body.get("timeout")
     if not isinstance(wait, bool):
@@ -307,7 +368,7 @@ async def request_view(
     rejection = await csrf_rejection(request, definition)
     if rejection is not None:
         return rejection
-    create = parse_bool(request.GET.get("create"), "create", True)
+    create = parse_bool(_single(request, "create"), "create", True)
     ref = actor_ref(request, name, "get_or_create" if create else "get")
     response: HttpResponseBase = await _run(ref, HandleRequest(request), request)
     return response

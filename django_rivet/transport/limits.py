@@ -20,6 +20,7 @@ it), so a body size limit in the proxy in front stays advised
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -46,6 +47,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 APP_NAME = "django_rivet"
+# A gateway token in a path (``gateway/{id}@{token}``), masked in logs.
+_TOKEN_IN_PATH = re.compile(r"@[^/]*")
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:
@@ -139,7 +142,7 @@ class BodyLimitMiddleware:
             )
         logger.info(
             "body refused before reading path=%r size=%s limit=%s",
-            scope.get("path"),
+            _TOKEN_IN_PATH.sub("@***", str(scope.get("path", ""))),
             length,
             limit,
         )

@@ -76,9 +76,7 @@ class HandleRequest:
     def prepare(self, definition: type[Actor]) -> None:
         """Refuse actors without ``on_request`` before any I/O."""
         if not definition.overrides("on_request"):
-            raise ActionNotFound(
-                f"Actor {definition.name!r} does not handle raw requests"
-            )
+            raise ActionNotFound("The actor does not handle raw requests")
 
     def run(self, invocation: Invocation) -> HttpResponseBase:
         """Let the actor answer."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 from django.utils.datastructures import CaseInsensitiveMapping
@@ -32,10 +33,12 @@ __all__ = [
     "ConnectRequest",
     "event_name",
     "handshake_request",
+    "loggable_path",
     "parse_actor_id",
     "parse_bool",
     "parse_conn_params",
     "parse_connect_request",
+    "query_params",
     "scope_headers",
 ]
 
@@ -72,6 +75,37 @@ class ConnectRequest:
             return ActorRef(name=self.name, actor_id=self.actor_id)
         mode: Mode = "get_or_create" if self.create else "get"
         return ActorRef.of(self.name, self.key, mode=mode)
+
+
+def query_params(query_string: str) -> dict[str, list[str]]:
+    """Parse a query string; percent-escapes must decode as UTF-8.
+
+    The lenient default (``errors="replace"``) would read ``?key=%FF`` and
+    ``?key=%FE`` as the same key, one actor for two different names. More
+    than ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` parameters is ``request/malformed``.
+    """
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    try:
+        return parse_qs(
+            query_string, keep_blank_values=True, errors="strict", max_num_fields=limit
+        )
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest(
+            "The query string is not UTF-8 once percent-decoded"
+        ) from exc
+    except ValueError as exc:  # past max_num_fields (Django's request.GET: a 500)
+        raise MalformedRequest(
+            f"The query string has more than {limit} parameters",
+            metadata={"limit": limit},
+        ) from exc
+
+
+_TOKEN_IN_PATH = re.compile(r"@[^/]*")
+
+
+def loggable_path(path: str) -> str:
+    """Return ``path`` with a gateway token (``gateway/{id}@{token}``) masked."""
+    return _TOKEN_IN_PATH.sub("@***", path)
 
 
 def _single(query: dict[str, list[str]], name: str) -> str | None:
@@ -137,11 +171,7 @@ def parse_connect_request(scope: dict[str, Any]) -> ConnectRequest:
     """Read the actor, encoding, replay options and params from the scope."""
     kwargs = scope.get("url_route", {}).get("kwargs", {})
     try:
-        query = parse_qs(
-            scope.get("query_string", b"").decode("utf-8"),
-            keep_blank_values=True,
-            strict_parsing=False,
-        )
+        query = query_params(scope.get("query_string", b"").decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise MalformedRequest("The query string is not UTF-8") from exc
     request = ConnectRequest(name=str(kwargs.get("name", "")))

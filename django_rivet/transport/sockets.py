@@ -63,7 +63,7 @@ from ..actors.invocation import Origin
 from ..actors.rows import ActorRef
 from ..actors.spine import ainvoke
 from ..conf import rivet_settings
-from ..encoding import cbor_loads, run_decoder
+from ..encoding import Encoded, cbor_loads, run_decoder
 from ..events import LoggedEvent
 from ..exceptions import (
     ConnectionExpired,
@@ -94,7 +94,13 @@ from .frames import (
 )
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
-from .parsing import MAX_SUBSCRIPTIONS, SUBPROTOCOL, event_name, handshake_request
+from .parsing import (
+    MAX_SUBSCRIPTIONS,
+    SUBPROTOCOL,
+    event_name,
+    handshake_request,
+    loggable_path,
+)
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -155,8 +161,16 @@ class ConnectionConsumer(AsyncConsumer):
         """Encode the frame that tells the client it is admitted."""
         raise NotImplementedError
 
-    def encode_output(self, action_id: Any, output: Any) -> bytes:
-        """Encode an action's answer (``TypeError``/``ValueError``: unencodable)."""
+    def encode_value(self, value: Any) -> bytes:
+        """Check an action's output against the value domain and encode it.
+
+        Runs inside the invocation, before its transaction commits
+        (``InvalidValue``: the action rolls back with ``actor/invalid_output``).
+        """
+        raise NotImplementedError
+
+    def encode_output(self, action_id: Any, output: Encoded) -> bytes:
+        """Encode an action's answer around its already-encoded output."""
         raise NotImplementedError
 
     def encode_error(self, error: RivetError, action_id: Any) -> bytes:
@@ -306,7 +320,7 @@ class ConnectionConsumer(AsyncConsumer):
             self.flavour,
             code,
             error.qualified_code,
-            self.scope.get("path"),
+            loggable_path(str(self.scope.get("path", ""))),
         )
         # Accepted first: a close before accepting reaches browsers as 1006
         # with no reason, so the client could not tell why.
@@ -389,13 +403,9 @@ class ConnectionConsumer(AsyncConsumer):
         assert self.ref is not None
         self._in_action = True
         try:
-            output = await ainvoke(
-                self.ref, ConnAction(frame.name, frame.args), self.origin
-            )
-            try:
-                data = self.encode_output(frame.id, output)
-            except (TypeError, ValueError) as exc:
-                raise FrameError(public_error(exc), frame.id) from exc
+            call = ConnAction(frame.name, frame.args, encoder=self._output_encoder)
+            output = await ainvoke(self.ref, call, self.origin)
+            data = self.encode_output(frame.id, output)
             too_large = outgoing_too_large(data)
             if too_large is not None:
                 raise FrameError(too_large, frame.id)
@@ -411,6 +421,15 @@ class ConnectionConsumer(AsyncConsumer):
             self._in_action = False
         if self._close_after_action is not None:
             await self._close(*self._close_after_action)
+
+    def _output_encoder(self, value: Any) -> bytes:
+        # Called in the invocation's thread, before commit: an output outside
+        # the domain, or too large to send, rolls the action back.
+        data = self.encode_value(value)
+        too_large = outgoing_too_large(data)
+        if too_large is not None:
+            raise too_large
+        return data
 
     # -- subscriptions ------------------------------------------------------------
     async def _subscribe(self, event: str) -> None:

@@ -18,7 +18,7 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from .. import clock, observability
-from ..exceptions import WorkflowNotFound
+from ..exceptions import WorkflowInboxFull, WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
     Workflow,
@@ -205,11 +205,35 @@ def wake(workflow_id: str) -> bool:
     return True
 
 
+#: Unreceived messages one workflow's inbox may hold (as an actor's queue).
+MAX_INBOX_MESSAGES = 1000
+
+
+def check_inbox(workflow_id: str) -> None:
+    """Refuse a message to a full inbox (``workflow/inbox_full``).
+
+    Run with the workflow row locked, so concurrent senders count in turn;
+    the count reads the inbox index, at most ``MAX_INBOX_MESSAGES + 1`` rows.
+    """
+    pending = (
+        WorkflowMessage.objects.filter(workflow_id=workflow_id)
+        .values("id")[: MAX_INBOX_MESSAGES + 1]
+        .count()
+    )
+    if pending >= MAX_INBOX_MESSAGES:
+        raise WorkflowInboxFull(
+            f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
+            "messages; it must receive some first",
+            metadata={"limit": MAX_INBOX_MESSAGES},
+        )
+
+
 def send(workflow_id: str, name: str, body: Any = None) -> str:
     """Store a message in the workflow's inbox and wake it if it waits for it.
 
     Returns the message id. Raises ``TypeError`` for a body that cannot be
-    stored and ``workflow/not_found`` for an unknown workflow.
+    stored, ``workflow/not_found`` for an unknown workflow and
+    ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES`` unreceived messages.
     """
     data = encode_body(body)
     now = clock.now_datetime()
@@ -221,6 +245,7 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
         if not rows.update(wake_signal=F("wake_signal") + 1):
             raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
         status, waiting_for = rows.values_list("status", "waiting_for").get()
+        check_inbox(workflow_id)
         message = WorkflowMessage.objects.create(
             workflow_id=workflow_id, name=name, body=data
         )

@@ -10,7 +10,7 @@ class Counter(Actor):
 
     @action
     def increment(self, ctx, by: int = 1) -> int:
-        if by > 1000:
+        if not -1000 <= by <= 1000:
             raise UserError("That is too much at once", code="too_much")
         ctx.state["count"] += by
         ctx.broadcast("changed", ctx.state["count"])
@@ -25,7 +25,10 @@ class Counter(Actor):
 class Clock(Actor):
     """Alarms (``ctx.schedule``) and recurring jobs (``ctx.cron``).
 
-    ``scripts/run.sh`` creates it at start-up: it ticks every 10 seconds,
+    ``scripts/run.sh`` creates it at start-up (``example_setup``); browsers
+    may call and watch it but never create one: each new key would set up
+    two more recurring jobs, forever (``create_from_clients = False``). It
+    ticks every 10 seconds,
     chimes at the top of every minute (a cron expression), rings a welcome
     alarm 5 seconds after it is created, and ``remind(seconds, text)`` sets
     more alarms. Every firing is printed on the console and broadcast to
@@ -33,12 +36,12 @@ class Clock(Actor):
     """
 
     initial_state = {"ticks": 0, "chimes": 0, "alarms": []}
+    create_from_clients = False
 
     def on_create(self, ctx, input):
+        # Once, when server code creates the actor: cron jobs are durable, so
+        # they need no setting again when a process loads the actor.
         ctx.schedule.after(5, "ring", "Welcome! This alarm was set 5 s ago.")
-
-    def on_wake(self, ctx):
-        # Idempotent: setting the same job again keeps its cadence.
         ctx.cron.every("tick", 10, "tick")
         ctx.cron.set("chime", "* * * * *", "chime", tz="UTC")
 
@@ -64,7 +67,9 @@ class Clock(Actor):
     def remind(self, ctx, seconds: float, text: str) -> str:
         if not 0 <= seconds <= 86400:
             raise UserError("Pick a delay between 0 and 86400 seconds", code="delay")
-        return ctx.schedule.after(seconds, "ring", text)
+        if len(ctx.schedule.list()) >= 20:
+            raise UserError("Twenty alarms are pending already", code="alarms")
+        return ctx.schedule.after(seconds, "ring", text[:200])
 
     @action
     def status(self, ctx) -> dict:

@@ -13,15 +13,18 @@ SCHEDULE = "* * * * *"  # every minute, so that the example shows it soon
 class Digest(Actor):
     """Every minute, sum up what happened in the org since the last digest.
 
-    The cron job is declared in ``on_wake``: setting a job again with the same
-    definition keeps its next run, so this is idempotent. Nothing is posted
-    when nothing happened.
+    The cron job is set in ``on_create``, and only server code creates a
+    digest (``create_from_clients = False``; ``example_setup`` creates the
+    one of ``acme``): a page may read and trigger it, but a client naming a
+    new org cannot set up one more job that fires every minute forever.
+    Nothing is posted when nothing happened.
     """
 
     name = "digest"
     initial_state = {"last_message_id": 0, "last_order_id": 0, "posted": 0}
+    create_from_clients = False
 
-    def on_wake(self, ctx):
+    def on_create(self, ctx, input):
         ctx.cron.set("digest", SCHEDULE, "post_digest", tz="UTC")
 
     @action

@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import secrets
+from decimal import Decimal
 
 from django.http import HttpResponse
 
@@ -477,6 +478,19 @@ class Hoard(Actor):
     def size(self, ctx):
         return len(ctx.state["blob"])
 
+    @action
+    def records(self, ctx, count: int):
+        """Hold ``count`` small records (19,000 are ~0.9 MB encoded)."""
+        ctx.state["records"] = [
+            {"id": n, "name": f"item {n}", "price": n * 0.5, "tags": ["a", "b"]}
+            for n in range(count)
+        ]
+        return count
+
+    @action
+    def count_records(self, ctx):
+        return len(ctx.state.get("records", []))
+
 
 # -- the edges (issues 12 and 17): hostile input, close codes ----------------------
 class Ledger(Actor):
@@ -613,3 +627,66 @@ class Newsroom(Actor):
         for name in names:
             ctx.broadcast(name, name)
         return len(names)
+
+
+# -- issue 25: one value domain; nothing committed that a caller cannot read ---------
+# Values outside the domain, by name (a client picks one with a string).
+OUTSIDE = {
+    "decimal": {"price": Decimal("9.99")},
+    "set": [{1, 2}],
+    "bigint": {"total": 2**64},
+    "nan": float("nan"),
+    "intkey": {1: "one"},
+}
+
+
+class Till(Actor):
+    """Writes everywhere, then returns or stores a value outside the domain."""
+
+    initial_state = {"count": 0}
+
+    @action
+    def add(self, ctx, by: int):
+        ctx.state["count"] += by
+        ctx.broadcast("added", ctx.state["count"])
+        return ctx.state["count"]
+
+    @action
+    def count(self, ctx):
+        return ctx.state["count"]
+
+    def _touch(self, ctx, kind):
+        ctx.state["count"] += 1
+        ctx.kv.put("touched", kind)
+        ctx.schedule.after(3600, "add", 1)
+        ctx.broadcast("added", ctx.state["count"])
+        Note.objects.create(text=f"till {kind}")
+
+    @action
+    def add_and_return(self, ctx, kind: str):
+        self._touch(ctx, kind)
+        return OUTSIDE[kind]
+
+    @action
+    def add_and_store(self, ctx, kind: str, where: str):
+        self._touch(ctx, kind)
+        value = OUTSIDE[kind]
+        if where == "state":
+            ctx.state["bad"] = value
+        elif where == "kv":
+            ctx.kv.put("bad", value)
+        elif where == "event":
+            ctx.broadcast("bad", value)
+        elif where == "queue":
+            ctx.queue.send("inbox", value)
+        elif where == "schedule":
+            ctx.schedule.after(60, "keep", value)
+        return "stored"
+
+    @action
+    def keep(self, ctx, value):
+        ctx.state["kept"] = value
+
+    @queue_handler("inbox")
+    def on_inbox(self, ctx, message):
+        return message

@@ -28,6 +28,12 @@ from django_rivet.workflows.client import WorkflowHandle
 _VALUES = ("input", "output", "error", "state")
 
 
+# C0 controls (newlines included: every printed value is on one line), DEL
+# and C1 controls, shown as \\xNN escapes.
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+_HIGH_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -65,6 +71,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="Print JSON.")
 
+    def _write(self, text: str) -> None:
+        # Stored values are anyone's input: their control characters (ESC
+        # sequences) must not reach the terminal of whoever inspects them.
+        self.stdout.write(text.translate(_CONTROLS))
+
     def handle(self, *args: Any, **options: Any) -> None:
         """Print what was asked for."""
         what, ident = options["what"], options["ident"]
@@ -81,7 +92,8 @@ class Command(BaseCommand):
             if what in (None, "workflows"):
                 data["workflows"] = self.workflow_list(options)
         if options["json"]:
-            self.stdout.write(json_dumps(data, indent=2))
+            # JSON escapes C0 controls in strings itself; not DEL and C1.
+            self.stdout.write(json_dumps(data, indent=2).translate(_HIGH_CONTROLS))
         else:
             self.print_text(what, data)
 
@@ -207,11 +219,11 @@ class Command(BaseCommand):
             for field, value in data.items():
                 plain = isinstance(value, str) and field not in _VALUES
                 shown = value if plain else json_dumps(value)
-                self.stdout.write(f"{field:>17}: {shown}")
+                self._write(f"{field:>17}: {shown}")
             if history is not None:
                 self.stdout.write(self.style.MIGRATE_HEADING("history:"))
                 for entry in history:
-                    self.stdout.write(
+                    self._write(
                         f"  {entry['kind']:<20} {entry['location']:<30} "
                         f"{entry['status']:<10} attempts={entry['attempts']} "
                         f"output={json_dumps(entry['output'])}"
@@ -225,11 +237,11 @@ class Command(BaseCommand):
         if "actors" in data:
             self.stdout.write(self.style.MIGRATE_HEADING("Actors:"))
             for actor in data["actors"]:
-                self.stdout.write(
+                self._write(
                     f"  {actor['id']}  {actor['name']}  {json_dumps(actor['key'])}"
                 )
             if not data["actors"]:
-                self.stdout.write("  (none)")
+                self._write("  (none)")
         if "workflows" in data:
             self.stdout.write(self.style.MIGRATE_HEADING("Workflows:"))
             for workflow in data["workflows"]:
@@ -239,9 +251,9 @@ class Command(BaseCommand):
                     else ""
                 )
                 wake = f" wake_at={workflow['wake_at']}" if workflow["wake_at"] else ""
-                self.stdout.write(
+                self._write(
                     f"  {workflow['id']}  {workflow['name']}  "
                     f"{workflow['status']}{wake}{waiting}"
                 )
             if not data["workflows"]:
-                self.stdout.write("  (none)")
+                self._write("  (none)")

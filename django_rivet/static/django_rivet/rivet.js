@@ -1,4 +1,4 @@
-// django-rivet browser client (SPEC 4.4). A plain ES module, no build step:
+// django-rivet browser client. A plain ES module, no build step:
 //
 //   import { createClient } from "/static/django_rivet/rivet.js";
 //   const client = createClient("/rivet");

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 from django.utils.datastructures import CaseInsensitiveMapping
 
 from ...actors.connections import ConnectResult
 from ...actors.rows import ActorRef
+from ...encoding import Encoded
 from ...exceptions import Forbidden, MalformedRequest, RivetError
 from ..frames import ActionFrame, ConnectPlan, SubscriptionFrame
-from ..parsing import scope_headers
+from ..parsing import query_params, scope_headers
 from ..sockets import ConnectionConsumer
 from . import protocol
 from .addressing import TOKEN_HEADER, decode_conn_params, gateway_target
@@ -74,10 +75,11 @@ class RivetKitConsumer(ConnectionConsumer):
             None if params_text is None else unquote(params_text)
         )
         kwargs = self.scope.get("url_route", {}).get("kwargs", {})
-        query = parse_qs(
-            self.scope.get("query_string", b"").decode("utf-8", "replace"),
-            keep_blank_values=True,
-        )
+        try:
+            raw_query = self.scope.get("query_string", b"").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedRequest("The query string is not UTF-8") from exc
+        query = query_params(raw_query)
         target = gateway_target(str(kwargs.get("target", "")), query)
         headers = dict(scope_headers(self.scope))
         if not websocket_origin_allowed(headers.get("origin"), self.scope):
@@ -119,9 +121,13 @@ class RivetKitConsumer(ConnectionConsumer):
             str(result.actor_id), str(result.conn_id), self.encoding
         )
 
-    def encode_output(self, action_id: Any, output: Any) -> bytes:
-        """Encode ``ActionResponse``."""
-        return protocol.encode_action_response(action_id, output, self.encoding)
+    def encode_value(self, value: Any) -> bytes:
+        """Check and encode an output as the client reads it."""
+        return protocol.encode_output_value(value, self.encoding)
+
+    def encode_output(self, action_id: Any, output: Encoded) -> bytes:
+        """Encode ``ActionResponse`` around the encoded output."""
+        return protocol.encode_action_response(action_id, output.data, self.encoding)
 
     def encode_error(self, error: RivetError, action_id: Any) -> bytes:
         """Encode ``Error`` (``actionId`` null for the connection)."""

@@ -29,7 +29,6 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from functools import wraps
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qs
 
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -40,10 +39,10 @@ from ... import __version__
 from ...actors import registry
 from ...actors.errors import public_error
 from ...actors.invocation import Origin
-from ...actors.operations import CallAction
+from ...actors.operations import CallAction, OutputEncoder
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
-from ...encoding import json_dumps, json_loads, run_decoder
+from ...encoding import Encoded, json_dumps, json_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,
     InvalidEncoding,
@@ -55,6 +54,7 @@ from ...scheduling import queues
 from ..http import add_retry_after, api_view
 from ..limits import check_body_size, outgoing_too_large, read_body_bytes
 from ..operations import Describe, HandleRequest, csrf_rejection
+from ..parsing import loggable_path, query_params
 from . import protocol
 from .addressing import (
     TOKEN_HEADER,
@@ -71,6 +71,8 @@ from .operations import Destroy, addressed_definition
 from .protocol import WireEncoding
 
 logger = logging.getLogger("django_rivet.transport")
+# Where Django logs refused requests; the gateway logs its own, masked.
+request_logger = logging.getLogger("django.request")
 
 __all__ = [
     "actors_view",
@@ -128,6 +130,18 @@ def _json(value: Any, status: int = 200) -> HttpResponse:
     return _response(json_dumps(value).encode("utf-8"), "json", status)
 
 
+def _output_encoder(encoding: WireEncoding) -> OutputEncoder:
+    # Runs inside the invocation, before commit (see CallAction.encoder).
+    def encode_output(value: Any) -> bytes:
+        data = protocol.encode_output_value(value, encoding)
+        too_large = outgoing_too_large(data)
+        if too_large is not None:
+            raise too_large
+        return data
+
+    return encode_output
+
+
 def _read_body(request: HttpRequest) -> bytes:
     return read_body_bytes(request, BODY_TYPES)
 
@@ -138,13 +152,43 @@ def gateway_view(*methods: str) -> Callable[[Any], View]:
     default: WireEncoding = "json"
 
     def decorate(view: Any) -> View:
-        return csrf_exempt(cors(api_view(methods, _encoding, _error, default)(view)))
+        return csrf_exempt(
+            cors(_masked_logging(api_view(methods, _encoding, _error, default)(view)))
+        )
 
     return decorate
 
 
+def _masked_logging(view: View) -> View:
+    """Log refused gateway calls with the token of their path masked.
+
+    Django logs every 4xx/5xx answer with its path (``Forbidden: /rivet/
+    gateway/{id}@{token}/...``): the client's token would end up in the logs.
+    """
+
+    @wraps(view)
+    async def wrapper(
+        request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponseBase:
+        response = await view(request, *args, **kwargs)
+        if response.status_code >= 400 and "@" in request.path:
+            response._has_been_logged = True  # type: ignore[attr-defined]
+            level = logging.ERROR if response.status_code >= 500 else logging.WARNING
+            request_logger.log(
+                level,
+                "%s: %s",
+                response.reason_phrase,
+                loggable_path(request.path),
+                extra={"status_code": response.status_code},
+            )
+        return response
+
+    return wrapper
+
+
 def _query(request: HttpRequest) -> dict[str, list[str]]:
-    return {key: request.GET.getlist(key) for key in request.GET}
+    # Strict: two keys differing in invalid UTF-8 must not be one actor.
+    return query_params(request.META.get("QUERY_STRING", ""))
 
 
 async def _origin(request: HttpRequest, token: str | None, params: Any) -> Origin:
@@ -355,12 +399,11 @@ async def gateway_action_view(
     address, args, origin = await _gateway_call(
         request, target, protocol.decode_action_args, encoding
     )
-    output = await ainvoke(_ref(address), CallAction(action, args), origin)
-    try:
-        data = protocol.encode_action_output(output, encoding)
-    except (TypeError, ValueError) as exc:
-        return _error(exc, encoding)
-    return _response(data, encoding)
+    call = CallAction(
+        action, args, encoder=_output_encoder(encoding), args_checked=True
+    )
+    output: Encoded = await ainvoke(_ref(address), call, origin)
+    return _response(protocol.encode_action_output(output.data, encoding), encoding)
 
 
 @gateway_view("POST")
@@ -410,7 +453,7 @@ async def gateway_request_view(
 
 def _strip_rvt(request: HttpRequest) -> dict[str, list[str]]:
     """The ``rvt-*`` parameters (the rest of the query is the actor's)."""
-    query = parse_qs(request.META.get("QUERY_STRING", ""), keep_blank_values=True)
+    query = query_params(request.META.get("QUERY_STRING", ""))
     return {key: value for key, value in query.items() if key.startswith("rvt-")}
 
 

@@ -50,10 +50,7 @@ class Destroy:
     def prepare(self, definition: type[Actor]) -> None:
         """Refuse classes that did not opt in, before any I/O."""
         if not getattr(definition, ALLOW_DESTROY_ATTRIBUTE, False):
-            raise Forbidden(
-                f"Actor {definition.name!r} cannot be destroyed by clients",
-                metadata={"name": definition.name},
-            )
+            raise Forbidden("The actor cannot be destroyed by clients")
 
     def run(self, invocation: Invocation) -> None:
         """Ask the spine to destroy the actor after this operation."""

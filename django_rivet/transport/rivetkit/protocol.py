@@ -18,7 +18,7 @@ import json as _json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...encoding import decode, encode, json_dumps
+from ...encoding import check_value, decode, encode, json_dumps
 from ...exceptions import InvalidArgs, InvalidEncoding, MalformedRequest, RivetError
 from . import bare
 from .values import prepare, revive
@@ -38,6 +38,7 @@ __all__ = [
     "encode_event",
     "encode_http_error",
     "encode_init",
+    "encode_output_value",
     "encode_queue_result",
     "parse_encoding",
 ]
@@ -87,9 +88,18 @@ class QueueSend:
     timeout: int | None
 
 
-def _map(value: Any, what: str) -> dict[str, Any]:
+def _map(value: Any, what: str, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MalformedRequest(f"{what} must be a map")
+    if keys is not None:
+        for key in value:
+            if key not in keys:
+                # Ignored, it would run the call with its defaults.
+                raise InvalidArgs(
+                    f"Unknown key {key[:64]!r} in {what.lower()}; it takes "
+                    + ", ".join(keys),
+                    metadata={"key": key[:64], "allowed": list(keys)},
+                )
     return value
 
 
@@ -124,7 +134,7 @@ def decode_action_args(data: bytes, encoding: WireEncoding) -> list[Any]:
     """Decode an HTTP action body; return the argument list."""
     if encoding == "bare":
         return _args(_cbor_payload(bare.read_action_request(data)))
-    body = _map(_decode_value(data, encoding), "The body")
+    body = _map(_decode_value(data, encoding), "The body", ("args",))
     return _args(body.get("args", []))
 
 
@@ -144,7 +154,9 @@ def decode_queue_send(data: bytes, encoding: WireEncoding) -> QueueSend:
             bool(request.wait),
             request.timeout,
         )
-    body = _map(_decode_value(data, encoding), "The body")
+    body = _map(
+        _decode_value(data, encoding), "The body", ("body", "name", "wait", "timeout")
+    )
     name = body.get("name")
     wait = body.get("wait", False)
     timeout = body.get("timeout")
@@ -250,19 +262,35 @@ def encode_init(actor_id: str, conn_id: str, encoding: WireEncoding) -> bytes:
     )
 
 
-def encode_action_response(
-    action_id: int, output: Any, encoding: WireEncoding
-) -> bytes:
-    """Encode ``ActionResponse``; raise ``TypeError`` if unencodable."""
-    if encoding == "bare":
-        return bare.write_to_client(bare.ActionResponse(action_id, _cbor(output)))
+def encode_output_value(value: Any, encoding: WireEncoding) -> bytes:
+    """Check an action's output against the value domain; encode it for the client.
+
+    JSON as the client's JSON conventions; CBOR for the ``cbor`` and
+    ``bare`` encodings (BARE carries the output as CBOR). Raises
+    ``InvalidValue`` naming the path (``output.price``).
+    """
+    check_value(value, "output")
     if encoding == "json":
-        return _frame(
-            "ActionResponse",
-            {"id": _json_bigint(action_id), "output": prepare(output, json=True)},
+        return _json_bytes(prepare(value, json=True))
+    return _cbor(value)
+
+
+def encode_action_response(
+    action_id: int, output: bytes, encoding: WireEncoding
+) -> bytes:
+    """Encode ``ActionResponse`` around an output from :func:`encode_output_value`."""
+    if encoding == "bare":
+        return bare.write_to_client(bare.ActionResponse(action_id, output))
+    if encoding == "json":
+        return (
+            b'{"body":{"tag":"ActionResponse","val":{"id":'
+            + _json_bytes(_json_bigint(action_id))
+            + b',"output":'
+            + output
+            + b"}}}"
         )
     return _cbor_frame(
-        "ActionResponse", [("id", _cbor_bigint(action_id)), ("output", _cbor(output))]
+        "ActionResponse", [("id", _cbor_bigint(action_id)), ("output", output)]
     )
 
 
@@ -328,13 +356,13 @@ def encode_error(
     )
 
 
-def encode_action_output(output: Any, encoding: WireEncoding) -> bytes:
-    """Encode an HTTP action's ``{output}``; raise ``TypeError`` if unencodable."""
+def encode_action_output(output: bytes, encoding: WireEncoding) -> bytes:
+    """Encode an HTTP action's ``{output}`` around an encoded output."""
     if encoding == "bare":
-        return bare.write_action_response(_cbor(output))
+        return bare.write_action_response(output)
     if encoding == "json":
-        return _json_bytes({"output": prepare(output, json=True)})
-    return _cbor_wire({"output": prepare(output, json=False)})
+        return b'{"output":' + output + b"}"
+    return _cbor_map([("output", output)])
 
 
 def encode_queue_result(

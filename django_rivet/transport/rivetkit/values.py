@@ -34,6 +34,7 @@ from typing import Any
 
 import cbor2
 
+from ...encoding import INT_MAX, INT_MIN
 from ...exceptions import MalformedRequest
 
 __all__ = ["MAX_SAFE_INTEGER", "prepare", "revive"]
@@ -65,9 +66,15 @@ def _revive_tagged(tag: str, payload: Any) -> Any:
     if tag == _BIGINT:
         text = payload if isinstance(payload, str) else ""
         digits = text[1:] if text.startswith("-") else text
-        if not digits.isdigit() or len(digits) > 400:
+        if not digits.isdigit() or len(digits) > 20:
             raise MalformedRequest("$BigInt needs a decimal string")
-        return int(text)
+        number = int(text)
+        if not INT_MIN <= number <= INT_MAX:
+            # The value domain's integers are 64-bit (docs/values.md).
+            raise MalformedRequest(
+                "$BigInt is past 64 bits", metadata={"reason": "integers are 64-bit"}
+            )
+        return number
     if tag in (_UINT8_ARRAY, _ARRAY_BUFFER):
         return _b64(payload, tag)
     if tag == _UNDEFINED:
