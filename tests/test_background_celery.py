@@ -35,8 +35,8 @@ from tests.servers import (
     celery_worker,
     server_env,
     stop_process,
-    wait_for,
 )
+from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]

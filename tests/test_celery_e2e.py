@@ -17,7 +17,8 @@ from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Schedule, ScheduleStatus
 from tests.celery_app import app
-from tests.servers import celery_broker, celery_worker, kill9, server_env, wait_for
+from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

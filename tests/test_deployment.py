@@ -22,7 +22,6 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 
 import pytest
 import redis
@@ -40,8 +39,8 @@ from tests.servers import (
     kill9,
     server_env,
     stop_process,
-    wait_for,
 )
+from tests.support.polling import await_for, wait_for
 from tests.testapp.models import StepRow
 
 pytestmark = [
@@ -97,14 +96,6 @@ def deployment(redis_url, django_db_setup, django_db_blocker):
         finally:
             for proc in procs:
                 stop_process(proc, timeout=12)
-
-
-async def await_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_broadcasts_cross_processes_and_200_increments_land_once(deployment):

@@ -33,6 +33,7 @@ import pytest
 
 from tests import loadgen
 from tests.cluster import Cluster, cluster
+from tests.support.polling import await_for
 
 pytestmark = pytest.mark.servers
 
@@ -52,14 +53,6 @@ def deployment():
 
 def urls(deployment: Cluster) -> list[str]:
     return [web.url for web in deployment.webs]
-
-
-async def wait_until(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        await asyncio.sleep(0.2)
 
 
 def sweep(deployment: Cluster) -> None:
@@ -94,7 +87,7 @@ async def check_run(
     # Sockets closed by the clients leave no row (rows of a killed process are
     # swept: the sweeper runs from beat in production, here by hand).
     try:
-        await wait_until(
+        await await_for(
             lambda: deployment.connection_rows() == 0, 15, "no connection rows"
         )
     except AssertionError:
@@ -265,7 +258,7 @@ async def test_an_idle_socket_outlives_channel_layer_read_timeouts(deployment):
         await asyncio.sleep(12)
         assert ann.status == "connected" and ann.close_code is None
         assert await bob.call("whisper", "ann", "still there") == 1
-        await wait_until(lambda: whispers == ["still there"], 10, "the whisper")
+        await await_for(lambda: whispers == ["still there"], 10, "the whisper")
         await ann.close()
         await bob.close()
     finally:
@@ -305,7 +298,7 @@ async def test_a_socket_that_does_not_read_is_bounded_then_closed(deployment):
         assert growth_mib < 12, growth_mib
         # It was cut off after SLOW_CONSUMER_TIMEOUT (4408; the client sees
         # 1006 when daphne must abort a socket too full for the close frame).
-        await wait_until(
+        await await_for(
             lambda: "closing a slow consumer" in web.log(), 30, "the slow close"
         )
         seqs = []
@@ -327,7 +320,7 @@ async def test_a_socket_that_does_not_read_is_bounded_then_closed(deployment):
         told = []
         conn.on_resync(told.append)
         await conn.open()
-        await wait_until(lambda: told, 30, "the resync notice")
+        await await_for(lambda: told, 30, "the resync notice")
         assert told[0].qualified_code == "actor/event_log_truncated"
         assert told[0].metadata["since"] == since
         await conn.close()

@@ -2,7 +2,6 @@
 
 import logging
 import threading
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,19 +12,10 @@ from django_rivet import actors, dispatch, workflows
 from django_rivet.models import CronJob, Schedule, ScheduleStatus
 from django_rivet.scheduling import queues, worker
 from django_rivet.testing import freeze_time, run_due
+from tests.support.polling import wait_for
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 EMBEDDED = {"EMBEDDED_WORKER": True}
-
-
-def wait_for(predicate, timeout=30.0):
-    """Poll ``predicate`` until it is true (no timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met before the deadline")
 
 
 @pytest.fixture
