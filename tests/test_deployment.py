@@ -40,12 +40,14 @@ from tests.servers import (
     server_env,
     stop_process,
 )
+from tests.support.database import module_database
 from tests.support.polling import await_for, wait_for
 from tests.testapp.models import StepRow
 
+# No django_db mark: the module's servers keep sweeping between tests, so
+# the database is flushed once, after they stopped (tests/support/database.py).
 pytestmark = [
     pytest.mark.servers,
-    pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         "connection.vendor != 'postgresql'", reason="one process only on SQLite"
     ),
@@ -82,7 +84,7 @@ def deployment(redis_url, django_db_setup, django_db_blocker):
         )
     folder = tempfile.mkdtemp(prefix="rivet-deployment-")
     procs = []
-    with contextlib.ExitStack() as stack:
+    with module_database(django_db_blocker), contextlib.ExitStack() as stack:
         stack.enter_context(celery_broker(redis_url))
         webs = [stack.enter_context(daphne_process(env)) for _ in range(2)]
         try:

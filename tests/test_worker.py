@@ -121,7 +121,7 @@ async def test_embedded_worker_app_follows_the_asgi_lifespan(no_embedded_worker)
 
 
 @pytest.mark.django_db
-def test_rivet_worker_once_runs_what_is_due(capsys, restore_dispatch):
+def test_rivet_worker_once_runs_what_is_due(capsys):
     # The command turns Celery wake-ups off for its process; undone after.
     alarm = actors.get_or_create("alarmClock", "command")
     alarm.call("set_alarm", 0, "now")
@@ -130,7 +130,7 @@ def test_rivet_worker_once_runs_what_is_due(capsys, restore_dispatch):
 
 
 @pytest.mark.django_db
-def test_rivet_worker_logs_each_firing_with_its_lateness(caplog, restore_dispatch):
+def test_rivet_worker_logs_each_firing_with_its_lateness(caplog):
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "logged")
         alarm.call("set_alarm", 10, "late")
@@ -146,7 +146,7 @@ def test_rivet_worker_logs_each_firing_with_its_lateness(caplog, restore_dispatc
 
 @pytest.mark.django_db
 def test_rivet_worker_logs_each_workflow_run_with_its_lateness(
-    caplog, restore_dispatch
+    caplog,
 ):
     with freeze_time(START) as clock:
         nap = workflows.start("napper", {"seconds": 60}, id="logged-nap")
