@@ -54,11 +54,32 @@ def pytest_addoption(parser):
     parser.addoption(
         "--db-only",
         action="store_true",
-        help="Run only the tests that use the database (the PostgreSQL leg).",
+        help="Run only the tests that use the database (every one of them; "
+        "make test's PostgreSQL leg runs `-m pg`, those whose behaviour "
+        "depends on the database).",
+    )
+
+
+def _postgresql_only(item):
+    return any(
+        "postgresql" in str(mark.args[0] if mark.args else "")
+        for mark in item.iter_markers("skipif")
     )
 
 
 def pytest_collection_modifyitems(config, items):
+    # A test that runs only on PostgreSQL but is not marked `pg` would run in
+    # no leg of make test at all.
+    unmarked = [
+        item.nodeid
+        for item in items
+        if _postgresql_only(item) and item.get_closest_marker("pg") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "PostgreSQL-only tests must be marked pg (the PostgreSQL leg runs "
+            "`-m pg`): " + ", ".join(unmarked)
+        )
     if not config.getoption("--db-only"):
         return
     db_fixtures = {"db", "transactional_db", "django_db_setup", "live_server"}
@@ -130,6 +151,10 @@ import tests.celery_app  # noqa: E402, F401
 
 # -- hostile input (tests/test_hostile.py, tests/test_e2e_hostile.py) --------------
 def pytest_terminal_summary(terminalreporter):
+    import sys
+
+    if "tests.hostile" not in sys.modules:  # no hostile test was collected
+        return
     from tests.hostile import TOTALS
 
     if TOTALS.cases:

@@ -23,7 +23,8 @@ from django_rivet.testing import RivetCommunicator, freeze_time, register_tempor
 from django_rivet.transport.heartbeat import heartbeat
 from tests.support.polling import await_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (the liveness sweep (SKIP LOCKED)).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 def connect(name="chatRoom", key="room", params=None, server_id=SERVER_ID):

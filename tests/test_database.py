@@ -34,7 +34,9 @@ from tests.servers import ROOT, free_port, server_env, stop_process, wait_for_po
 from tests.support.polling import await_for
 from tests.testapp.models import Note
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (locks, lock timeouts, connections and raw
+# SQL).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 postgresql_only = pytest.mark.skipif(
     "connection.vendor != 'postgresql'", reason="PostgreSQL behaviour"

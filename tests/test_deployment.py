@@ -46,7 +46,10 @@ from tests.testapp.models import StepRow
 
 # No django_db mark: the module's servers keep sweeping between tests, so
 # the database is flushed once, after they stopped (tests/support/database.py).
+# pg: the PostgreSQL leg runs this module (PostgreSQL only: several processes on one
+# database).
 pytestmark = [
+    pytest.mark.pg,
     pytest.mark.servers,
     pytest.mark.skipif(
         "connection.vendor != 'postgresql'", reason="one process only on SQLite"

@@ -14,6 +14,11 @@ from django_rivet.scheduling import queues, worker
 from django_rivet.testing import freeze_time, run_due
 from tests.support.polling import wait_for
 
+# pg: the PostgreSQL leg runs this module (worker claims; missing-table errors differ
+# per backend).
+pytestmark = pytest.mark.pg
+
+
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 EMBEDDED = {"EMBEDDED_WORKER": True}
 
