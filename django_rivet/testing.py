@@ -27,8 +27,9 @@ __all__ = [
 def close_db_connections() -> None:
     """Close database connections held by background threads.
 
-    Async invocations run in worker threads, and the async ORM in asgiref's
-    shared thread; both keep their connection open. PostgreSQL refuses to
+    Async invocations run in worker threads, WebSocket connections read the
+    event log in threads of their own, and the async ORM runs in asgiref's
+    shared thread; all keep their connection open. PostgreSQL refuses to
     drop a test database while they do, so call this before teardown (the
     project's own test suite does it in a session fixture).
     """
@@ -38,8 +39,10 @@ def close_db_connections() -> None:
     from django.db import connections
 
     from .actors.spine import close_worker_connections
+    from .transport import feeds
 
     close_worker_connections()
+    feeds.close_worker_connections()
     # With no event loop running here, thread-sensitive code runs in
     # asgiref's single shared thread: close that thread's connection too.
     asyncio.run(sync_to_async(connections.close_all)())

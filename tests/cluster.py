@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
+from tests.support.polling import wait_for
 
 SETTINGS = "tests.load_settings"
 
@@ -109,10 +110,15 @@ class Redis:
         with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
             pid = int(Path(self.pidfile).read_text())
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                os.kill(pid, 0)
-                time.sleep(0.02)
+
+            def gone() -> bool:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return True
+                return False
+
+            wait_for(gone, what="redis-server exiting")
 
     def restart(self, down_for: float = 0.0) -> None:
         """Stop, stay down ``down_for`` seconds, start on the same port."""

@@ -19,6 +19,28 @@ def django_db_setup(django_db_setup):
 
 
 @pytest.fixture(autouse=True)
+def _background_sessions_closed(request):
+    """Close the database sessions of background threads before the flush.
+
+    Invocation threads and the event-log readers of WebSocket connections
+    may still be finishing work the test started. The flush at the end of a
+    transactional test takes every table lock at once (TRUNCATE); a thread
+    that holds some of them and waits for others deadlocks it on PostgreSQL,
+    and a session left open makes the database impossible to drop. This
+    fixture is torn down before pytest-django's flush (autouse fixtures of a
+    conftest are set up after the plugin's): it waits for the threads' jobs
+    and closes their connections, while the database is still unblocked.
+    """
+    yield
+    if request.node.get_closest_marker("django_db") is not None:
+        from django_rivet.actors.spine import close_worker_connections
+        from django_rivet.transport import feeds
+
+        close_worker_connections()
+        feeds.close_worker_connections()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_actor_cache():
     """Each test starts with no actor loaded in this process."""
     from django_rivet.testing import reset_actor_cache
@@ -32,11 +54,32 @@ def pytest_addoption(parser):
     parser.addoption(
         "--db-only",
         action="store_true",
-        help="Run only the tests that use the database (the PostgreSQL leg).",
+        help="Run only the tests that use the database (every one of them; "
+        "make test's PostgreSQL leg runs `-m pg`, those whose behaviour "
+        "depends on the database).",
+    )
+
+
+def _postgresql_only(item):
+    return any(
+        "postgresql" in str(mark.args[0] if mark.args else "")
+        for mark in item.iter_markers("skipif")
     )
 
 
 def pytest_collection_modifyitems(config, items):
+    # A test that runs only on PostgreSQL but is not marked `pg` would run in
+    # no leg of make test at all.
+    unmarked = [
+        item.nodeid
+        for item in items
+        if _postgresql_only(item) and item.get_closest_marker("pg") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "PostgreSQL-only tests must be marked pg (the PostgreSQL leg runs "
+            "`-m pg`): " + ", ".join(unmarked)
+        )
     if not config.getoption("--db-only"):
         return
     db_fixtures = {"db", "transactional_db", "django_db_setup", "live_server"}
@@ -75,12 +118,19 @@ def recording_dispatch():
     dispatch.use(None)
 
 
-@pytest.fixture
-def restore_dispatch(monkeypatch):
-    """Undo a dispatch backend forced by the code under test (rivet_worker)."""
+@pytest.fixture(autouse=True)
+def _dispatch_follows_the_settings():
+    """Each test starts with the dispatch backend its settings choose.
+
+    ``rivet_worker`` forces the worker backend for the rest of its process
+    (``dispatch.use("worker")``); called in a test, that would make every
+    later test in the session send no Celery task at all.
+    """
     from django_rivet import dispatch
 
-    monkeypatch.setattr(dispatch, "_override", None)
+    dispatch.use(None)
+    yield
+    dispatch.use(None)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +151,10 @@ import tests.celery_app  # noqa: E402, F401
 
 # -- hostile input (tests/test_hostile.py, tests/test_e2e_hostile.py) --------------
 def pytest_terminal_summary(terminalreporter):
+    import sys
+
+    if "tests.hostile" not in sys.modules:  # no hostile test was collected
+        return
     from tests.hostile import TOTALS
 
     if TOTALS.cases:

@@ -24,7 +24,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import ROOT, kill9, server_env, stop_process
+from tests.support.polling import wait_for
 
 # The version @rivetkit/react 2.3.11 pins, and the newest 2.3.x.
 VERSIONS = ("2.3.11", "2.3.19")
@@ -144,17 +144,17 @@ class Server:
             env=self.env,
             pass_fds=(fd,),
         )
-        deadline = time.monotonic() + 30
-        while True:
+
+        def serving() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daphne exited with {self.proc.returncode}")
             try:
                 with urllib.request.urlopen(f"{self.endpoint}/metadata", timeout=5):
-                    return
+                    return True
             except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+
+        wait_for(serving, what="daphne serving /metadata")
 
     def crash(self) -> None:
         """Kill daphne abruptly; the socket stays open, so nothing is refused."""

@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.polling import await_for, wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
@@ -30,20 +32,20 @@ def free_port() -> int:
 
 
 def wait_for_port(
-    port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None
+    port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None
 ) -> None:
-    """Wait until something listens on 127.0.0.1:port."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Wait until something listens on 127.0.0.1:port (``proc`` must not exit)."""
+
+    def listening() -> bool:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited early with code {proc.returncode}")
-        with (
-            contextlib.suppress(OSError),
-            socket.create_connection(("127.0.0.1", port), 0.2),
-        ):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+        except OSError:
+            return False
+        return True
+
+    wait_for(listening, timeout, what=f"a server listening on port {port}")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
@@ -60,33 +62,22 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(5)
 
 
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until it is true (a bounded wait, never a timing check)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout}s")
-
-
-async def wait_until_no_connection_rows(timeout: float = 10.0) -> None:
+async def wait_until_no_connection_rows(timeout: float = 60.0) -> None:
     """Wait for servers to finish disconnect work before the test DB is flushed.
 
     A server runs ``on_disconnect`` after a socket closed; if the flush and
     that cleanup run at once they lock the same tables in opposite orders (a
     deadlock on PostgreSQL).
     """
-    import asyncio
-
     from asgiref.sync import sync_to_async
 
     from django_rivet.models import Connection
 
-    count = sync_to_async(Connection.objects.count)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while await count() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
+    await await_for(
+        sync_to_async(lambda: not Connection.objects.exists()),
+        timeout,
+        what="the servers' disconnect work (no Connection row left)",
+    )
 
 
 def kill9(proc: subprocess.Popen) -> None:
@@ -328,20 +319,23 @@ def example_server(
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 120
-        banner = None
-        while banner is None:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise RuntimeError("scripts/run.sh failed:\n" + log.read().decode())
+
+        def read_log() -> str:
             log.seek(0)
-            text = log.read().decode(errors="replace")
-            if "Ctrl-C stops everything" in text:
-                banner = text
-            else:
-                time.sleep(0.1)
-        url = re.search(r"ready in [\d.]+ s: (\S+)/\n", banner).group(1)
-        user, password = re.search(r"user (\S+), password (\S+)", banner).groups()
+            return log.read().decode(errors="replace")
+
+        def banner() -> str | None:
+            if proc.poll() is not None:
+                raise RuntimeError("scripts/run.sh failed:\n" + read_log())
+            text = read_log()
+            return text if "Ctrl-C stops everything" in text else None
+
+        try:
+            text = wait_for(banner, 120, what="scripts/run.sh's banner")
+        except AssertionError:
+            raise RuntimeError("scripts/run.sh failed:\n" + read_log()) from None
+        url = re.search(r"ready in [\d.]+ s: (\S+)/\n", text).group(1)
+        user, password = re.search(r"user (\S+), password (\S+)", text).groups()
         yield url, user, password
     finally:
         stop_process(proc, timeout=30)

@@ -8,7 +8,6 @@ a socket also runs over daphne in test_e2e_daphne.py.
 import asyncio
 import json
 import threading
-import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -29,6 +28,7 @@ from django_rivet.models import Actor as ActorRow
 from django_rivet.models import QueueMessage, QueueMessageStatus
 from django_rivet.scheduling.queues import MAX_MESSAGE_BYTES
 from django_rivet.testing import ConnectionClosedForTest, RivetCommunicator, run_due
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,15 +42,6 @@ def post_json(path, body=None):
 
 def stored_state(name, key):
     return ActorRow.objects.get(name=name, key=json.dumps([key])).decoded_state()
-
-
-def wait_until(predicate, timeout=10.0):
-    """Poll until ``predicate()`` holds (work finishing in another thread)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 # -- 5. on_state_change runs on the call that creates the actor ----------------------
@@ -104,7 +95,7 @@ def slow_mailbox():
         finally:
             release.set()
             # The delivery the sender left behind ends before the class goes.
-            wait_until(lambda: not QueueMessage.objects.active().exists())
+            wait_for(lambda: not QueueMessage.objects.active().exists())
 
 
 def test_send_wait_times_out_while_the_handler_runs_and_handles_it_once(slow_mailbox):
@@ -113,7 +104,7 @@ def test_send_wait_times_out_while_the_handler_runs_and_handles_it_once(slow_mai
     assert reply == {"status": "timed_out"}
     assert stored_state("slowMailbox", "sync")["seen"] == []  # still queued
     release.set()
-    wait_until(lambda: handled_once())
+    wait_for(handled_once)
     assert run_due() == 0
     assert stored_state("slowMailbox", "sync")["seen"] == ["m"]
 
@@ -125,7 +116,7 @@ def test_http_send_wait_times_out_while_the_handler_runs(slow_mailbox):
     )
     assert response.json() == {"status": "timed_out"}
     release.set()
-    wait_until(lambda: handled_once())
+    wait_for(handled_once)
     assert run_due() == 0
     assert stored_state("slowMailbox", "http")["seen"] == ["m"]
 

@@ -35,11 +35,17 @@ from tests.servers import (
     celery_worker,
     server_env,
     stop_process,
-    wait_for,
 )
+from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
-pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
+# pg: the PostgreSQL leg runs this module (workers in other processes claim the same
+# rows).
+pytestmark = [
+    pytest.mark.pg,
+    pytest.mark.servers,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,7 @@
 """The process cache gives its memory back: idle eviction and compaction."""
 
-import asyncio
 import gc
 import sys
-import time
 import tracemalloc
 
 import pytest
@@ -14,6 +12,7 @@ from django_rivet.actors import cache, spine
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import ainvoke
+from tests.support.polling import await_for, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,11 +27,9 @@ async def test_an_idle_process_evicts_its_actors_without_another_call():
     with override_settings(RIVET={"SLEEP_TIMEOUT": 0.2}):
         await increment(["idle"])
         assert cache.cached_ids()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while cache.cached_ids():
-            assert loop.time() < deadline, "the idle actor was never evicted"
-            await asyncio.sleep(0.05)
+        await await_for(
+            lambda: not cache.cached_ids(), what="the idle actor's eviction"
+        )
 
 
 def test_evicting_many_actors_shrinks_the_cache(monkeypatch):
@@ -42,10 +39,7 @@ def test_evicting_many_actors_shrinks_the_cache(monkeypatch):
     full = sys.getsizeof(cache._cache)
     assert spine.evict_idle(0) == 400
     # The idle-eviction thread compacts within a second or so.
-    deadline = time.monotonic() + 20
-    while sys.getsizeof(cache._cache) >= full / 4:
-        assert time.monotonic() < deadline, "the cache kept its size"
-        time.sleep(0.05)
+    wait_for(lambda: sys.getsizeof(cache._cache) < full / 4, what="the cache shrinking")
 
 
 def test_the_cache_is_bounded_by_size():
@@ -53,10 +47,7 @@ def test_the_cache_is_bounded_by_size():
         handles = [actors.get_or_create("counter", f"b-{i}") for i in range(20)]
         for handle in handles:
             handle.call("increment")
-        deadline = time.monotonic() + 20
-        while len(cache.cached_ids()) > 5:
-            assert time.monotonic() < deadline, len(cache.cached_ids())
-            time.sleep(0.05)
+        wait_for(lambda: len(cache.cached_ids()) <= 5, what="the cache's bound")
         # The most recently used stayed.
         assert handles[-1].actor_id in cache.cached_ids()
 

@@ -17,9 +17,16 @@ from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Schedule, ScheduleStatus
 from tests.celery_app import app
-from tests.servers import celery_broker, celery_worker, kill9, server_env, wait_for
+from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.support.polling import wait_for
 
-pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
+# pg: the PostgreSQL leg runs this module (workers in other processes claim the same
+# rows).
+pytestmark = [
+    pytest.mark.pg,
+    pytest.mark.servers,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def rings(actor_id):

@@ -12,7 +12,8 @@ from django_rivet.models import Actor as ActorRow
 from django_rivet.testing import register_temporarily
 from tests import workers
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (row locks across OS processes).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 def closing(function):

@@ -1,6 +1,5 @@
 """Connection lifecycle helpers: heartbeat, the liveness sweep, Disconnect."""
 
-import asyncio
 import datetime
 import uuid
 
@@ -22,8 +21,10 @@ from django_rivet.models import Connection
 from django_rivet.testing import RivetCommunicator, freeze_time, register_temporarily
 from django_rivet.transport.heartbeat import heartbeat
 from django_rivet.upkeep import sweeper
+from tests.support.polling import await_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (the liveness sweep (SKIP LOCKED)).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 def connect(name="chatRoom", key="room", params=None, server_id=SERVER_ID):
@@ -143,11 +144,10 @@ async def test_heartbeat_refreshes_open_connections():
         init = await comm.handshake()
         rows = Connection.objects.filter(pk=uuid.UUID(init["connection_id"]))
         first = await sync_to_async(lambda: rows.get().last_seen_at)()
-        for _ in range(200):  # wait for a beat (no timing is asserted)
-            if await sync_to_async(lambda: rows.get().last_seen_at)() > first:
-                break
-            await asyncio.sleep(0.02)
-        assert await sync_to_async(lambda: rows.get().last_seen_at)() > first
+        await await_for(
+            sync_to_async(lambda: rows.get().last_seen_at > first),
+            what="a heartbeat refreshing the row",
+        )
         await comm.disconnect()
 
 

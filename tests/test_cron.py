@@ -12,7 +12,8 @@ from django_rivet.scheduling import claims, cron_runs
 from django_rivet.scheduling.crontab import next_cron_time, next_every_time
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (claims of due cron runs (SKIP LOCKED)).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 PARIS = ZoneInfo("Europe/Paris")

@@ -31,9 +31,12 @@ from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorKV, Connection
 from django_rivet.testing import RivetCommunicator
 from tests.servers import ROOT, free_port, server_env, stop_process, wait_for_port
+from tests.support.polling import await_for
 from tests.testapp.models import Note
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (locks, lock timeouts, connections and raw
+# SQL).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 postgresql_only = pytest.mark.skipif(
     "connection.vendor != 'postgresql'", reason="PostgreSQL behaviour"
@@ -171,8 +174,10 @@ async def test_a_dead_connection_in_an_invocation_thread_is_replaced(monkeypatch
         pids = await asyncio.to_thread(each_invoke_thread, backend_pid)
         assert len(set(pids)) == spine.INVOKE_THREADS
         await asyncio.to_thread(terminate, pids)
-        while await asyncio.to_thread(alive, pids):
-            await asyncio.sleep(0.05)
+        await await_for(
+            lambda: asyncio.to_thread(lambda: not alive(pids)),
+            what="the terminated sessions gone",
+        )
         # Every thread's connection is dead now; every call still succeeds.
         assert await many_calls(48) == sorted(n // 8 + 1 for n in range(48))
     finally:

@@ -28,6 +28,7 @@ from django_rivet.testing import RivetCommunicator
 from django_rivet.transport import consumer as consumer_module
 from django_rivet.transport import feeds
 from django_rivet.transport.heartbeat import heartbeat
+from tests.servers import wait_until_no_connection_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -198,18 +199,9 @@ async def test_a_consumer_that_fails_still_removes_its_connection(monkeypatch):
     monkeypatch.setattr(consumer_module.RivetConsumer, "websocket_receive", broken)
     await comm.send_frame({"type": "action", "id": 1, "name": "names", "args": []})
     await comm.receive_close()
-    await wait_for_rows(0)
+    await wait_until_no_connection_rows()
     log = await actors.aget_or_create("chatRoom", "broken")
     assert (await log.acall("log"))[-1] == ["disconnect", "ann"]
-
-
-async def wait_for_rows(count, timeout=10.0):
-    rows = sync_to_async(Connection.objects.count)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while await rows() != count:
-        assert loop.time() < deadline, "connection rows did not go"
-        await asyncio.sleep(0.02)
 
 
 async def test_the_heartbeat_cleans_up_after_a_consumer_that_ended_without_it():
@@ -226,7 +218,7 @@ async def test_the_heartbeat_cleans_up_after_a_consumer_that_ended_without_it():
     assert result.conn_id in heartbeat
     await heartbeat.beat()
     assert result.conn_id not in heartbeat
-    await wait_for_rows(0)
+    await wait_until_no_connection_rows()
     room = await actors.aget_or_create("chatRoom", "orphan")
     assert (await room.acall("log"))[-1] == ["disconnect", "ann"]
 
@@ -255,7 +247,7 @@ async def test_a_failing_group_removal_does_not_keep_the_row(monkeypatch):
     comm = RivetCommunicator("chatRoom", ["discard"], params={"name": "ann"})
     await comm.handshake()
     await comm.disconnect()
-    await wait_for_rows(0)
+    await wait_until_no_connection_rows()
     room = await actors.aget_or_create("chatRoom", "discard")
     assert (await room.acall("log"))[-1] == ["disconnect", "ann"]
 

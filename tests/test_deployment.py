@@ -22,7 +22,6 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 
 import pytest
 import redis
@@ -40,13 +39,18 @@ from tests.servers import (
     kill9,
     server_env,
     stop_process,
-    wait_for,
 )
+from tests.support.database import module_database
+from tests.support.polling import await_for, wait_for
 from tests.testapp.models import StepRow
 
+# No django_db mark: the module's servers keep sweeping between tests, so
+# the database is flushed once, after they stopped (tests/support/database.py).
+# pg: the PostgreSQL leg runs this module (PostgreSQL only: several processes on one
+# database).
 pytestmark = [
+    pytest.mark.pg,
     pytest.mark.servers,
-    pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         "connection.vendor != 'postgresql'", reason="one process only on SQLite"
     ),
@@ -83,7 +87,7 @@ def deployment(redis_url, django_db_setup, django_db_blocker):
         )
     folder = tempfile.mkdtemp(prefix="rivet-deployment-")
     procs = []
-    with contextlib.ExitStack() as stack:
+    with module_database(django_db_blocker), contextlib.ExitStack() as stack:
         stack.enter_context(celery_broker(redis_url))
         webs = [stack.enter_context(daphne_process(env)) for _ in range(2)]
         try:
@@ -97,14 +101,6 @@ def deployment(redis_url, django_db_setup, django_db_blocker):
         finally:
             for proc in procs:
                 stop_process(proc, timeout=12)
-
-
-async def await_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_broadcasts_cross_processes_and_200_increments_land_once(deployment):

@@ -28,6 +28,7 @@ from tests.servers import (
     server_env,
     wait_until_no_connection_rows,
 )
+from tests.support.polling import await_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -47,16 +48,6 @@ async def client(server):
     yield client
     await client.aclose()
     await wait_until_no_connection_rows()
-
-
-async def wait_for(predicate, timeout=10.0):
-    """Poll until ``predicate()`` is true (events arrive asynchronously)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 # -- HTTP -------------------------------------------------------------------------
@@ -124,14 +115,14 @@ async def test_websocket_actions_events_and_conn_state(client):
     # subscriptions above are in place.
     assert await ann.call("names") == ["ann", "bob"]
     assert await bob.call("send_message", "hello") == 1
-    await wait_for(lambda: seen == [("bob", "hello")])
+    await await_for(lambda: seen == [("bob", "hello")])
     assert (await bob.call("whoami"))["state"] == {"name": "bob", "sent": 1}
     whispers = []
     bob.on("whisper", lambda sender, text: whispers.append((sender, text)))
     assert await ann.call("whisper", "bob", "psst") == 1
-    await wait_for(lambda: whispers == [("ann", "psst")])
+    await await_for(lambda: whispers == [("ann", "psst")])
     await bob.close()
-    await wait_for(lambda: left == ["bob"])
+    await await_for(lambda: left == ["bob"])
     assert await ann.call("names") == ["ann"]
     await ann.close()
     assert ann.status == "disconnected"
@@ -142,12 +133,12 @@ async def test_websocket_unsubscribe_stops_delivery(client):
     values = []
     unsubscribe = conn.on("changed", values.append)
     await conn.call("increment")
-    await wait_for(lambda: values == [1])
+    await await_for(lambda: values == [1])
     unsubscribe()
     await conn.call("increment")
     conn.on("changed", values.append)
     await conn.call("increment")
-    await wait_for(lambda: values == [1, 3])
+    await await_for(lambda: values == [1, 3])
     await conn.close()
 
 
@@ -194,26 +185,24 @@ async def test_kick_closes_without_reconnecting(client):
     ann = await room.connect({"name": "ann"})
     bob = await room.connect({"name": "bob"})
     assert await ann.call("kick", "bob") == 1
-    await wait_for(lambda: bob.status == "disconnected")
+    await await_for(lambda: bob.status == "disconnected")
     assert bob.close_code == 1000
     with pytest.raises(ConnectionLost):
         await bob.call("names")
-    await wait_for(lambda: ann.status == "connected")
+    await await_for(lambda: ann.status == "connected")
+
     # The kicked socket is closed first; its on_disconnect runs right after.
-    names = await ann.call("names")
-    for _ in range(100):
-        if names == ["ann"]:
-            break
-        await asyncio.sleep(0.05)
-        names = await ann.call("names")
-    assert names == ["ann"]
+    async def bob_gone():
+        return await ann.call("names") == ["ann"]
+
+    await await_for(bob_gone, what="bob's on_disconnect")
     await ann.close()
 
 
 async def test_destroy_over_a_websocket_is_answered_before_the_close(client):
     conn = await client.actor("stateWatcher", "ws-destroy").connect()
     assert await conn.call("destroy") == "destroyed"
-    await wait_for(lambda: conn.status == "disconnected")
+    await await_for(lambda: conn.status == "disconnected")
     assert conn.close_code == 1000
     with pytest.raises(ActorNotFound):
         await client.actor("stateWatcher", "ws-destroy", create=False).acall("changes")
@@ -245,7 +234,7 @@ async def test_connect_with_since_replays_missed_events(client):
     values = []
     conn.on("changed", values.append)
     await conn.call("increment")
-    await wait_for(lambda: values == [1])
+    await await_for(lambda: values == [1])
     last = conn.last_seq
     await conn.close()
     for _ in range(3):
@@ -253,9 +242,9 @@ async def test_connect_with_since_replays_missed_events(client):
     again = await counter.connect(since=last)
     replayed = []
     again.on("changed", replayed.append)
-    await wait_for(lambda: replayed == [2, 3, 4])
+    await await_for(lambda: replayed == [2, 3, 4])
     await again.call("increment")
-    await wait_for(lambda: replayed == [2, 3, 4, 5])
+    await await_for(lambda: replayed == [2, 3, 4, 5])
     await again.close()
 
 
@@ -279,16 +268,16 @@ async def test_client_reconnects_after_a_crash_and_replays(django_db_blocker):
         values = []
         conn.on("changed", values.append)
         await conn.call("increment")
-        await wait_for(lambda: values == [1])
+        await await_for(lambda: values == [1])
         kill9(proc)
-        await wait_for(lambda: conn.status == "connecting")
+        await await_for(lambda: conn.status == "connecting")
         with django_db_blocker.unblock():
             handle = await actors.aget_or_create("counter", "crash")
             for _ in range(2):
                 await handle.acall("increment")
     with daphne_process(env, port=port):
-        await wait_for(lambda: conn.status == "connected", timeout=20)
-        await wait_for(lambda: values == [1, 2, 3])
+        await await_for(lambda: conn.status == "connected")
+        await await_for(lambda: values == [1, 2, 3])
         await conn.call("increment")
-        await wait_for(lambda: values == [1, 2, 3, 4])
+        await await_for(lambda: values == [1, 2, 3, 4])
         await conn.close()

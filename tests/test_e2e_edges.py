@@ -22,7 +22,8 @@ from websockets.exceptions import ConnectionClosed
 from django_rivet.client import Client
 from django_rivet.exceptions import RequestTooLarge
 from django_rivet.models import Connection
-from tests.servers import daphne_process, server_env
+from tests.servers import daphne_process, server_env, wait_until_no_connection_rows
+from tests.support.polling import await_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -53,10 +54,7 @@ def bytes_written(proc):
 async def _no_connection_rows_left():
     yield
     # Let the server's on_disconnect finish before the database is flushed.
-    count = sync_to_async(Connection.objects.count)
-    deadline = time.monotonic() + 20
-    while await count() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await wait_until_no_connection_rows()
 
 
 def colliding_body(size):
@@ -252,9 +250,7 @@ async def test_the_python_client_fails_an_oversized_call_at_once(server):
             assert answered.value.metadata["size"] > 70_000
             assert conn.errors[-1].code == "too_large"
             # 4413 is not final: the connection comes back and calls work.
-            deadline = time.monotonic() + 30
-            while conn.status != "connected" and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await await_for(lambda: conn.status == "connected", what="the reconnect")
             assert await conn.call("record", "small") == 1
         finally:
             await conn.close()

@@ -7,7 +7,6 @@ keeps serving.
 """
 
 import json
-import time
 
 import cbor2
 import httpx
@@ -20,6 +19,7 @@ from websockets.sync.client import connect as ws_connect
 from django_rivet.models import Actor as ActorRow
 from tests.hostile import TOTALS, check_error, examples, payloads
 from tests.servers import daphne_server, server_env
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -126,7 +126,7 @@ def test_hostile_websocket_frames_through_daphne(server):
     finally:
         if state["ws"] is not None:
             state["ws"].close()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and entries("daphne-ws") != state["entries"]:
-        time.sleep(0.05)
-    assert entries("daphne-ws") == state["entries"]
+    wait_for(
+        lambda: entries("daphne-ws") == state["entries"],
+        what=f"the server's record of the {state['entries']} entries sent",
+    )

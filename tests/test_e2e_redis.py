@@ -5,13 +5,13 @@ other, and ``conn.send`` / ``conn.disconnect`` must reach a socket held by
 another process, all through the real Redis channel layer.
 """
 
-import asyncio
 import contextlib
 
 import pytest
 
 from django_rivet.client import Client
 from tests.servers import daphne_server, server_env, wait_until_no_connection_rows
+from tests.support.polling import await_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -37,15 +37,6 @@ async def clients(two_servers):
     await wait_until_no_connection_rows()
 
 
-async def wait_for(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-
-
 async def test_broadcast_from_a_reaches_a_socket_on_b(clients):
     a, b = clients
     conn = await b.actor("counter", "redis-broadcast").connect()
@@ -53,7 +44,7 @@ async def test_broadcast_from_a_reaches_a_socket_on_b(clients):
     conn.on("changed", values.append)
     await conn.call("getCount")  # the subscription is in place
     assert await a.actor("counter", "redis-broadcast").acall("increment", 7) == 7
-    await wait_for(lambda: values == [7])
+    await await_for(lambda: values == [7])
     assert conn.last_seq == 1
     await conn.close()
 
@@ -67,9 +58,9 @@ async def test_conn_send_and_disconnect_cross_processes(clients):
     # ctx.conns of an action served by B lists the socket held by A.
     assert await bob.call("names") == ["ann", "bob"]
     assert await bob.call("whisper", "ann", "from B") == 1
-    await wait_for(lambda: whispers == [("bob", "from B")])
+    await await_for(lambda: whispers == [("bob", "from B")])
     assert await bob.call("kick", "ann") == 1
-    await wait_for(lambda: ann.status == "disconnected")
+    await await_for(lambda: ann.status == "disconnected")
     assert ann.close_code == 1000
     await bob.close()
 
@@ -80,10 +71,10 @@ async def test_replay_after_moving_to_the_other_process(clients):
     values = []
     first.on("changed", values.append)
     await first.call("increment")
-    await wait_for(lambda: values == [1])
+    await await_for(lambda: values == [1])
     await first.close()
     await a.actor("counter", "redis-move").acall("increment")
     second = await b.actor("counter", "redis-move").connect(since=first.last_seq)
     second.on("changed", values.append)
-    await wait_for(lambda: values == [1, 2])
+    await await_for(lambda: values == [1, 2])
     await second.close()

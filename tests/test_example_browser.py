@@ -7,28 +7,16 @@ are driven to their end through their pages.
 """
 
 import re
-import shutil
 import uuid
 
 import pytest
 
 from tests.servers import example_server
+from tests.support.browser import chromium, needs_chromium
 
 pytestmark = [
     pytest.mark.servers,
-    pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is missing"),
-]
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+    needs_chromium,
 ]
 
 
@@ -46,16 +34,8 @@ def example(example_login):
 
 @pytest.fixture
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium() as browser:
+        yield browser
 
 
 # Chromium's offline emulation (context.set_offline) leaves open WebSockets
@@ -130,7 +110,7 @@ def test_two_people_chat_and_one_catches_up_after_losing_the_network(example, br
     expect(ann.locator("#messages li")).to_have_count(3)
     expect(bob.locator("#messages li")).to_have_count(2)
     bob.evaluate("window.__offline = false")
-    expect(bob.locator("#status")).to_have_text("connected", timeout=20000)
+    expect(bob.locator("#status")).to_have_text("connected")
     expect(bob.locator("#messages li")).to_have_text(
         ["ann: hello bob", "bob: hi ann", "ann: are you there?"]
     )
@@ -165,16 +145,14 @@ def test_orders_are_approved_or_rejected_through_their_pages(example, browser):
     for page in (approved, rejected):
         expect(page.locator("#status")).to_have_text("sleeping")
         # After the cool-off the workflow waits for the decision message.
-        expect(page.locator("#summary")).to_have_text(
-            "Waiting for approval.", timeout=20000
-        )
+        expect(page.locator("#summary")).to_have_text("Waiting for approval.")
 
     approved.fill("#by", "ann")
     approved.click("#approve")
     rejected.fill("#by", "bob")
     rejected.click("#reject")
 
-    expect(approved.locator("#status")).to_have_text("completed", timeout=20000)
+    expect(approved.locator("#status")).to_have_text("completed")
     expect(approved.locator("#summary")).to_have_text(
         re.compile(r"^Shipped with LABEL-\d{6}, approved by ann\.$")
     )
@@ -192,7 +170,7 @@ def test_orders_are_approved_or_rejected_through_their_pages(example, browser):
     )
     expect(approved.locator("#approve")).to_be_disabled()
 
-    expect(rejected.locator("#status")).to_have_text("failed", timeout=20000)
+    expect(rejected.locator("#status")).to_have_text("failed")
     expect(rejected.locator("#summary")).to_have_text(
         "Rejected by bob. The payment was refunded."
     )

@@ -32,7 +32,9 @@ from tests.hostile import (
     texts,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (text PostgreSQL refuses (NUL) must be
+# refused, not stored).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 # Small limits, so oversized payloads are cheap to send.
 LIMITS = {"MAX_HTTP_BODY_BYTES": 8192, "MAX_INCOMING_MESSAGE_BYTES": 4096}

@@ -21,7 +21,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -30,6 +29,7 @@ import httpx
 import pytest
 
 from tests.servers import ROOT, free_port, stop_process, wait_for_port
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.servers
 
@@ -261,10 +261,10 @@ def try_it(project: Path, env: dict[str, str], port: int, python: Path) -> str:
     # shows it. Reading the logs is cheaper than starting the inspector in
     # a loop.
     ran = f"workflow ran workflow={workflow_id} name=checkout state=completed"
-    deadline = time.monotonic() + 60
-    while not any(ran in log.read_text() for log in project.glob("server-*.log")):
-        assert time.monotonic() < deadline, "the worker never logged the workflow"
-        time.sleep(0.2)
+    wait_for(
+        lambda: any(ran in log.read_text() for log in project.glob("server-*.log")),
+        what="the worker's log line for the workflow",
+    )
     command = argv(
         shlex.split(inspect.replace(inspect.split()[-1], workflow_id)), python
     )

@@ -25,7 +25,9 @@ from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorKV
 from django_rivet.testing import register_temporarily
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (bytewise key order (BLOB vs bytea) and
+# range scans in raw SQL).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 BINARY_KEYS = [
     b"",

@@ -24,8 +24,8 @@ from tests.servers import (  # noqa: E402
     celery_worker,
     daphne_server,
     server_env,
-    wait_for,
 )
+from tests.support.polling import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

@@ -11,7 +11,9 @@ from django_rivet.scheduling import claims, queues
 from django_rivet.scheduling.queues import MAX_MESSAGE_BYTES, MAX_PENDING_MESSAGES
 from django_rivet.testing import freeze_time, run_due
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (queue delivery claims and attempt
+# counters).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 
 def seen(handle):

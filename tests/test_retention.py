@@ -37,7 +37,8 @@ from django_rivet.testing import (
 )
 from django_rivet.upkeep import retention, sweeper
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (window functions and SKIP LOCKED deletes).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 HOUR = 3600

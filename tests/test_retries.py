@@ -27,7 +27,9 @@ from django_rivet.scheduling import retries
 from django_rivet.signals import work_failed
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (failed attempts roll back; counters in
+# SQL).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # (what, attempt, virtual time): survives the rollback of failed attempts.

@@ -18,7 +18,6 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import threading
 import urllib.request
@@ -30,21 +29,10 @@ import pytest
 
 from tests.rivetkit_node import SCRIPTS, install_rivetkit, run_node
 from tests.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
+from tests.support.browser import chromium, needs_chromium
 
 pytestmark = pytest.mark.servers
 EXAMPLE = ROOT / "example_project"
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 class FrontendHandler(http.server.SimpleHTTPRequestHandler):
@@ -129,40 +117,32 @@ def example_project(tmp_path: Path, cors_origin: str) -> Iterator[str]:
         stop_process(proc)
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed")
+@needs_chromium
 @pytest.mark.parametrize("encoding", ["bare", "json"])
 def test_page_on_another_origin_connects_and_sees_a_broadcast(tmp_path, encoding):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     modules = install_rivetkit("2.3.19")
     key = f"browser-{uuid.uuid4().hex[:8]}"
     with (
         frontend(modules, tmp_path) as page_origin,
         example_project(tmp_path, page_origin) as endpoint,
-        sync_playwright() as playwright,
+        chromium() as browser,
     ):
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(f"{page_origin}/?endpoint={endpoint}&key={key}&encoding={encoding}")
+        expect(page.locator("#status")).to_have_text("connected")
+        expect(page.locator("#ws")).to_have_text("1")
+        expect(page.locator("#count")).to_have_text("1")
+        # Another caller (django-rivet's own HTTP protocol) increments.
+        request = urllib.request.Request(
+            f"{endpoint}/actors/counter/actions/increment?key={key}",
+            data=json.dumps({"args": [41]}).encode(),
+            headers={"Content-Type": "application/json"},
         )
-        try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(
-                f"{page_origin}/?endpoint={endpoint}&key={key}&encoding={encoding}"
-            )
-            expect(page.locator("#status")).to_have_text("connected", timeout=30000)
-            expect(page.locator("#ws")).to_have_text("1")
-            expect(page.locator("#count")).to_have_text("1")
-            # Another caller (django-rivet's own HTTP protocol) increments.
-            request = urllib.request.Request(
-                f"{endpoint}/actors/counter/actions/increment?key={key}",
-                data=json.dumps({"args": [41]}).encode(),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=10) as response:
-                assert json.load(response) == {"output": 42}
-            expect(page.locator("#count")).to_have_text("42")
-            assert errors == [], errors
-        finally:
-            browser.close()
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response) == {"output": 42}
+        expect(page.locator("#count")).to_have_text("42")
+        assert errors == [], errors

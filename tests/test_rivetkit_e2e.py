@@ -11,7 +11,6 @@ import os
 import queue
 import subprocess
 import threading
-import time
 import uuid
 
 import pytest
@@ -26,6 +25,7 @@ from tests.rivetkit_node import (
     restartable_daphne,
     run_node,
 )
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -49,14 +49,6 @@ def state_of(actor_id):
     return ActorRow.objects.get(pk=actor_id).decoded_state()
 
 
-def eventually(predicate, timeout=15.0):
-    """Wait for what the server does after the client has gone (on_disconnect)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_official_client_calls_actions_connects_and_gets_events(
     server, modules, encoding
@@ -78,8 +70,9 @@ def test_official_client_calls_actions_connects_and_gets_events(
     assert state_of(summary["vaultId"]) == {"opened": 3}
 
     # Closing a connection runs on_disconnect and removes it, server side.
-    eventually(
-        lambda: not Connection.objects.filter(actor_id=summary["roomId"]).exists()
+    wait_for(
+        lambda: not Connection.objects.filter(actor_id=summary["roomId"]).exists(),
+        what="the server removing the closed connections",
     )
     room = state_of(summary["roomId"])
     log = room["log"]

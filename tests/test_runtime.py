@@ -35,7 +35,9 @@ from django_rivet.models import ActorEvent
 from django_rivet.testing import freeze_time, register_temporarily, reset_actor_cache
 from tests.testapp.models import Note
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (the invocation spine: row locks, raw SQL,
+# rollbacks).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 calls: list[str] = []
 

@@ -20,7 +20,8 @@ from django_rivet.scheduling.schedules import MAX_PENDING_SCHEDULES
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 from django_rivet.upkeep import sweeper
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (claims of due schedules (SKIP LOCKED)).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

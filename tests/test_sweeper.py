@@ -19,6 +19,10 @@ from django_rivet.scheduling import claims, cron_runs, queues, schedules
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.upkeep import sweeper
 
+# pg: the PostgreSQL leg runs this module (concurrent sweepers, claims, locks).
+pytestmark = pytest.mark.pg
+
+
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 

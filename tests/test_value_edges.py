@@ -24,7 +24,9 @@ from django_rivet.testing import (
 )
 from django_rivet.workflows import operations as workflow_operations
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (keys, inboxes and query strings
+# as each database stores them).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 def post(path, body="{}", **extra):

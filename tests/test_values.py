@@ -30,7 +30,9 @@ from tests.servers import daphne_process, server_env, wait_until_no_connection_r
 from tests.test_transport_matrix import open_socket
 from tests.testapp.models import Note
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (an output outside the domain
+# rolls back state, KV and ORM writes).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 KINDS = {
     # kind -> the path the error names

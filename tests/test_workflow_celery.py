@@ -26,11 +26,17 @@ from tests.servers import (
     kill9,
     server_env,
     stop_process,
-    wait_for,
 )
+from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
-pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
+# pg: the PostgreSQL leg runs this module (workers in other processes claim the same
+# rows).
+pytestmark = [
+    pytest.mark.pg,
+    pytest.mark.servers,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture

@@ -22,7 +22,9 @@ from django_rivet.workflows.driver import (
 )
 from tests.workflow.driver_contract import EngineDriverContract
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (the driver's raw SQL (lease renewal,
+# upserts)).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 START = 1_700_000_000.0
 

@@ -26,7 +26,9 @@ from django_rivet.workflows import execution, leases, registry, wakeups
 from django_rivet.workflows.driver import DjangoDriver
 from tests.testapp.models import StepRow
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (leases claimed with SKIP LOCKED, atomic
+# flushes).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 class Crash(BaseException):

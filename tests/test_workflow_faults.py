@@ -19,7 +19,9 @@ from django_rivet.models import Workflow
 from django_rivet.workflows.driver import DjangoDriver
 from tests.workflow.faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (rollbacks of failed flushes, in
+# transactions).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 _ids = itertools.count()
 

@@ -23,7 +23,9 @@ from django_rivet.workflow import (
 from django_rivet.workflows.driver import DjangoDriver
 from tests.testapp.models import StepRow
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (atomic flushes and size limits in
+# transactions).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -32,7 +32,9 @@ from django_rivet.workflow import (
 )
 from tests.testapp.models import StepRow
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (JSON-field lookups (filter by wait),
+# rollbacks).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 def steps_recorded():

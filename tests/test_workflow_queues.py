@@ -29,7 +29,8 @@ from django_rivet.testing import (
 )
 from django_rivet.workflows import queues
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (queue admission in raw SQL, under locks).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 QUEUES = {

@@ -16,7 +16,8 @@ from django_rivet.testing import freeze_time, run_due
 from django_rivet.workflow import workflow
 from django_rivet.workflows.registry import register_temporarily
 
-pytestmark = pytest.mark.django_db
+# pg: the PostgreSQL leg runs this module (tick claims under locks).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 START = datetime(2026, 6, 1, 1, 59, tzinfo=UTC)
 

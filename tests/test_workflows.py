@@ -30,7 +30,9 @@ from django_rivet.workflows import leases, registry
 from tests.testapp import workflows as test_workflows
 from tests.testapp.models import StepRow
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (start/send after commit, rollbacks,
+# messages).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 # -- start, get, status ----------------------------------------------------------------

@@ -44,10 +44,8 @@ a request does (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -57,7 +55,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
-from django.db import close_old_connections, connections
+from django.db import close_old_connections
 
 from .. import clock, observability
 from ..conf import rivet_settings
@@ -474,14 +472,4 @@ def close_worker_connections() -> None:
     default 0 reconnects for every job, as it does for every request). Call
     this before dropping a database, e.g. at the end of a test session.
     """
-    size = INVOKE_THREADS
-    # Every job waits for all the others, so each runs in a thread of its own.
-    barrier = threading.Barrier(size, timeout=10)
-
-    def close() -> None:
-        connections.close_all()
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait()
-
-    for future in [executor.submit(close) for _ in range(size)]:
-        future.result()
+    db.close_thread_connections(executor, INVOKE_THREADS)

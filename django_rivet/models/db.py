@@ -14,8 +14,11 @@ which no transaction could make atomic.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -27,6 +30,7 @@ from .actors import Actor
 __all__ = [
     "alias",
     "atomic",
+    "close_thread_connections",
     "connection",
     "in_atomic_block",
     "in_invocation",
@@ -73,3 +77,22 @@ def on_commit(func: Callable[[], Any], robust: bool = True) -> None:
 def in_invocation() -> bool:
     """Tell whether this context runs inside an actor invocation's transaction."""
     return invoking.get()
+
+
+def close_thread_connections(pool: ThreadPoolExecutor, threads: int) -> None:
+    """Close the database connections of each of the ``threads`` threads of ``pool``.
+
+    Django's connections belong to the thread that opened them, so each
+    thread must close its own. Jobs already running finish first; call this
+    before dropping a database (e.g. at the end of a test session).
+    """
+    # Every job waits for all the others, so each runs in a thread of its own.
+    barrier = threading.Barrier(threads, timeout=10)
+
+    def close() -> None:
+        connections.close_all()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()
+
+    for future in [pool.submit(close) for _ in range(threads)]:
+        future.result()

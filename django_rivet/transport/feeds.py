@@ -39,6 +39,7 @@ from .. import events
 from ..conf import rivet_settings
 from ..events import LoggedEvent
 from ..exceptions import RivetError
+from ..models import db
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -52,6 +53,7 @@ __all__ = [
     "Follower",
     "Hub",
     "channel_receive",
+    "close_worker_connections",
     "current_hub",
     "run_db",
 ]
@@ -78,7 +80,20 @@ FILL_BYTES = 1024 * 1024
 # Event-log reads of the streams and feeds, with Django's connection
 # hygiene (channels' database_sync_to_async does the same in one thread;
 # these run in parallel so a slow read does not hold up the others).
-_db_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rivet-events")
+EVENT_THREADS = 4
+_db_executor = ThreadPoolExecutor(
+    max_workers=EVENT_THREADS, thread_name_prefix="rivet-events"
+)
+
+
+def close_worker_connections() -> None:
+    """Close the database connections of the event-read threads.
+
+    Call it before dropping a database, as
+    :func:`django_rivet.actors.spine.close_worker_connections` for the
+    invocation threads.
+    """
+    db.close_thread_connections(_db_executor, EVENT_THREADS)
 
 
 async def run_db(func: Callable[..., T], *args: Any) -> T:

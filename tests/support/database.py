@@ -1,0 +1,39 @@
+"""The test database for a whole module whose servers work in the background.
+
+pytest-django flushes the database after each transactional test. A module
+that shares servers which keep working between tests (Celery workers and
+beat sweeping every second, daphne finishing disconnects) would have that
+flush run beside their transactions: on PostgreSQL the flush's TRUNCATE and
+their row locks deadlock, and the servers' sessions keep the database from
+being dropped. Such a module opens the database once for all its tests with
+:func:`module_database`, stops its servers, and only then flushes.
+
+Its tests then carry no ``django_db`` mark (the per-test flush is what they
+avoid) and must not depend on each other's rows: give each test its own keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def module_database(django_db_blocker: Any) -> Iterator[None]:
+    """Allow database access until the block exits, then flush the database.
+
+    Enter it *before* starting the servers (``with module_database(...),
+    servers():``), so that they are stopped, and their sessions closed,
+    before the flush.
+    """
+    from django.core.management import call_command
+
+    from django_rivet.testing import close_db_connections
+
+    with django_db_blocker.unblock():
+        try:
+            yield
+        finally:
+            close_db_connections()
+            call_command("flush", interactive=False, verbosity=0)
