@@ -16,13 +16,27 @@ SECRET_KEY = "bench-only"
 DEBUG = False
 USE_TZ = True
 ALLOWED_HOSTS = ["*"]
+# The quickstart's project (``startproject`` plus django-rivet): the apps and
+# the middleware every request of a deployment goes through, so each measure
+# serves the stack users run (bench/asgi.py is the quickstart's asgi.py).
 INSTALLED_APPS = [
+    "daphne",
     "django.contrib.auth",
     "django.contrib.contenttypes",
-    "daphne",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "channels",
     "django_rivet",
     "bench.benchapp",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 ROOT_URLCONF = "bench.site"
 ASGI_APPLICATION = "bench.asgi.application"

@@ -16,6 +16,8 @@ from bench.measures import (
     p09_memory,
     p10_scaling,
     p11_engine,
+    p12_hot,
+    p13_spread,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -32,5 +34,7 @@ MEASURES: dict[str, ModuleType] = {
         p09_memory,
         p10_scaling,
         p11_engine,
+        p12_hot,
+        p13_spread,
     )
 }
