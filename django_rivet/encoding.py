@@ -208,8 +208,17 @@ def cbor_dumps(value: Any) -> bytes:
     Raises :class:`ValueTooDeep` (also a ``TypeError``) past :data:`MAX_DEPTH`
     and ``TypeError`` for types that could not be read back.
     """
-    check_depth(value)
-    return _cbor_encode(value)
+    try:
+        data = _cbor_encode(value)
+    except TypeError:
+        check_depth(value)  # too deep (or cyclic) is the reason to give
+        raise
+    # Each nesting level takes at least one byte (its container's head), so
+    # an encoding of at most MAX_DEPTH bytes cannot nest deeper: the walk is
+    # only needed for larger values. Most states and outputs are small.
+    if len(data) > MAX_DEPTH:
+        check_depth(value)
+    return data
 
 
 def _json_default(value: Any) -> Any:

@@ -9,6 +9,7 @@ They run on django-rivet's database (:mod:`django_rivet.models.db`).
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -75,8 +76,10 @@ def normalize_key(key: Any) -> tuple[str, ...]:
     return parts
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_key(parts: tuple[str, ...]) -> str:
     """Return the stored, unique form of a normalized key."""
+    # Cached: every invocation by key needs it, and hot actors repeat.
     return json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
 
 
@@ -127,13 +130,31 @@ class LockedRow:
 
 
 _COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
+# By name and key, the row's name and key are the ones asked for: not read.
+_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq")
+
+# The statements of every invocation, built once per database vendor and
+# shape (quoting and formatting them cost more than running them on SQLite).
+_SQL: dict[tuple[Any, ...], str] = {}
 
 
 def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) -> str:
     """Return the one statement that locks and reads an actor row."""
+    cache_key = ("lock", connection.vendor, by_id, bounded)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        sql = _SQL[cache_key] = _build_locking_sql(connection, by_id, bounded)
+    return sql
+
+
+def _build_locking_sql(
+    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool
+) -> str:
     ops = connection.ops
     table = ops.quote_name(ActorRow._meta.db_table)
-    columns = ", ".join(ops.quote_name(c) for c in _COLUMNS)
+    columns = ", ".join(
+        ops.quote_name(c) for c in (_COLUMNS if by_id else _COLUMNS_BY_KEY)
+    )
     where = "id = %s" if by_id else "name = %s AND key = %s"
     if connection.vendor == "postgresql":
         if bounded:
@@ -151,39 +172,59 @@ def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) ->
     return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
 
 
-def fetch_locked(ref: ActorRef, lock_timeout_ms: int | None = None) -> LockedRow | None:
+def fetch_locked(
+    ref: ActorRef,
+    lock_timeout_ms: int | None = None,
+    connection: BaseDatabaseWrapper | None = None,
+) -> LockedRow | None:
     """Lock and read the actor row of ``ref``; ``None`` if there is none.
 
-    Runs inside the invocation's transaction; reveals nothing to the caller
-    by itself, so the spine can authorize before saying whether it exists.
-    On PostgreSQL, ``lock_timeout_ms`` bounds the lock waits of the rest of
-    the transaction, this one included -- set only if the row exists.
+    Runs inside the invocation's transaction (on ``connection``, django-rivet's
+    database's by default); reveals nothing to the caller by itself, so the
+    spine can authorize before saying whether it exists. On PostgreSQL,
+    ``lock_timeout_ms`` bounds the lock waits of the rest of the transaction,
+    this one included -- set only if the row exists.
     """
-    connection = db.connection()
-    pk = ActorRow._meta.pk
-    assert pk is not None
-    if ref.actor_id is not None:
+    if connection is None:
+        connection = db.connection()
+    by_id = ref.actor_id is not None
+    if by_id:
+        pk = ActorRow._meta.pk
+        assert pk is not None
         params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
     else:
         params = [ref.name, canonical_key(ref.key)]
     bounded = lock_timeout_ms is not None and connection.vendor == "postgresql"
     if bounded:
         params.append(f"{lock_timeout_ms}ms")
-    sql = _locking_sql(connection, ref.actor_id is not None, bounded)
+    sql = _locking_sql(connection, by_id, bounded)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
         return None
-    actor_id, name, key_parts, state, version, event_seq = found
+    if by_id:
+        actor_id, name, key_parts, state, version, event_seq = found
+        if isinstance(key_parts, str):
+            key_parts = json.loads(key_parts)
+    else:
+        actor_id, state, version, event_seq = found
+        assert ref.name is not None
+        name, key_parts = ref.name, list(ref.key)
     return LockedRow(
-        id=actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id),
+        id=actor_id if isinstance(actor_id, uuid.UUID) else _uuid(actor_id),
         name=name,
-        key_parts=json.loads(key_parts) if isinstance(key_parts, str) else key_parts,
+        key_parts=key_parts,
         state=bytes(state),
         version=version,
         event_seq=event_seq,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _uuid(hex_id: str) -> uuid.UUID:
+    # SQLite returns ids as text; hot actors repeat, so parse each once.
+    return uuid.UUID(hex_id)
 
 
 def provisional_row(ref: ActorRef) -> LockedRow:
@@ -219,25 +260,38 @@ def insert_row(row: LockedRow) -> bool:
 def update_row(actor_id: uuid.UUID, state: bytes | None, event_seq: int | None) -> None:
     """Write a new state (bumping the version) and/or event seq of a row."""
     connection = db.connection()
-    ops = connection.ops
-    assignments: list[str] = []
     params: list[Any] = []
     if state is not None:
-        assignments.append("{state} = %s, {version} = {version} + 1")
         params.append(state)
     if event_seq is not None:
-        assignments.append("{event_seq} = %s")
         params.append(event_seq)
-    assignments.append("{updated_at} = %s")
-    params.append(ops.adapt_datetimefield_value(clock.now_datetime()))
+    params.append(connection.ops.adapt_datetimefield_value(clock.now_datetime()))
     pk = ActorRow._meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(actor_id, connection))
+    cache_key = ("update", connection.vendor, state is not None, event_seq is not None)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        sql = _SQL[cache_key] = _build_update_sql(
+            connection, state is not None, event_seq is not None
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _build_update_sql(
+    connection: BaseDatabaseWrapper, with_state: bool, with_event_seq: bool
+) -> str:
+    ops = connection.ops
+    assignments: list[str] = []
+    if with_state:
+        assignments.append("{state} = %s, {version} = {version} + 1")
+    if with_event_seq:
+        assignments.append("{event_seq} = %s")
+    assignments.append("{updated_at} = %s")
     names = {
         name: ops.quote_name(name)
         for name in ("state", "version", "event_seq", "updated_at", "id")
     }
     sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
-    sql = sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    return sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)

@@ -58,6 +58,7 @@ from typing import Any, ParamSpec, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock
 from ..conf import rivet_settings
@@ -215,13 +216,16 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     """
     # The time limit counts from here, including the wait for the lock.
     started = time.monotonic()
-    outermost = not db.in_atomic_block()
+    connection = db.connection()
+    outermost = not connection.in_atomic_block
     retried = False
     races = 0
     while True:
         progress = _Progress()
         try:
-            return _invoke(ref, operation, origin, started, outermost, progress)
+            return _invoke(
+                ref, operation, origin, started, outermost, progress, connection
+            )
         except _Raced:
             # The other process's row is committed now: use it. (Losing
             # again means it was destroyed meanwhile; a few rounds at most.)
@@ -238,7 +242,7 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
             ):
                 retried = True
                 logger.info("database connection lost, retrying once: %s", exc)
-                db.connection().close()
+                connection.close()
                 continue
             coded = database_error(exc)
             if coded is not None:
@@ -255,6 +259,7 @@ def _invoke(
     started: float,
     outermost: bool,
     progress: _Progress,
+    connection: BaseDatabaseWrapper,
 ) -> Any:
     definition = _resolve_definition(ref, origin)
     operation.prepare(definition)
@@ -262,8 +267,10 @@ def _invoke(
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
         with db.atomic():
-            bound = _lock_wait_ms(definition, started) if outermost else None
-            row = rows.fetch_locked(ref, bound)
+            bound = (
+                _lock_wait_ms(definition, started, connection) if outermost else None
+            )
+            row = rows.fetch_locked(ref, bound, connection)
             exists = row is not None
             if row is None:
                 if bound is not None:
@@ -309,11 +316,13 @@ def _invoke(
         if checked_out is not None and checked_out[2]:
             cache.drop(checked_out[0], checked_out[1])
         raise
-    _after(invocation)
+    _after(invocation, outermost)
     return result
 
 
-def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
+def _lock_wait_ms(
+    definition: type[Actor], started: float, connection: BaseDatabaseWrapper
+) -> int | None:
     """Return this transaction's lock wait bound (PostgreSQL ``lock_timeout``).
 
     ``LOCK_TIMEOUT``, but never past the invocation's own time limit; set
@@ -321,7 +330,7 @@ def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
     outermost invocation sets it: a nested one must not change the bound of
     a transaction it does not own. ``None`` elsewhere than on PostgreSQL.
     """
-    if db.connection().vendor != "postgresql":
+    if connection.vendor != "postgresql":
         return None
     limit = rivet_settings.LOCK_TIMEOUT
     seconds = action_timeout(definition) - (time.monotonic() - started)
@@ -382,13 +391,13 @@ def _run(
     return result
 
 
-def _after(invocation: Invocation) -> None:
+def _after(invocation: Invocation, outermost: bool) -> None:
     """Update the process cache once the transaction is over."""
     entry = invocation.cached
     if invocation.destroy_requested or invocation.sleep_requested:
         cache.drop(invocation.actor_id, entry)
         return
-    if db.in_atomic_block():
+    if not outermost:
         # Nested in the caller's transaction: it may still roll back, so
         # the state is not known to be committed; don't cache it.
         return
