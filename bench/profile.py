@@ -133,7 +133,9 @@ def leg(measure: str) -> str:
     return PROFILES[measure]()
 
 
-def server_leg(measure: str, side: str, seconds: float, label: str) -> str:
+def server_leg(
+    measure: str, side: str, seconds: float, label: str, idle: bool = False
+) -> str:
     """Drive daphne with one side of a server measure under py-spy."""
     import contextlib
     from pathlib import Path
@@ -148,7 +150,7 @@ def server_leg(measure: str, side: str, seconds: float, label: str) -> str:
         old.unlink()
     if measure in SHAPES:
         webs, keys = SHAPES[measure]
-        pids, note = _hot_under_spy(what, webs, keys, seconds, output)
+        pids, note = _hot_under_spy(what, webs, keys, seconds, output, idle)
     else:
         from bench.measures import transport
 
@@ -160,7 +162,7 @@ def server_leg(measure: str, side: str, seconds: float, label: str) -> str:
                 once()
             pids = [pid]
             calls = 0
-            with spy(pids, output):
+            with spy(pids, output, idle=idle):
                 end = time.perf_counter() + seconds
                 while time.perf_counter() < end:
                     once()
@@ -175,7 +177,7 @@ def server_leg(measure: str, side: str, seconds: float, label: str) -> str:
 
 
 def _hot_under_spy(
-    side: str, webs: int, keys: int, seconds: float, output: Any
+    side: str, webs: int, keys: int, seconds: float, output: Any, idle: bool
 ) -> tuple[list[int], str]:
     import contextlib
     import os
@@ -208,7 +210,7 @@ def _hot_under_spy(
         async def drive() -> dict[str, Any]:
             clients = await hot._open(urls, names, 50, path, side == "rivet")
             await hot.trial(clients, 1.0)  # warm-up
-            with spy(pids, output):
+            with spy(pids, output, idle=idle):
                 found = await hot.trial(clients, seconds)
             for client in clients:
                 await client.ws.close()
@@ -237,6 +239,10 @@ def main() -> None:
     parser.add_argument(
         "--seconds", type=float, default=10.0, help="server measures: load time"
     )
+    parser.add_argument(
+        "--idle", action="store_true",
+        help="server measures: keep waiting threads' samples (wall-clock view)",
+    )  # fmt: skip
     args = parser.parse_args()
     measure = args.measure.upper()
     servers = Servers()
@@ -246,7 +252,7 @@ def main() -> None:
             db, env = args.db, {}
             if measure in SHAPES:
                 db, env = "postgresql", {"RIVET_BENCH_REDIS_URL": servers.redis()}
-            params = {"measure": measure, "side": args.side,
+            params = {"measure": measure, "side": args.side, "idle": args.idle,
                       "seconds": args.seconds, "label": db}  # fmt: skip
             print(ctx.leg("bench.profile:server_leg", params, db=db, env=env))
         else:

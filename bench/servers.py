@@ -108,12 +108,15 @@ def daphne(
 
 
 @contextlib.contextmanager
-def spy(pids: list[int], output: Path, rate: int = 250) -> Iterator[None]:
+def spy(
+    pids: list[int], output: Path, rate: int = 250, idle: bool = False
+) -> Iterator[None]:
     """Sample the Python stacks of ``pids`` with py-spy while the block runs.
 
     Writes py-spy's collapsed stacks (``--format raw``, one file per pid:
     ``output`` with ``-<pid>`` before the suffix) for :mod:`bench.flame`.
-    ``--nonblocking`` reads the stacks without pausing the server.
+    ``--nonblocking`` reads the stacks without pausing the server; ``idle``
+    keeps the samples of waiting threads too (a wall-clock view).
     """
     exe = Path(sys.executable).with_name("py-spy")
     if not exe.exists():
@@ -125,7 +128,7 @@ def spy(pids: list[int], output: Path, rate: int = 250) -> Iterator[None]:
             subprocess.Popen(
                 [str(exe), "record", "--pid", str(pid), "--rate", str(rate),
                  "--format", "raw", "--threads", "--nolineno", "--nonblocking",
-                 "--output", str(target)],
+                 "--output", str(target), *(["--idle"] if idle else [])],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )

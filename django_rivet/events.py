@@ -25,9 +25,11 @@ it; it imports only the storage and foundation layers.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +66,7 @@ __all__ = [
     "read",
     "remove_listener",
     "send_to_channel",
+    "serving_loop",
     "window",
 ]
 
@@ -296,11 +299,23 @@ def events_message(actor_id: uuid.UUID, events: list[LoggedEvent]) -> dict[str, 
     return message
 
 
+# The event loop of the async caller an invocation serves (set by the
+# spine around invocations it runs for async callers). publish() hands the
+# channel-layer message to that loop instead of waiting for the layer: the
+# events are committed and local feeds have them already, so the invoking
+# thread (and the next call to the actor) need not wait for Redis.
+serving_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = (
+    contextvars.ContextVar("rivet_serving_loop", default=None)
+)
+
+
 def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
     """Announce committed events to this process and to every other one.
 
     Never raises: the events are committed, and a feed that misses the
-    announcement reads them from the log.
+    announcement reads them from the log. Called for an async caller
+    (:data:`serving_loop` set), the channel-layer send happens on that loop,
+    in commit order, without the caller's thread waiting for it.
     """
     with _listeners_lock:
         listeners = list(_listeners)
@@ -309,11 +324,100 @@ def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
             listener(actor_id, events)
         except Exception:  # pragma: no cover - listeners only schedule work
             logger.exception("event listener failed actor_id=%s", actor_id)
+    loop = serving_loop.get()
+    if loop is not None and not loop.is_closed():
+        _publisher(loop).submit(actor_id, events)
+        return
     layer = get_layer()
     if layer is None:
         return
     message = events_message(actor_id, events)
     _send(layer, "publish", layer.group_send, actor_group(actor_id), message)
+
+
+class _Publisher:
+    """Send one event loop's publishes, in order, off the invoking threads.
+
+    Publishes queued while a send is in flight go out together: consecutive
+    ones of the same actor become one message (a hot actor's invocations
+    then cost Redis one message per round instead of one each).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._queue: deque[tuple[uuid.UUID, list[LoggedEvent]]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def submit(self, actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
+        """Queue ``events`` for the channel layer (from any thread)."""
+        with self._lock:
+            self._queue.append((actor_id, events))
+            if self._running:
+                return
+            self._running = True
+        try:
+            self.loop.call_soon_threadsafe(self._start)
+        except RuntimeError:  # the loop closed meanwhile: nobody to send them
+            with self._lock:
+                self._queue.clear()
+                self._running = False
+
+    def _start(self) -> None:
+        self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._running = False
+                        return
+                    batch = list(self._queue)
+                    self._queue.clear()
+                layer = get_layer()
+                if layer is None:
+                    continue
+                for actor_id, events in _merged(batch):
+                    await _asend(
+                        layer,
+                        "publish",
+                        layer.group_send,
+                        actor_group(actor_id),
+                        events_message(actor_id, events),
+                    )
+        except BaseException:
+            with self._lock:
+                self._running = False
+            raise
+
+
+def _merged(
+    batch: list[tuple[uuid.UUID, list[LoggedEvent]]],
+) -> list[tuple[uuid.UUID, list[LoggedEvent]]]:
+    """Join consecutive publishes of one actor whose seqs follow each other."""
+    out: list[tuple[uuid.UUID, list[LoggedEvent]]] = []
+    for actor_id, events in batch:
+        if out and out[-1][0] == actor_id and out[-1][1][-1].seq + 1 == events[0].seq:
+            out[-1] = (actor_id, out[-1][1] + events)
+        else:
+            out.append((actor_id, list(events)))
+    return out
+
+
+_publishers: dict[asyncio.AbstractEventLoop, _Publisher] = {}
+_publishers_lock = threading.Lock()
+
+
+def _publisher(loop: asyncio.AbstractEventLoop) -> _Publisher:
+    with _publishers_lock:
+        publisher = _publishers.get(loop)
+        if publisher is None:
+            # Forget the publishers of closed loops (tests run many loops).
+            for old in [old for old in _publishers if old.is_closed()]:
+                del _publishers[old]
+            publisher = _publishers[loop] = _Publisher(loop)
+        return publisher
 
 
 def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
@@ -329,11 +433,16 @@ def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
 
 
 def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(method(target, message), PUBLISH_TIMEOUT)
-
     try:
-        async_to_sync(bounded)()
+        async_to_sync(_asend)(layer, what, method, target, message)
+    except Exception as exc:  # e.g. called where async_to_sync cannot run
+        layer_health.failed(what, exc)
+
+
+async def _asend(layer: Any, what: str, method: Any, target: str, message: Any) -> None:
+    """Send one message within PUBLISH_TIMEOUT; log failures, never raise."""
+    try:
+        await asyncio.wait_for(method(target, message), PUBLISH_TIMEOUT)
     except ChannelFull:
         # The receiving process is over its capacity (docs/production.md).
         logger.warning("channel full, message dropped target=%s op=%s", target, what)

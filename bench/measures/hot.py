@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -78,10 +79,25 @@ class Client:
             raise RuntimeError(f"call failed: {reply}")
 
 
-async def trial(clients: list[Client], duration: float) -> dict[str, Any]:
-    """Every client calls until ``duration`` is over; then wait for the events."""
+def cpu_seconds(pid: int) -> float:
+    """Return the CPU time (user + system) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def trial(
+    clients: list[Client], duration: float, pids: list[int] = ()
+) -> dict[str, Any]:
+    """Every client calls until ``duration`` is over; then wait for the events.
+
+    Also returns the CPU seconds the servers (``pids``) and this client used
+    per increment (what the server spends on one, free of the machine's load).
+    """
     for client in clients:
         client.events = 0
+    cpu_before = [cpu_seconds(pid) for pid in pids]
+    client_before = time.process_time()
     latencies: list[float] = []
     started = time.perf_counter()
     deadline = started + duration
@@ -111,7 +127,12 @@ async def trial(clients: list[Client], duration: float) -> dict[str, Any]:
     received = sum(c.events for c in clients)
     last_event = max((c.last_event for c in clients), default=ended)
     calls_total = sum(counts)
+    server_cpu = sum(cpu_seconds(pid) for pid in pids) - sum(cpu_before)
     return {
+        "server_cpu_ms_per_increment": 1000 * server_cpu / max(calls_total, 1),
+        "client_cpu_ms_per_increment": (
+            1000 * (time.process_time() - client_before) / max(calls_total, 1)
+        ),
         "increments_per_s": calls_total / (ended - started),
         "events_per_s": received / (max(last_event, ended) - started),
         "latencies_ms": latencies,
@@ -144,7 +165,12 @@ async def _open(
 
 
 async def _main(
-    urls: list[str], keys: list[str], clients: int, duration: float, trials: int
+    urls: list[str],
+    pids: list[int],
+    keys: list[str],
+    clients: int,
+    duration: float,
+    trials: int,
 ) -> dict[str, Any]:
     sides = {
         "rivet": await _open(
@@ -161,7 +187,7 @@ async def _main(
             await trial(sides[side], min(duration, 1.0))
         for index in range(trials):
             for side in SIDES if index % 2 == 0 else SIDES[::-1]:
-                found[side].append(await trial(sides[side], duration))
+                found[side].append(await trial(sides[side], duration, pids))
                 await asyncio.sleep(0.2)
     finally:
         for client in sides["rivet"] + sides["raw"]:
@@ -178,6 +204,12 @@ async def _main(
             "p99_ms": percentile(latencies, 0.99),
             "events_missing": sum(
                 run["events_expected"] - run["events_received"] for run in runs
+            ),
+            "server_cpu_ms_per_increment": statistics.median(
+                run["server_cpu_ms_per_increment"] for run in runs
+            ),
+            "client_cpu_ms_per_increment": statistics.median(
+                run["client_cpu_ms_per_increment"] for run in runs
             ),
         }
     for what in ("increments", "events"):
@@ -210,8 +242,9 @@ def leg(
     env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
     env["RIVET_BENCH_EMBEDDED"] = "0"
     with contextlib.ExitStack() as stack:
-        urls = [stack.enter_context(daphne(env))[0] for _ in range(webs)]
-        return asyncio.run(_main(urls, names, clients, duration, trials))
+        started = [stack.enter_context(daphne(env)) for _ in range(webs)]
+        urls, pids = [url for url, _ in started], [pid for _, pid in started]
+        return asyncio.run(_main(urls, pids, names, clients, duration, trials))
 
 
 def results(ctx: Any, measure: str, webs: int, keys: int) -> dict[str, Any]:

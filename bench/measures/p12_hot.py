@@ -32,7 +32,13 @@ def rows(measure_id: str, found: dict[str, Any], shape: str, target: Target) -> 
                  latency={"rivet": [rivet["p50_ms"], rivet["p99_ms"]],
                           "raw": [raw["p50_ms"], raw["p99_ms"]]},
                  events_missing={"rivet": rivet["events_missing"],
-                                 "raw": raw["events_missing"]}),
+                                 "raw": raw["events_missing"]},
+                 server_cpu_ms_per_increment={
+                     side: found[side]["server_cpu_ms_per_increment"]
+                     for side in ("rivet", "raw")},
+                 client_cpu_ms_per_increment={
+                     side: found[side]["client_cpu_ms_per_increment"]
+                     for side in ("rivet", "raw")}),
         row_from(measure_id, f"{shape}: events delivered{note}", "/s",
                  found["events"], "raw consumer", Target()),
         Row(id=measure_id, measure=f"{shape}: call latency p99", unit="ms",
