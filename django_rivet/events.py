@@ -42,7 +42,7 @@ from . import clock
 from .conf import rivet_settings
 from .encoding import cbor_dumps
 from .exceptions import EventTooLarge
-from .models import Actor, ActorEvent
+from .models import Actor, ActorEvent, db
 
 logger = logging.getLogger("django_rivet.events")
 
@@ -60,6 +60,7 @@ __all__ = [
     "events_message",
     "get_layer",
     "heads",
+    "log_statements",
     "layer_health",
     "oldest",
     "publish",
@@ -125,28 +126,58 @@ def append(
     Runs in the invocation's transaction, with the actor row locked: seqs
     are gap-free and commit in order.
     """
-    now = clock.now_datetime()
+    logged, statements = log_statements(actor_id, after_seq, events)
+    with db.connection().cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+    return logged
+
+
+def log_statements(
+    actor_id: uuid.UUID, after_seq: int, events: list[tuple[str, bytes]]
+) -> tuple[list[LoggedEvent], list[tuple[str, list[Any]]]]:
+    """Return the logged events and the statements that log them, in order.
+
+    What :func:`append` runs; the runtime runs them in the statement that
+    writes the actor row instead, where the database can (one round trip
+    per invocation on PostgreSQL). The statements insert the events and
+    delete those beyond the newest ``EVENT_LOG_SIZE``; none of them reads
+    what another writes, so they may run as parts of one statement.
+    """
     logged = [
         LoggedEvent(after_seq + 1 + index, name, args)
         for index, (name, args) in enumerate(events)
     ]
-    ActorEvent.objects.bulk_create(
-        [
-            ActorEvent(
-                actor_id=actor_id,
-                seq=event.seq,
-                name=event.name,
-                args=event.args,
-                created_at=now,
-            )
-            for event in logged
-        ]
-    )
+    connection = db.connection()
+    ops = connection.ops
+    table = ops.quote_name(ActorEvent._meta.db_table)
+    pk = Actor._meta.pk
+    assert pk is not None
+    actor = pk.get_db_prep_value(actor_id, connection)
     last = logged[-1].seq
     keep = max(int(rivet_settings.EVENT_LOG_SIZE), 0)
+    statements: list[tuple[str, list[Any]]] = []
+    if keep:
+        # Only the newest `keep` of these can outlive the trim below.
+        kept = logged[-keep:]
+        now = ops.adapt_datetimefield_value(clock.now_datetime())
+        columns = ", ".join(
+            ops.quote_name(c) for c in ("actor_id", "seq", "name", "args", "created_at")
+        )
+        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(kept))
+        params: list[Any] = []
+        for event in kept:
+            params += [actor, event.seq, event.name, event.args, now]
+        statements.append((f"INSERT INTO {table} ({columns}) VALUES {values}", params))
     if last > keep:
-        ActorEvent.objects.filter(actor_id=actor_id, seq__lte=last - keep).delete()
-    return logged
+        statements.append(
+            (
+                f"DELETE FROM {table} WHERE {ops.quote_name('actor_id')} = %s "
+                f"AND {ops.quote_name('seq')} <= %s",
+                [actor, last - keep],
+            )
+        )
+    return logged, statements
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,10 +22,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .. import clock
 from ..exceptions import ActorNotFound, InvalidKey
 from ..models import Actor as ActorRow
-from ..models import db
+from ..models import Connection, db
 
 __all__ = [
     "ActorRef",
+    "ConnRow",
     "LockedRow",
     "canonical_key",
     "fetch_locked",
@@ -117,9 +119,24 @@ class ActorRef:
 
 
 # -- locking and writing the row ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ConnRow:
+    """The columns of a connection row that ``ctx.conn`` is built from."""
+
+    id: uuid.UUID
+    channel_name: str
+    params: bytes
+    state: bytes
+    subscriptions: list[str]
+
+
 @dataclass(slots=True)
 class LockedRow:
-    """The columns of a locked actor row that an invocation needs."""
+    """The columns of a locked actor row that an invocation needs.
+
+    ``conn_fetched`` says whether the locking statement also read the
+    calling connection's row (``conn``, ``None`` when it is gone).
+    """
 
     id: uuid.UUID
     name: str
@@ -127,36 +144,42 @@ class LockedRow:
     state: bytes
     version: int
     event_seq: int
+    conn: ConnRow | None = None
+    conn_fetched: bool = False
 
 
 _COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
 # By name and key, the row's name and key are the ones asked for: not read.
 _COLUMNS_BY_KEY = ("id", "state", "version", "event_seq")
+_CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
 
 # The statements of every invocation, built once per database vendor and
 # shape (quoting and formatting them cost more than running them on SQLite).
 _SQL: dict[tuple[Any, ...], str] = {}
 
 
-def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) -> str:
+def _locking_sql(
+    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool, with_conn: bool
+) -> str:
     """Return the one statement that locks and reads an actor row."""
-    cache_key = ("lock", connection.vendor, by_id, bounded)
+    cache_key = ("lock", connection.vendor, by_id, bounded, with_conn)
     sql = _SQL.get(cache_key)
     if sql is None:
-        sql = _SQL[cache_key] = _build_locking_sql(connection, by_id, bounded)
+        sql = _SQL[cache_key] = _build_locking_sql(
+            connection, by_id, bounded, with_conn
+        )
     return sql
 
 
 def _build_locking_sql(
-    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool
+    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool, with_conn: bool
 ) -> str:
     ops = connection.ops
     table = ops.quote_name(ActorRow._meta.db_table)
-    columns = ", ".join(
-        ops.quote_name(c) for c in (_COLUMNS if by_id else _COLUMNS_BY_KEY)
-    )
-    where = "id = %s" if by_id else "name = %s AND key = %s"
+    names = _COLUMNS if by_id else _COLUMNS_BY_KEY
     if connection.vendor == "postgresql":
+        columns = ", ".join(f"a.{ops.quote_name(c)}" for c in names)
+        where = "a.id = %s" if by_id else "a.name = %s AND a.key = %s"
         if bounded:
             # Set lock_timeout for the rest of the transaction (SET LOCAL)
             # in the same round trip: the filter runs on the matching row
@@ -164,7 +187,17 @@ def _build_locking_sql(
             # that wait too. set_config() is volatile: evaluated per row,
             # never folded away.
             where += " AND set_config('lock_timeout', %s, true) IS NOT NULL"
-        return f"SELECT {columns} FROM {table} WHERE {where} FOR UPDATE"
+        joined = ""
+        if with_conn:
+            # A WebSocket call's own connection row, read in the same round
+            # trip (not locked: only invocations of this actor, which wait
+            # for the lock taken here, write or delete it).
+            conns = ops.quote_name(Connection._meta.db_table)
+            columns += ", " + ", ".join(f"c.{ops.quote_name(c)}" for c in _CONN_COLUMNS)
+            joined = f" LEFT JOIN {conns} c ON c.id = %s AND c.actor_id = a.id"
+        return f"SELECT {columns} FROM {table} a{joined} WHERE {where} FOR UPDATE OF a"
+    columns = ", ".join(ops.quote_name(c) for c in names)
+    where = "id = %s" if by_id else "name = %s AND key = %s"
     # Elsewhere (SQLite) the first statement is a write, which takes the
     # write lock (with its busy timeout) before anything is read -- also when
     # no row matches, so creating an actor is serialized too.
@@ -176,6 +209,7 @@ def fetch_locked(
     ref: ActorRef,
     lock_timeout_ms: int | None = None,
     connection: BaseDatabaseWrapper | None = None,
+    conn_id: uuid.UUID | None = None,
 ) -> LockedRow | None:
     """Lock and read the actor row of ``ref``; ``None`` if there is none.
 
@@ -183,35 +217,42 @@ def fetch_locked(
     database's by default); reveals nothing to the caller by itself, so the
     spine can authorize before saying whether it exists. On PostgreSQL,
     ``lock_timeout_ms`` bounds the lock waits of the rest of the transaction,
-    this one included -- set only if the row exists.
+    this one included -- set only if the row exists -- and the row of the
+    calling connection ``conn_id`` is read in the same statement.
     """
     if connection is None:
         connection = db.connection()
+    postgresql = connection.vendor == "postgresql"
     by_id = ref.actor_id is not None
+    with_conn = conn_id is not None and postgresql
+    pk = ActorRow._meta.pk
+    assert pk is not None
+    params: list[Any] = []
+    if with_conn:
+        params.append(pk.get_db_prep_value(conn_id, connection))
     if by_id:
-        pk = ActorRow._meta.pk
-        assert pk is not None
-        params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
+        params.append(pk.get_db_prep_value(ref.actor_id, connection))
     else:
-        params = [ref.name, canonical_key(ref.key)]
-    bounded = lock_timeout_ms is not None and connection.vendor == "postgresql"
+        params += [ref.name, canonical_key(ref.key)]
+    bounded = lock_timeout_ms is not None and postgresql
     if bounded:
         params.append(f"{lock_timeout_ms}ms")
-    sql = _locking_sql(connection, by_id, bounded)
+    sql = _locking_sql(connection, by_id, bounded, with_conn)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
         return None
+    width = len(_COLUMNS if by_id else _COLUMNS_BY_KEY)
     if by_id:
-        actor_id, name, key_parts, state, version, event_seq = found
+        actor_id, name, key_parts, state, version, event_seq = found[:width]
         if isinstance(key_parts, str):
             key_parts = json.loads(key_parts)
     else:
-        actor_id, state, version, event_seq = found
+        actor_id, state, version, event_seq = found[:width]
         assert ref.name is not None
         name, key_parts = ref.name, list(ref.key)
-    return LockedRow(
+    row = LockedRow(
         id=actor_id if isinstance(actor_id, uuid.UUID) else _uuid(actor_id),
         name=name,
         key_parts=key_parts,
@@ -219,6 +260,20 @@ def fetch_locked(
         version=version,
         event_seq=event_seq,
     )
+    if with_conn:
+        row.conn_fetched = True
+        found_id, channel_name, params_bytes, conn_state, subscriptions = found[width:]
+        if found_id is not None:
+            if isinstance(subscriptions, str):
+                subscriptions = json.loads(subscriptions)
+            row.conn = ConnRow(
+                id=found_id,
+                channel_name=channel_name,
+                params=bytes(params_bytes),
+                state=bytes(conn_state),
+                subscriptions=list(subscriptions),
+            )
+    return row
 
 
 @functools.lru_cache(maxsize=4096)
@@ -257,8 +312,19 @@ def insert_row(row: LockedRow) -> bool:
     return True
 
 
-def update_row(actor_id: uuid.UUID, state: bytes | None, event_seq: int | None) -> None:
-    """Write a new state (bumping the version) and/or event seq of a row."""
+def update_row(
+    actor_id: uuid.UUID,
+    state: bytes | None,
+    event_seq: int | None,
+    before: Sequence[tuple[str, list[Any]]] = (),
+) -> None:
+    """Write a new state (bumping the version) and/or event seq of a row.
+
+    ``before``: statements (SQL, params) to run first, none reading what
+    another writes (the event log's insert and trim). On PostgreSQL they
+    ride in the same statement, as data-modifying ``WITH`` clauses: one
+    round trip for all of an invocation's writes to the actor and its log.
+    """
     connection = db.connection()
     params: list[Any] = []
     if state is not None:
@@ -276,6 +342,13 @@ def update_row(actor_id: uuid.UUID, state: bytes | None, event_seq: int | None) 
             connection, state is not None, event_seq is not None
         )
     with connection.cursor() as cursor:
+        if before and connection.vendor == "postgresql":
+            clauses = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(before))
+            first: list[Any] = [p for _, statement in before for p in statement]
+            cursor.execute(f"WITH {clauses} {sql}", first + params)
+            return
+        for statement, statement_params in before:
+            cursor.execute(statement, statement_params)
         cursor.execute(sql, params)
 
 

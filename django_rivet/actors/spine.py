@@ -280,7 +280,7 @@ def _invoke(
             bound = (
                 _lock_wait_ms(definition, started, connection) if outermost else None
             )
-            row = rows.fetch_locked(ref, bound, connection)
+            row = rows.fetch_locked(ref, bound, connection, origin.conn_id)
             exists = row is not None
             if row is None:
                 if bound is not None:
@@ -494,7 +494,7 @@ async def ainvoke(
 # -- lanes: one actor's calls from this process's async callers ----------------------
 # Calls one transaction serves at most, and the time after which it takes no
 # more: they bound how long the actor's row stays locked for other processes.
-MAX_BATCH = 64
+MAX_BATCH = 16
 BATCH_SECONDS = 0.25
 
 
