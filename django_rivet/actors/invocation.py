@@ -302,7 +302,7 @@ class Invocation:
                 return None
             conn = self._conns[conn_id] = self._conn_from_row(locked.conn)
             return conn
-        row = Connection.objects.filter(pk=conn_id, actor_id=self.actor_id).first()
+        row = rows.fetch_conn(conn_id, self.actor_id, db.connection())
         if row is None:
             return None
         conn = self._conns[conn_id] = self._conn_from_row(row)

@@ -29,6 +29,7 @@ __all__ = [
     "ConnRow",
     "LockedRow",
     "canonical_key",
+    "fetch_conn",
     "fetch_locked",
     "insert_row",
     "normalize_key",
@@ -262,17 +263,8 @@ def fetch_locked(
     )
     if with_conn:
         row.conn_fetched = True
-        found_id, channel_name, params_bytes, conn_state, subscriptions = found[width:]
-        if found_id is not None:
-            if isinstance(subscriptions, str):
-                subscriptions = json.loads(subscriptions)
-            row.conn = ConnRow(
-                id=found_id,
-                channel_name=channel_name,
-                params=bytes(params_bytes),
-                state=bytes(conn_state),
-                subscriptions=list(subscriptions),
-            )
+        if found[width] is not None:
+            row.conn = _conn_row(*found[width:])
     return row
 
 
@@ -280,6 +272,52 @@ def fetch_locked(
 def _uuid(hex_id: str) -> uuid.UUID:
     # SQLite returns ids as text; hot actors repeat, so parse each once.
     return uuid.UUID(hex_id)
+
+
+def fetch_conn(
+    conn_id: uuid.UUID, actor_id: uuid.UUID, connection: BaseDatabaseWrapper
+) -> ConnRow | None:
+    """Read one connection row of an actor (``None`` if gone), as raw SQL.
+
+    Every WebSocket call needs it; the ORM's query compilation cost more
+    than the query (on SQLite; PostgreSQL reads it with the lock instead).
+    """
+    cache_key = ("conn", connection.vendor)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        ops = connection.ops
+        columns = ", ".join(ops.quote_name(c) for c in _CONN_COLUMNS)
+        table = ops.quote_name(Connection._meta.db_table)
+        sql = _SQL[cache_key] = (
+            f"SELECT {columns} FROM {table} WHERE {ops.quote_name('id')} = %s "
+            f"AND {ops.quote_name('actor_id')} = %s"
+        )
+    pk = ActorRow._meta.pk
+    assert pk is not None
+    params = [
+        pk.get_db_prep_value(conn_id, connection),
+        pk.get_db_prep_value(actor_id, connection),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    return _conn_row(*found)
+
+
+def _conn_row(
+    found_id: Any, channel_name: str, params: Any, state: Any, subscriptions: Any
+) -> ConnRow:
+    if isinstance(subscriptions, str):
+        subscriptions = json.loads(subscriptions)
+    return ConnRow(
+        id=found_id if isinstance(found_id, uuid.UUID) else _uuid(found_id),
+        channel_name=channel_name,
+        params=bytes(params),
+        state=bytes(state),
+        subscriptions=list(subscriptions),
+    )
 
 
 def provisional_row(ref: ActorRef) -> LockedRow:
