@@ -86,7 +86,11 @@ DATABASES["default"]["CONN_MAX_AGE"] = None
 
 # The embedded worker's dispatch (no broker) unless a leg runs Celery: a
 # Celery dispatch without a configured app would try a default AMQP broker.
-RIVET = {"EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "1") == "1"}
+RIVET = {
+    "EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "1") == "1",
+    # P14: a queue whose limit admits every start at once.
+    "WORKFLOW_QUEUES": {"bench": {"concurrency": 1_000_000}},
+}
 if os.environ.get("RIVET_BENCH_SLEEP_TIMEOUT"):
     RIVET["SLEEP_TIMEOUT"] = float(os.environ["RIVET_BENCH_SLEEP_TIMEOUT"])
 

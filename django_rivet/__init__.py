@@ -32,7 +32,9 @@ from .exceptions import (
     RivetError,
     StateTooLarge,
     TooManySchedules,
+    UnknownWorkflowQueue,
     UserError,
+    WorkflowDeduplicated,
     WorkflowNotFound,
 )
 
@@ -79,7 +81,9 @@ __all__ = [
     "RivetError",
     "StateTooLarge",
     "TooManySchedules",
+    "UnknownWorkflowQueue",
     "UserError",
+    "WorkflowDeduplicated",
     "WorkflowNotFound",
     "__version__",
     "action",

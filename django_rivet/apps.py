@@ -31,12 +31,20 @@ class RivetConfig(AppConfig):
         # imported before the app registry is ready, and these import models.
         from . import (
             checks,  # noqa: F401  (registers the system checks)
+            observability,
             workflows,
         )
-        from .actors import cache, client, registry, services, spine
-        from .scheduling import cron, queues, schedules, sweeper, worker
-        from .transport import connections
+        from .actors import cache, client, connections, registry, services, spine
+        from .scheduling import (
+            cron,
+            queues,
+            schedules,
+            sweeper,
+            worker,
+            workflow_schedules,
+        )
         from .workflow_runtime import execution, wakeups
+        from .workflow_runtime import queues as workflow_queues
         from .workflow_runtime import registry as workflow_registry
 
         autodiscover_modules("actors", "workflows")
@@ -52,6 +60,14 @@ class RivetConfig(AppConfig):
             workflows=workflows,
         )
         sweeper.register_step(
+            sweeper.SweepStep("workflow_schedules", workflow_schedules.sweep),
+            before="purge_finished",
+        )
+        sweeper.register_step(
+            sweeper.SweepStep("workflow_queues", workflow_queues.admit_due),
+            before="purge_finished",
+        )
+        sweeper.register_step(
             sweeper.SweepStep("workflows", wakeups.sweep), before="purge_finished"
         )
         sweeper.register_step(
@@ -60,11 +76,27 @@ class RivetConfig(AppConfig):
         )
         worker.register_due_work(
             worker.DueWork(
+                "workflow_schedules",
+                lambda limit: workflow_schedules.run_due_ticks(limit),
+                workflow_schedules.next_tick_due,
+            )
+        )
+        worker.register_due_work(
+            worker.DueWork(
+                "workflow_queues",
+                lambda limit: workflow_queues.admit_due(limit),
+                workflow_queues.next_admission_at,
+            )
+        )
+        worker.register_due_work(
+            worker.DueWork(
                 "workflows",
                 lambda limit: execution.run_due(limit=limit),
                 wakeups.next_due_at,
             )
         )
+        # Spans and counts of workflow steps, when an observability extra is in.
+        observability.install()
         # Idle processes evict their actors too (not only after invocations).
         cache.watch_idle(spine.evict_idle)
         # RIVET["EMBEDDED_WORKER"]: the worker thread starts with the first

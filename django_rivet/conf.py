@@ -43,6 +43,12 @@ DEFAULTS: dict[str, Any] = {
     "ACTOR_CACHE_SIZE": 10000,
     # Largest WebSocket frame accepted, checked before decoding.
     "MAX_INCOMING_MESSAGE_BYTES": 65536,
+    # Frames one socket may have received and not yet handled (actions
+    # waiting behind the running one), by count and by bytes: a client that
+    # sends more ahead of the answers gets request/too_many_frames and the
+    # close code 4429, so a flood costs the server at most this much.
+    "MAX_PENDING_FRAMES": 1000,
+    "MAX_PENDING_FRAME_BYTES": 1048576,
     # Largest HTTP request body accepted (bounds `input` too), checked before
     # reading the body.
     "MAX_HTTP_BODY_BYTES": 1048576,
@@ -121,6 +127,25 @@ DEFAULTS: dict[str, Any] = {
     # Base URL of the documentation that check hints and error messages link
     # to (each page is "<DOCS_URL><page>.html#<section>").
     "DOCS_URL": DEFAULT_DOCS_URL,
+    # Failed background work (a scheduled action, a cron firing, a queue
+    # message) is retried this many times after its first attempt, unless
+    # its own max_retries says otherwise. 0: never retried.
+    "SCHEDULE_MAX_RETRIES": 3,
+    # Seconds before retry n: min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE *
+    # 2 ** (n - 1)), less up to a quarter of it at random (jitter).
+    "RETRY_BACKOFF_BASE": 1.0,
+    "RETRY_BACKOFF_MAX": 300.0,
+    # Workflow queues: {"name": {"concurrency": 5, "rate_limit": (100, 60.0)}}.
+    # concurrency: workflows of the queue started and not finished, at most,
+    # across all workers (None: no limit); rate_limit: (n, seconds), at most
+    # n starts per sliding window of that many seconds (None: no limit).
+    "WORKFLOW_QUEUES": {},
+    # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
+    # a logged-in active staff user when True, and any client whose address
+    # (REMOTE_ADDR) is in METRICS_ALLOWED_IPS, a list of addresses or
+    # networks such as ["127.0.0.1", "10.0.0.0/8"]. Everyone else gets 403.
+    "METRICS_ALLOW_STAFF": True,
+    "METRICS_ALLOWED_IPS": [],
 }
 
 

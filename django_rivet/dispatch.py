@@ -22,7 +22,9 @@ scheduler and the workflow runtime call this interface and never import
 them. This module imports only the foundation (``conf``, ``clock``).
 
 Jobs: ``fire_schedule(schedule_id)``, ``run_cron(job_id, scheduled_at)``,
-``deliver_queue(actor_id)``, ``run_workflow(workflow_id)``.
+``deliver_queue(actor_id)``, ``run_workflow(workflow_id)``,
+``admit_workflows(queue)`` (a workflow queue's rate window reopens) and
+``tick_workflows()`` (a scheduled workflow's tick is due).
 """
 
 from __future__ import annotations
@@ -63,7 +65,14 @@ __all__ = [
     "within_eta_horizon",
 ]
 
-Job = Literal["fire_schedule", "run_cron", "deliver_queue", "run_workflow"]
+Job = Literal[
+    "fire_schedule",
+    "run_cron",
+    "deliver_queue",
+    "run_workflow",
+    "admit_workflows",
+    "tick_workflows",
+]
 
 # Only work due within this many seconds gets a Celery ETA task when it is
 # created; the sweeper sends the rest as their time approaches. Long ETAs sit

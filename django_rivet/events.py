@@ -37,8 +37,9 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.exceptions import ChannelFull
 from django.db.models import Min
+from django.db.models.functions import Length
 
-from . import clock
+from . import clock, observability
 from .conf import rivet_settings
 from .encoding import cbor_dumps
 from .exceptions import EventTooLarge
@@ -65,6 +66,7 @@ __all__ = [
     "oldest",
     "publish",
     "read",
+    "read_bounded",
     "remove_listener",
     "send_to_channel",
     "serving_loop",
@@ -196,6 +198,47 @@ def read(
         rows = rows.filter(name__in=names)
     found = rows.order_by("seq").values_list("seq", "name", "args")[:limit]
     return [LoggedEvent(seq, name, bytes(args)) for seq, name, args in found]
+
+
+def read_bounded(
+    actor_id: uuid.UUID,
+    after: int,
+    before: int | None,
+    names: list[str] | None,
+    limit: int,
+    max_bytes: int,
+) -> tuple[list[LoggedEvent], bool]:
+    """:func:`read` holding at most ``max_bytes`` of arguments (at least one event).
+
+    Returns the events and whether the log may hold more in the range (the
+    batch was cut by ``limit`` or ``max_bytes``). The sizes are read first,
+    without the arguments, so a reader far behind never holds a whole batch
+    of large events at once.
+    """
+    rows = ActorEvent.objects.filter(actor_id=actor_id, seq__gt=after)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    if names is not None:
+        rows = rows.filter(name__in=names)
+    sizes = list(
+        rows.order_by("seq")
+        .annotate(size=Length("args"))
+        .values_list("seq", "size")[:limit]
+    )
+    if not sizes:
+        return [], False
+    total, last = 0, sizes[0][0]
+    for seq, size in sizes:
+        total += int(size or 0)
+        if total > max_bytes and seq != sizes[0][0]:
+            break
+        last = seq
+    cut = last != sizes[-1][0]
+    found = (
+        rows.filter(seq__lte=last).order_by("seq").values_list("seq", "name", "args")
+    )
+    events = [LoggedEvent(seq, name, bytes(args)) for seq, name, args in found]
+    return events, cut or len(sizes) >= limit
 
 
 def oldest(actor_id: uuid.UUID) -> int | None:
@@ -348,6 +391,7 @@ def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
     (:data:`serving_loop` set), the channel-layer send happens on that loop,
     in commit order, without the caller's thread waiting for it.
     """
+    observability.events_published(len(events))
     with _listeners_lock:
         listeners = list(_listeners)
     for listener in listeners:

@@ -43,9 +43,12 @@ __all__ = [
     "RivetError",
     "StateTooLarge",
     "TooManyConnections",
+    "TooManyFrames",
     "TooManySchedules",
     "UserError",
     "ValueTooDeep",
+    "UnknownWorkflowQueue",
+    "WorkflowDeduplicated",
     "WorkflowNotFound",
 ]
 
@@ -318,6 +321,15 @@ class TooManyConnections(RivetError):
     default_message = "The actor has too many connections"
 
 
+class TooManyFrames(RivetError):
+    """A socket sent more frames than ``MAX_PENDING_FRAMES`` ahead of the answers."""
+
+    group = "request"
+    code = "too_many_frames"
+    http_status = 429
+    default_message = "Too many frames waiting to be handled; wait for the answers"
+
+
 class ValueTooDeep(RivetError, TypeError):
     """A value to store nests more lists and maps than the codec reads back."""
 
@@ -352,6 +364,29 @@ class WorkflowNotFound(RivetError):
     code = "not_found"
     http_status = 404
     default_message = "Workflow not found"
+
+
+class WorkflowDeduplicated(RivetError):
+    """A queued or running workflow of the queue holds that deduplication key."""
+
+    group = "workflow"
+    code = "duplicate"
+    http_status = 409
+    default_message = "A workflow with this deduplication key is in the queue"
+
+    @property
+    def workflow_id(self) -> str | None:
+        """Return the id of the workflow holding the key."""
+        found = (self.metadata or {}).get("workflow_id")
+        return None if found is None else str(found)
+
+
+class UnknownWorkflowQueue(RivetError):
+    """No queue of that name is configured in ``RIVET["WORKFLOW_QUEUES"]``."""
+
+    group = "workflow"
+    code = "unknown_queue"
+    http_status = 400
 
 
 class StateTooLarge(RivetError):
@@ -408,6 +443,8 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         QueueFull,
         QueueMessageTooLarge,
         WorkflowNotFound,
+        WorkflowDeduplicated,
+        UnknownWorkflowQueue,
         ConnectionExpired,
         MethodNotAllowed,
         ValueTooDeep,

@@ -28,21 +28,23 @@ from celery import shared_task
 from .conf import rivet_settings
 
 __all__ = [
+    "admit_workflows",
     "beat_schedule",
     "deliver_queue",
     "fire_schedule",
     "run_cron",
     "run_workflow",
     "sweep",
+    "tick_workflows",
 ]
 
 
 @shared_task(name="rivet.fire_schedule", ignore_result=True)
 def fire_schedule(schedule_id: str) -> str:
     """Fire the schedule ``schedule_id`` if it is due and unclaimed."""
-    from .scheduling import schedules
+    from .scheduling import schedule_runs
 
-    return schedules.fire_schedule(schedule_id).value
+    return schedule_runs.fire_schedule(schedule_id).value
 
 
 @shared_task(name="rivet.run_cron", ignore_result=True)
@@ -56,9 +58,9 @@ def run_cron(job_id: int, scheduled_at: float | None = None) -> str:
 @shared_task(name="rivet.deliver_queue", ignore_result=True)
 def deliver_queue(actor_id: str) -> int:
     """Deliver the pending queue messages of the actor ``actor_id``."""
-    from .scheduling import queues
+    from .scheduling import queue_delivery
 
-    return queues.deliver_queue(actor_id)
+    return queue_delivery.deliver_queue(actor_id)
 
 
 @shared_task(name="rivet.run_workflow", ignore_result=True)
@@ -67,6 +69,22 @@ def run_workflow(workflow_id: str) -> str | None:
     from .workflow_runtime import execution
 
     return execution.run(workflow_id)
+
+
+@shared_task(name="rivet.admit_workflows", ignore_result=True)
+def admit_workflows(queue: str) -> int:
+    """Start the queued workflows of ``queue`` its limits allow now."""
+    from .workflow_runtime import queues
+
+    return queues.admit(queue)
+
+
+@shared_task(name="rivet.tick_workflows", ignore_result=True)
+def tick_workflows() -> int:
+    """Start the workflows of due ticks of ``@workflow(cron=...)`` schedules."""
+    from .scheduling import workflow_schedules
+
+    return workflow_schedules.run_due_ticks()
 
 
 @shared_task(name="rivet.sweep", ignore_result=True)

@@ -323,7 +323,8 @@ def run_until_idle(handle: _Any, *, max_runs: int = 1000) -> str:
     Runs it while it is due -- now by the current clock, the virtual one
     under :func:`freeze_time` -- and returns its status: ``completed``,
     ``failed``, ``cancelled``, or ``sleeping`` when it waits for a later time
-    or a message (``rolling_back`` when a rollback handler keeps failing).
+    or a message (``rolling_back`` when a rollback handler keeps failing;
+    ``queued`` when its workflow queue's limits do not let it start yet).
     ``handle`` is a :class:`~django_rivet.workflows.WorkflowHandle` or an id::
 
         with freeze_time() as clock:
@@ -332,10 +333,15 @@ def run_until_idle(handle: _Any, *, max_runs: int = 1000) -> str:
             clock.advance(300)
             assert run_until_idle(h) == "completed"
     """
-    from .models import Workflow
-    from .workflow_runtime import execution
+    from .models import Workflow, WorkflowStatus
+    from .workflow_runtime import execution, queues
 
     workflow_id = getattr(handle, "workflow_id", handle)
+    queued = Workflow.objects.filter(pk=workflow_id, status=WorkflowStatus.QUEUED)
+    queue = queued.values_list("queue", flat=True).first()
+    if queue is not None:
+        # What happens after the start commits: its queue may start it now.
+        queues.admit(queue)
     for _ in range(max_runs):
         if execution.run(workflow_id, max_passes=1) is None:
             break

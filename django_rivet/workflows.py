@@ -4,9 +4,12 @@
 
     h = workflows.start("order", {"sku": "A1"}, id="order-42")  # idempotent per id
     h = workflows.get("order-42")
-    h.status                      # pending|running|sleeping|completed|failed|...
+    h.status                      # queued|pending|running|sleeping|completed|...
     h.send("approve", {"by": "ann"})
     h.result(timeout=60)          # the output, or raises the failure
+    h.request("ask", {...}, timeout=30)   # send, and wait for ctx.reply's value
+    h.get_event("progress")       # the latest ctx.set_event("progress", ...)
+    workflows.filter(status="failed", name="order")   # handles, newest first
 
 Workflows run on Celery workers (``rivet.run_workflow``), or on the
 in-process worker (``manage.py rivet_worker``, ``RIVET["EMBEDDED_WORKER"]``);
@@ -22,22 +25,35 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
 from .conf import docs_url
 from .models import WORKFLOW_FINISHED, Workflow
-from .workflow import HistoryEntry, WorkflowDefinition, WorkflowError
+from .workflow import (
+    HistoryEntry,
+    ReplayDivergence,
+    WorkflowCancelled,
+    WorkflowDefinition,
+    WorkflowTimeout,
+)
 from .workflow.errors import error_from_info
 from .workflow.ops import WorkflowSnapshot
-from .workflow_runtime import operations
+from .workflow.values import seconds
+from .workflow_runtime import control, operations, published, queries
 
 __all__ = [
     "MAX_ID_LENGTH",
     "WorkflowHandle",
+    "acount",
+    "afilter",
     "aget",
     "astart",
+    "count",
+    "filter",
     "get",
     "start",
 ]
@@ -82,8 +98,9 @@ class WorkflowHandle:
         A failed workflow raises its error (the original workflow exception
         class when it is one of django-rivet's, else
         :class:`~django_rivet.workflow.RecordedError` carrying the original
-        name); a cancelled one raises ``WorkflowError`` with code
-        ``cancelled``. Raises ``TimeoutError`` after ``timeout`` seconds
+        name); a cancelled one raises ``WorkflowCancelled`` (code
+        ``cancelled``), or ``WorkflowTimeout`` (``workflow/timeout``) when its
+        deadline passed. Raises ``TimeoutError`` after ``timeout`` seconds
         (real time: this waits for workers); its message says when the
         workflow never started, which means no worker runs. Something must
         run the workflow meanwhile: a Celery worker, ``rivet_worker``, the
@@ -125,6 +142,11 @@ class WorkflowHandle:
             .values_list("status", "run_count")
             .first()
         )
+        if row is not None and row[0] == "queued":
+            return TimeoutError(
+                f"{message}: it is still queued (its workflow queue's limits "
+                "have not let it start yet)"
+            )
         if row is not None and row[1] == 0:
             docs = docs_url("troubleshooting", "a-workflow-never-starts")
             return TimeoutError(
@@ -200,6 +222,75 @@ class WorkflowHandle:
         """Async :meth:`recover`."""
         return await sync_to_async(self.recover)()
 
+    def resume(self) -> bool:
+        """Let a cancelled workflow go on from where it stopped.
+
+        Returns False (and changes nothing) unless it is cancelled and no
+        rollback handler ran for it. Its deadline is dropped.
+        """
+        return control.resume(self.workflow_id)
+
+    async def aresume(self) -> bool:
+        """Async :meth:`resume`."""
+        return await sync_to_async(self.resume)()
+
+    # Family, replies and published values --------------------------------------
+
+    @property
+    def parent_id(self) -> str | None:
+        """Return the id of the workflow that started this one (None: top-level)."""
+        return control.parent_of(self.workflow_id)
+
+    async def aparent_id(self) -> str | None:
+        """Async :attr:`parent_id`."""
+        return await sync_to_async(control.parent_of)(self.workflow_id)
+
+    def request(self, name: str, body: Any = None, timeout: float | None = None) -> Any:
+        """Send message ``name`` and return the value the workflow replies.
+
+        The workflow receives it with ``ctx.messages`` and answers with
+        ``ctx.reply(..., message, value)``. Raises ``WorkflowRequestTimeout``
+        (``workflow/request_timeout``) after ``timeout`` seconds (default
+        ``RIVET["ACTION_TIMEOUT"]``) and ``WorkflowNoReply``
+        (``workflow/no_reply``) at once if the workflow ends without
+        replying. While no worker has picked the workflow up, this runs it
+        here up to its reply (so it works without a worker and inside an
+        action's transaction).
+        """
+        return published.request(self.workflow_id, name, body, timeout)
+
+    async def arequest(
+        self, name: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
+        """Async :meth:`request`."""
+        return await published.arequest(self.workflow_id, name, body, timeout)
+
+    def get_event(self, key: str, timeout: float | None = None) -> Any:
+        """Return the latest value the workflow published under ``key``.
+
+        Without ``timeout``, None at once if it was never set; with one, wait
+        up to ``timeout`` seconds for a first value (None if none came, or
+        as soon as the workflow finished without setting it).
+        """
+        return published.get_event(self.workflow_id, key, timeout)
+
+    async def aget_event(self, key: str, timeout: float | None = None) -> Any:
+        """Async :meth:`get_event`."""
+        return await published.aget_event(self.workflow_id, key, timeout)
+
+    def check_replay(self) -> ReplayDivergence | None:
+        """Replay the history against the deployed code, running nothing.
+
+        Returns None if it fits, else where and why it diverges: what a run
+        of this workflow would hit (``manage.py rivet_check_replay`` does
+        this for every workflow in flight).
+        """
+        return control.check(self.workflow_id)
+
+    async def acheck_replay(self) -> ReplayDivergence | None:
+        """Async :meth:`check_replay`."""
+        return await sync_to_async(self.check_replay)()
+
     def history(self) -> list[HistoryEntry]:
         """Return the decoded history entries, in the order they were created."""
         return operations.history(self.workflow_id)
@@ -232,17 +323,36 @@ def _pause(deadline: float | None, delay: float) -> float | None:
     return min(delay, remaining)
 
 
+_CANCELLED_BECAUSE = {
+    "timeout": " (its deadline passed)",
+    "parent_cancelled": " (its parent was cancelled)",
+}
+
+
 def _outcome(workflow_id: str, status: str, output: Any, error: Any) -> Any:
     if status == "completed":
         return output
     if status == "cancelled":
-        raise WorkflowError(f"Workflow {workflow_id!r} was cancelled", code="cancelled")
+        metadata = (error or {}).get("metadata") or {}
+        reason = str(metadata.get("reason") or "cancelled")
+        cls = WorkflowTimeout if reason == "timeout" else WorkflowCancelled
+        message = f"Workflow {workflow_id!r} was cancelled"
+        raise cls(
+            message + _CANCELLED_BECAUSE.get(reason, ""), metadata={"reason": reason}
+        )
     raise error_from_info(error)
 
 
 # -- start / get -----------------------------------------------------------------------
 def start(
-    workflow: str | WorkflowDefinition, input: Any = None, id: str | None = None
+    workflow: str | WorkflowDefinition,
+    input: Any = None,
+    id: str | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    dedup_key: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
 
@@ -253,17 +363,52 @@ def start(
     name, ``StepOutputError`` for an input that cannot be stored and
     ``StorageLimitError`` (``workflow/storage_limit``) for one too large to
     store. The first run is enqueued when the surrounding transaction commits.
+
+    With ``queue`` (a name in ``RIVET["WORKFLOW_QUEUES"]``, else
+    ``workflow/unknown_queue``) the workflow is ``queued`` until its queue's
+    limits let it start, lowest ``priority`` first; a ``dedup_key`` held by
+    a queued or running workflow of that queue raises ``WorkflowDeduplicated``
+    (``workflow/duplicate``, with the holder's id). ``timeout`` (seconds or a
+    timedelta; default: the ``@workflow``'s) is the deadline: when it passes
+    the workflow is cancelled with reason ``timeout`` (its rollbacks run) and
+    ``result()`` raises ``WorkflowTimeout``. See docs/workflows.md.
     """
+    limit = seconds(timeout)
+    if limit is not None and limit <= 0:
+        raise ValueError("A workflow timeout must be positive")
     definition = operations.definition_of(workflow)
-    workflow_id, name = operations.start(definition, input, id)
+    workflow_id, name = operations.start(
+        definition,
+        input,
+        id,
+        queue=queue,
+        priority=priority,
+        dedup_key=dedup_key,
+        timeout=limit,
+    )
     return WorkflowHandle(workflow_id, name)
 
 
 async def astart(
-    workflow: str | WorkflowDefinition, input: Any = None, id: str | None = None
+    workflow: str | WorkflowDefinition,
+    input: Any = None,
+    id: str | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    dedup_key: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
-    return await sync_to_async(start)(workflow, input, id)
+    return await sync_to_async(start)(
+        workflow,
+        input,
+        id,
+        queue=queue,
+        priority=priority,
+        dedup_key=dedup_key,
+        timeout=timeout,
+    )
 
 
 def get(workflow_id: str) -> WorkflowHandle:
@@ -274,3 +419,65 @@ def get(workflow_id: str) -> WorkflowHandle:
 async def aget(workflow_id: str) -> WorkflowHandle:
     """Async :func:`get`."""
     return await sync_to_async(get)(workflow_id)
+
+
+# -- search ----------------------------------------------------------------------------
+def filter(  # noqa: A001 - the public name the API documents
+    *,
+    name: str | None = None,
+    status: str | Iterable[str] | None = None,
+    waiting_for: str | None = None,
+    parent_id: str | None = None,
+    created_after: datetime | float | None = None,
+    created_before: datetime | float | None = None,
+    limit: int | None = 100,
+) -> list[WorkflowHandle]:
+    """Return handles of the workflows matching every filter, newest first.
+
+    ``status`` is one status or several; ``waiting_for`` a message name the
+    workflow waits for now (``"*"``: waits for any message;
+    ``"child:<id>"``: a parent waiting for that child); ``parent_id`` the
+    parent's id; ``created_after``/``created_before`` datetimes or epoch
+    seconds (exclusive). At most ``limit`` handles (None: all).
+    """
+    rows = queries.matching(
+        name=name,
+        status=status,
+        waiting_for=waiting_for,
+        parent_id=parent_id,
+        created_after=created_after,
+        created_before=created_before,
+    ).values_list("id", "name")
+    if limit is not None:
+        rows = rows[: max(int(limit), 0)]
+    return [WorkflowHandle(workflow_id, found) for workflow_id, found in rows]
+
+
+async def afilter(**filters: Any) -> list[WorkflowHandle]:
+    """Async :func:`filter`."""
+    return await sync_to_async(filter)(**filters)
+
+
+def count(
+    *,
+    name: str | None = None,
+    status: str | Iterable[str] | None = None,
+    waiting_for: str | None = None,
+    parent_id: str | None = None,
+    created_after: datetime | float | None = None,
+    created_before: datetime | float | None = None,
+) -> int:
+    """Return how many workflows match the filters of :func:`filter`."""
+    return queries.matching(
+        name=name,
+        status=status,
+        waiting_for=waiting_for,
+        parent_id=parent_id,
+        created_after=created_after,
+        created_before=created_before,
+    ).count()
+
+
+async def acount(**filters: Any) -> int:
+    """Async :func:`count`."""
+    return await sync_to_async(count)(**filters)

@@ -156,6 +156,82 @@ def daphne_server(
         stop_process(proc)
 
 
+# The servers (and WebSocket implementations) docs/production.md supports.
+SERVER_KINDS = ("daphne", "uvicorn")
+
+
+def uvicorn_command(port: int, ws: str = "websockets-sansio") -> list[str]:
+    """The command line of ``uvicorn tests.asgi:application`` on ``port``."""
+    return [
+        PYTHON, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
+        "--ws", ws, "--lifespan", "off", "--log-level", "warning",
+        "tests.asgi:application",
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def uvicorn_server(
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    ws: str = "websockets-sansio",
+) -> Iterator[str]:
+    """Run ``uvicorn tests.asgi:application``; yield ``http://127.0.0.1:port``.
+
+    ``ws``: uvicorn's WebSocket implementation (``websockets-sansio``, its
+    default, or ``wsproto``).
+    """
+    port = port or free_port()
+    proc = subprocess.Popen(
+        uvicorn_command(port, ws), cwd=ROOT, env=env or server_env()
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
+def asgi_process(
+    kind: str, env: dict[str, str] | None = None, log: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run ``tests.asgi`` under ``kind`` (``daphne``, ``uvicorn``, ``uvicorn-wsproto``).
+
+    Yields ``(url, process)``; the process's output goes to ``log`` if given.
+    """
+    port = free_port()
+    if kind == "daphne":
+        command = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                   "tests.asgi:application"]  # fmt: skip
+    else:
+        ws = "wsproto" if kind.endswith("wsproto") else "websockets-sansio"
+        command = uvicorn_command(port, ws)
+    output = open(log, "wb") if log else None  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env or server_env(),
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        stop_process(proc)
+        if output is not None:
+            output.close()
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 @contextlib.contextmanager
 def celery_worker(
     env: dict[str, str] | None = None,

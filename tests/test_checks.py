@@ -151,6 +151,8 @@ def test_duplicate_actor_names_found_by_autodiscovery_are_e101():
     finally:
         registry.unregister("dupe")
         registry.actors.conflicts.clear()
+        # Out of an actors module, so a later discovery does not find them.
+        First.__module__ = Second.__module__ = __name__
 
 
 def test_invalid_actor_name_is_e102():
@@ -414,7 +416,31 @@ def test_names_that_differ_only_by_case_are_w101_and_w201():
         register_temporarily(lower, upper),
     ):
         messages = run_checks()
-    assert [m.msg for m in messages if m.id in ("rivet.W101", "rivet.W201")] == [
+    # Sorted: the order in which check functions run is not part of this.
+    assert sorted(m.msg for m in messages if m.id in ("rivet.W101", "rivet.W201")) == [
         rivet_checks.W101.format(names="'Casey', 'casey'"),
         rivet_checks.W201.format(names="'Report', 'report'"),
     ]
+
+
+# -- the metrics view's access (issue 28) --------------------------------------------
+@override_settings(RIVET={"METRICS_ALLOWED_IPS": ["127.0.0.1", "10.0.0.0/8", "nope"]})
+def test_a_metrics_address_that_is_not_one_is_e701():
+    (message,) = [m for m in run_checks() if m.id == "rivet.E801"]
+    assert message.msg == rivet_checks.E801.format(entry="nope")
+    assert message.obj == "settings.RIVET"
+
+
+@override_settings(RIVET={"METRICS_ALLOWED_IPS": ["0.0.0.0/0"]})
+def test_allowing_every_address_to_read_metrics_is_w701():
+    (message,) = [m for m in run_checks() if m.id == "rivet.W801"]
+    assert message.msg == rivet_checks.W801.format(entry="0.0.0.0/0")
+
+
+@pytest.mark.parametrize(
+    "rivet",
+    [{"METRICS_ALLOW_STAFF": "yes"}, {"METRICS_ALLOWED_IPS": "127.0.0.1"}],
+)
+def test_metrics_access_settings_of_the_wrong_type_are_e004(rivet):
+    with override_settings(RIVET=rivet):
+        assert ids(run_checks()) == ["rivet.E004"]

@@ -39,10 +39,20 @@ SPEC_DEFAULTS = {
     "MAX_EVENT_BYTES": 262144,
     "EVENT_CHECK_INTERVAL": 1.0,
     "SLOW_CONSUMER_TIMEOUT": 30,
+    "MAX_PENDING_FRAMES": 1000,
+    "MAX_PENDING_FRAME_BYTES": 1048576,
     "CONNECTIONS_PER_PROCESS": 1000,
     "ACTOR_CACHE_SIZE": 10000,
     # Where hints and errors link (issue 30).
     "DOCS_URL": "https://django-rivet.readthedocs.io/en/stable/",
+    # Background work (issue 26): retries and workflow queues.
+    "SCHEDULE_MAX_RETRIES": 3,
+    "RETRY_BACKOFF_BASE": 1.0,
+    "RETRY_BACKOFF_MAX": 300.0,
+    "WORKFLOW_QUEUES": {},
+    # Who may read the metrics view (issue 28).
+    "METRICS_ALLOW_STAFF": True,
+    "METRICS_ALLOWED_IPS": [],
 }
 
 

@@ -8,20 +8,20 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from django_rivet import Actor, action, actors, clock
+from django_rivet.actors.connections import (
+    SERVER_ID,
+    Connect,
+    Disconnect,
+    stale_after,
+    sweep_stale_connections,
+    touch_connections,
+)
 from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import invoke
 from django_rivet.models import Connection
 from django_rivet.scheduling import sweeper
 from django_rivet.testing import RivetCommunicator, freeze_time, register_temporarily
-from django_rivet.transport.connections import (
-    SERVER_ID,
-    Connect,
-    Disconnect,
-    heartbeat,
-    stale_after,
-    sweep_stale_connections,
-    touch_connections,
-)
+from django_rivet.transport.heartbeat import heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,6 +18,7 @@ from channels.layers import get_channel_layer
 from django.test import override_settings
 
 from django_rivet import actors, events
+from django_rivet.actors.connections import Connect
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import ainvoke
@@ -25,7 +26,8 @@ from django_rivet.exceptions import EventTooLarge
 from django_rivet.models import ActorEvent, Connection
 from django_rivet.testing import RivetCommunicator
 from django_rivet.transport import consumer as consumer_module
-from django_rivet.transport.connections import Connect, heartbeat
+from django_rivet.transport import feeds
+from django_rivet.transport.heartbeat import heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,13 +41,25 @@ async def increment(key, by=1):
     )
 
 
-async def unannounced(monkeypatch, count, key):
-    """Commit ``count`` increments whose events nothing announces."""
-    real = events.publish
+async def unannounced(monkeypatch, count, key, unchecked=False):
+    """Commit ``count`` increments whose events nothing announces.
+
+    ``unchecked``: the process's periodic check does not run meanwhile, so
+    the whole burst lands before the process can notice any of it (else a
+    socket may legitimately follow the burst event by event).
+    """
+    real, check = events.publish, feeds.Hub.check
     monkeypatch.setattr(events, "publish", lambda actor_id, logged: None)
+    if unchecked:
+
+        async def no_check(self, targets=None):
+            return None
+
+        monkeypatch.setattr(feeds.Hub, "check", no_check)
     for _ in range(count):
         await increment(key)
     monkeypatch.setattr(events, "publish", real)
+    monkeypatch.setattr(feeds.Hub, "check", check)
 
 
 async def test_the_last_events_of_a_burst_arrive_though_nothing_announced_them(
@@ -69,10 +83,10 @@ async def test_a_connection_behind_the_log_is_told_what_it_missed(monkeypatch):
         comm = RivetCommunicator("counter", ["behind"], subscribe="changed")
         init = await comm.handshake()
         assert init["seq"] == 0
-        # Ten events are committed; the log keeps the last three. Whenever
-        # the process notices (its check may run mid-burst), the socket is
-        # told which seqs will not come, then gets the rest, in order.
-        await unannounced(monkeypatch, 10, ["behind"])
+        # Ten events are committed; the log keeps the last three. When the
+        # process notices, the socket is told which seqs will not come, then
+        # gets the rest, in order.
+        await unannounced(monkeypatch, 10, ["behind"], unchecked=True)
         told, seqs, position = [], [], 0
         while not seqs or seqs[-1] < 10:
             frame = await comm.receive_frame()
@@ -108,8 +122,6 @@ async def test_a_stream_behind_the_feed_reads_the_log_in_order(monkeypatch):
     # Two sockets on one actor share the process's feed; one of them stops
     # sending for a while (its buffer share is bounded): it catches up from
     # the log, in order, without losing anything.
-    from django_rivet.transport import feeds
-
     monkeypatch.setattr(feeds, "FEED_EVENTS", 2)
     fast = RivetCommunicator("counter", ["shared"], subscribe="changed")
     slow = RivetCommunicator("counter", ["shared"], subscribe="changed")

@@ -1,14 +1,9 @@
 """Actor queues (SPEC 3.7): FIFO per actor, once each, replies for waiting senders."""
 
 import pytest
+from django.test import override_settings
 
-from django_rivet import (
-    ActionNotFound,
-    InternalError,
-    QueueFull,
-    UserError,
-    actors,
-)
+from django_rivet import ActionNotFound, QueueFull, actors
 from django_rivet.encoding import cbor_dumps
 from django_rivet.exceptions import QueueMessageTooLarge
 from django_rivet.models import QueueMessage, QueueMessageStatus
@@ -73,21 +68,37 @@ def test_a_waiting_sender_times_out_while_another_deliverer_holds_the_queue():
     assert seen(box) == ["held", "mine"]
 
 
-def test_a_failing_handler_raises_to_the_waiting_sender_and_is_not_retried():
+def test_a_failing_handler_tells_the_waiting_sender_failed():
     box = actors.get_or_create("mailbox", "fail")
-    with pytest.raises(UserError) as failed:
-        box.send("jobs", "fail", wait=True, timeout=5)
-    assert failed.value.code == "bad_job"
-    assert failed.value.metadata == {"job": "fail"}
-    with pytest.raises(InternalError):
-        box.send("jobs", "crash", wait=True, timeout=5)
+    # A UserError is the handler's deliberate answer: failed at once.
+    assert box.send("jobs", "fail", wait=True, timeout=5) == {
+        "status": "failed",
+        "error": {
+            "group": "user",
+            "code": "bad_job",
+            "message": "bad job",
+            "metadata": {"job": "fail"},
+        },
+    }
+    with override_settings(RIVET={"SCHEDULE_MAX_RETRIES": 0}):
+        crashed = box.send("jobs", "crash", wait=True, timeout=5)
+    assert crashed["status"] == "failed"
+    # The wire form hides an internal error's detail.
+    assert crashed["error"] == {
+        "group": "rivet",
+        "code": "internal_error",
+        "message": "An internal error occurred",
+        "metadata": None,
+    }
     assert run_due() == 0
     assert seen(box) == []  # the handlers' writes rolled back
     crashed = QueueMessage.objects.get(body__isnull=False, error__code="internal_error")
     assert crashed.status == QueueMessageStatus.FAILED
     assert crashed.error["detail"] == "RuntimeError: secret detail"
+    assert "RuntimeError: secret detail" in crashed.traceback
 
 
+@override_settings(RIVET={"SCHEDULE_MAX_RETRIES": 0})
 def test_a_failed_message_does_not_block_the_next():
     box = actors.get_or_create("mailbox", "after-failure")
     box.send("jobs", "fail")

@@ -16,6 +16,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_rivet import Actor, action, actors, queue_handler, workflows
+from django_rivet.actors.connections import Connect
 from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import invoke
 from django_rivet.exceptions import WorkflowNotFound
@@ -35,7 +36,6 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.transport.connections import Connect
 
 pytestmark = pytest.mark.django_db
 
@@ -148,11 +148,11 @@ def test_fired_schedules_and_processed_messages_are_kept_for_their_retention():
     assert not QueueMessage.objects.exists()
 
 
-@rivet(SCHEDULE_RETENTION=None, QUEUE_RETENTION=None)
+@rivet(SCHEDULE_RETENTION=None, QUEUE_RETENTION=None, SCHEDULE_MAX_RETRIES=0)
 def test_schedule_and_queue_retention_none_keep_rows_forever():
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "forever")
-        alarm.call("schedule_call", 1, "boom")  # an error is kept too
+        alarm.call("schedule_call", 1, "boom")  # a failure is kept too
         box = actors.get_or_create("mailbox", "forever")
         box.send("jobs", "fail")
         clock.advance(1)
@@ -160,7 +160,7 @@ def test_schedule_and_queue_retention_none_keep_rows_forever():
         clock.advance(50 * YEAR)
         assert sweep_purge() == 0
         assert retention.purge_all() == {}
-    assert Schedule.objects.get().status == "error"
+    assert Schedule.objects.get().status == "failed"
     assert QueueMessage.objects.get().status == "failed"
 
 

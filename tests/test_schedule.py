@@ -3,6 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.test import override_settings
 
 from django_rivet import (
     ActionNotFound,
@@ -143,6 +144,7 @@ def test_fire_info_tells_the_action_what_fired_it():
         "name": "ring",
         "scheduled_at": START + timedelta(seconds=60),
         "fired_at": START + timedelta(seconds=75),
+        "attempt": 1,
     }
 
 
@@ -155,7 +157,8 @@ def test_rolled_back_action_schedules_nothing():
     assert not QueueMessage.objects.exists()
 
 
-def test_raising_action_records_error_and_is_not_retried():
+@override_settings(RIVET={"SCHEDULE_MAX_RETRIES": 0})
+def test_raising_action_without_retries_is_failed_and_not_run_again():
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "boom")
         schedule_id = alarm.call("schedule_call", 5, "boom")
@@ -164,7 +167,7 @@ def test_raising_action_records_error_and_is_not_retried():
         clock.advance(3600)
         assert run_due() == 0
     row = Schedule.objects.get(pk=schedule_id)
-    assert row.status == ScheduleStatus.ERROR
+    assert row.status == ScheduleStatus.FAILED
     assert row.error == "RuntimeError: boom on purpose"
     assert row.fired_at == START + timedelta(seconds=5)
     assert state_of(alarm)["rings"] == []  # the action's writes rolled back

@@ -153,3 +153,59 @@ def test_send_a_message_through_a_form(operator):
     )
     assert run_until_idle(handle) == "completed"
     assert handle.result() == {"approved_by": "admin"}
+
+
+def change_page(client, workflow_id):
+    from django.contrib.admin.utils import quote
+
+    url = reverse("admin:django_rivet_workflow_change", args=[quote(workflow_id)])
+    response = client.get(url)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_page_links_parent_and_children(viewer):
+    parent = workflows.start("family", {}, id="fam")
+    run_until_idle(parent)
+    html = change_page(viewer, "fam")
+    for child in ("fam/audit", "fam/helper", "fam/refunder"):
+        assert f">{child}</a>" in html
+    assert "fam_2Faudit/change/" in html  # admin-quoted ids with a slash
+    child_page = change_page(viewer, "fam/audit")
+    assert ">fam</a> (detached)" in child_page
+
+
+def test_the_page_checks_replay_against_the_deployed_code(viewer):
+    from django_rivet.workflow import workflow
+    from django_rivet.workflow_runtime import registry
+
+    @workflow(name="approval")
+    async def renamed(ctx, input):
+        message = await ctx.messages.next("wait-for-approval", names=["approve"])
+        return message.body
+
+    waiting = workflows.start("approval", {}, id="checked")
+    run_until_idle(waiting)
+    assert "replays cleanly against the deployed code" in change_page(viewer, "checked")
+    with registry.register_temporarily(renamed):
+        html = change_page(viewer, "checked")
+    assert "<strong>diverges</strong> at <code>wait-approval</code>" in html
+
+
+def test_the_page_shows_a_failed_steps_traceback(viewer):
+    handle = workflows.start("divider", {}, id="tb")
+    run_until_idle(handle)
+    html = change_page(viewer, "tb")
+    assert "<summary>traceback</summary><pre>Traceback (most recent call last):" in html
+    assert "ZeroDivisionError: division by zero" in html
+
+
+def test_resume_action(operator):
+    waiting = workflows.start("approval", {}, id="to-resume")
+    run_until_idle(waiting)
+    waiting.cancel()
+    response = act(operator, "resume_workflows", "to-resume")
+    assert "Resume: 1 workflow(s)." in response.content.decode()
+    assert waiting.status == "sleeping"
+    response = act(operator, "resume_workflows", "to-resume")
+    assert "Did not resume to-resume" in response.content.decode()

@@ -197,3 +197,26 @@ def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
     assert resumed >= 1, f"no kill interrupted a workflow ({seed=})"
     print(f"kills={len(kills)} (worker, done before) {kills}; workflows resumed "
           f"under a new lease: {resumed}; seed={seed}")  # fmt: skip
+
+
+def test_a_parent_waits_for_a_sleeping_child_across_worker_restarts(broker, env):
+    """Issue 27: the wait for a child is durable, not a loop in a worker."""
+    with celery_worker(env, name="first"):
+        parent = workflows.start("waitsForChild", {"seconds": 3}, id="celery-parent")
+
+        def both_asleep():
+            rows = Workflow.objects.filter(pk__startswith="celery-parent")
+            found = {pk: (status, waits) for pk, status, waits in
+                     rows.values_list("id", "status", "waiting_for")}  # fmt: skip
+            return found == {
+                "celery-parent": ("sleeping", ["child:celery-parent/nap"]),
+                "celery-parent/nap": ("sleeping", []),
+            }
+
+        wait_for(both_asleep, what="the parent waiting for its sleeping child")
+    # The worker that started both is gone; another one finishes them.
+    with celery_worker(env, beat=True, name="second"):
+        assert parent.result(timeout=90) == {"child": "rested"}
+    child = workflows.get("celery-parent/nap")
+    assert child.parent_id == "celery-parent" and child.status == "completed"
+    assert [e.kind for e in parent.history()] == ["child"]

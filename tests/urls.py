@@ -4,6 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("rivet/", include("django_rivet.urls")),
+    path("metrics/", include("django_rivet.metrics")),
 ]
 
 # -- transport tests: the rivet.js page of tests/test_browser.py -------------------

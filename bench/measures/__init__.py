@@ -18,6 +18,7 @@ from bench.measures import (
     p11_engine,
     p12_hot,
     p13_spread,
+    p14_queue,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -36,5 +37,6 @@ MEASURES: dict[str, ModuleType] = {
         p11_engine,
         p12_hot,
         p13_spread,
+        p14_queue,
     )
 }

@@ -27,6 +27,7 @@ from .services import (
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpRequest
 
     from .invocation import Invocation
 
@@ -143,6 +144,18 @@ class ActorContext:
 
             return AnonymousUser()
         return user
+
+    @property
+    def request(self) -> HttpRequest | None:
+        """The caller's ``HttpRequest``: the HTTP request, or the WebSocket handshake.
+
+        For a WebSocket connection it is the handshake's request (headers,
+        path, ``GET``, ``META["REMOTE_ADDR"]``, ``user``, ``session``), in
+        ``on_before_connect``, ``create_conn_state``, ``on_connect`` and the
+        connection's actions. ``None`` for scheduled, queued and server-side
+        calls.
+        """
+        return self._invocation.origin.http_request
 
     @property
     def fire_info(self) -> dict[str, Any] | None:

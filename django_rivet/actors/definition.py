@@ -29,6 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ACTION_MARK = "_rivet_action_name"
 _QUEUE_MARK = "_rivet_queue_name"
 _TIMEOUT_MARK = "_rivet_timeout"
+_RETRIES_MARK = "_rivet_max_retries"
 NAME_MAX_LENGTH = 64
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 
@@ -51,6 +52,8 @@ class HandlerSpec:
     hints: dict[str, Any]
     # Seconds this handler may run, overriding the class and ACTION_TIMEOUT.
     timeout: float | None = None
+    # Queue handlers: retries of a failing message (None: the setting).
+    max_retries: int | None = None
     # (name, hint) of each argument after ``self, ctx`` when all of them are
     # plain positional parameters without defaults: then a call fits exactly
     # when it has that many arguments, checked without binding (which costs
@@ -158,11 +161,23 @@ def action(
     return mark(func) if func is not None else mark
 
 
-def queue_handler(queue: str) -> Callable[[F], F]:
-    """Mark a method as the handler of the actor's queue ``queue``."""
+def queue_handler(queue: str, *, max_retries: int | None = None) -> Callable[[F], F]:
+    """Mark a method as the handler of the actor's queue ``queue``.
+
+    A message whose handler raises is retried up to ``max_retries`` times
+    (default ``RIVET["SCHEDULE_MAX_RETRIES"]``; 0: never) before it is
+    marked failed; a ``UserError`` is never retried.
+    """
+    if max_retries is not None and (
+        isinstance(max_retries, bool)
+        or not isinstance(max_retries, int)
+        or max_retries < 0
+    ):
+        raise ValueError(f"max_retries must be an integer >= 0, not {max_retries!r}")
 
     def mark(function: F) -> F:
         setattr(function, _QUEUE_MARK, queue)
+        setattr(function, _RETRIES_MARK, max_retries)
         return function
 
     return mark
@@ -189,6 +204,7 @@ def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> Handl
         is_async=inspect.iscoroutinefunction(function),
         hints=hints,
         timeout=getattr(function, _TIMEOUT_MARK, None),
+        max_retries=getattr(function, _RETRIES_MARK, None),
         positional=_positional(signature, hints),
     )
 

@@ -44,6 +44,8 @@ from .definition import Actor, HandlerSpec
 from .rows import ConnRow, LockedRow
 
 if TYPE_CHECKING:
+    from django.http import HttpRequest
+
     from .cache import CachedActor
     from .context import User
 
@@ -67,6 +69,9 @@ class Origin:
     user: User | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     request: Any = None  # the HttpRequest, or the ASGI scope of a WebSocket
+    # The HttpRequest of the call (for a WebSocket, a view of its handshake):
+    # what ctx.request gives hooks and handlers.
+    http_request: HttpRequest | None = None
     params: Any = None
     conn_id: uuid.UUID | None = None
     fire_info: dict[str, Any] | None = None

@@ -43,12 +43,28 @@ __all__ = [
 class ScheduleAPI(Protocol):
     """``ctx.schedule``: one-shot schedules calling an action of this actor."""
 
-    def after(self, delay: float | timedelta, action: str, *args: Any) -> str:
+    def after(
+        self,
+        delay: float | timedelta,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Call ``action(*args)`` in ``delay`` seconds; return the schedule id."""
         ...
 
-    def at(self, when: datetime | float, action: str, *args: Any) -> str:
+    def at(
+        self,
+        when: datetime | float,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Call ``action(*args)`` at ``when``; return the schedule id."""
+        ...
+
+    def retry(self, schedule_id: uuid.UUID | str) -> bool:
+        """Run a failed schedule again now; return whether it was failed."""
         ...
 
     def cancel(self, schedule_id: uuid.UUID | str) -> bool:
@@ -63,12 +79,28 @@ class ScheduleAPI(Protocol):
         """Return this actor's pending schedules."""
         ...
 
-    async def aafter(self, delay: float | timedelta, action: str, *args: Any) -> str:
+    async def aafter(
+        self,
+        delay: float | timedelta,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Async :meth:`after`."""
         ...
 
-    async def aat(self, when: datetime | float, action: str, *args: Any) -> str:
+    async def aat(
+        self,
+        when: datetime | float,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Async :meth:`at`."""
+        ...
+
+    async def aretry(self, schedule_id: uuid.UUID | str) -> bool:
+        """Async :meth:`retry`."""
         ...
 
     async def acancel(self, schedule_id: uuid.UUID | str) -> bool:
@@ -95,6 +127,7 @@ class CronAPI(Protocol):
         *args: Any,
         tz: str | None = None,
         max_history: int | None = ...,
+        max_retries: int | None = ...,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` on ``expression``."""
         ...
@@ -106,6 +139,7 @@ class CronAPI(Protocol):
         action: str,
         *args: Any,
         max_history: int | None = ...,
+        max_retries: int | None = ...,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` every ``interval``."""
         ...
@@ -134,6 +168,7 @@ class CronAPI(Protocol):
         *args: Any,
         tz: str | None = None,
         max_history: int | None = ...,
+        max_retries: int | None = ...,
     ) -> dict[str, Any]:
         """Async :meth:`set`."""
         ...
@@ -145,6 +180,7 @@ class CronAPI(Protocol):
         action: str,
         *args: Any,
         max_history: int | None = ...,
+        max_retries: int | None = ...,
     ) -> dict[str, Any]:
         """Async :meth:`every`."""
         ...
@@ -218,8 +254,17 @@ class WorkflowsAPI(Protocol):
         workflow: str | WorkflowDefinition,
         input: Any = None,
         id: str | None = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowHandle:
-        """Start a workflow (idempotent per ``id``); runs after commit."""
+        """Start a workflow (idempotent per ``id``); runs after commit.
+
+        With ``queue``, it waits in that workflow queue (``priority``,
+        ``dedup_key``: see ``django_rivet.workflows.start``).
+        """
         ...
 
     async def astart(
@@ -227,6 +272,11 @@ class WorkflowsAPI(Protocol):
         workflow: str | WorkflowDefinition,
         input: Any = None,
         id: str | None = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowHandle:
         """Async :meth:`start`."""
         ...

@@ -63,7 +63,7 @@ from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import clock, events
+from .. import clock, events, observability
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
@@ -217,7 +217,13 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     wait past ``LOCK_TIMEOUT`` ``actor/busy`` (nothing changed in either
     case). A connection found dead before any actor code ran (a stale one,
     after a database restart) is replaced and the call tried once more.
+    Actions, connects and fired work are traced, counted and logged
+    (:mod:`django_rivet.observability`).
     """
+    return observability.invocation(_invoke_attempts, ref, operation, origin)
+
+
+def _invoke_attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
     # The time limit counts from here, including the wait for the lock.
     return _invoke_since(ref, operation, origin, time.monotonic())
 
@@ -673,10 +679,13 @@ def _bound_batch_lock_wait(connection: BaseDatabaseWrapper, queued: float) -> No
 def _run_call(call: _Call, loop: asyncio.AbstractEventLoop, started: float) -> _Outcome:
     """Run one call in its caller's context; return its outcome."""
 
+    def attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
+        return _invoke_since(ref, operation, origin, started)
+
     def run() -> Any:
         # publish() hands the channel-layer message to the caller's loop.
         events.serving_loop.set(loop)
-        return _invoke_since(call.ref, call.operation, call.origin, started)
+        return observability.invocation(attempts, call.ref, call.operation, call.origin)
 
     try:
         return (call, True, call.context.run(run))

@@ -90,7 +90,7 @@ class ConnectionAdmin(ReadOnlyAdmin):
         "last_seen_at",
     ]
     list_select_related = ["actor"]
-    list_filter = ["server_id"]
+    list_filter = ["server_id", "actor__name"]
     readonly_fields = (
         "id",
         "actor",

@@ -69,6 +69,20 @@ def _when(timestamp: float | None) -> str:
     return f"{clock.to_datetime(timestamp):%Y-%m-%d %H:%M:%S.%f}"[:-3]
 
 
+def _error(error: Any) -> str:
+    """Render an error map, its traceback (if any) as text of its own."""
+    if not error:
+        return "-"
+    if not isinstance(error, dict) or not error.get("traceback"):
+        return pretty(error)
+    summary = {key: value for key, value in error.items() if key != "traceback"}
+    return format_html(
+        "{}<details><summary>traceback</summary><pre>{}</pre></details>",
+        pretty(summary),
+        error["traceback"],
+    )
+
+
 def render_history(entries: list[Any]) -> str:
     """Render decoded history entries as a table."""
     if not entries:
@@ -87,7 +101,7 @@ def render_history(entries: list[Any]) -> str:
                 _when(entry.created_at),
                 _when(entry.completed_at),
                 pretty(entry.output),
-                pretty(entry.error) if entry.error else "-",
+                _error(entry.error),
             )
             for entry in entries
         ),

@@ -1,4 +1,8 @@
-"""The inspector for schedules, cron jobs and their runs, queue messages."""
+"""The inspector for schedules, cron jobs and their runs, queue messages.
+
+Failed schedules and messages (filter by status ``failed``) show their last
+error and traceback; "Retry now" runs them again through the scheduler.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,41 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from ..models import CronJob, CronRun, QueueMessage, Schedule, ScheduleStatus
+from ..scheduling import retries
 from ..scheduling.cron import history_limit
-from ..scheduling.schedules import fire_schedule
+from ..scheduling.queue_delivery import retry_messages
+from ..scheduling.schedule_runs import fire_schedule, retry_schedules
 from .rendering import ReadOnlyAdmin, pretty, pretty_cbor
 from .retention import RetentionAdmin
+
+
+def _traceback(text: str) -> str:
+    return format_html("<pre>{}</pre>", text) if text else "-"
+
+
+def _report_retried(
+    admin_page: RetentionAdmin, request: HttpRequest, retried: int, selected: int
+) -> None:
+    admin_page.message_user(
+        request,
+        f"Retrying {retried}; {selected - retried} not failed.",
+        messages.SUCCESS if retried else messages.WARNING,
+    )
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(RetentionAdmin):
     retention_table = "Schedule"
-    list_display = ["run_at", "actor", "action", "status", "fired_at", "finished_at"]
+    list_display = [
+        "run_at",
+        "actor",
+        "action",
+        "status",
+        "attempts",
+        "fired_at",
+        "finished_at",
+        "short_error",
+    ]
     list_filter = ["status", "action"]
     list_select_related = ["actor"]
     search_fields = ["=id", "=actor__id", "actor__name", "action"]
@@ -33,14 +62,36 @@ class ScheduleAdmin(RetentionAdmin):
         "created_at",
         "fired_at",
         "finished_at",
+        "attempts",
+        "retries",
         "error",
+        "shown_traceback",
     )
     fields = readonly_fields
-    actions = ["fire_now"]
+    actions = ["fire_now", "retry_now"]
 
     @admin.display(description="args")
     def decoded_args(self, obj: Schedule) -> str:
         return pretty_cbor(obj.args)
+
+    @admin.display(description="last error")
+    def short_error(self, obj: Schedule) -> str:
+        return obj.error[:120] or "-"
+
+    @admin.display(description="max retries")
+    def retries(self, obj: Schedule) -> str:
+        allowed = retries.retries_allowed(obj.max_retries)
+        return str(allowed) if obj.max_retries is not None else f"{allowed} (setting)"
+
+    @admin.display(description="traceback")
+    def shown_traceback(self, obj: Schedule) -> str:
+        return _traceback(obj.traceback)
+
+    @admin.action(description="Retry selected failed schedules now")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        _report_retried(self, request, retry_schedules(queryset), queryset.count())
+
+    retry_now.allowed_permissions = ["fire"]  # type: ignore[attr-defined]
 
     def has_fire_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_rivet.change_schedule")
@@ -74,6 +125,7 @@ class CronJobAdmin(ReadOnlyAdmin):
         "action",
         "next_run_at",
         "running",
+        "retry_at",
     ]
     list_filter = ["kind", "running"]
     list_select_related = ["actor"]
@@ -90,6 +142,10 @@ class CronJobAdmin(ReadOnlyAdmin):
         "kept_history",
         "next_run_at",
         "running",
+        "max_retries",
+        "retry_at",
+        "retry_for",
+        "attempts",
         "created_at",
         "updated_at",
         "recent_runs",
@@ -117,13 +173,15 @@ class CronJobAdmin(ReadOnlyAdmin):
             return "-"
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td></tr>",
             (
                 (
                     r.scheduled_at,
                     r.fired_at or "-",
                     r.finished_at or "-",
                     r.result,
+                    r.attempts,
                     r.error,
                 )
                 for r in runs
@@ -131,7 +189,8 @@ class CronJobAdmin(ReadOnlyAdmin):
         )
         return format_html(
             "<table><thead><tr><th>scheduled</th><th>fired</th><th>finished</th>"
-            "<th>result</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>result</th><th>attempts</th><th>error</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
             rows,
         )
 
@@ -144,6 +203,7 @@ class CronRunAdmin(RetentionAdmin):
         "job",
         "action",
         "result",
+        "attempts",
         "fired_at",
         "finished_at",
     ]
@@ -158,15 +218,30 @@ class CronRunAdmin(RetentionAdmin):
         "fired_at",
         "finished_at",
         "result",
+        "attempts",
         "error",
+        "shown_traceback",
     )
     fields = readonly_fields
+
+    @admin.display(description="traceback")
+    def shown_traceback(self, obj: CronRun) -> str:
+        return _traceback(obj.traceback)
 
 
 @admin.register(QueueMessage)
 class QueueMessageAdmin(RetentionAdmin):
     retention_table = "QueueMessage"
-    list_display = ["id", "actor", "queue", "status", "created_at", "finished_at"]
+    list_display = [
+        "id",
+        "actor",
+        "queue",
+        "status",
+        "attempts",
+        "created_at",
+        "finished_at",
+        "short_error",
+    ]
     list_filter = ["status", "queue"]
     list_select_related = ["actor"]
     search_fields = ["=actor__id", "actor__name", "queue"]
@@ -178,11 +253,15 @@ class QueueMessageAdmin(RetentionAdmin):
         "status",
         "decoded_body",
         "decoded_response",
+        "attempts",
+        "retry_at",
         "shown_error",
+        "shown_traceback",
         "created_at",
         "finished_at",
     )
     fields = readonly_fields
+    actions = ["retry_now"]
 
     @admin.display(description="body")
     def decoded_body(self, obj: QueueMessage) -> str:
@@ -195,6 +274,23 @@ class QueueMessageAdmin(RetentionAdmin):
     @admin.display(description="error")
     def shown_error(self, obj: QueueMessage) -> str:
         return pretty(obj.error) if obj.error else "-"
+
+    @admin.display(description="last error")
+    def short_error(self, obj: QueueMessage) -> str:
+        return str((obj.error or {}).get("detail", "-"))[:120]
+
+    @admin.display(description="traceback")
+    def shown_traceback(self, obj: QueueMessage) -> str:
+        return _traceback(obj.traceback)
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.change_queuemessage")
+
+    @admin.action(description="Retry selected failed messages now")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[QueueMessage]) -> None:
+        _report_retried(self, request, retry_messages(queryset), queryset.count())
+
+    retry_now.allowed_permissions = ["retry"]  # type: ignore[attr-defined]
 
 
 # -- workflows ---------------------------------------------------------------------

@@ -10,15 +10,17 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
-from django.utils.html import format_html
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from ..encoding import json_loads
 from ..exceptions import MalformedRequest
-from ..models import Workflow, WorkflowMessage
-from ..workflow_runtime import operations
+from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage
+from ..workflow_runtime import control, operations
 from ..workflows import WorkflowHandle
 from .rendering import pretty, render_history
 from .retention import RetentionAdmin, purge_note
@@ -45,13 +47,18 @@ class WorkflowAdmin(RetentionAdmin):
         "name",
         "status",
         "engine_state",
+        "parent",
+        "children",
+        "replay_check",
         "created_at",
         "updated_at",
         "finished_at",
         "purge",
         "wake_at",
         "waiting_for",
+        "deadline_at",
         "cancel_requested",
+        "cancel_reason",
         "lease_owner",
         "lease_expires_at",
         "run_count",
@@ -67,6 +74,7 @@ class WorkflowAdmin(RetentionAdmin):
     actions = [
         "cancel_workflows",
         "recover_workflows",
+        "resume_workflows",
         "wake_workflows",
         "replay_workflow",
         "send_message",
@@ -88,6 +96,46 @@ class WorkflowAdmin(RetentionAdmin):
     @admin.display(description="engine state")
     def engine_state(self, obj: Workflow) -> str:
         return str(self._snapshot(obj).state)
+
+    @admin.display(description="parent")
+    def parent(self, obj: Workflow) -> str:
+        if not obj.parent_id:
+            return "-"
+        detached = " (detached)" if obj.detached else ""
+        return format_html("{}{}", _link(obj.parent_id), detached)
+
+    @admin.display(description="children")
+    def children(self, obj: Workflow) -> str:
+        rows = Workflow.objects.children_of(obj.pk).order_by("created_at", "id")
+        found = list(rows.values_list("id", "name", "status")[:50])
+        if not found:
+            return "-"
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>{} ({}, {})</li>",
+                ((_link(child_id), name, status) for child_id, name, status in found),
+            ),
+        )
+
+    @admin.display(description="replay check")
+    def replay_check(self, obj: Workflow) -> str:
+        """Replay the history against the deployed code (``rivet_check_replay``)."""
+        if obj.status not in WORKFLOW_ACTIVE:
+            return "- (finished: nothing will replay it)"
+        try:
+            found = control.check(obj.pk)
+        except Exception as exc:  # show why rather than break the page
+            return format_html("<pre>the check failed: {}</pre>", exc)
+        if found is None:
+            return "replays cleanly against the deployed code"
+        return format_html(
+            "<strong>diverges</strong> at <code>{}</code> ({}): {}",
+            found.location or "<root>",
+            found.code,
+            found.reason,
+        )
 
     @admin.display(description="input")
     def decoded_input(self, obj: Workflow) -> str:
@@ -159,6 +207,13 @@ class WorkflowAdmin(RetentionAdmin):
     ) -> None:
 
         self._each(request, queryset, "recover", operations.recover)
+
+    @admin.action(description="Resume selected cancelled workflows")
+    def resume_workflows(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> None:
+
+        self._each(request, queryset, "resume", control.resume)
 
     @admin.action(description="Wake selected workflows now")
     def wake_workflows(
@@ -246,9 +301,15 @@ class WorkflowAdmin(RetentionAdmin):
 
     cancel_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     recover_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    resume_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     wake_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     replay_workflow.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     send_message.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+
+
+def _link(workflow_id: str) -> str:
+    url = reverse("admin:django_rivet_workflow_change", args=[quote(workflow_id)])
+    return format_html('<a href="{}">{}</a>', url, workflow_id)
 
 
 @admin.register(WorkflowMessage)

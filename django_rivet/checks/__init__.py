@@ -7,8 +7,10 @@ compare them by equality: ``django_rivet.checks.E401``.
 
 from __future__ import annotations
 
+from .background import *  # noqa: F403
 from .database import *  # noqa: F403
 from .definitions import *  # noqa: F403
+from .observability import *  # noqa: F403
 from .retention import *  # noqa: F403
 from .runtime import *  # noqa: F403
 from .settings import *  # noqa: F403

@@ -3,9 +3,12 @@
 - :mod:`.actors`: ``Actor`` (identity, CBOR state, version), ``ActorKV``,
   ``Connection`` and ``ActorEvent`` (the bounded event log);
 - :mod:`.scheduling`: ``Schedule``, ``CronJob``, ``CronRun``,
-  ``QueueMessage``;
+  ``QueueMessage``, ``WorkflowQueue`` (admission's lock per workflow queue),
+  ``ScheduledWorkflow`` (the ticks of ``@workflow(cron=...)``);
 - :mod:`.workflows`: ``Workflow`` (the runtime's index and lease),
-  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``.
+  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``;
+- :mod:`.overview`: ``Overview``, a proxy giving the admin's overview page
+  its place and permission.
 
 Runtime records are written by the runtime and shown read-only in the admin.
 Values are CBOR bytes (see :mod:`django_rivet.encoding`); KV keys are raw
@@ -17,6 +20,7 @@ the storage layer: it imports only the foundation modules (``clock``,
 
 from .actors import Actor, ActorEvent, ActorKV, Connection
 from .base import now as _now  # referenced by the initial migration
+from .overview import Overview
 from .scheduling import (
     CronJob,
     CronKind,
@@ -25,10 +29,13 @@ from .scheduling import (
     QueueMessage,
     QueueMessageStatus,
     Schedule,
+    ScheduledWorkflow,
     ScheduleStatus,
+    WorkflowQueue,
 )
 from .workflows import (
     WORKFLOW_ACTIVE,
+    WORKFLOW_ADMITTED,
     WORKFLOW_FINISHED,
     Workflow,
     WorkflowKV,
@@ -38,6 +45,7 @@ from .workflows import (
 
 __all__ = [
     "WORKFLOW_ACTIVE",
+    "WORKFLOW_ADMITTED",
     "WORKFLOW_FINISHED",
     "Actor",
     "ActorEvent",
@@ -47,13 +55,16 @@ __all__ = [
     "CronKind",
     "CronRun",
     "CronRunResult",
+    "Overview",
     "QueueMessage",
     "QueueMessageStatus",
     "Schedule",
     "ScheduleStatus",
+    "ScheduledWorkflow",
     "Workflow",
     "WorkflowKV",
     "WorkflowMessage",
+    "WorkflowQueue",
     "WorkflowStatus",
     "_now",
 ]

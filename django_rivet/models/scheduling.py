@@ -16,8 +16,9 @@ from .actors import Actor
 # and the sweeper only make it prompt. A firer claims a row (status "running"
 # plus a fresh claim token, committed on its own), then runs the actor code in
 # the actor's transaction, which consumes the claim only if the token still
-# matches. So duplicate deliveries and concurrent sweepers never double-fire,
-# and a raising action records its error without being retried.
+# matches. So duplicate deliveries and concurrent sweepers never double-fire.
+# A raising action records its error (fenced by the same token) and, while
+# it has retries left, goes back to pending with a later time.
 
 
 class ScheduleStatus(models.TextChoices):
@@ -26,7 +27,7 @@ class ScheduleStatus(models.TextChoices):
     PENDING = "pending"
     RUNNING = "running"  # claimed by a firer; the action has not committed
     DONE = "done"
-    ERROR = "error"
+    FAILED = "failed"  # every attempt failed (or a UserError); kept until retention
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
@@ -47,9 +48,13 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def finished_before(self, when: Any) -> ScheduleQuerySet:
         """Fired schedules kept for inspection, older than ``when``."""
         return self.filter(
-            status__in=[ScheduleStatus.DONE, ScheduleStatus.ERROR],
+            status__in=[ScheduleStatus.DONE, ScheduleStatus.FAILED],
             finished_at__lt=when,
         )
+
+    def failed(self) -> ScheduleQuerySet:
+        """Schedules whose attempts all failed (what "retry" applies to)."""
+        return self.filter(status=ScheduleStatus.FAILED)
 
 
 class Schedule(models.Model):
@@ -73,7 +78,16 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(default=base.now)
     fired_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Retries after the first attempt; None follows SCHEDULE_MAX_RETRIES.
+    max_retries = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Attempts claimed so far (a claim counts one, so a crashing firer counts).
+    attempts = models.PositiveIntegerField(default=0)
+    # The last attempt's error ("Type: message") and traceback.
     error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    # The W3C traceparent of the span that created it ("" without tracing):
+    # the firing's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = ScheduleQuerySet.as_manager()
 
@@ -93,7 +107,7 @@ class Schedule(models.Model):
             ),
             models.Index(
                 fields=["finished_at"],
-                condition=models.Q(status__in=["done", "error"]),
+                condition=models.Q(status__in=["done", "failed"]),
                 name="rivet_schedule_finished",
             ),
         ]
@@ -119,8 +133,8 @@ class CronJobQuerySet(models.QuerySet["CronJob"]):
     """Intent-named filters over cron jobs."""
 
     def due(self, now: Any) -> CronJobQuerySet:
-        """Jobs whose next run time has come (running or not)."""
-        return self.filter(next_run_at__lte=now)
+        """Jobs whose next run, or a failed run's retry, is due (running or not)."""
+        return self.filter(models.Q(next_run_at__lte=now) | models.Q(retry_at__lte=now))
 
     def stale_claims(self, claimed_before: Any) -> CronJobQuerySet:
         """Runs whose firer vanished before committing."""
@@ -154,6 +168,14 @@ class CronJob(models.Model):
     enqueued_for = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=base.now)
     updated_at = models.DateTimeField(default=base.now)
+    # Retries of a failed run; None follows SCHEDULE_MAX_RETRIES.
+    max_retries = models.PositiveSmallIntegerField(null=True, blank=True)
+    # A failed run waiting for its retry: when, and the run's scheduled time.
+    # Always before next_run_at: a retry that would not be is given up.
+    retry_at = models.DateTimeField(null=True, blank=True)
+    retry_for = models.DateTimeField(null=True, blank=True)
+    # Attempts of the run in progress or waiting for its retry.
+    attempts = models.PositiveIntegerField(default=0)
 
     objects = CronJobQuerySet.as_manager()
 
@@ -171,6 +193,11 @@ class CronJob(models.Model):
                 fields=["claimed_at"],
                 condition=models.Q(running=True),
                 name="rivet_cronjob_claimed",
+            ),
+            models.Index(
+                fields=["retry_at"],
+                condition=models.Q(retry_at__isnull=False),
+                name="rivet_cronjob_retry",
             ),
         ]
 
@@ -205,6 +232,9 @@ class CronRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     result = models.CharField(max_length=8, choices=CronRunResult.choices)
     error = models.TextField(blank=True, default="")
+    # Attempts the run took (0 for a skipped run); its last traceback.
+    attempts = models.PositiveIntegerField(default=0)
+    traceback = models.TextField(blank=True, default="")
 
     class Meta:
         verbose_name = "cron run"
@@ -223,6 +253,7 @@ class CronRun(models.Model):
             "finished_at": self.finished_at,
             "result": self.result,
             "error": self.error or None,
+            "attempts": self.attempts,
         }
 
 
@@ -247,6 +278,16 @@ class QueueMessageQuerySet(models.QuerySet["QueueMessage"]):
     def pending(self) -> QueueMessageQuerySet:
         """Messages waiting for their handler."""
         return self.filter(status=QueueMessageStatus.PENDING)
+
+    def deliverable(self, now: Any) -> QueueMessageQuerySet:
+        """Pending messages not waiting for a retry's time."""
+        return self.pending().filter(
+            models.Q(retry_at__isnull=True) | models.Q(retry_at__lte=now)
+        )
+
+    def failed(self) -> QueueMessageQuerySet:
+        """Messages whose attempts all failed (what "retry" applies to)."""
+        return self.filter(status=QueueMessageStatus.FAILED)
 
     def stale_claims(self, claimed_before: Any) -> QueueMessageQuerySet:
         """Claims whose deliverer vanished before committing."""
@@ -279,9 +320,18 @@ class QueueMessage(models.Model):
     claim_token = models.UUIDField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     response = models.BinaryField(null=True, blank=True)  # CBOR handler result
-    error = models.JSONField(null=True, blank=True)  # {group, code, message, ...}
+    # The last attempt's error: {group, code, message, metadata, detail}.
+    error = models.JSONField(null=True, blank=True)
+    traceback = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=base.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Attempts claimed so far; a failed attempt with retries left stays at
+    # the head of the actor's queue, pending, until retry_at.
+    attempts = models.PositiveIntegerField(default=0)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    # The W3C traceparent of the span that created it ("" without tracing):
+    # the firing's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = QueueMessageQuerySet.as_manager()
 
@@ -317,3 +367,69 @@ class QueueMessage(models.Model):
         """Return the handler's reply (``None`` until processed)."""
         data = bytes(self.response) if self.response is not None else b""
         return cbor_loads(data) if data else None
+
+
+# -- workflow queues and workflows on a schedule ---------------------------------------
+# Workflow rows carry their queue, priority and deduplication key
+# (models.workflows); a WorkflowQueue row exists per queue used so that
+# admission can lock it: one admitter per queue at a time, on every database.
+
+
+class WorkflowQueue(models.Model):
+    """The lock admission takes on one workflow queue (``WORKFLOW_QUEUES``)."""
+
+    name = models.CharField(max_length=128, primary_key=True)
+    created_at = models.DateTimeField(default=base.now)
+    # The last admission pass (each pass writes it: the write is the lock).
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    # When the rate limit lets the next workflow start, if a wake-up was
+    # sent for it (so a burst of starts sends one, not one each).
+    enqueued_for = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "workflow queue"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"workflow queue {self.name}"
+
+
+class ScheduledWorkflowQuerySet(models.QuerySet["ScheduledWorkflow"]):
+    """Intent-named filters over scheduled workflows."""
+
+    def due(self, now: Any) -> ScheduledWorkflowQuerySet:
+        """Schedules not paused whose next tick has come."""
+        return self.filter(paused=False, next_tick_at__lte=now)
+
+
+class ScheduledWorkflow(models.Model):
+    """The ticks of a ``@workflow(cron=...)``; one row per workflow name.
+
+    Rows follow the code: they are created and updated from the registered
+    definitions by the first sweep (or worker round) that sees them.
+    ``paused`` is the only thing the admin changes.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    expression = models.CharField(max_length=255)
+    timezone = models.CharField(max_length=64, default="UTC")
+    # The next tick to start: the source of truth, moved forward by
+    # compare-and-set in the transaction that starts the tick's workflow.
+    next_tick_at = models.DateTimeField()
+    paused = models.BooleanField(default=False)
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    last_workflow_id = models.CharField(max_length=255, blank=True, default="")
+    # The next_tick_at a Celery ETA task was sent for.
+    enqueued_for = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=base.now)
+    updated_at = models.DateTimeField(default=base.now)
+
+    objects = ScheduledWorkflowQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "scheduled workflow"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        state = "paused" if self.paused else f"next {self.next_tick_at:%Y-%m-%d %H:%M}"
+        return f"{self.name} ({self.expression}, {state})"

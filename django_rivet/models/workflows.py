@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import NotSupportedError, models
+from django.db.models.lookups import Lookup
 
 from ..workflow import schema
 from . import base
@@ -23,6 +25,7 @@ class WorkflowStatus(models.TextChoices):
     """Where a workflow stands (the engine's state, mirrored)."""
 
     PENDING = "pending"  # started, never run yet
+    QUEUED = "queued"  # waiting in its queue (WORKFLOW_QUEUES) to be started
     RUNNING = "running"  # a worker holds its lease (or held it and crashed)
     SLEEPING = "sleeping"  # paused: a sleep, a retry backoff or a message wait
     COMPLETED = "completed"
@@ -34,6 +37,14 @@ class WorkflowStatus(models.TextChoices):
 # Workflows that may still run; the others are finished for good (unless
 # recovered or replayed from the admin or a handle).
 WORKFLOW_ACTIVE = [
+    WorkflowStatus.QUEUED,
+    WorkflowStatus.PENDING,
+    WorkflowStatus.RUNNING,
+    WorkflowStatus.SLEEPING,
+    WorkflowStatus.ROLLING_BACK,
+]
+# Started and not finished: what counts against a queue's concurrency.
+WORKFLOW_ADMITTED = [
     WorkflowStatus.PENDING,
     WorkflowStatus.RUNNING,
     WorkflowStatus.SLEEPING,
@@ -81,6 +92,45 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
             status__in=WORKFLOW_ACTIVE
         )
 
+    def waiting_for_name(self, name: str) -> WorkflowQuerySet:
+        """Workflows whose current wait includes ``name`` (``"*"``: any message)."""
+        return self.filter(waiting_for__has_name=name)
+
+    def children_of(self, parent_id: str) -> WorkflowQuerySet:
+        """The workflows ``parent_id`` started (``ctx.child``/``ctx.start_child``)."""
+        return self.filter(parent_id=parent_id)
+
+
+if TYPE_CHECKING:
+    # Lookup is generic only in django-stubs, not at run time.
+    _Lookup = Lookup[Any]
+else:
+    _Lookup = Lookup
+
+
+class HasName(_Lookup):
+    """``waiting_for__has_name="approve"``: the JSON list contains the name.
+
+    Django's ``contains`` on a JSONField is not available on SQLite, so this
+    speaks each backend's JSON: ``@>`` on PostgreSQL, ``json_each`` on
+    SQLite, ``JSON_CONTAINS`` on MySQL and MariaDB.
+    """
+
+    lookup_name = "has_name"
+    prepare_rhs = False
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        vendor = connection.vendor
+        if vendor == "postgresql":
+            return f"{lhs} @> %s::jsonb", (*lhs_params, json.dumps([self.rhs]))
+        if vendor == "sqlite":
+            sql = f"EXISTS (SELECT 1 FROM json_each({lhs}) WHERE json_each.value = %s)"
+            return sql, (*lhs_params, str(self.rhs))
+        if vendor == "mysql":
+            return f"JSON_CONTAINS({lhs}, %s)", (*lhs_params, json.dumps(self.rhs))
+        raise NotSupportedError(f"waiting_for__has_name is not supported on {vendor}")
+
 
 class Workflow(models.Model):
     """One workflow instance (``workflows.start``), indexed for the runtime."""
@@ -107,6 +157,14 @@ class Workflow(models.Model):
     lease_token = models.CharField(max_length=32, blank=True, default="")
     lease_owner = models.CharField(max_length=255, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A child's parent ("" for a top-level workflow), and whether it outlives
+    # a cancel of its parent (``start_child(detached=True)``).
+    parent_id = models.CharField(max_length=255, blank=True, default="")
+    detached = models.BooleanField(default=False)
+    # When the workflow is cancelled with reason "timeout" (``timeout=``).
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    # Why it was (or is being) cancelled: cancelled, parent_cancelled, timeout.
+    cancel_reason = models.CharField(max_length=32, blank=True, default="")
     run_count = models.PositiveIntegerField(default=0)
     # Consecutive runs that ended on an infrastructure error (storage outage,
     # unknown workflow name, failing rollback handler); drives the backoff.
@@ -116,6 +174,18 @@ class Workflow(models.Model):
     # tasks that look lost).
     enqueued_for = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # Workflow queues (WORKFLOW_QUEUES): "" for a workflow started directly.
+    # A queued one waits with status "queued" (and no wake_at) until
+    # admission starts it, lowest priority first, then oldest; started_at
+    # is when that happened (the rate limit counts them). A dedup_key ("":
+    # none) is unique among the queue's workflows that have not finished.
+    queue = models.CharField(max_length=128, blank=True, default="")
+    priority = models.IntegerField(default=0)
+    dedup_key = models.CharField(max_length=255, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    # The W3C traceparent of the span that started it ("" without tracing):
+    # every run's span continues that trace (docs/observability.md).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     objects = WorkflowQuerySet.as_manager()
 
@@ -140,6 +210,40 @@ class Workflow(models.Model):
                 condition=models.Q(status__in=WORKFLOW_FINISHED),
                 name="rivet_workflow_finished",
             ),
+            # Workflow queues: the next to admit, the running count, the
+            # starts within the rate window.
+            models.Index(
+                fields=["queue", "priority", "created_at"],
+                condition=models.Q(status="queued"),
+                name="rivet_workflow_queued",
+            ),
+            models.Index(
+                fields=["queue", "status"],
+                condition=~models.Q(queue=""),
+                name="rivet_workflow_queue_status",
+            ),
+            models.Index(
+                fields=["queue", "started_at"],
+                condition=~models.Q(queue=""),
+                name="rivet_workflow_queue_started",
+            ),
+            # workflows.filter() without a status: newest first.
+            models.Index(fields=["created_at"], name="rivet_workflow_created"),
+            # A parent's children (cancel cascade, filter(parent_id=...)).
+            models.Index(
+                fields=["parent_id", "status"],
+                condition=~models.Q(parent_id=""),
+                name="rivet_workflow_children",
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "dedup_key"],
+                condition=(
+                    ~models.Q(dedup_key="") & models.Q(status__in=WORKFLOW_ACTIVE)
+                ),
+                name="rivet_workflow_dedup",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -149,6 +253,9 @@ class Workflow(models.Model):
     def is_finished(self) -> bool:
         """Tell whether the workflow completed, failed or was cancelled."""
         return self.status in WORKFLOW_FINISHED
+
+
+Workflow._meta.get_field("waiting_for").register_lookup(HasName)
 
 
 class WorkflowKV(models.Model):

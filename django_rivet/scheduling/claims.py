@@ -16,11 +16,15 @@ Every firing has two steps:
 
 So a duplicated Celery delivery, two sweepers, or a sweeper racing a task
 fire once. If the handler raises, everything rolls back and the error is
-recorded (fenced by the same token) without a retry. If the firer dies
-between the two steps, the claim goes stale and the sweeper returns the row
-to ``pending`` after :func:`claim_lease` seconds; a late firer holding the old
-token then finds nothing to consume. Dispatch (Celery ETA tasks, the worker
-loop) only makes firing prompt: the database decides.
+recorded (fenced by the same token): work with retries left goes back to
+``pending`` for a later attempt (:mod:`.retries`), other work is failed for
+good, which logs an ERROR and sends :data:`~django_rivet.signals.work_failed`.
+Each claim counts one attempt, so a firer that crashes mid-attempt uses one
+up too. If the firer dies between the two steps, the claim goes stale and the
+sweeper returns the row to ``pending`` after :func:`claim_lease` seconds; a
+late firer holding the old token then finds nothing to consume. Dispatch
+(Celery ETA tasks, the worker loop) only makes firing prompt: the database
+decides.
 """
 
 from __future__ import annotations
@@ -34,12 +38,15 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import clock, observability
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
-from ..exceptions import ActionNotFound, RivetError
+from ..exceptions import ActionNotFound, InvalidArgs, RivetError, UserError
 from ..models import db
+from ..signals import work_failed
+from . import retries
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -57,6 +64,8 @@ __all__ = [
     "describe",
     "fire",
     "fired_by",
+    "next_attempt_at",
+    "retryable",
     "skip_locked",
 ]
 
@@ -67,7 +76,8 @@ class Fired(enum.Enum):
     """What one firing attempt did."""
 
     OK = "ok"  # the handler ran and committed
-    ERROR = "error"  # the handler raised; recorded, not retried
+    RETRYING = "retrying"  # the handler raised; it is tried again later
+    ERROR = "error"  # the handler raised and the work failed for good
     SKIPPED = "skipped"  # a cron run overlapped a running one
     DELETED = "deleted"  # the handler no longer exists; the row was deleted
     NOT_CLAIMED = "not_claimed"  # not due, gone, or someone else has it
@@ -75,7 +85,7 @@ class Fired(enum.Enum):
 
     @property
     def ran(self) -> bool:
-        """Tell whether this attempt handled due work."""
+        """Tell whether this attempt handled due work (even if it failed)."""
         return self not in (Fired.NOT_CLAIMED, Fired.LOST)
 
 
@@ -117,11 +127,17 @@ def claim_transaction() -> Iterator[None]:
 
 
 def fired_by(
-    kind: str, id: Any, name: str, scheduled_at: datetime, fired_at: datetime
+    kind: str,
+    id: Any,
+    name: str,
+    scheduled_at: datetime,
+    fired_at: datetime,
+    attempt: int = 1,
 ) -> Origin:
     """Return the origin of a scheduled, cron or queue invocation.
 
-    Its ``fire_info`` is what handlers read as ``ctx.fire_info`` (SPEC 3.4).
+    Its ``fire_info`` is what handlers read as ``ctx.fire_info`` (SPEC 3.4);
+    ``attempt`` is 1 for the first run, 2 for the first retry...
     """
     return Origin(
         transport=kind,
@@ -131,8 +147,31 @@ def fired_by(
             "name": name,
             "scheduled_at": scheduled_at,
             "fired_at": fired_at,
+            "attempt": attempt,
         },
     )
+
+
+def next_attempt_at(
+    exc: BaseException, attempt: int, max_retries: int | None
+) -> float | None:
+    """Return when failed attempt ``attempt`` is tried again (epoch seconds).
+
+    ``None`` when the work failed for good: no retry left (``max_retries``,
+    ``None`` following the setting), or none would help (:func:`retryable`).
+    """
+    if not retryable(exc) or attempt > retries.retries_allowed(max_retries):
+        return None
+    return clock.now() + retries.backoff(attempt)
+
+
+def retryable(exc: BaseException) -> bool:
+    """Tell whether another attempt could end differently.
+
+    A ``UserError`` is the handler's deliberate answer; a handler gone from
+    the code, or stored arguments its signature refuses, stay so.
+    """
+    return not isinstance(exc, UserError | HandlerGone | InvalidArgs)
 
 
 def describe(exc: BaseException) -> str:
@@ -155,10 +194,19 @@ class Firing(ABC):
     # from outside, and this work was accepted when it was created.
     auth = None
 
-    def __init__(self, label: str) -> None:
+    def __init__(
+        self, label: str, *, kind: str, work_id: Any, action: str, attempt: int
+    ) -> None:
         self.label: str | None = label
         self.spec: HandlerSpec | None = None
+        self.definition: type[Actor] | None = None
         self.consumed = False
+        # What work_failed reports: "schedule", "cron" or "message", the
+        # row's id, the action (or queue) and which attempt this is.
+        self.kind = kind
+        self.work_id = work_id
+        self.action = action
+        self.attempt = attempt
 
     @abstractmethod
     def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
@@ -178,6 +226,7 @@ class Firing(ABC):
 
     def prepare(self, definition: type[Actor]) -> None:
         """Find the handler; a removed one raises :class:`HandlerGone`."""
+        self.definition = definition
         self.spec = self.find_handler(definition)
         if self.spec is None:
             raise HandlerGone(
@@ -203,21 +252,23 @@ def fire(
     origin: Origin,
     *,
     what: str,
-    on_error: Callable[[BaseException], None],
+    on_error: Callable[[BaseException], bool],
     on_gone: Callable[[], None] | None = None,
 ) -> Fired:
     """Run a claimed firing through the invocation path; record failures.
 
     ``on_error`` records a raising handler (in a transaction of its own,
-    fenced by the claim token); ``on_gone`` deletes work whose handler was
-    removed from the code (without it, that is recorded as an error).
+    fenced by the claim token) and returns whether the work failed for good
+    (no retry left, or :func:`retryable` says none would help); ``on_gone``
+    deletes work whose handler was removed from the code (without it, that
+    is a failure). Every failed attempt logs a WARNING with its traceback; a
+    failure for good also logs an ERROR and sends ``work_failed``.
     """
     try:
         invoke(ActorRef.by_id(actor_id), operation, origin)
     except HandlerGone as exc:
         if on_gone is None:
-            on_error(exc)
-            return Fired.ERROR
+            return _failed(actor_id, operation, what, exc, on_error)
         logger.warning(
             "deleted %s: its handler no longer exists actor_id=%s", what, actor_id
         )
@@ -226,21 +277,57 @@ def fire(
     except ClaimLost:
         return Fired.LOST
     except Exception as exc:
-        logger.warning(
-            "%s failed actor_id=%s error=%s",
-            what,
-            actor_id,
-            describe(exc),
-            exc_info=not isinstance(exc, RivetError),
-        )
-        on_error(exc)
-        return Fired.ERROR
+        return _failed(actor_id, operation, what, exc, on_error)
     if not operation.consumed:
         return Fired.LOST
     logger.info(
-        "fired %s actor_id=%s late_ms=%.0f", what, actor_id, _lateness_ms(origin)
+        "fired %s actor_id=%s attempt=%s late_ms=%.0f",
+        what,
+        actor_id,
+        operation.attempt,
+        _lateness_ms(origin),
     )
     return Fired.OK
+
+
+def _failed(
+    actor_id: uuid.UUID,
+    operation: Firing,
+    what: str,
+    exc: BaseException,
+    on_error: Callable[[BaseException], bool],
+) -> Fired:
+    """Log a failed attempt, record it, and report a failure for good."""
+    logger.warning(
+        "%s attempt failed actor_id=%s attempt=%s error=%s",
+        what,
+        actor_id,
+        operation.attempt,
+        describe(exc),
+        exc_info=exc,
+    )
+    if not on_error(exc):
+        return Fired.RETRYING
+    logger.error(
+        "%s failed for good actor_id=%s attempts=%s error=%s",
+        what,
+        actor_id,
+        operation.attempt,
+        describe(exc),
+    )
+    observability.work_failed(operation.kind)
+    responses = work_failed.send_robust(
+        sender=operation.definition,
+        kind=operation.kind,
+        actor_id=actor_id,
+        action=operation.action,
+        id=operation.work_id,
+        error=exc,
+    )
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error("work_failed receiver %r raised", receiver, exc_info=response)
+    return Fired.ERROR
 
 
 def _lateness_ms(origin: Origin) -> float:

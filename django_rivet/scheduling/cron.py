@@ -20,7 +20,7 @@ from .. import clock, dispatch
 from ..conf import rivet_settings
 from ..exceptions import TooManySchedules
 from ..models import CronJob, CronKind, CronRun, CronRunResult, db
-from . import crontab
+from . import crontab, retries
 from .schedules import encode_call
 
 if TYPE_CHECKING:
@@ -118,14 +118,18 @@ def record_skipped(job: CronJob, scheduled: datetime) -> None:
     )
 
 
-def skip_overdue(job_id: int) -> int:
+def skip_overdue(job_id: int, claimed_at: datetime | None = None) -> int:
     """Record runs that fell due while a run held the job as skipped.
 
-    Called in the transaction that ends a run; returns how many were skipped.
+    Called in the transaction that ends a run (claimed at ``claimed_at``);
+    returns how many were skipped. A run already due when it was claimed
+    (behind a late retry) did not overlap it: it runs next, late.
     """
     job = CronJob.objects.filter(pk=job_id).first()
     now = clock.now_datetime()
     if job is None or job.next_run_at > now:
+        return 0
+    if claimed_at is not None and job.next_run_at <= claimed_at:
         return 0
     observed = job.next_run_at
     following = next_run_time(job, observed, now)
@@ -157,6 +161,8 @@ def _job_info(job: CronJob) -> dict[str, Any]:
         "next_run_at": job.next_run_at,
         "running": job.running,
         "created_at": job.created_at,
+        "max_retries": retries.retries_allowed(job.max_retries),
+        "retry_at": job.retry_at,
     }
 
 
@@ -196,6 +202,7 @@ class CronAPI:
         *args: Any,
         tz: str | None = None,
         max_history: int | None = None,
+        max_retries: int | None = None,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` on ``expression``.
 
@@ -203,7 +210,9 @@ class CronAPI:
         Setting a job again with the same definition keeps its next run, so
         it is safe to call from ``on_wake``; any change reschedules it.
         ``max_history`` runs are kept (0-10000; ``None`` follows
-        ``RIVET["CRON_HISTORY"]``).
+        ``RIVET["CRON_HISTORY"]``). A failing run is retried up to
+        ``max_retries`` times (default ``RIVET["SCHEDULE_MAX_RETRIES"]``),
+        each retry before the next run is due.
         """
         zone_name = tz or getattr(settings, "TIME_ZONE", None) or "UTC"
         first = crontab.validate_cron(expression, zone_name, clock.now_datetime())
@@ -211,7 +220,7 @@ class CronAPI:
             name,
             action,
             args,
-            max_history,
+            (max_history, max_retries),
             {
                 "kind": CronKind.CRON,
                 "expression": " ".join(expression.split()),
@@ -228,12 +237,13 @@ class CronAPI:
         action: str,
         *args: Any,
         max_history: int | None = None,
+        max_retries: int | None = None,
     ) -> dict[str, Any]:
         """Create or update the job ``name``: call ``action`` every ``interval``.
 
         The interval is at least 5 seconds; the first run is one interval
         after this call, and the cadence is anchored there (no drift).
-        ``max_history`` is as in :meth:`set`.
+        ``max_history`` and ``max_retries`` are as in :meth:`set`.
         """
         seconds = crontab.validate_interval(interval)
         first = clock.to_datetime(clock.now() + seconds)
@@ -241,7 +251,7 @@ class CronAPI:
             name,
             action,
             args,
-            max_history,
+            (max_history, max_retries),
             {
                 "kind": CronKind.EVERY,
                 "expression": "",
@@ -256,7 +266,7 @@ class CronAPI:
         name: str,
         action: str,
         args: tuple[Any, ...],
-        max_history: int | None,
+        options: tuple[int | None, int | None],
         rule: dict[str, Any],
         first: datetime,
     ) -> dict[str, Any]:
@@ -270,14 +280,16 @@ class CronAPI:
                 f"A cron job name is 1 to {CRON_NAME_MAX_LENGTH} characters, no NUL"
             )
         data = encode_call(self._invocation, action, args)
-        max_history = _check_max_history(max_history)
+        max_history = _check_max_history(options[0])
+        max_retries = retries.check_max_retries(options[1])
         definition = {**rule, "action": action, "args": data}
         job = CronJob.objects.filter(actor_id=self._actor_id, name=name).first()
         now = clock.now_datetime()
         if job is not None and _same_definition(job, definition):
-            if job.max_history != max_history:
+            if (job.max_history, job.max_retries) != (max_history, max_retries):
                 job.max_history = max_history
-                job.save(update_fields=["max_history"])
+                job.max_retries = max_retries
+                job.save(update_fields=["max_history", "max_retries"])
                 trim_history(job.pk, history_limit(max_history))
             return _job_info(job)
         if (
@@ -293,9 +305,14 @@ class CronAPI:
         fields = {
             **definition,
             "max_history": max_history,
+            "max_retries": max_retries,
             "next_run_at": first,
             "enqueued_for": first if enqueue else None,
             "updated_at": now,
+            # A new rule drops a retry the old one was waiting for.
+            "retry_at": None,
+            "retry_for": None,
+            "attempts": 0,
         }
         if job is None:
             job = CronJob.objects.create(
@@ -329,7 +346,9 @@ class CronAPI:
         """Return the newest ``limit`` runs of the job ``name``, newest first.
 
         Entries: ``{action, scheduled_at, fired_at, finished_at, result,
-        error}`` with ``result`` one of ``ok``, ``error``, ``skipped``.
+        error, attempts}`` with ``result`` one of ``ok``, ``error``,
+        ``skipped``; ``attempts`` is how many times the run was tried (0 for
+        a skipped one).
         """
         runs = CronRun.objects.filter(
             job__actor_id=self._actor_id, job__name=name
@@ -344,10 +363,17 @@ class CronAPI:
         *args: Any,
         tz: str | None = None,
         max_history: int | None = None,
+        max_retries: int | None = None,
     ) -> dict[str, Any]:
         """Async :meth:`set`."""
         return await sync_to_async(self.set)(
-            name, expression, action, *args, tz=tz, max_history=max_history
+            name,
+            expression,
+            action,
+            *args,
+            tz=tz,
+            max_history=max_history,
+            max_retries=max_retries,
         )
 
     async def aevery(
@@ -357,10 +383,16 @@ class CronAPI:
         action: str,
         *args: Any,
         max_history: int | None = None,
+        max_retries: int | None = None,
     ) -> dict[str, Any]:
         """Async :meth:`every`."""
         return await sync_to_async(self.every)(
-            name, interval, action, *args, max_history=max_history
+            name,
+            interval,
+            action,
+            *args,
+            max_history=max_history,
+            max_retries=max_retries,
         )
 
     async def aget(self, name: str) -> dict[str, Any] | None:

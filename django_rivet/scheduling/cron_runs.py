@@ -3,6 +3,12 @@
 See :mod:`.claims` for the protocol every firing follows. A run that falls
 due while the previous one still runs is recorded as ``skipped``; runs
 missed while nothing fired are folded into one late run.
+
+A failed run with retries left (:mod:`.retries`) waits on the job
+(``retry_at``, ``retry_for``) and is retried before the next run is due: a
+retry that would not be is given up, so retries never push into or overlap
+the next run, and the run is recorded once, with its attempts, when it
+succeeds or fails for good.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.db.models import F
+
 from .. import clock
 from ..actors.definition import Actor, HandlerSpec
 from ..encoding import cbor_loads
 from ..models import CronJob, CronRun, CronRunResult, db
+from . import retries
 from .claims import (
     ClaimLost,
     Fired,
@@ -24,6 +33,7 @@ from .claims import (
     describe,
     fire,
     fired_by,
+    next_attempt_at,
 )
 from .cron import (
     advance,
@@ -61,11 +71,49 @@ class CronClaim:
     scheduled_at: datetime
     token: uuid.UUID
     max_history: int | None  # None: follow RIVET["CRON_HISTORY"]
+    attempt: int = 1  # this claim's attempt of the run (1 = the first)
+    max_retries: int | None = None  # None: follow SCHEDULE_MAX_RETRIES
+    claimed_at: datetime | None = None
+
+
+def _claim_retry(job: CronJob, now: datetime) -> CronClaim | Fired:
+    """Claim the retry of a failed run that waits on ``job``."""
+    assert job.retry_at is not None and job.retry_for is not None
+    token = uuid.uuid4()
+    with claim_transaction():
+        claimed = CronJob.objects.filter(
+            pk=job.pk, retry_at=job.retry_at, running=False
+        ).update(
+            running=True,
+            running_for=job.retry_for,
+            claim_token=token,
+            claimed_at=now,
+            retry_at=None,
+            attempts=F("attempts") + 1,
+        )
+    if not claimed:
+        return Fired.NOT_CLAIMED
+    return CronClaim(
+        job.pk,
+        job.actor_id,
+        job.name,
+        job.action,
+        bytes(job.args),
+        job.retry_for,
+        token,
+        job.max_history,
+        job.attempts + 1,
+        job.max_retries,
+        now,
+    )
 
 
 def claim_cron(job: CronJob) -> CronClaim | Fired:
-    """Claim the due run of ``job`` (or skip it if a run is in progress)."""
+    """Claim the due run (or retry) of ``job``; skip a run overlapping one."""
     now = clock.now_datetime()
+    if job.retry_at is not None and job.retry_at <= now:
+        # Retries are due before the next run by construction: take it first.
+        return _claim_retry(job, now)
     scheduled = job.next_run_at
     if scheduled > now:
         return Fired.NOT_CLAIMED
@@ -88,6 +136,9 @@ def claim_cron(job: CronJob) -> CronClaim | Fired:
             running_for=scheduled,
             claim_token=token,
             claimed_at=now,
+            attempts=1,
+            retry_at=None,
+            retry_for=None,
         )
         if not claimed:
             return Fired.NOT_CLAIMED
@@ -100,13 +151,18 @@ def claim_cron(job: CronJob) -> CronClaim | Fired:
         scheduled,
         token,
         job.max_history,
+        1,
+        job.max_retries,
+        now,
     )
 
 
-def _release(claim: CronClaim) -> int:
+def _release(claim: CronClaim, **changes: Any) -> int:
     return CronJob.objects.filter(
         pk=claim.job_id, claim_token=claim.token, running=True
-    ).update(running=False, running_for=None, claim_token=None, claimed_at=None)
+    ).update(
+        running=False, running_for=None, claim_token=None, claimed_at=None, **changes
+    )
 
 
 class RunCron(Firing):
@@ -118,7 +174,13 @@ class RunCron(Firing):
     """
 
     def __init__(self, claim: CronClaim, fired_at: datetime) -> None:
-        super().__init__(f"cron {claim.name}")
+        super().__init__(
+            f"cron {claim.name}",
+            kind="cron",
+            work_id=claim.job_id,
+            action=claim.action,
+            attempt=claim.attempt,
+        )
         self.claim = claim
         self.fired_at = fired_at
 
@@ -140,14 +202,20 @@ class RunCron(Firing):
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Release the claim and record the run."""
         claim = self.claim
-        if not _release(claim):
+        if not _release(claim, attempts=0):
             if CronJob.objects.filter(pk=claim.job_id).exists():
                 raise ClaimLost()
             return  # the action deleted its own job
         _record(claim, self.fired_at, CronRunResult.OK)
 
 
-def _record(claim: CronClaim, fired_at: datetime, result: str, error: str = "") -> None:
+def _record(
+    claim: CronClaim,
+    fired_at: datetime,
+    result: str,
+    error: str = "",
+    traceback: str = "",
+) -> None:
     CronRun.objects.create(
         job_id=claim.job_id,
         action=claim.action,
@@ -156,19 +224,52 @@ def _record(claim: CronClaim, fired_at: datetime, result: str, error: str = "") 
         finished_at=clock.now_datetime(),
         result=result,
         error=error,
+        attempts=claim.attempt,
+        traceback=traceback,
     )
-    skip_overdue(claim.job_id)
+    skip_overdue(claim.job_id, claim.claimed_at)
     trim_history(claim.job_id, history_limit(claim.max_history))
+
+
+def _retry_at(claim: CronClaim, exc: BaseException) -> float | None:
+    """Return when to retry a failed run, or None when it failed for good."""
+    retry_at = next_attempt_at(exc, claim.attempt, claim.max_retries)
+    if retry_at is None:
+        return None
+    following = (
+        CronJob.objects.filter(pk=claim.job_id)
+        .values_list("next_run_at", flat=True)
+        .first()
+    )
+    if following is None or retry_at >= clock.to_timestamp(following):
+        return None  # the next run comes first: this one is given up
+    return retry_at
 
 
 def fire_claimed_cron(claim: CronClaim) -> Fired:
     """Fire one claimed cron run through the invocation path."""
     fired_at = clock.now_datetime()
 
-    def record_error(exc: BaseException) -> None:
+    def record_error(exc: BaseException) -> bool:
+        # Read before the transaction: on SQLite its first statement must
+        # be the write that takes the lock.
+        retry_at = _retry_at(claim, exc)
         with db.atomic():
-            if _release(claim):
-                _record(claim, fired_at, CronRunResult.ERROR, describe(exc))
+            if retry_at is None:
+                if not _release(claim, attempts=0):
+                    return False
+                _record(
+                    claim,
+                    fired_at,
+                    CronRunResult.ERROR,
+                    describe(exc),
+                    retries.traceback_text(exc),
+                )
+                return True
+            waiting = clock.to_datetime(retry_at)
+            if _release(claim, retry_at=waiting, retry_for=claim.scheduled_at):
+                db.on_commit(lambda: wake_cron(claim.job_id, retry_at), robust=True)
+        return False
 
     def delete() -> None:
         CronJob.objects.filter(pk=claim.job_id).delete()
@@ -176,7 +277,14 @@ def fire_claimed_cron(claim: CronClaim) -> Fired:
     return fire(
         claim.actor_id,
         RunCron(claim, fired_at),
-        fired_by("cron", claim.job_id, claim.name, claim.scheduled_at, fired_at),
+        fired_by(
+            "cron",
+            claim.job_id,
+            claim.name,
+            claim.scheduled_at,
+            fired_at,
+            claim.attempt,
+        ),
         what=f"cron job={claim.name} action={claim.action}",
         on_error=record_error,
         on_gone=delete,
@@ -202,10 +310,19 @@ def run_cron(job_id: int, scheduled_at: float | None = None) -> Fired:
         return Fired.NOT_CLAIMED
     if scheduled_at is not None:
         expected = clock.to_datetime(scheduled_at)
-        if abs((job.next_run_at - expected).total_seconds()) > 0.001:
+        # Sent for the next run, or for the retry of a failed one.
+        due = next(
+            (
+                at
+                for at in (job.next_run_at, job.retry_at)
+                if at is not None and abs((at - expected).total_seconds()) <= 0.001
+            ),
+            None,
+        )
+        if due is None:
             return Fired.NOT_CLAIMED
-        if job.next_run_at > clock.now_datetime():
-            wake_cron(job.pk, clock.to_timestamp(job.next_run_at))
+        if due > clock.now_datetime():
+            wake_cron(job.pk, clock.to_timestamp(due))
             return Fired.NOT_CLAIMED
     return run_cron_job(job)
 

@@ -16,6 +16,10 @@ handler, an atomic block) delivers in its own thread instead: its message
 is not committed, so no other thread can see it; ``timeout`` then only
 bounds the polling.
 
+Delivery, retries and failures are :mod:`.queue_delivery` (re-exported
+here). A waiting sender is answered ``{"status": "failed", "error": {...}}``
+as soon as its message failed for good.
+
 Limits: at most ``MAX_PENDING_MESSAGES`` unprocessed messages per actor and
 ``MAX_MESSAGE_BYTES`` per encoded body, unless the actor class sets
 ``queue_max_pending`` / ``queue_max_message_bytes``.
@@ -30,14 +34,12 @@ import uuid
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .. import clock, dispatch
-from ..actors.definition import Actor, HandlerSpec
-from ..actors.errors import public_error
+from .. import observability
+from ..actors.definition import Actor
 from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
 from ..actors.rows import ActorRef
 from ..actors.spine import ainvoke, executor, invoke
@@ -48,10 +50,17 @@ from ..exceptions import (
     ActorNotFound,
     QueueFull,
     QueueMessageTooLarge,
-    error_from_dict,
 )
 from ..models import QueueMessage, QueueMessageStatus, db
-from .claims import Fired, Firing, claim_transaction, describe, fire, fired_by
+from .queue_delivery import (
+    MessageClaim,
+    claim_next_message,
+    deliver_claimed_message,
+    deliver_due_queues,
+    deliver_queue,
+    retry_messages,
+    wake_queue,
+)
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -69,6 +78,7 @@ __all__ = [
     "deliver_claimed_message",
     "deliver_due_queues",
     "deliver_queue",
+    "retry_messages",
     "send",
     "wake_queue",
 ]
@@ -78,11 +88,6 @@ MAX_MESSAGE_BYTES = 64 * 1024
 # Seconds between checks while a waiting sender's message is being handled
 # elsewhere.
 WAIT_POLL_INTERVAL = 0.05
-
-
-def wake_queue(actor_id: uuid.UUID | str) -> None:
-    """Make an actor's pending queue messages get delivered."""
-    dispatch.wake("deliver_queue", [str(actor_id)])
 
 
 def _encode_body(queue: str, body: Any) -> bytes:
@@ -118,7 +123,12 @@ def _store(invocation: Invocation, queue: str, data: bytes) -> int:
             f"The actor has {pending} pending messages; the limit is {limit}",
             metadata={"limit": limit},
         )
-    message = QueueMessage.objects.create(actor_id=actor_id, queue=queue, body=data)
+    message = QueueMessage.objects.create(
+        actor_id=actor_id,
+        queue=queue,
+        body=data,
+        traceparent=observability.traceparent(),
+    )
     invocation.after_commit(wake_queue, actor_id)
     return message.id
 
@@ -187,7 +197,17 @@ def _outcome(actor_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
         data = bytes(response) if response is not None else b""
         return {"status": "completed", "response": cbor_loads(data) if data else None}
     if status == QueueMessageStatus.FAILED:
-        raise error_from_dict(error or {})
+        error = error or {}
+        # The wire form only: "detail" (the exception text) stays server-side.
+        return {
+            "status": "failed",
+            "error": {
+                "group": error.get("group", "rivet"),
+                "code": error.get("code", "internal_error"),
+                "message": error.get("message", ""),
+                "metadata": error.get("metadata"),
+            },
+        }
     return None
 
 
@@ -258,12 +278,13 @@ def send(
     """Store a message for the actor ``ref``; optionally wait for the reply.
 
     Returns ``{"status": "queued"}``, or with ``wait=True``
-    ``{"status": "completed", "response": ...}`` or ``{"status": "timed_out"}``
-    (after ``timeout`` seconds, default ``ACTION_TIMEOUT``, even if the
-    handler is still running; the message stays queued and is handled once).
-    A handler that raised is re-raised as its
-    :class:`~django_rivet.RivetError` (internal errors as
-    ``rivet/internal_error``).
+    ``{"status": "completed", "response": ...}``, ``{"status": "failed",
+    "error": {group, code, message, metadata}}`` once the handler failed for
+    good (its retries spent, or a ``UserError``; internal errors as
+    ``rivet/internal_error``), or ``{"status": "timed_out"}`` (after
+    ``timeout`` seconds, default ``ACTION_TIMEOUT``, even if the handler is
+    still running or waits for a retry; the message stays queued and is
+    handled once).
     """
     data = _encode_body(queue, body)
     deadline = _wait_limit(timeout)
@@ -316,139 +337,3 @@ async def asend(
         if remaining <= 0:
             return {"status": "timed_out"}
         await asyncio.sleep(min(WAIT_POLL_INTERVAL, remaining))
-
-
-# -- delivery --------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class MessageClaim:
-    """A queue message this process may deliver."""
-
-    id: int
-    actor_id: uuid.UUID
-    queue: str
-    body: bytes
-    created_at: datetime
-    token: uuid.UUID
-
-
-def claim_next_message(actor_id: uuid.UUID | str) -> MessageClaim | None:
-    """Claim the actor's oldest unprocessed message, unless one is claimed.
-
-    Only the head of the actor's queue can be claimed, so messages are
-    handled one by one in FIFO order even with several deliverers.
-    """
-    token = uuid.uuid4()
-    now = clock.now_datetime()
-    head = (
-        QueueMessage.objects.active()
-        .filter(actor_id=actor_id)
-        .order_by("id")
-        .values("id")[:1]
-    )
-    with claim_transaction():
-        claimed = QueueMessage.objects.filter(
-            id__in=head, status=QueueMessageStatus.PENDING
-        ).update(status=QueueMessageStatus.RUNNING, claim_token=token, claimed_at=now)
-        if not claimed:
-            return None
-        row = (
-            QueueMessage.objects.active()
-            .filter(actor_id=actor_id, claim_token=token)
-            .values_list("id", "queue", "body", "created_at")
-            .first()
-        )
-    if row is None:  # pragma: no cover - the update just wrote it
-        return None
-    msg_id, queue, body, created_at = row
-    return MessageClaim(
-        msg_id, uuid.UUID(str(actor_id)), queue, bytes(body), created_at, token
-    )
-
-
-class DeliverMessage(Firing):
-    """Operation: consume a message claim, run its handler, store the reply."""
-
-    def __init__(self, claim: MessageClaim, fired_at: datetime) -> None:
-        super().__init__(f"queue {claim.queue}")
-        self.claim = claim
-        self.fired_at = fired_at
-
-    def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
-        """Return the handler of the message's queue."""
-        return definition.queue_handlers.get(self.claim.queue)
-
-    def consume(self, invocation: Invocation) -> bool:
-        """Mark the message done if our claim still holds it."""
-        claim = self.claim
-        return bool(
-            QueueMessage.objects.filter(
-                pk=claim.id, claim_token=claim.token, status=QueueMessageStatus.RUNNING
-            ).update(status=QueueMessageStatus.DONE)
-        )
-
-    def arguments(self) -> list[Any]:
-        """The handler receives the message body."""
-        return [cbor_loads(self.claim.body)]
-
-    def finish(self, invocation: Invocation, result: Any) -> None:
-        """Store the reply for a waiting sender."""
-        QueueMessage.objects.filter(pk=self.claim.id).update(
-            response=cbor_dumps(result), finished_at=clock.now_datetime()
-        )
-
-
-def deliver_claimed_message(claim: MessageClaim) -> Fired:
-    """Run the queue handler for one claimed message."""
-    fired_at = clock.now_datetime()
-
-    def record_error(exc: BaseException) -> None:
-        error = public_error(exc).to_dict()  # logs internal errors in full
-        error["detail"] = describe(exc)
-        QueueMessage.objects.filter(
-            pk=claim.id, claim_token=claim.token, status=QueueMessageStatus.RUNNING
-        ).update(
-            status=QueueMessageStatus.FAILED,
-            finished_at=clock.now_datetime(),
-            error=error,
-        )
-
-    return fire(
-        claim.actor_id,
-        DeliverMessage(claim, fired_at),
-        fired_by("queue", claim.id, claim.queue, claim.created_at, fired_at),
-        what=f"queue message={claim.id} queue={claim.queue}",
-        on_error=record_error,
-    )
-
-
-def deliver_queue(
-    actor_id: uuid.UUID | str, *, limit: int = 100, until: int | None = None
-) -> int:
-    """Deliver the actor's pending messages in order; return how many.
-
-    Stops after message ``until`` when given (a waiting sender delivers up to
-    its own message), or when another deliverer holds the head of the queue.
-    """
-    delivered = 0
-    while delivered < limit:
-        claim = claim_next_message(actor_id)
-        if claim is None:
-            break
-        if deliver_claimed_message(claim).ran:
-            delivered += 1
-        if until is not None and claim.id >= until:
-            break
-    return delivered
-
-
-def deliver_due_queues(limit: int = 100, grace: float = 0.0) -> int:
-    """Deliver messages older than ``grace`` seconds, per actor; return how many."""
-    before = clock.to_datetime(clock.now() - grace)
-    actor_ids = list(
-        QueueMessage.objects.pending()
-        .filter(created_at__lte=before)
-        .order_by()
-        .values_list("actor_id", flat=True)
-        .distinct()[:limit]
-    )
-    return sum(deliver_queue(actor_id, limit=limit) for actor_id in actor_ids)

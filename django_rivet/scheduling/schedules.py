@@ -2,8 +2,8 @@
 
 ``ctx.schedule.after/at`` writes a ``Schedule`` row in the invocation's
 transaction, so a rolled-back action schedules nothing; the dispatch backend
-is woken only after commit. Firing follows :mod:`.claims`: claim the row,
-then consume the claim and run the action in the actor's transaction.
+is woken only after commit. How schedules fire, fail, are retried and are
+run again from ``failed`` is :mod:`.schedule_runs` (re-exported here).
 """
 
 from __future__ import annotations
@@ -11,27 +11,24 @@ from __future__ import annotations
 import builtins
 import math
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .. import clock, dispatch
-from ..actors.definition import Actor, HandlerSpec
-from ..encoding import cbor_dumps, cbor_loads
+from .. import clock, dispatch, observability
+from ..encoding import cbor_dumps
 from ..exceptions import ActionNotFound, TooManySchedules
 from ..models import Schedule, ScheduleStatus
-from .claims import (
-    CLAIM_BATCH,
-    Fired,
-    Firing,
-    claim_transaction,
-    describe,
-    fire,
-    fired_by,
-    skip_locked,
+from . import retries
+from .schedule_runs import (
+    ScheduleClaim,
+    claim_schedules,
+    fire_claimed_schedule,
+    fire_due_schedules,
+    fire_schedule,
+    retry_schedules,
+    wake_schedule,
 )
 
 if TYPE_CHECKING:
@@ -46,15 +43,11 @@ __all__ = [
     "fire_claimed_schedule",
     "fire_due_schedules",
     "fire_schedule",
+    "retry_schedules",
     "wake_schedule",
 ]
 
 MAX_PENDING_SCHEDULES = 1000
-
-
-def wake_schedule(schedule_id: uuid.UUID | str, run_at: float) -> None:
-    """Make a schedule fire on time (a Celery ETA task, or the worker loop)."""
-    dispatch.wake("fire_schedule", [str(schedule_id)], eta=run_at)
 
 
 def encode_call(invocation: Invocation, action: str, args: tuple[Any, ...]) -> bytes:
@@ -71,6 +64,7 @@ def encode_call(invocation: Invocation, action: str, args: tuple[Any, ...]) -> b
 
 
 def _schedule_info(row: Schedule) -> dict[str, Any]:
+    failed = row.status == ScheduleStatus.FAILED
     return {
         "id": str(row.id),
         "action": row.action,
@@ -80,7 +74,10 @@ def _schedule_info(row: Schedule) -> dict[str, Any]:
         "created_at": row.created_at,
         "fired_at": row.fired_at,
         "finished_at": row.finished_at,
-        "error": row.error or None,
+        "error": (row.error or None) if failed else None,
+        "attempts": row.attempts,
+        "max_retries": retries.retries_allowed(row.max_retries),
+        "last_error": row.error or None,
     }
 
 
@@ -103,8 +100,18 @@ class ScheduleAPI:
         # so only this invocation changes it.
         self._pending: int | None = None
 
-    def after(self, delay: float | timedelta, action: str, *args: Any) -> str:
-        """Call ``action(*args)`` in ``delay`` seconds; return the schedule id."""
+    def after(
+        self,
+        delay: float | timedelta,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
+        """Call ``action(*args)`` in ``delay`` seconds; return the schedule id.
+
+        A failing action is tried again up to ``max_retries`` times (default
+        ``RIVET["SCHEDULE_MAX_RETRIES"]``; 0: never retried).
+        """
         if isinstance(delay, timedelta):
             seconds = delay.total_seconds()
         elif isinstance(delay, int | float) and not isinstance(delay, bool):
@@ -113,12 +120,19 @@ class ScheduleAPI:
             raise TypeError("delay is a number of seconds or a timedelta")
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError("delay must be a finite number of seconds >= 0")
-        return self._create(clock.now() + seconds, action, args)
+        return self._create(clock.now() + seconds, action, args, max_retries)
 
-    def at(self, when: datetime | float, action: str, *args: Any) -> str:
+    def at(
+        self,
+        when: datetime | float,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Call ``action(*args)`` at ``when`` (an aware datetime; naive is UTC).
 
-        A time in the past fires as soon as possible.
+        A time in the past fires as soon as possible; ``max_retries`` is as
+        in :meth:`after`.
         """
         if isinstance(when, datetime):
             timestamp = clock.to_timestamp(when)
@@ -126,9 +140,16 @@ class ScheduleAPI:
             timestamp = float(when)
         else:
             raise TypeError("when is a datetime or epoch seconds")
-        return self._create(timestamp, action, args)
+        return self._create(timestamp, action, args, max_retries)
 
-    def _create(self, timestamp: float, action: str, args: tuple[Any, ...]) -> str:
+    def _create(
+        self,
+        timestamp: float,
+        action: str,
+        args: tuple[Any, ...],
+        max_retries: int | None,
+    ) -> str:
+        max_retries = retries.check_max_retries(max_retries)
         data = encode_call(self._invocation, action, args)
         if self._pending is None:
             self._pending = (
@@ -149,6 +170,8 @@ class ScheduleAPI:
             run_at=clock.to_datetime(timestamp),
             enqueued=enqueue,
             created_at=clock.now_datetime(),
+            max_retries=max_retries,
+            traceparent=observability.traceparent(),
         )
         self._pending = pending + 1
         if enqueue or not dispatch.backend().eta_tasks:
@@ -167,12 +190,29 @@ class ScheduleAPI:
             self._pending -= 1
         return bool(deleted)
 
+    def retry(self, schedule_id: uuid.UUID | str) -> bool:
+        """Run a failed schedule of this actor again now (attempts start over).
+
+        Returns False unless the schedule is ``failed``.
+        """
+        pk = _as_uuid(schedule_id)
+        if pk is None:
+            return False
+        retried = retry_schedules(
+            Schedule.objects.filter(pk=pk, actor_id=self._actor_id)
+        )
+        if retried and self._pending is not None:
+            self._pending += 1
+        return bool(retried)
+
     def get(self, schedule_id: uuid.UUID | str) -> dict[str, Any] | None:
         """Return a schedule of this actor as a dict, or ``None``.
 
         Keys: ``id, action, args, run_at, status`` (pending, running, done,
-        error), ``created_at, fired_at, finished_at, error``. Fired schedules
-        are kept for a day.
+        failed), ``created_at, fired_at, finished_at``, ``error`` (the last
+        error of a failed one), ``attempts`` (so far), ``max_retries``,
+        ``last_error`` (of the last failed attempt, also while a retry
+        waits). Fired schedules are kept for ``SCHEDULE_RETENTION``.
         """
         pk = _as_uuid(schedule_id)
         row = (
@@ -187,13 +227,33 @@ class ScheduleAPI:
         rows = Schedule.objects.active().filter(actor_id=self._actor_id)
         return [_schedule_info(row) for row in rows.order_by("run_at", "created_at")]
 
-    async def aafter(self, delay: float | timedelta, action: str, *args: Any) -> str:
+    async def aafter(
+        self,
+        delay: float | timedelta,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Async :meth:`after`."""
-        return await sync_to_async(self.after)(delay, action, *args)
+        return await sync_to_async(self.after)(
+            delay, action, *args, max_retries=max_retries
+        )
 
-    async def aat(self, when: datetime | float, action: str, *args: Any) -> str:
+    async def aat(
+        self,
+        when: datetime | float,
+        action: str,
+        *args: Any,
+        max_retries: int | None = None,
+    ) -> str:
         """Async :meth:`at`."""
-        return await sync_to_async(self.at)(when, action, *args)
+        return await sync_to_async(self.at)(
+            when, action, *args, max_retries=max_retries
+        )
+
+    async def aretry(self, schedule_id: uuid.UUID | str) -> bool:
+        """Async :meth:`retry`."""
+        return await sync_to_async(self.retry)(schedule_id)
 
     async def acancel(self, schedule_id: uuid.UUID | str) -> bool:
         """Async :meth:`cancel`."""
@@ -206,158 +266,3 @@ class ScheduleAPI:
     async def alist(self) -> builtins.list[dict[str, Any]]:
         """Async :meth:`list`."""
         return await sync_to_async(self.list)()
-
-
-# -- firing ----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ScheduleClaim:
-    """A schedule this process may fire."""
-
-    id: uuid.UUID
-    actor_id: uuid.UUID
-    action: str
-    args: bytes
-    run_at: datetime
-    token: uuid.UUID
-
-
-def claim_schedules(
-    *,
-    due_before: datetime,
-    ids: Iterable[uuid.UUID | str] | None = None,
-    limit: int = CLAIM_BATCH,
-) -> list[ScheduleClaim]:
-    """Claim up to ``limit`` pending schedules due at ``due_before``."""
-    token = uuid.uuid4()
-    now = clock.now_datetime()
-    due = Schedule.objects.due(due_before)
-    if ids is not None:
-        due = due.filter(id__in=list(ids))
-    due = due.order_by("run_at")
-    claimed = {
-        "status": ScheduleStatus.RUNNING,
-        "claim_token": token,
-        "claimed_at": now,
-    }
-    with claim_transaction():
-        if skip_locked():
-            picked = list(
-                due.select_for_update(skip_locked=True).values_list("id", flat=True)[
-                    :limit
-                ]
-            )
-            if not picked:
-                return []
-            Schedule.objects.filter(id__in=picked).update(**claimed)
-        else:
-            # SQLite: the write comes first and takes the database write lock,
-            # so the subquery and the update see one snapshot.
-            found = Schedule.objects.filter(
-                id__in=due.values("id")[:limit], status=ScheduleStatus.PENDING
-            ).update(**claimed)
-            if not found:
-                return []
-        rows = Schedule.objects.filter(
-            status=ScheduleStatus.RUNNING, claimed_at=now, claim_token=token
-        ).values_list("id", "actor_id", "action", "args", "run_at")
-        return [
-            ScheduleClaim(id, actor_id, action, bytes(args), run_at, token)
-            for id, actor_id, action, args, run_at in rows
-        ]
-
-
-class FireSchedule(Firing):
-    """Operation: consume a schedule claim and run its action."""
-
-    def __init__(self, claim: ScheduleClaim, fired_at: datetime) -> None:
-        super().__init__(f"schedule {claim.action}")
-        self.claim = claim
-        self.fired_at = fired_at
-
-    def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
-        """Return the scheduled action."""
-        return definition.actions.get(self.claim.action)
-
-    def consume(self, invocation: Invocation) -> bool:
-        """Mark the schedule done if our claim still holds it."""
-        claim = self.claim
-        return bool(
-            Schedule.objects.filter(
-                pk=claim.id, claim_token=claim.token, status=ScheduleStatus.RUNNING
-            ).update(status=ScheduleStatus.DONE, fired_at=self.fired_at)
-        )
-
-    def arguments(self) -> list[Any]:
-        """Return the arguments stored with the schedule."""
-        return cbor_loads(self.claim.args) if self.claim.args else []
-
-    def finish(self, invocation: Invocation, result: Any) -> None:
-        """Record when the action finished."""
-        Schedule.objects.filter(pk=self.claim.id).update(
-            finished_at=clock.now_datetime()
-        )
-
-
-def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
-    """Fire one claimed schedule through the invocation path."""
-    fired_at = clock.now_datetime()
-
-    def record_error(exc: BaseException) -> None:
-        Schedule.objects.filter(
-            pk=claim.id, claim_token=claim.token, status=ScheduleStatus.RUNNING
-        ).update(
-            status=ScheduleStatus.ERROR,
-            fired_at=fired_at,
-            finished_at=clock.now_datetime(),
-            error=describe(exc),
-        )
-
-    def delete() -> None:
-        Schedule.objects.filter(pk=claim.id, claim_token=claim.token).delete()
-
-    return fire(
-        claim.actor_id,
-        FireSchedule(claim, fired_at),
-        fired_by("schedule", str(claim.id), claim.action, claim.run_at, fired_at),
-        what=f"schedule id={claim.id} action={claim.action}",
-        on_error=record_error,
-        on_gone=delete,
-    )
-
-
-def fire_schedule(schedule_id: uuid.UUID | str, *, force: bool = False) -> Fired:
-    """Fire one schedule if it is due and nobody else has (the task entry).
-
-    ``force=True`` fires a pending schedule now, whatever its time (the
-    admin's "fire now").
-    """
-    now = clock.now_datetime()
-    due_before = datetime.max.replace(tzinfo=now.tzinfo) if force else now
-    claims = claim_schedules(due_before=due_before, ids=[schedule_id], limit=1)
-    if not claims:
-        row = (
-            Schedule.objects.filter(pk=schedule_id, status=ScheduleStatus.PENDING)
-            .values_list("run_at", flat=True)
-            .first()
-        )
-        if row is not None and row > now:
-            # Delivered early (clock skew, a redelivery): wait for its time.
-            wake_schedule(schedule_id, clock.to_timestamp(row))
-        return Fired.NOT_CLAIMED
-    return fire_claimed_schedule(claims[0])
-
-
-def fire_due_schedules(limit: int = 100, grace: float = 0.0) -> int:
-    """Fire up to ``limit`` schedules due ``grace`` seconds ago; return how many."""
-    done = 0
-    while done < limit:
-        before = clock.to_datetime(clock.now() - grace)
-        claims = claim_schedules(
-            due_before=before, limit=min(CLAIM_BATCH, limit - done)
-        )
-        if not claims:
-            break
-        for claim in claims:
-            if fire_claimed_schedule(claim).ran:
-                done += 1
-    return done

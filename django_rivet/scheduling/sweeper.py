@@ -46,9 +46,9 @@ from ..models import (
 from .claims import claim_lease
 from .cron import wake_cron
 from .cron_runs import run_due_cron
-from .queues import deliver_due_queues
+from .queue_delivery import deliver_due_queues
 from .retention import purge_pass
-from .schedules import fire_due_schedules, wake_schedule
+from .schedule_runs import fire_due_schedules, wake_schedule
 
 logger = logging.getLogger("django_rivet.sweeper")
 

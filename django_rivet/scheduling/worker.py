@@ -44,8 +44,8 @@ from ..conf import rivet_settings
 from ..models import CronJob, QueueMessage, Schedule, ScheduleStatus
 from . import sweeper
 from .cron_runs import run_due_cron
-from .queues import deliver_due_queues
-from .schedules import fire_due_schedules
+from .queue_delivery import deliver_due_queues
+from .schedule_runs import fire_due_schedules
 
 logger = logging.getLogger("django_rivet.worker")
 
@@ -87,14 +87,19 @@ class DueWork:
 
 def scheduling_next_due() -> float | None:
     """Return when the next schedule, cron run or queue message is due."""
+    now = clock.now_datetime()
     times = [
         Schedule.objects.filter(status=ScheduleStatus.PENDING).aggregate(
             at=Min("run_at")
         )["at"],
-        CronJob.objects.aggregate(at=Min("next_run_at"))["at"],
+        *CronJob.objects.aggregate(
+            at=Min("next_run_at"), retry=Min("retry_at")
+        ).values(),
+        # Heads waiting for a retry are due then, not now (no busy loop).
+        QueueMessage.objects.pending().aggregate(at=Min("retry_at"))["at"],
     ]
-    if QueueMessage.objects.pending().exists():
-        times.append(clock.now_datetime())
+    if QueueMessage.objects.deliverable(now).exists():
+        times.append(now)
     found = [clock.to_timestamp(t) for t in times if t is not None]
     return min(found) if found else None
 

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from channels.db import DatabaseSyncToAsync
 
@@ -40,9 +40,6 @@ from ..conf import rivet_settings
 from ..events import LoggedEvent
 from ..exceptions import RivetError
 
-if TYPE_CHECKING:
-    from .delivery import EventSink, Stream
-
 logger = logging.getLogger("django_rivet.transport")
 
 __all__ = [
@@ -50,7 +47,9 @@ __all__ = [
     "FEED_EVENTS",
     "LOG_BATCH",
     "Entry",
+    "EventSink",
     "Feed",
+    "Follower",
     "Hub",
     "channel_receive",
     "current_hub",
@@ -73,6 +72,8 @@ REJOIN_INTERVAL = 5.0
 # Events read from the log per query by feeds and streams: events may be
 # large (MAX_EVENT_BYTES), and a batch sits in memory until it is sent.
 LOG_BATCH = 100
+# Bytes of event arguments one fill reads at a time (at least one event).
+FILL_BYTES = 1024 * 1024
 
 # Event-log reads of the streams and feeds, with Django's connection
 # hygiene (channels' database_sync_to_async does the same in one thread;
@@ -90,6 +91,38 @@ async def run_db(func: Callable[..., T], *args: Any) -> T:
 def check_interval() -> float:
     """Return the seconds between two checks of the actors' latest seqs."""
     return float(rivet_settings.EVENT_CHECK_INTERVAL)
+
+
+# -- what a feed needs from the streams that follow it ----------------------------
+class EventSink(Protocol):
+    """The consumer side of a stream (one per connection)."""
+
+    #: Names the cache of encoded frames (protocol and encoding).
+    frame_key: str
+
+    def wants_event(self, name: str) -> bool:
+        """Whether the connection is subscribed to ``name``."""
+
+    def event_names(self) -> list[str] | None:
+        """The subscribed names for log queries (``None``: every event)."""
+
+    def encode_logged(self, event: LoggedEvent) -> bytes:
+        """Encode the event's frame; raise a ``RivetError`` to send instead."""
+
+    async def send_data(self, data: bytes) -> None:
+        """Send an encoded frame (waits while the socket is full)."""
+
+    async def send_error(self, error: RivetError) -> None:
+        """Send a connection-level error frame."""
+
+
+class Follower(Protocol):
+    """A connection's stream as its feed sees it (``delivery.Stream``)."""
+
+    #: The last seq the connection dealt with.
+    cursor: int
+    #: Set to make the stream send what follows its cursor.
+    wake: asyncio.Event
 
 
 # -- one actor's events in this process ---------------------------------------------
@@ -125,7 +158,7 @@ class Feed:
         self.entries: collections.deque[Entry] = collections.deque()
         self.bytes = 0
         self.pending: dict[int, LoggedEvent] = {}
-        self.streams: set[Stream] = set()
+        self.streams: set[Follower] = set()
         self.joined = False
         self.rejoined_at = 0.0
         self._fill_task: asyncio.Task[None] | None = None
@@ -196,8 +229,14 @@ class Feed:
         try:
             while self.filled < self.head and self.waiting():
                 upper = min(self.pending) if self.pending else self.head + 1
-                logged = await run_db(
-                    events.read, self.actor_id, self.filled, upper, None, LOG_BATCH
+                logged, _more = await run_db(
+                    events.read_bounded,
+                    self.actor_id,
+                    self.filled,
+                    upper,
+                    None,
+                    LOG_BATCH,
+                    FILL_BYTES,
                 )
                 if not logged:
                     self._skip_to(upper - 1)
@@ -222,17 +261,12 @@ class Feed:
         return any(stream.cursor >= self.filled for stream in self.streams)
 
     # -- what goes out -------------------------------------------------------------
-    def after(self, cursor: int, limit: int) -> list[Entry]:
-        """Return up to ``limit`` buffered entries after ``cursor`` (in order)."""
+    def entry_after(self, cursor: int) -> Entry | None:
+        """Return the buffered entry right after ``cursor``, if the buffer has it."""
         index = cursor + 1 - self.start
-        if index < 0 or index >= len(self.entries):
-            return []
-        if index == 0 and limit >= len(self.entries):
-            return list(self.entries)
-        out = []
-        for position in range(index, min(len(self.entries), index + limit)):
-            out.append(self.entries[position])
-        return out
+        if 0 <= index < len(self.entries):
+            return self.entries[index]
+        return None
 
     def frame(self, entry: Entry, sink: EventSink) -> bytes | RivetError:
         """Return the entry's frame for ``sink``, encoding it once per process.
@@ -243,7 +277,7 @@ class Feed:
         data = entry.frames.get(sink.frame_key)
         if data is None:
             try:
-                data = sink.encode_event(entry.event)
+                data = sink.encode_logged(entry.event)
             except RivetError as error:
                 return error
             if entry.live:
@@ -301,7 +335,7 @@ class Hub:
         events.add_listener(self._offer_threadsafe)
 
     # -- feeds ---------------------------------------------------------------------
-    def attach(self, actor_id: uuid.UUID, stream: Stream) -> Feed:
+    def attach(self, actor_id: uuid.UUID, stream: Follower) -> Feed:
         """Add a stream to the actor's feed (created and joined if new)."""
         feed = self.feeds.get(actor_id)
         if feed is None:
@@ -315,7 +349,7 @@ class Hub:
                 self._receiver = self.loop.create_task(self._receive_loop())
         return feed
 
-    def detach(self, feed: Feed, stream: Stream) -> None:
+    def detach(self, feed: Feed, stream: Follower) -> None:
         """Remove a stream; the last one of a feed leaves the actor's group."""
         feed.streams.discard(stream)
         feed.trim()

@@ -17,47 +17,53 @@ actor class sets ``csrf_exempt = True`` (webhooks).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from functools import wraps
+from typing import Any, Literal, Protocol, TypeVar
 
-from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
-from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from ..actors import registry
-from ..actors.definition import Actor
 from ..actors.errors import public_error
-from ..actors.invocation import AuthRequest, Operation, Origin
-from ..actors.operations import ACTOR_AUTH, CallAction, EnsureActor
+from ..actors.invocation import Operation, Origin
+from ..actors.operations import CallAction, EnsureActor
 from ..actors.rows import ActorRef, Mode
 from ..actors.spine import ainvoke
-from ..conf import rivet_settings
 from ..encoding import Encoding, adecode, decode, encode
 from ..exceptions import (
-    ActionNotFound,
     InvalidArgs,
-    InvalidEncoding,
     MalformedRequest,
     MethodNotAllowed,
-    RequestTooLarge,
     RivetError,
 )
-from ..models import Actor as ActorRow
 from ..scheduling import queues
+from .limits import check_body_size, outgoing_too_large, read_body_bytes
+from .operations import Describe, HandleRequest, csrf_rejection
 from .parsing import parse_actor_id, parse_bool
 
-if TYPE_CHECKING:
-    from ..actors.invocation import Invocation
+E = TypeVar("E", bound=str)
+E_contra = TypeVar("E_contra", bound=str, contravariant=True)
+
+
+class View(Protocol[E_contra]):
+    """An actor API view as :func:`api_view` calls it."""
+
+    def __call__(
+        self, request: HttpRequest, encoding: E_contra, /, *args: Any, **kwargs: Any
+    ) -> Awaitable[HttpResponseBase]:
+        """Answer the request."""
+        ...
+
 
 logger = logging.getLogger("django_rivet.transport")
 
 __all__ = [
     "action_view",
-    "add_retry_after",
     "actor_view",
+    "add_retry_after",
+    "api_view",
     "queue_view",
     "request_view",
 ]
@@ -88,15 +94,9 @@ def encoded_response(value: Any, encoding: Encoding, status: int = 200) -> HttpR
         data = encode(value, encoding)
     except (TypeError, ValueError) as exc:
         return error_response(exc, encoding)
-    limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
-    if len(data) > limit:
-        return error_response(
-            RequestTooLarge(
-                f"The response is {len(data)} bytes; the limit is {limit}",
-                metadata={"size": len(data), "limit": limit},
-            ),
-            encoding,
-        )
+    too_large = outgoing_too_large(data)
+    if too_large is not None:
+        return error_response(too_large, encoding)
     return HttpResponse(data, status=status, content_type=MEDIA_TYPES[encoding])
 
 
@@ -123,45 +123,10 @@ def add_retry_after(response: HttpResponse, error: RivetError) -> None:
             response["Retry-After"] = str(seconds)
 
 
-def _content_length(request: HttpRequest) -> int:
-    raw = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        length = int(raw)
-    except ValueError:
-        raise MalformedRequest("Invalid Content-Length") from None
-    if length < 0:
-        raise MalformedRequest("Invalid Content-Length")
-    return length
-
-
-def check_body_size(request: HttpRequest) -> None:
-    """Refuse a body announced larger than ``MAX_HTTP_BODY_BYTES``."""
-    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
-    length = _content_length(request)
-    if length > limit:
-        raise RequestTooLarge(
-            f"The body is {length} bytes; the limit is {limit}",
-            metadata={"size": length, "limit": limit},
-        )
-
-
 def _raw_body(request: HttpRequest) -> tuple[bytes, Encoding]:
     """Return the body's bytes and encoding, within the size limit."""
-    encoding = CONTENT_TYPES.get(request.content_type or "")
-    if encoding is None:
-        raise InvalidEncoding(
-            "Send the body as application/json or application/cbor",
-            metadata={"content_type": request.content_type},
-        )
-    check_body_size(request)
-    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
-    # Bounded even when Content-Length lies or is absent (chunked bodies).
-    data = request.read(limit + 1)
-    if len(data) > limit:
-        raise RequestTooLarge(
-            f"The body is over the limit of {limit} bytes", metadata={"limit": limit}
-        )
-    return data, encoding
+    data = read_body_bytes(request, CONTENT_TYPES)
+    return data, CONTENT_TYPES[request.content_type or ""]
 
 
 def _body_map(body: Any) -> dict[str, Any]:
@@ -205,183 +170,144 @@ async def http_origin(request: HttpRequest) -> Origin:
     user = None
     if hasattr(request, "auser"):
         user = await request.auser()
-    return Origin(transport="http", user=user, headers=request.headers, request=request)
+    return Origin(
+        transport="http",
+        user=user,
+        headers=request.headers,
+        request=request,
+        http_request=request,
+    )
 
 
-# -- operations ---------------------------------------------------------------------
-@dataclass(slots=True)
-class Describe:
-    """Return the actor's public description (after ``on_auth``)."""
+# -- views ----------------------------------------------------------------------------
+def api_view(
+    methods: Iterable[str],
+    read_encoding: Callable[[HttpRequest], E],
+    error: Callable[[BaseException, E], HttpResponse],
+    default: E,
+) -> Callable[[View[E]], Callable[..., Coroutine[Any, Any, HttpResponseBase]]]:
+    """Make a view of an actor API: the preamble every such view shares.
 
-    label: str | None = "describe"
-    auth = ACTOR_AUTH
+    The wrapped view is ``csrf_exempt`` (see the module docstring) and is
+    called as ``view(request, encoding, *args)`` once the encoding is read
+    and the method allowed (``methods`` empty: any); any exception it
+    raises becomes ``error(exc, encoding)``, in the request's encoding when
+    that could be read, else in ``default``.
+    """
+    allowed = list(methods)
 
-    def prepare(self, definition: type[Actor]) -> None:
-        """Nothing to check."""
+    def decorate(view: View[E]) -> Callable[..., Coroutine[Any, Any, HttpResponseBase]]:
+        @wraps(view)
+        async def wrapper(
+            request: HttpRequest, *args: Any, **kwargs: Any
+        ) -> HttpResponseBase:
+            encoding = default
+            try:
+                encoding = read_encoding(request)
+                if allowed and request.method not in allowed:
+                    raise MethodNotAllowed(metadata={"allowed": allowed})
+                return await view(request, encoding, *args, **kwargs)
+            except Exception as exc:
+                return error(exc, encoding)
 
-    def run(self, invocation: Invocation) -> dict[str, Any]:
-        """Describe the actor."""
-        created_at = (
-            ActorRow.objects.filter(pk=invocation.actor_id)
-            .values_list("created_at", flat=True)
-            .get()
-        )
-        return {
-            "actor_id": str(invocation.actor_id),
-            "name": invocation.definition.name,
-            "key": list(invocation.key),
-            "created_at": created_at.isoformat(),
-        }
+        return csrf_exempt(wrapper)
+
+    return decorate
 
 
-@dataclass(slots=True)
-class HandleRequest:
-    """Pass an ``HttpRequest`` to ``on_request`` (after ``on_auth``)."""
-
-    request: HttpRequest
-    label: str | None = "request"
-    auth = AuthRequest("request")
-
-    def prepare(self, definition: type[Actor]) -> None:
-        """Refuse actors without ``on_request`` before any I/O."""
-        if not definition.overrides("on_request"):
-            raise ActionNotFound(
-                f"Actor {definition.name!r} does not handle raw requests"
-            )
-
-    def run(self, invocation: Invocation) -> HttpResponseBase:
-        """Let the actor answer."""
-        response = invocation.call_hook("on_request", self.request)
-        if not isinstance(response, HttpResponseBase):
-            raise TypeError(
-                f"on_request returned {type(response).__name__}, not an HttpResponse"
-            )
-        return response
+def rivet_api(*methods: str) -> Callable[[View[Encoding]], Callable[..., Any]]:
+    """:func:`api_view` for django-rivet's own routes (JSON or CBOR)."""
+    return api_view(methods, response_encoding, error_response, "json")
 
 
 async def _run(ref: ActorRef, operation: Operation, request: HttpRequest) -> Any:
     return await ainvoke(ref, operation, await http_origin(request))
 
 
-# -- views ----------------------------------------------------------------------------
-@csrf_exempt
-async def actor_view(request: HttpRequest, name: str) -> HttpResponse:
+@rivet_api("GET", "PUT", "POST")
+async def actor_view(
+    request: HttpRequest, encoding: Encoding, name: str
+) -> HttpResponse:
     """``PUT`` get-or-create, ``POST`` create, ``GET`` describe."""
-    encoding = response_encoding(request)
-    try:
-        if request.method == "GET":
-            ref = actor_ref(request, name, "get")
-            info = await _run(ref, Describe(), request)
-            return encoded_response(info, encoding)
-        if request.method not in ("PUT", "POST"):
-            raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
-        body = await aread_body(request)
-        if request.method == "POST" and request.GET.get("actor_id"):
-            raise MalformedRequest("Create an actor by name and key, not actor_id")
-        mode: Literal["get_or_create", "create"] = (
-            "get_or_create" if request.method == "PUT" else "create"
-        )
-        ref = actor_ref(request, name, mode, body.get("input"))
-        actor_id, created = await _run(ref, EnsureActor(), request)
-        if request.method == "POST":
-            return encoded_response({"actor_id": str(actor_id)}, encoding, 201)
+    if request.method == "GET":
+        info = await _run(actor_ref(request, name, "get"), Describe(), request)
         return encoded_response(
-            {"actor_id": str(actor_id), "created": created}, encoding
+            {
+                "actor_id": str(info["actor_id"]),
+                "name": info["name"],
+                "key": list(info["key"]),
+                "created_at": info["created_at"].isoformat(),
+            },
+            encoding,
         )
-    except Exception as exc:
-        return error_response(exc, encoding)
+    body = await aread_body(request)
+    if request.method == "POST" and request.GET.get("actor_id"):
+        raise MalformedRequest("Create an actor by name and key, not actor_id")
+    mode: Literal["get_or_create", "create"] = (
+        "get_or_create" if request.method == "PUT" else "create"
+    )
+    ref = actor_ref(request, name, mode, body.get("input"))
+    actor_id, created = await _run(ref, EnsureActor(), request)
+    if request.method == "POST":
+        return encoded_response({"actor_id": str(actor_id)}, encoding, 201)
+    return encoded_response({"actor_id": str(actor_id), "created": created}, encoding)
 
 
-@csrf_exempt
-async def action_view(request: HttpRequest, name: str, action: str) -> HttpResponse:
+@rivet_api("POST")
+async def action_view(
+    request: HttpRequest, encoding: Encoding, name: str, action: str
+) -> HttpResponse:
     """``POST {args, input?}`` -> ``{output}``; get-or-create unless create=false."""
-    encoding = response_encoding(request)
-    try:
-        if request.method != "POST":
-            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
-        body = await aread_body(request)
-        args = body.get("args", [])
-        if not isinstance(args, list):
-            raise InvalidArgs("args must be a list")
-        create = parse_bool(request.GET.get("create"), "create", True)
-        ref = actor_ref(
-            request, name, "get_or_create" if create else "get", body.get("input")
-        )
-        output = await _run(ref, CallAction(action, args), request)
-        return encoded_response({"output": output}, encoding)
-    except Exception as exc:
-        return error_response(exc, encoding)
+    body = await aread_body(request)
+    args = body.get("args", [])
+    if not isinstance(args, list):
+        raise InvalidArgs("args must be a list")
+    create = parse_bool(request.GET.get("create"), "create", True)
+    ref = actor_ref(
+        request, name, "get_or_create" if create else "get", body.get("input")
+    )
+    output = await _run(ref, CallAction(action, args), request)
+    return encoded_response({"output": output}, encoding)
 
 
-@csrf_exempt
-async def queue_view(request: HttpRequest, name: str, queue: str) -> HttpResponse:
+@rivet_api("POST")
+async def queue_view(
+    request: HttpRequest, encoding: Encoding, name: str, queue: str
+) -> HttpResponse:
     """``POST {body, wait?, timeout?}`` -> ``{status, response?}``."""
-    encoding = response_encoding(request)
-    try:
-        if request.method != "POST":
-            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
-        body = await aread_body(request)
-        wait = body.get("wait", False)
-        timeout = body.get("timeout")
-        if not isinstance(wait, bool):
-            raise MalformedRequest("wait must be true or false")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or timeout < 0
-        ):
-            raise MalformedRequest("timeout must be a non-negative number of seconds")
-        ref = actor_ref(request, name, "get_or_create")
-        # on_auth runs in the invocation that stores the message.
-        result = await queues.asend(
-            ref,
-            queue,
-            body.get("body"),
-            wait=wait,
-            timeout=timeout,
-            origin=await http_origin(request),
-        )
-        return encoded_response(result, encoding)
-    except Exception as exc:
-        return error_response(exc, encoding)
+    body = await aread_body(request)
+    wait = body.get("wait", False)
+    timeout = body.get("timeout")
+    if not isinstance(wait, bool):
+        raise MalformedRequest("wait must be true or false")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+    ):
+        raise MalformedRequest("timeout must be a non-negative number of seconds")
+    # on_auth runs in the invocation that stores the message.
+    result = await queues.asend(
+        actor_ref(request, name, "get_or_create"),
+        queue,
+        body.get("body"),
+        wait=wait,
+        timeout=timeout,
+        origin=await http_origin(request),
+    )
+    return encoded_response(result, encoding)
 
 
-@csrf_exempt
+@rivet_api()
 async def request_view(
-    request: HttpRequest, name: str, path: str = ""
+    request: HttpRequest, encoding: Encoding, name: str, path: str = ""
 ) -> HttpResponseBase:
     """Hand the request to the actor's ``on_request`` (any method)."""
-    encoding = response_encoding(request)
-    try:
-        check_body_size(request)
-        # A server-only class answers as an unknown name, before CSRF would.
-        definition = registry.get_external(name)
-        rejection = await _csrf_rejection(request, definition)
-        if rejection is not None:
-            return rejection
-        create = parse_bool(request.GET.get("create"), "create", True)
-        ref = actor_ref(request, name, "get_or_create" if create else "get")
-        response: HttpResponseBase = await _run(ref, HandleRequest(request), request)
-        return response
-    except Exception as exc:
-        return error_response(exc, encoding)
-
-
-async def _csrf_rejection(
-    request: HttpRequest, definition: type[Actor]
-) -> HttpResponseBase | None:
-    """Run Django's CSRF check unless the actor opted out."""
-    if getattr(definition, "csrf_exempt", False):
-        return None
-    if "django.middleware.csrf.CsrfViewMiddleware" not in settings.MIDDLEWARE:
-        return None
-    middleware = CsrfViewMiddleware(lambda r: HttpResponse())
-    # The check may read the session (CSRF_USE_SESSIONS): sync code.
-    return await sync_to_async(middleware.process_view)(
-        request, _protected_view, (), {}
-    )
-
-
-def _protected_view(request: HttpRequest) -> HttpResponse:  # pragma: no cover
-    """Stand-in view for the CSRF check (it is not ``csrf_exempt``)."""
-    raise NotImplementedError
+    check_body_size(request)
+    # A server-only class answers as an unknown name, before CSRF would.
+    definition = registry.get_external(name)
+    rejection = await csrf_rejection(request, definition)
+    if rejection is not None:
+        return rejection
+    create = parse_bool(request.GET.get("create"), "create", True)
+    ref = actor_ref(request, name, "get_or_create" if create else "get")
+    response: HttpResponseBase = await _run(ref, HandleRequest(request), request)
+    return response

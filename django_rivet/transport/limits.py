@@ -1,4 +1,4 @@
-"""Refuse oversized request bodies before Django reads them (ASGI middleware).
+"""Request body limits: refused before Django reads them, and read bounded.
 
 Django's ASGI handler reads a whole request body into memory (or a temporary
 file) before any view runs, so the views' own ``MAX_HTTP_BODY_BYTES`` check
@@ -13,22 +13,29 @@ django-rivet's routes
 Other routes of the project are passed through untouched. Servers may still
 receive the bytes (daphne buffers a request before the application sees
 it), so a body size limit in the proxy in front stays advised
-(docs/security.md).
+(docs/security.md). The views of both protocols then read bodies through
+:func:`read_body_bytes`, the one bounded read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from django.http import HttpRequest
 from django.urls import Resolver404, resolve
 
 from ..conf import rivet_settings
 from ..encoding import encode
-from ..exceptions import RequestTooLarge
+from ..exceptions import InvalidEncoding, MalformedRequest, RequestTooLarge
 
-__all__ = ["BodyLimitMiddleware"]
+__all__ = [
+    "BodyLimitMiddleware",
+    "check_body_size",
+    "outgoing_too_large",
+    "read_body_bytes",
+]
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -154,3 +161,58 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+# -- in the views -------------------------------------------------------------------
+def _content_length(request: HttpRequest) -> int:
+    raw = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        length = int(raw)
+    except ValueError:
+        raise MalformedRequest("Invalid Content-Length") from None
+    if length < 0:
+        raise MalformedRequest("Invalid Content-Length")
+    return length
+
+
+def check_body_size(request: HttpRequest) -> None:
+    """Refuse a body announced larger than ``MAX_HTTP_BODY_BYTES``."""
+    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    length = _content_length(request)
+    if length > limit:
+        raise RequestTooLarge(
+            f"The body is {length} bytes; the limit is {limit}",
+            metadata={"size": length, "limit": limit},
+        )
+
+
+def read_body_bytes(request: HttpRequest, media_types: Iterable[str]) -> bytes:
+    """Return the body, refusing other media types and more than the limit.
+
+    Bounded even when ``Content-Length`` lies or is absent (chunked bodies).
+    """
+    accepted = sorted(media_types)
+    if request.content_type not in accepted:
+        raise InvalidEncoding(
+            f"Send the body as {' or '.join(accepted)}",
+            metadata={"content_type": request.content_type},
+        )
+    check_body_size(request)
+    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
+    data = request.read(limit + 1)
+    if len(data) > limit:
+        raise RequestTooLarge(
+            f"The body is over the limit of {limit} bytes", metadata={"limit": limit}
+        )
+    return data
+
+
+def outgoing_too_large(data: bytes) -> RequestTooLarge | None:
+    """Return the error for a response or frame over ``MAX_OUTGOING_MESSAGE_BYTES``."""
+    limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
+    if len(data) <= limit:
+        return None
+    return RequestTooLarge(
+        f"The response is {len(data)} bytes; the limit is {limit}",
+        metadata={"size": len(data), "limit": limit},
+    )

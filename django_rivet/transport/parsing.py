@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest
 from django.utils.datastructures import CaseInsensitiveMapping
 
 from ..actors.rows import ActorRef, Mode
@@ -28,6 +31,7 @@ __all__ = [
     "SUBPROTOCOL",
     "ConnectRequest",
     "event_name",
+    "handshake_request",
     "parse_actor_id",
     "parse_bool",
     "parse_conn_params",
@@ -188,3 +192,27 @@ def scope_headers(scope: dict[str, Any]) -> CaseInsensitiveMapping[str]:
         value = raw_value.decode("latin-1")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     return CaseInsensitiveMapping(headers)
+
+
+_HTTP_SCHEMES = {"ws": "http", "wss": "https"}
+
+
+def handshake_request(scope: dict[str, Any]) -> HttpRequest:
+    """Return the WebSocket handshake as an ``HttpRequest`` (for ``ctx.request``).
+
+    A ``GET`` with the handshake's path, query (``GET``), headers, client
+    (``META["REMOTE_ADDR"]``) and scheme (``ws``/``wss`` read as
+    ``http``/``https``), and the ``user`` and ``session`` that Channels'
+    ``AuthMiddlewareStack`` put in the scope.
+    """
+    http_scope = {
+        **scope,
+        "type": "http",
+        "method": "GET",
+        "scheme": _HTTP_SCHEMES.get(str(scope.get("scheme") or "ws"), "http"),
+    }
+    request = ASGIRequest(http_scope, io.BytesIO())
+    for name in ("user", "session"):
+        if name in scope:
+            setattr(request, name, scope[name])
+    return request

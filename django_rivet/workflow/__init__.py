@@ -8,9 +8,11 @@ tests, the Django driver in production). See SPEC section 5 and
 
 from __future__ import annotations
 
+from .children import ChildHost
 from .context import WorkflowContext
 from .driver import EngineDriver, InMemoryDriver, KVDeletions
 from .errors import (
+    ChildWorkflowError,
     CriticalError,
     EntryInProgressError,
     EntryNotFoundError,
@@ -32,8 +34,12 @@ from .errors import (
     StepTimeoutError,
     StorageError,
     StorageLimitError,
+    WorkflowCancelled,
     WorkflowError,
     WorkflowInterrupt,
+    WorkflowNoReply,
+    WorkflowRequestTimeout,
+    WorkflowTimeout,
 )
 from .limits import (
     MAX_CONCURRENT_DELETES,
@@ -46,20 +52,27 @@ from .limits import (
 from .ops import (
     WorkflowSnapshot,
     cancel_workflow,
+    read_event,
     read_history,
+    read_reply,
     read_workflow,
     recover_workflow,
     replay_from,
+    resume_workflow,
     wake_workflow,
 )
-from .runner import WorkflowRun, run_workflow, start_workflow
+from .replay_check import check_replay
+from .runner import CANCEL_REASONS, WorkflowRun, run_workflow, start_workflow
 from .schema import SCHEMA_VERSION, HistoryEntry, decode_history
 from .values import (
+    ChildOutcome,
+    ChildStart,
     Failure,
     Loop,
     LoopBreak,
     LoopContinue,
     Message,
+    ReplayDivergence,
     RollbackContext,
     RollbackErrorEvent,
     StepErrorEvent,
@@ -71,11 +84,16 @@ from .values import (
 )
 
 __all__ = [
+    "CANCEL_REASONS",
     "MAX_CONCURRENT_DELETES",
     "MAX_KV_BATCH_ENTRIES",
     "MAX_KV_BATCH_PAYLOAD_BYTES",
     "MAX_MESSAGE_BODY_BYTES",
     "SCHEMA_VERSION",
+    "ChildHost",
+    "ChildOutcome",
+    "ChildStart",
+    "ChildWorkflowError",
     "CriticalError",
     "EngineDriver",
     "EntryInProgressError",
@@ -95,6 +113,7 @@ __all__ = [
     "MessageWaitError",
     "RaceError",
     "RecordedError",
+    "ReplayDivergence",
     "ReplayRefusedError",
     "RollbackCheckpointError",
     "RollbackContext",
@@ -110,22 +129,30 @@ __all__ = [
     "StepTimeoutError",
     "StorageError",
     "StorageLimitError",
+    "WorkflowCancelled",
     "WorkflowContext",
     "WorkflowDefinition",
     "WorkflowError",
     "WorkflowErrorEvent",
     "WorkflowInterrupt",
+    "WorkflowNoReply",
     "WorkflowOutcome",
+    "WorkflowRequestTimeout",
     "WorkflowRun",
     "WorkflowSnapshot",
+    "WorkflowTimeout",
     "cancel_workflow",
     "check_record",
+    "check_replay",
     "decode_history",
     "encode_message_body",
+    "read_event",
     "read_history",
+    "read_reply",
     "read_workflow",
     "recover_workflow",
     "replay_from",
+    "resume_workflow",
     "run_workflow",
     "start_workflow",
     "wake_workflow",

@@ -14,27 +14,27 @@ whose branches get contexts of their own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django_rivet import clock
 
-from . import flow, keys, messages, schema, steps
+from . import children, flow, keys, messages, published, schema, steps
 from .errors import (
     EntryInProgressError,
     EvictedError,
-    HistoryDivergedError,
     SleepError,
+    diverged,
 )
 from .execution import RollbackStop, Run, complete
-from .values import StepResult
+from .values import Message, StepResult, seconds
 
 __all__ = ["WorkflowContext"]
 
 T = TypeVar("T")
 
-DEFAULT_TRY_CATCH = ("critical", "timeout", "exhausted", "join", "race")
+DEFAULT_TRY_CATCH = ("critical", "timeout", "exhausted", "join", "race", "child")
 
 
 class WorkflowContext:
@@ -47,6 +47,8 @@ class WorkflowContext:
         self._scope: keys.Location = tuple(scope)
         self._checkpoint = checkpoint
         self._in_flight: Coroutine[Any, Any, Any] | None = None
+        # How many set_event calls this scope made per key: their entry names.
+        self._events: dict[str, int] = {}
         self.messages = messages.Messages(self)
 
     # Identity ----------------------------------------------------------------
@@ -186,6 +188,71 @@ class WorkflowContext:
         """Return ``latest`` for new work, 1 where history predates this gate."""
         return self._entry(lambda: self._get_version(name, latest))
 
+    # Children, replies and published values -----------------------------------
+
+    def child(
+        self,
+        name: str,
+        workflow: str,
+        input: Any = None,
+        *,
+        id: str | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Start the workflow ``workflow`` as a child and wait for its output.
+
+        The child's id defaults to ``"<this workflow's id>/<location>"``, so a
+        replay finds the same child instead of starting another. The wait is
+        durable (the parent sleeps until the child ends). A child that fails
+        or is cancelled raises :class:`ChildWorkflowError` here. A cancel of
+        this workflow cancels the child (its rollbacks run).
+        """
+        spec = children.ChildOptions(workflow, input, id, False, seconds(timeout))
+        return self._entry(lambda: children.run_child(self, name, spec, wait=True))
+
+    def start_child(
+        self,
+        name: str,
+        workflow: str,
+        input: Any = None,
+        *,
+        id: str | None = None,
+        detached: bool = False,
+        timeout: float | timedelta | None = None,
+    ) -> Coroutine[Any, Any, str]:
+        """Start the workflow ``workflow`` as a child; return its id at once.
+
+        A ``detached`` child outlives a cancel of this workflow; any other
+        child is cancelled with it.
+        """
+        spec = children.ChildOptions(workflow, input, id, detached, seconds(timeout))
+        return self._entry(lambda: children.run_child(self, name, spec, wait=False))
+
+    def reply(
+        self, name: str, message: Message | Mapping[str, Any] | str, value: Any = None
+    ) -> Coroutine[Any, Any, None]:
+        """Answer ``message`` (a request) with ``value``: sent once, never on replay.
+
+        The caller of ``handle.request(...)`` that sent ``message`` gets
+        ``value``.
+        """
+        return self._entry(lambda: published.run_reply(self, name, message, value))
+
+    def set_event(self, key: str, value: Any) -> Coroutine[Any, Any, None]:
+        """Publish ``value`` under ``key`` for ``handle.get_event``; last write wins.
+
+        Each call is recorded (as the entry ``event:<key>``, then
+        ``event:<key>#2``... within one scope), so a replay never publishes an
+        older value again.
+        """
+        published.check_event_key(key)
+        count = self._events.get(key, 0) + 1
+        self._events[key] = count
+        entry_name = published.event_entry_name(key, count)
+        return self._entry(
+            lambda: published.run_set_event(self, entry_name, key, value)
+        )
+
     # Plumbing ------------------------------------------------------------------
 
     def _entry(
@@ -204,24 +271,37 @@ class WorkflowContext:
     async def _guard(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
         try:
             return await factory()
+        except RollbackStop as stop:
+            if self._run.check and not stop.checked:
+                # A replay check stops at the first entry history does not
+                # have finished: what this scope recorded must have been
+                # replayed by then, or the code changed (renamed, removed or
+                # moved an entry; see ``check_replay``).
+                stop.checked = True
+                self._validate()
+            raise
         finally:
             self._in_flight = None
 
     def _visit(self, name: str) -> keys.Location:
         """Return the location of ``name`` in this scope, refusing duplicates."""
         storage = self._run.storage
-        if self._run.rollback:
+        if self._run.rollback and not self._run.check:
             index = storage.name_index(name)
             if index is None:
                 raise RollbackStop()
         else:
+            # A check registers new names in memory only (it never flushes):
+            # get_version and removed go on where a run would, the other
+            # entries stop there as new work.
             index = storage.register_name(name)
         location = (*self._scope, index)
         if location in self._run.visited:
             where = storage.location_string(self._scope) or "<root>"
-            raise HistoryDivergedError(
+            raise diverged(
                 f'Duplicate entry name "{name}" in scope "{where}": every entry '
-                "needs a unique name within its scope"
+                "needs a unique name within its scope",
+                storage.location_string(location),
             )
         self._run.visited.add(location)
         return location
@@ -230,8 +310,8 @@ class WorkflowContext:
         entry = self._run.storage.entries.get(location)
         if entry is not None and entry.kind != kind:
             where = self._run.storage.location_string(location)
-            raise HistoryDivergedError(
-                f'Expected a {kind} at "{where}", history has a {entry.kind}'
+            raise diverged(
+                f'Expected a {kind} at "{where}", history has a {entry.kind}', where
             )
         return entry
 
@@ -244,7 +324,7 @@ class WorkflowContext:
         if stale is not None:
             close_unstarted(stale)
             raise EntryInProgressError()
-        if not self._run.rollback:
+        if not self._run.rollback or self._run.check:
             self._validate()
 
     def _abandon(self) -> None:
@@ -254,6 +334,7 @@ class WorkflowContext:
             self._in_flight = None
 
     def _validate(self) -> None:
+        """Refuse recorded entries of this scope the code did not visit."""
         run = self._run
         for location in run.storage.entries_under(self._scope):
             if location in run.visited:
@@ -261,9 +342,10 @@ class WorkflowContext:
             if any(location[:i] in run.covered for i in range(1, len(location))):
                 continue
             where = run.storage.location_string(location)
-            raise HistoryDivergedError(
+            raise diverged(
                 f'Entry "{where}" exists in history but was not visited: the '
-                "workflow code changed. Use ctx.removed() to retire old entries."
+                "workflow code changed. Use ctx.removed() to retire old entries.",
+                where,
             )
 
     # Simple entries ------------------------------------------------------------
@@ -318,11 +400,14 @@ class WorkflowContext:
         if entry is not None:
             if entry.kind not in ("removed", original_type):
                 where = storage.location_string(location)
-                raise HistoryDivergedError(
+                raise diverged(
                     f'Expected a removed {original_type} at "{where}", history '
-                    f"has a {entry.kind}"
+                    f"has a {entry.kind}",
+                    where,
                 )
             return
+        if self._run.check:
+            return  # the run would record a placeholder here and go on
         if self._run.rollback:
             raise RollbackStop()
         data = {"original_type": original_type, "original_name": name}
@@ -333,7 +418,7 @@ class WorkflowContext:
         entry = self._existing(location, "version_check")
         if entry is not None:
             return int(entry.data["version"])
-        if self._run.rollback:
+        if self._run.rollback and not self._run.check:
             raise RollbackStop()
         storage = self._run.storage
         # History recorded in this scope by an earlier run predates the gate:
@@ -341,6 +426,8 @@ class WorkflowContext:
         loaded = storage.loaded_locations
         in_flight = any(loc in loaded for loc in storage.entries_under(self._scope))
         version = 1 if in_flight else int(latest)
+        if self._run.check:
+            return version  # what the run would record; a check writes nothing
         entry = storage.create_entry(location, "version_check", {"version": version})
         complete(storage, entry)
         return version

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from django_rivet import clock
 
 from .limits import encode_message_body
-from .values import Message
+from .values import ChildOutcome, ChildStart, Message, child_wake_name
 
 __all__ = [
     "EngineDriver",
@@ -85,9 +85,13 @@ class EngineDriver(Protocol):
 
     Optional extensions the engine uses when present:
     ``async call_sync(fn)`` runs a synchronous step function (default: called
-    inline on the event loop), and ``async wait_for_messages(names)`` returns
+    inline on the event loop), ``async wait_for_messages(names)`` returns
     when a matching message may have arrived (live mode; otherwise the engine
-    polls every ``worker_poll_interval`` seconds).
+    polls every ``worker_poll_interval`` seconds), and ``async
+    start_child(start)`` / ``async child_outcome(child_id)`` start child
+    workflows and tell how they ended (``ctx.child``; see
+    :class:`~django_rivet.workflow.children.ChildHost`). A host wakes a
+    parent waiting for a child under the name ``child:<child id>``.
     """
 
     atomic_batch: bool
@@ -171,6 +175,10 @@ class InMemoryDriver:
         self.alarms: dict[str, float] = {}
         self.messages: builtins.list[Message] = []
         self.responses: dict[str, Any] = {}
+        # Children this workflow started (``ctx.child``), and how the ones
+        # that ended did (set by the test with :meth:`finish_child`).
+        self.children: dict[str, ChildStart] = {}
+        self.child_outcomes: dict[str, ChildOutcome] = {}
         self._waiters: builtins.list[
             tuple[builtins.list[str] | None, asyncio.Future[None]]
         ] = []
@@ -319,6 +327,36 @@ class InMemoryDriver:
         self.messages = [m for m in self.messages if m.id != id]
         if len(self.messages) != before:
             self.responses[id] = response
+
+    # Children ------------------------------------------------------------------
+
+    async def start_child(self, start: ChildStart) -> None:
+        """Record a child start (idempotent per id, like a real host)."""
+        known = self.children.get(start.child_id)
+        if known is not None and known.workflow != start.workflow:
+            raise ValueError(
+                f"Workflow id {start.child_id!r} is already used by a "
+                f"{known.workflow!r} workflow"
+            )
+        self.children.setdefault(start.child_id, start)
+
+    async def child_outcome(self, child_id: str) -> ChildOutcome | None:
+        """Return how the child ended (see :meth:`finish_child`), or None."""
+        return self.child_outcomes.get(child_id)
+
+    def finish_child(
+        self,
+        child_id: str,
+        state: str = "completed",
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        """End a child (tests play its host) and wake the parent waiting for it."""
+        self.child_outcomes[child_id] = ChildOutcome(state, output, error)
+        name = child_wake_name(child_id)
+        for names, future in builtins.list(self._waiters):
+            if (names is None or name in names) and not future.done():
+                future.set_result(None)
 
     async def wait_for_messages(self, names: Iterable[str] | None) -> None:
         """Return once a message with one of ``names`` is added."""

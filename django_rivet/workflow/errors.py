@@ -10,12 +10,16 @@ eviction); they derive from :class:`BaseException` so that a workflow's
 
 from __future__ import annotations
 
+import traceback as _traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_rivet.exceptions import RivetError
 
 __all__ = [
+    "CANCEL_REASONS",
+    "MAX_TRACEBACK_CHARS",
+    "ChildWorkflowError",
     "CriticalError",
     "EntryInProgressError",
     "EntryNotFoundError",
@@ -38,10 +42,17 @@ __all__ = [
     "StepTimeoutError",
     "StorageError",
     "StorageLimitError",
+    "WorkflowCancelled",
     "WorkflowError",
     "WorkflowInterrupt",
+    "WorkflowNoReply",
+    "WorkflowRequestTimeout",
+    "WorkflowTimeout",
+    "cancellation",
+    "diverged",
     "error_from_info",
     "error_info",
+    "format_traceback",
     "mark_reported",
     "was_reported",
 ]
@@ -91,10 +102,26 @@ class StepExhaustedError(WorkflowError):
 
 
 class HistoryDivergedError(WorkflowError):
-    """The workflow code no longer matches its recorded history."""
+    """The workflow code no longer matches its recorded history.
+
+    ``location`` is where it was found (``sum/~3/fetch``), when known.
+    """
 
     code = "history_diverged"
     default_message = "Workflow history diverged"
+
+    @property
+    def location(self) -> str | None:
+        """Return the location the divergence was found at, if known."""
+        if isinstance(self.metadata, Mapping):
+            found = self.metadata.get("location")
+            return None if found is None else str(found)
+        return None
+
+
+def diverged(message: str, location: str) -> HistoryDivergedError:
+    """Build a :class:`HistoryDivergedError` that knows its location."""
+    return HistoryDivergedError(message, metadata={"location": location})
 
 
 class EntryInProgressError(WorkflowError):
@@ -143,6 +170,96 @@ class RaceError(WorkflowError):
         self.errors = dict(errors)
         detail = "; ".join(f"{key}: {value}" for key, value in self.errors.items())
         super().__init__(f'Every branch of race "{name}" failed: {detail}')
+
+
+class ChildWorkflowError(WorkflowError):
+    """A child workflow awaited with ``ctx.child`` failed or was cancelled.
+
+    ``child_id`` is the child's id, ``state`` its end (``failed`` or
+    ``cancelled``) and ``child_error`` its stored error map
+    (``{"name", "message", ...}``).
+    """
+
+    code = "child_failed"
+    default_message = "Child workflow failed"
+
+    @property
+    def child_id(self) -> str | None:
+        """Return the id of the child workflow."""
+        found = self._meta("child_id")
+        return None if found is None else str(found)
+
+    @property
+    def state(self) -> str | None:
+        """Return how the child ended: ``failed`` or ``cancelled``."""
+        found = self._meta("state")
+        return None if found is None else str(found)
+
+    @property
+    def child_error(self) -> dict[str, Any] | None:
+        """Return the child's stored error map."""
+        found = self._meta("error")
+        return dict(found) if isinstance(found, Mapping) else None
+
+    def _meta(self, key: str) -> Any:
+        if isinstance(self.metadata, Mapping):
+            return self.metadata.get(key)
+        return None
+
+
+class WorkflowCancelled(WorkflowError):
+    """The workflow was cancelled (``reason`` says why: ``cancelled``,
+    ``parent_cancelled`` or ``timeout``)."""
+
+    code = "cancelled"
+    default_message = "Workflow cancelled"
+
+    @property
+    def reason(self) -> str:
+        """Return why the workflow was cancelled."""
+        if isinstance(self.metadata, Mapping) and self.metadata.get("reason"):
+            return str(self.metadata["reason"])
+        return "timeout" if isinstance(self, WorkflowTimeout) else "cancelled"
+
+
+class WorkflowTimeout(WorkflowCancelled):
+    """The workflow's deadline passed: it was cancelled with reason ``timeout``."""
+
+    code = "timeout"
+    default_message = "Workflow deadline passed"
+
+
+# Why a workflow may be cancelled: the error its cancellation records.
+CANCEL_REASONS = ("cancelled", "parent_cancelled", "timeout")
+
+
+def cancellation(reason: str) -> WorkflowCancelled:
+    """Return the error a cancellation for ``reason`` records."""
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Unknown cancel reason {reason!r}")
+    if reason == "timeout":
+        return WorkflowTimeout(
+            "The workflow's deadline passed", metadata={"reason": reason}
+        )
+    if reason == "parent_cancelled":
+        return WorkflowCancelled(
+            "The parent workflow was cancelled", metadata={"reason": reason}
+        )
+    return WorkflowCancelled("The workflow was cancelled", metadata={"reason": reason})
+
+
+class WorkflowRequestTimeout(WorkflowError, TimeoutError):
+    """``handle.request`` got no reply within its timeout."""
+
+    code = "request_timeout"
+    default_message = "The workflow did not reply in time"
+
+
+class WorkflowNoReply(WorkflowError):
+    """``handle.request``: the workflow ended without replying."""
+
+    code = "no_reply"
+    default_message = "The workflow ended without replying"
 
 
 class StorageLimitError(CriticalError):
@@ -254,6 +371,9 @@ KNOWN_ERRORS: dict[str, type[WorkflowError]] = {
         RollbackCheckpointError,
         MessageTimeoutError,
         StorageLimitError,
+        ChildWorkflowError,
+        WorkflowCancelled,
+        WorkflowTimeout,
     )
 }
 
@@ -261,12 +381,20 @@ KNOWN_ERRORS: dict[str, type[WorkflowError]] = {
 # Error messages are stored in history: a huge one (an exception carrying a
 # whole response body) must not make the failure itself unstorable.
 MAX_ERROR_MESSAGE_CHARS = 8192
+# A failed step attempt keeps this much of its traceback (the end: the frames
+# nearest to the raise are the ones that explain it).
+MAX_TRACEBACK_CHARS = 16 * 1024
 
 
-def error_info(error: BaseException, **extra: Any) -> dict[str, Any]:
+def error_info(
+    error: BaseException, *, traceback: bool = False, **extra: Any
+) -> dict[str, Any]:
     """Return the storable description ``{name, message, ...}`` of ``error``.
 
-    Messages longer than :data:`MAX_ERROR_MESSAGE_CHARS` are cut there.
+    Messages longer than :data:`MAX_ERROR_MESSAGE_CHARS` are cut there. A
+    workflow error's ``metadata`` (a map: a child's id and error, a
+    divergence's location) is kept when it can be stored. ``traceback=True``
+    adds the formatted traceback, its last :data:`MAX_TRACEBACK_CHARS`.
     """
     if isinstance(error, RecordedError):
         name = error.original_name
@@ -275,7 +403,39 @@ def error_info(error: BaseException, **extra: Any) -> dict[str, Any]:
     message = error.message if isinstance(error, RivetError) else str(error)
     if len(message) > MAX_ERROR_MESSAGE_CHARS:
         message = message[:MAX_ERROR_MESSAGE_CHARS] + " [truncated]"
-    return {"name": name, "message": message, **extra}
+    info: dict[str, Any] = {"name": name, "message": message}
+    metadata = getattr(error, "metadata", None)
+    if isinstance(error, WorkflowError) and isinstance(metadata, Mapping):
+        if _storable(metadata):
+            info["metadata"] = dict(metadata)
+    if traceback:
+        info["traceback"] = format_traceback(error)
+    info.update(extra)
+    return info
+
+
+def format_traceback(error: BaseException) -> str:
+    """Return ``error``'s traceback as text, its last 16 KiB at most."""
+    text = "".join(_traceback.format_exception(error))
+    if len(text) > MAX_TRACEBACK_CHARS:
+        text = "[truncated]\n" + text[-MAX_TRACEBACK_CHARS:]
+    return text
+
+
+def _storable(value: Any, depth: int = 0) -> bool:
+    """Tell whether ``value`` is plain data a history record can hold."""
+    if depth > 16:
+        return False
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_storable(item, depth + 1) for item in value)
+    if isinstance(value, Mapping):
+        return all(
+            isinstance(key, str) and _storable(item, depth + 1)
+            for key, item in value.items()
+        )
+    return False
 
 
 _REPORTED = "_rivet_reported"
@@ -298,7 +458,10 @@ def error_from_info(info: Mapping[str, Any] | None) -> WorkflowError:
         return WorkflowError("Workflow failed")
     name = str(info.get("name", "WorkflowError"))
     message = str(info.get("message", ""))
+    metadata = info.get("metadata")
     cls = KNOWN_ERRORS.get(name)
     if cls is not None:
-        return cls(message)
-    return RecordedError(name, message)
+        return cls(message, metadata=metadata)
+    error = RecordedError(name, message)
+    error.metadata = metadata
+    return error

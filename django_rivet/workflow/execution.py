@@ -23,7 +23,14 @@ logger = logging.getLogger("django_rivet.workflow")
 
 
 class RollbackStop(BaseException):  # noqa: N818 - internal signal
-    """Rollback replay reached history that was never completed."""
+    """A replay-only run reached history that was never completed.
+
+    ``checked`` is set once a replay check validated the scope it stopped in.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checked = False
 
 
 @dataclass(slots=True)
@@ -45,6 +52,11 @@ class Run:
     execution: a second visit is a duplicate name, and a recorded entry that is
     neither visited nor below a ``covered`` location (history legitimately not
     replayed, such as a finished loop's iterations) means the code diverged.
+
+    ``rollback`` runs replay only: recorded entries give their recorded
+    results and the first entry that is not finished in history stops the
+    replay (:class:`RollbackStop`). A rollback collects the rollback handlers
+    on the way; a ``check`` only looks for divergence.
     """
 
     workflow_id: str
@@ -53,6 +65,11 @@ class Run:
     rollback: bool = False
     eviction: asyncio.Event | None = None
     on_error: ErrorHook | None = None
+    # A replay check (``check_replay``): a rollback-style replay that runs
+    # nothing and writes nothing, but validates every scope it leaves.
+    check: bool = False
+    # Called with the message id once a reply is recorded (``ctx.reply``).
+    on_reply: Callable[[str], None] | None = None
     visited: set[keys.Location] = field(default_factory=set)
     covered: set[keys.Location] = field(default_factory=set)
     rollback_actions: list[RollbackAction] = field(default_factory=list)

@@ -18,6 +18,7 @@ from .errors import (
     SleepError,
     StorageError,
     WorkflowInterrupt,
+    diverged,
     error_from_info,
     error_info,
 )
@@ -164,8 +165,8 @@ def _branch_records(
     unknown = [branch for branch in recorded if branch not in names]
     if unknown:
         where = ctx._run.storage.location_string(location)
-        raise HistoryDivergedError(
-            f'"{where}" recorded branches {unknown} the code no longer has'
+        raise diverged(
+            f'"{where}" recorded branches {unknown} the code no longer has', where
         )
     # A working copy: the entry changes through ``_save_branches`` only,
     # after the size check.
@@ -222,6 +223,9 @@ async def _replay_for_rollback(
             await _branch(ctx, fn, (*location, index))
         except RollbackStop:
             finished = False
+        except _FATAL:
+            if ctx._run.check:
+                raise  # what a replay check is looking for
         except Exception:  # noqa: S110 - failures are history now
             pass
     return finished
@@ -423,8 +427,8 @@ async def run_try_block(
     if location in ctx._run.storage.entries:
         entry = ctx._run.storage.entries[location]
         where = ctx._run.storage.location_string(location)
-        raise HistoryDivergedError(
-            f'Expected a try block at "{where}", history has a {entry.kind}'
+        raise diverged(
+            f'Expected a try block at "{where}", history has a {entry.kind}', where
         )
     try:
         value = await _branch(ctx, fn, location)

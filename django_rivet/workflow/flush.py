@@ -85,6 +85,7 @@ class Plan:
     names_upto: int = 0
     marks: list[tuple[Entry | EntryMetadata, int]] = field(default_factory=list)
     fields: dict[int, bytes | None] = field(default_factory=dict)
+    published: list[KVWrite] = field(default_factory=list)
     deletions: KVDeletions = field(default_factory=KVDeletions)
 
     @property

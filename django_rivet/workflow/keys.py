@@ -18,8 +18,11 @@ from typing import Any
 
 __all__ = [
     "ENTRIES",
+    "EVENT",
     "METADATA",
     "NAMES",
+    "PUBLISHED",
+    "REPLY",
     "WORKFLOW",
     "WORKFLOW_ERROR",
     "WORKFLOW_INPUT",
@@ -29,11 +32,13 @@ __all__ = [
     "entry_key",
     "entry_id_of",
     "entry_prefix",
+    "event_key",
     "metadata_key",
     "name_index_of",
     "name_key",
     "pack",
     "range_of",
+    "reply_key",
     "strinc",
     "unpack",
     "unpack_location",
@@ -299,6 +304,12 @@ NAMES = 1
 ENTRIES = 2
 WORKFLOW = 3
 METADATA = 4
+# Values published for readers outside the workflow (schema version 2):
+# ``(5, 1, key)`` the value of ``ctx.set_event(key, ...)``, ``(5, 2,
+# message_id)`` the reply ``ctx.reply`` sent to a request.
+PUBLISHED = 5
+EVENT = 1
+REPLY = 2
 
 WORKFLOW_STATE = 1
 WORKFLOW_OUTPUT = 2
@@ -378,3 +389,13 @@ def metadata_key(entry_id: str) -> bytes:
 def workflow_key(field: int) -> bytes:
     """Return the key of a workflow field (state, output, error or input)."""
     return pack((WORKFLOW, field))
+
+
+def event_key(key: str) -> bytes:
+    """Return the key of the published event ``key`` (``ctx.set_event``)."""
+    return pack((PUBLISHED, EVENT, key))
+
+
+def reply_key(message_id: str) -> bytes:
+    """Return the key of the reply to message ``message_id`` (``ctx.reply``)."""
+    return pack((PUBLISHED, REPLY, message_id))

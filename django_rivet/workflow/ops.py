@@ -1,8 +1,9 @@
 """Engine-level operations on a stored workflow, outside of a run.
 
 The Django runtime calls these (with the workflow's driver) for handle and
-admin actions: cancel, recover, replay from a step, read the history and the
-workflow fields. None of them runs workflow code.
+admin actions: cancel, recover, resume, replay from a step, read the history,
+the workflow fields and the published values. None of them runs workflow
+code.
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ from django_rivet import clock
 
 from . import keys, schema
 from .driver import EngineDriver
-from .errors import EntryNotFoundError, ReplayRefusedError
+from .errors import EntryNotFoundError, ReplayRefusedError, error_from_info
 from .storage import UNSET, Storage
+from .values import WorkflowOutcome
 
 __all__ = [
     "WorkflowSnapshot",
     "cancel_workflow",
+    "finished_outcome",
+    "read_event",
     "read_history",
+    "read_reply",
     "read_workflow",
     "recover_workflow",
     "replay_from",
+    "resume_workflow",
     "wake_workflow",
 ]
 
@@ -55,6 +61,32 @@ async def read_workflow(driver: EngineDriver) -> WorkflowSnapshot:
 async def read_history(driver: EngineDriver) -> list[schema.HistoryEntry]:
     """Return the decoded history of the driver's workflow, in creation order."""
     return schema.decode_history(await driver.list(b""))
+
+
+async def read_event(driver: EngineDriver, key: str) -> tuple[bool, Any]:
+    """Return ``(found, value)`` of the event ``key`` the workflow published."""
+    data = await driver.get(keys.event_key(key))
+    if data is None:
+        return False, None
+    return True, schema.decode_published("event", data)
+
+
+async def read_reply(driver: EngineDriver, message_id: str) -> tuple[bool, Any]:
+    """Return ``(found, value)`` of the workflow's reply to ``message_id``."""
+    data = await driver.get(keys.reply_key(message_id))
+    if data is None:
+        return False, None
+    return True, schema.decode_published("reply", data)
+
+
+def finished_outcome(storage: Storage) -> WorkflowOutcome:
+    """Return the outcome of a workflow stored as completed or failed."""
+    if storage.state == "completed":
+        return WorkflowOutcome(
+            "completed", output=storage.get_field(keys.WORKFLOW_OUTPUT)
+        )
+    error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
+    return WorkflowOutcome("failed", error=error)
 
 
 async def cancel_workflow(workflow_id: str, driver: EngineDriver) -> None:
@@ -97,6 +129,25 @@ async def recover_workflow(workflow_id: str, driver: EngineDriver) -> bool:
             metadata = storage.meta(entry)
             metadata.status = "running"
             metadata.touch()
+    storage.set_field(keys.WORKFLOW_ERROR, UNSET)
+    storage.state = "sleeping"
+    await storage.flush()
+    await driver.set_alarm(workflow_id, clock.now())
+    return True
+
+
+async def resume_workflow(workflow_id: str, driver: EngineDriver) -> bool:
+    """Let a cancelled workflow go on from where it stopped, and wake it.
+
+    Returns False (and changes nothing) unless the workflow is ``cancelled``
+    and no rollback handler ran for it: work its cancellation compensated
+    must not be replayed as if it still stood.
+    """
+    storage = await Storage.load(driver)
+    if storage.state != "cancelled":
+        return False
+    if any(m.rollback_completed_at is not None for m in storage.metadata.values()):
+        return False
     storage.set_field(keys.WORKFLOW_ERROR, UNSET)
     storage.state = "sleeping"
     await storage.flush()

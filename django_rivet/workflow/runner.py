@@ -22,19 +22,28 @@ from . import keys, schema
 from .context import WorkflowContext
 from .driver import EngineDriver, call_maybe_async
 from .errors import (
+    CANCEL_REASONS,
     EvictedError,
     RollbackCheckpointError,
     StepOutputError,
     StorageError,
     StorageLimitError,
+    WorkflowCancelled,
     WorkflowInterrupt,
+    cancellation,
     error_from_info,
     error_info,
     was_reported,
 )
 from .execution import RollbackStop, Run, emit
 from .messages import ANY_MESSAGE
-from .ops import WorkflowSnapshot, cancel_workflow, read_workflow, recover_workflow
+from .ops import (
+    WorkflowSnapshot,
+    cancel_workflow,
+    finished_outcome,
+    read_workflow,
+    recover_workflow,
+)
 from .storage import UNSET, Storage, driver_call
 from .values import (
     ErrorHook,
@@ -44,13 +53,14 @@ from .values import (
     WorkflowOutcome,
 )
 
-__all__ = ["WorkflowRun", "run_workflow", "start_workflow"]
+__all__ = ["CANCEL_REASONS", "WorkflowRun", "run_workflow", "start_workflow"]
 
 logger = logging.getLogger("django_rivet.workflow")
 
 Mode = Literal["yield", "live"]
 WorkflowFn = Callable[[WorkflowContext, Any], Awaitable[Any]]
 HistoryHook = Callable[[list[schema.HistoryEntry]], Any]
+ReplyHook = Callable[[str], None]
 
 
 async def run_workflow(
@@ -62,11 +72,21 @@ async def run_workflow(
     on_error: ErrorHook | None = None,
     *,
     on_history: HistoryHook | None = None,
+    on_reply: ReplyHook | None = None,
+    cancel: str | None = None,
 ) -> WorkflowOutcome:
-    """Run (or resume) workflow ``workflow_id`` and return where it stands."""
+    """Run (or resume) workflow ``workflow_id`` and return where it stands.
+
+    ``cancel`` (a reason: ``cancelled``, ``parent_cancelled``, ``timeout``)
+    cancels it instead: the rollback handlers of its completed steps run,
+    newest first, then it ends ``cancelled`` (``rolling_back`` if a handler
+    failed; a later run with ``cancel`` again or without retries it).
+    ``on_reply(message_id)`` hears of each reply recorded (``ctx.reply``).
+    """
     return await start_workflow(
-        workflow_id, fn, input, driver, mode, on_error, on_history=on_history
-    )
+        workflow_id, fn, input, driver, mode, on_error,
+        on_history=on_history, on_reply=on_reply, cancel=cancel,
+    )  # fmt: skip
 
 
 def start_workflow(
@@ -78,9 +98,14 @@ def start_workflow(
     on_error: ErrorHook | None = None,
     *,
     on_history: HistoryHook | None = None,
+    on_reply: ReplyHook | None = None,
+    cancel: str | None = None,
 ) -> WorkflowRun:
     """Start running a workflow in a task; await the returned run for its outcome."""
-    run = WorkflowRun(workflow_id, fn, input, driver, mode, on_error, on_history)
+    run = WorkflowRun(
+        workflow_id, fn, input, driver, mode, on_error, on_history,
+        on_reply=on_reply, cancel=cancel,
+    )  # fmt: skip
     run.start()
     return run
 
@@ -100,9 +125,14 @@ class WorkflowRun:
         mode: Mode = "yield",
         on_error: ErrorHook | None = None,
         on_history: HistoryHook | None = None,
+        *,
+        on_reply: ReplyHook | None = None,
+        cancel: str | None = None,
     ) -> None:
         if mode not in ("yield", "live"):
             raise ValueError(f"mode must be 'yield' or 'live', not {mode!r}")
+        if cancel is not None:
+            cancellation(cancel)  # refuse an unknown reason now
         self.workflow_id = workflow_id
         self.fn = fn
         self.input = input
@@ -110,6 +140,8 @@ class WorkflowRun:
         self.mode = mode
         self.on_error = on_error
         self.on_history = on_history
+        self.on_reply = on_reply
+        self.cancel_reason = cancel
         self._eviction = asyncio.Event()
         self._wake = asyncio.Event()
         self._cancelled = False
@@ -230,9 +262,18 @@ class WorkflowRun:
                     storage, error, None, previously_failed, roll_back=False
                 )
         input = storage.get_field(keys.WORKFLOW_INPUT)
+        if self.cancel_reason is not None and storage.state not in (
+            "rolling_back",
+            "completed",
+            "failed",
+        ):
+            return await self._cancel(storage, input, self.cancel_reason)
         if storage.state == "rolling_back":
             stored_error = error_from_info(storage.get_field(keys.WORKFLOW_ERROR))
             return await self._roll_back(storage, input, stored_error, False)
+        if self.cancel_reason is not None:
+            # It finished before the cancel reached it: that stands.
+            return finished_outcome(storage)
 
         run = self._new_run(storage, rollback=False)
         ctx = WorkflowContext(run)
@@ -276,7 +317,21 @@ class WorkflowRun:
             rollback=rollback,
             eviction=self._eviction,
             on_error=self.on_error,
+            on_reply=self.on_reply,
         )
+
+    async def _cancel(
+        self, storage: Storage, input: Any, reason: str
+    ) -> WorkflowOutcome:
+        """Record the cancellation and roll back; it ends ``cancelled``."""
+        error = cancellation(reason)
+        storage.set_field(keys.WORKFLOW_ERROR, error_info(error))
+        storage.state = "rolling_back"
+        await storage.flush()
+        logger.info(
+            "workflow cancelling workflow=%s reason=%s", self.workflow_id, reason
+        )
+        return await self._roll_back(storage, input, error, False)
 
     async def _pause(
         self, storage: Storage, pause: WorkflowInterrupt
@@ -400,6 +455,12 @@ class WorkflowRun:
             metadata.rollback_error = None
             metadata.touch()
             await storage.flush()
+        if isinstance(error, WorkflowCancelled):
+            # A cancellation (a cancel, a parent's cancel, a deadline) rolls
+            # back like a failure but ends cancelled, reported nowhere.
+            storage.state = "cancelled"
+            await storage.flush()
+            return WorkflowOutcome("cancelled", error=error)
         storage.state = "failed"
         await storage.flush()
         await self._report_failure(error, previously_failed)

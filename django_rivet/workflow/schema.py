@@ -3,11 +3,16 @@
 Every value the engine writes is a CBOR map in a versioned envelope
 ``{"v": <schema version>, "type": <record type>, ...}``. This module encodes
 and decodes all of them: names, history entries (every entry kind), entry
-metadata and the workflow fields (state, output, error, input). The engine, the
+metadata, the workflow fields (state, output, error, input) and the values
+published for readers outside the workflow (events and replies). The engine, the
 admin inspector and ``handle.history()`` all decode through here.
 
 The values inside are safe CBOR (:mod:`.cbor`: restricted tags, storable
 types only), whose functions this module re-exports.
+
+The module is one piece by design: every record type's encoding and
+decoding, and the history view built from them, is the one definition that
+the engine, the inspector and ``history()`` share.
 
 ``docs/storage-format.md`` describes the format; a format change adds a version
 here (a decoder for the old version that upgrades to the current model) and
@@ -38,12 +43,14 @@ __all__ = [
     "decode_history",
     "decode_metadata",
     "decode_name",
+    "decode_published",
     "decode_workflow_field",
     "disowned_at",
     "dumps",
     "encode_entry",
     "encode_metadata",
     "encode_name",
+    "encode_published",
     "encode_workflow_field",
     "loads",
     "location_string",
@@ -52,7 +59,7 @@ __all__ = [
     "upgrade_record",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 ENTRY_KINDS = (
     "step",
@@ -64,7 +71,13 @@ ENTRY_KINDS = (
     "race",
     "removed",
     "version_check",
+    # Version 2:
+    "child",
+    "reply",
+    "event",
 )
+# Records of the published-values family ``(5, ...)`` (version 2).
+PUBLISHED_TYPES = ("event", "reply")
 ENTRY_STATUSES = ("pending", "running", "completed", "failed", "exhausted")
 WORKFLOW_STATES = (
     "pending",
@@ -174,6 +187,15 @@ _KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "race": {"winner": None, "branches": {}},
     "removed": {"original_type": "", "original_name": ""},
     "version_check": {"version": 1},
+    "child": {
+        "workflow": "",
+        "child_id": "",
+        "detached": False,
+        "wait": True,
+        "state": "started",
+    },
+    "reply": {"message_id": "", "value": None},
+    "event": {"key": "", "value": None},
 }
 
 
@@ -183,14 +205,23 @@ def _envelope(record_type: str, **fields: Any) -> bytes:
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
+
+def _upgrade_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 only adds: every version-1 record keeps its shape.
+
+    (New entry kinds ``child``, ``reply``, ``event``; the published-values
+    family; optional ``traceback`` and ``metadata`` in error maps.)
+    """
+    return {**record, "v": 2}
+
+
 # Version N -> the function turning a version-N record into a version-(N+1)
 # one. Decoding applies them in a chain up to SCHEMA_VERSION, so a record of
-# any supported version comes out in the current shape. Version 1 is the
-# first and current version: nothing to upgrade yet. A version 2 adds
-# ``1: _upgrade_v1_to_v2`` here, keeps it forever, and adds the fixtures of
-# version 2 (docs/storage-format.md, "Adding a version"). The test suite
-# registers a test-only version 0 here to prove the chain on real fixtures.
-UPGRADES: dict[int, Upgrade] = {}
+# any supported version comes out in the current shape. Each step is kept
+# forever, with the fixtures of its version (docs/storage-format.md,
+# "Adding a version"). The test suite registers a test-only version 0 here
+# to prove the chain on real fixtures.
+UPGRADES: dict[int, Upgrade] = {1: _upgrade_v1_to_v2}
 
 
 def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -322,6 +353,18 @@ def decode_workflow_field(field_id: int, data: bytes) -> Any:
     return value
 
 
+def encode_published(record_type: str, value: Any) -> bytes:
+    """Encode a published value: an ``event`` or a ``reply`` (version 2)."""
+    if record_type not in PUBLISHED_TYPES:
+        raise SchemaError(f"Unknown published record type {record_type!r}")
+    return _envelope(record_type, value=value)
+
+
+def decode_published(record_type: str, data: bytes) -> Any:
+    """Decode a value written by :func:`encode_published`."""
+    return _open(data, record_type).get("value")
+
+
 # --- Decoded history ---------------------------------------------------------------
 
 
@@ -380,6 +423,11 @@ def history_entry(
         error = {"name": "JoinError", "branches": errors} if errors else None
     elif entry.kind == "version_check":
         output, error = data.get("version"), None
+    elif entry.kind == "child":
+        output = data.get("output") if "output" in data else data.get("child_id")
+        error = data.get("error")
+    elif entry.kind in ("reply", "event"):
+        output, error = data.get("value"), None
     else:
         output, error = None, None
     return HistoryEntry(

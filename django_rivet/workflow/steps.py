@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from django_rivet import clock
 
-from . import schema
+from . import observe, schema
 from .driver import call_maybe_async
 from .errors import (
     KNOWN_ERRORS,
+    ChildWorkflowError,
     CriticalError,
     JoinError,
     RaceError,
@@ -26,6 +27,7 @@ from .errors import (
     StorageError,
     StorageLimitError,
     error_info,
+    format_traceback,
     mark_reported,
 )
 from .execution import RollbackAction, RollbackStop
@@ -73,6 +75,8 @@ def failure_kind(error: BaseException) -> str | None:
         return "join"
     if isinstance(error, RaceError):
         return "race"
+    if isinstance(error, ChildWorkflowError):
+        return "child"
     return None
 
 
@@ -143,6 +147,7 @@ async def run_step(
     metadata.attempts += 1
     metadata.last_attempt_at = clock.now()
     metadata.touch()
+    fn = observe.step_attempt(run.workflow_id, name, metadata.attempts, fn)
     what = f'Output of step "{name}"'
     try:
         if options.transaction:
@@ -164,8 +169,18 @@ async def run_step(
             # The driver refused the writes as one unit too large: the step
             # fails once, as critical, without its output (RivetKit's rule).
             _undo_success(storage, entry)
-            raise await _attempt_failed(ctx, name, entry, options, refused) from None
+            named = _refused(name, refused)
+            raise await _attempt_failed(ctx, name, entry, options, named) from None
     return output
+
+
+def _refused(name: str, refused: StorageLimitError) -> StorageLimitError:
+    """Name the step whose output the driver refused (its error does not)."""
+    error = StorageLimitError(
+        f'Step "{name}": the driver refused to store its output: {refused.message}'
+    )
+    error.__cause__ = refused
+    return error
 
 
 def _record_success(
@@ -202,10 +217,12 @@ async def _run_transactional(
 
     try:
         await ctx._run.driver.run_transactional(fn, make_writes)
-    except BaseException:
+    except BaseException as error:
         if "plan" in done:
             # The transaction rolled back after we recorded success: undo it.
             _undo_success(storage, entry)
+            if isinstance(error, StorageLimitError):
+                raise _refused(name, error) from error
         raise
     storage.acknowledge(done["plan"])
     return entry.data["output"]
@@ -292,7 +309,9 @@ async def _attempt_failed(
     if kind is None and attempt > options.max_retries:
         kind = "exhausted"
     info = error_info(error, kind=kind or "failed")
-    run.storage.update(entry, "", remove=("output",), error=info)
+    # The entry keeps the traceback too (bounded); the metadata, a summary.
+    detailed = {**info, "traceback": format_traceback(error)}
+    run.storage.update(entry, "", remove=("output",), error=detailed)
     metadata.status = "failed" if kind is None else "exhausted"
     metadata.error = info
     metadata.touch()
@@ -302,12 +321,18 @@ async def _attempt_failed(
             attempt, options.retry_backoff_base, options.retry_backoff_max
         )
         retry_at = (metadata.last_attempt_at or clock.now()) + retry_delay
-    logger.info(
-        "workflow step failed workflow=%s step=%s attempt=%s retry_at=%s",
+    # One WARNING per failed attempt, with the traceback: with Django's
+    # default logging configuration, WARNING reaches the console.
+    logger.warning(
+        "workflow step attempt failed workflow=%s step=%s attempt=%s "
+        "will_retry=%s retry_at=%s error=%r",
         run.workflow_id,
         name,
         attempt,
+        kind is None,
         retry_at,
+        error,
+        exc_info=error,
     )
     await run.storage.flush()
     await run.emit(

@@ -33,7 +33,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import keys, schema
+from . import keys, observe, schema
 from .driver import EngineDriver, KVWrite
 from .flush import Plan, apply, chunk_writes, doomed, driver_call
 from .limits import (
@@ -101,6 +101,8 @@ class Storage:
         self.pending_prefixes: list[bytes] = []
         self.pending_keys: dict[bytes, None] = {}
         self.pending_ranges: list[tuple[bytes, bytes]] = []
+        # Published values (events, replies) waiting for the next flush.
+        self._published: dict[bytes, bytes] = {}
         self._next_seq = 1
         self._lock = asyncio.Lock()
         self.on_flush: Callable[[], None] | None = None
@@ -349,6 +351,20 @@ class Storage:
                 self._dirty.pop(metadata, None)
                 self.pending_keys[metadata.key or keys.metadata_key(entry.id)] = None
 
+    # Published values -------------------------------------------------------------
+
+    def publish(self, key: bytes, record_type: str, value: Any, what: str) -> None:
+        """Write a value readers outside the workflow see, with the next flush.
+
+        ``key`` is an event's or a reply's (:func:`keys.event_key`,
+        :func:`keys.reply_key`); the value is measured now, like every record.
+        The write goes before the entries of its flush, so the entry that
+        records it never lands without it.
+        """
+        encoded = schema.encode_published(record_type, value)
+        check_record(key, encoded, what)
+        self._published[key] = encoded
+
     # Workflow fields --------------------------------------------------------------
 
     def get_field(self, field_id: int, default: Any = None) -> Any:
@@ -391,6 +407,8 @@ class Storage:
         """Return whether anything waits to be flushed."""
         if self._flushed_names < len(self.names) or self._dirty:
             return True
+        if self._published:
+            return True
         if self.pending_prefixes or self.pending_keys or self.pending_ranges:
             return True
         return any(
@@ -406,6 +424,9 @@ class Storage:
                 writes.append(
                     (keys.name_key(index), schema.encode_name(self.names[index]))
                 )
+            if self._published:
+                plan.published = list(self._published.items())
+                writes += plan.published
             if self._dirty:
                 self._plan_records(plan)
         for field_id in sorted(self._dirty_fields):
@@ -471,6 +492,9 @@ class Storage:
                 record.flushed = gen
             if record.flushed == record.gen:
                 dirty.pop(record, None)
+        for key, value in plan.published:
+            if self._published.get(key) == value:
+                del self._published[key]
         for field_id, encoded in plan.fields.items():
             self._shadows[field_id] = encoded
             if self._encoded_fields[field_id] == encoded:
@@ -502,7 +526,7 @@ class Storage:
             plan = self._plan(with_deletions=True, only_fields=only_fields)
             if plan.empty:
                 return
-            await apply(self.driver, plan)
+            await observe.flush(apply(self.driver, plan), len(plan.writes))
             self._commit(plan)
 
     def transactional_writes(self) -> tuple[list[KVWrite], Plan]:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
+    "CHILD_WAKE_PREFIX",
+    "ChildOutcome",
+    "ChildStart",
     "Failure",
     "Loop",
     "LoopBreak",
     "LoopContinue",
     "Message",
+    "ReplayDivergence",
     "RollbackContext",
     "RollbackErrorEvent",
     "StepErrorEvent",
@@ -19,6 +24,8 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowErrorEvent",
     "WorkflowOutcome",
+    "child_wake_name",
+    "seconds",
     "workflow",
 ]
 
@@ -64,6 +71,55 @@ class Message:
     name: str
     body: Any
     created_at: float
+
+
+# A parent waiting for a child waits for this name plus the child's id.
+CHILD_WAKE_PREFIX = "child:"
+
+
+def child_wake_name(child_id: str) -> str:
+    """Return the name a parent waiting for ``child_id`` waits for."""
+    return CHILD_WAKE_PREFIX + child_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStart:
+    """What a parent asks its host to start (``ctx.child``/``ctx.start_child``).
+
+    Starting is idempotent per ``child_id``: a replay asks again with the
+    same id, and the host starts nothing new.
+    """
+
+    parent_id: str
+    child_id: str
+    workflow: str
+    input: Any
+    detached: bool = False
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How a child workflow ended: ``completed``, ``failed`` or ``cancelled``."""
+
+    state: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayDivergence:
+    """What a replay check found: the recorded history no longer fits the code.
+
+    ``location`` is where (``sum/~3/fetch``; empty for the root), ``reason``
+    why, and ``code`` the error's code (``history_diverged``, or the code of
+    another error the replay raised, such as ``entry_in_progress``).
+    """
+
+    workflow_id: str
+    location: str
+    reason: str
+    code: str = "history_diverged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,24 +202,62 @@ class RollbackContext:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowDefinition:
-    """A workflow function with its registered name."""
+    """A workflow function with its registered name.
+
+    ``timeout`` (seconds) is the default deadline of each instance, counted
+    from its start; None: no deadline.
+    """
 
     name: str
     fn: Callable[..., Awaitable[Any]]
+    # A cron expression: the runtime starts one workflow per tick, in the
+    # IANA zone ``tz`` (None: the project's TIME_ZONE).
+    cron: str | None = None
+    tz: str | None = None
+    # Seconds each instance may live before it is cancelled (None: forever).
+    timeout: float | None = None
 
     def __call__(self, ctx: Any, input: Any) -> Awaitable[Any]:
         return self.fn(ctx, input)
 
 
+def seconds(value: float | timedelta | None) -> float | None:
+    """Return ``value`` in seconds (a number or a timedelta); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
 def workflow(
-    fn: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    name: str | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> Any:
     """Mark ``fn`` as a workflow: ``@workflow`` or ``@workflow(name="order")``.
 
-    Registers nothing: the Django runtime keeps the registry.
+    ``cron="0 2 * * *"`` (with ``tz``) also starts it on that schedule, with
+    the input ``{"scheduled_at": <the tick, ISO 8601 UTC>}``. ``timeout``
+    (seconds or a timedelta) gives every instance a deadline: when it
+    passes, the instance is cancelled with reason ``timeout`` (its rollbacks
+    run). Registers nothing: the Django runtime keeps the registry and the
+    schedule.
     """
+    if cron is not None and not isinstance(cron, str):
+        raise TypeError("cron is a cron expression string")
+    if tz is not None and not isinstance(tz, str):
+        raise TypeError("tz is an IANA time zone name")
+    limit = seconds(timeout)
+    if limit is not None and limit <= 0:
+        raise ValueError("A workflow timeout must be positive")
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
-        return WorkflowDefinition(name=name or func.__name__, fn=func)
+        return WorkflowDefinition(
+            name=name or func.__name__, fn=func, cron=cron, tz=tz, timeout=limit
+        )
 
     return wrap(fn) if fn is not None else wrap

@@ -52,6 +52,8 @@ from .. import clock
 from ..conf import rivet_settings
 from ..models import Workflow, WorkflowKV, WorkflowMessage, db
 from ..workflow import (
+    ChildOutcome,
+    ChildStart,
     KVDeletions,
     Message,
     StorageError,
@@ -59,6 +61,7 @@ from ..workflow import (
     encode_message_body,
     schema,
 )
+from . import children
 
 if TYPE_CHECKING:
     from ..workflow import EngineDriver
@@ -495,6 +498,21 @@ class DjangoDriver:
             WorkflowMessage.objects.filter(pk=pk, workflow_id=self.workflow_id).delete()
 
         await self._db(complete)
+
+    # Children --------------------------------------------------------------------
+
+    async def start_child(self, start: ChildStart) -> None:
+        """Create the child's row (idempotent per id) in a fenced transaction.
+
+        Its first run is enqueued when that transaction commits. An id held
+        by another workflow (``ValueError``) or an unknown name
+        (``workflow/not_found``) is the parent's failure, not storage trouble.
+        """
+        await self._db(self._fenced, children.create_child, start)
+
+    async def child_outcome(self, child_id: str) -> ChildOutcome | None:
+        """Return how the child ended, or None while it is active."""
+        return await self._db(children.outcome, child_id)  # type: ignore[no-any-return]
 
 
 async def _await(awaitable: Any) -> Any:

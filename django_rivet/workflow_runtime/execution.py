@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import clock
+from .. import clock, observability
 from ..exceptions import WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
@@ -36,10 +37,11 @@ from ..workflow import (
     StorageError,
     WorkflowDefinition,
     WorkflowOutcome,
+    WorkflowRun,
     cancel_workflow,
     start_workflow,
 )
-from . import leases, registry
+from . import children, leases, queues, registry
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .wakeups import schedule_wake, wake_fields
@@ -88,18 +90,28 @@ def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 # -- runs ------------------------------------------------------------------------------
-def run(workflow_id: str, *, max_passes: int = MAX_PASSES) -> str | None:
+def run(
+    workflow_id: str,
+    *,
+    max_passes: int = MAX_PASSES,
+    stop_after_reply: str | None = None,
+) -> str | None:
     """Run ``workflow_id`` while it is due; return its status after the last run.
 
     Returns None when nothing ran (not due, finished, unknown, or another
     worker holds it). Never raises for the workflow's own failures.
+    ``stop_after_reply`` (a message id) ends the run right after the reply
+    to that message is recorded (what a waiting ``handle.request`` runs);
+    the workflow is then due again, for a worker to go on with.
     """
     status = None
     for _ in range(max_passes):
         lease = leases.claim(workflow_id)
         if lease is None:
             return status
-        status, wake_at = _run_claimed(lease)
+        status, wake_at = observability.workflow_run(
+            functools.partial(_run_claimed, stop_after_reply=stop_after_reply), lease
+        )
         if wake_at is None or clock.to_timestamp(wake_at) > clock.now():
             return status
     # Still due after many passes: yield the worker to other workflows.
@@ -111,10 +123,26 @@ def run(workflow_id: str, *, max_passes: int = MAX_PASSES) -> str | None:
     return status
 
 
-def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
-    """Run a claimed workflow once and release it; return (status, wake_at)."""
+def _cancel_reason(lease: Lease) -> str | None:
+    """Return why the claimed workflow must be cancelled now, if it must."""
     if lease.cancel_requested:
-        return cancel_claimed(lease)
+        return lease.cancel_reason or "cancelled"
+    if lease.deadline_at is not None and lease.deadline_at <= clock.now_datetime():
+        return "timeout"
+    if lease.parent_id and not lease.detached:
+        # The cascade's safety net: the parent's request may have been lost.
+        if children.parent_cancelled(lease.parent_id):
+            return "parent_cancelled"
+    return None
+
+
+def _run_claimed(
+    lease: Lease, stop_after_reply: str | None = None
+) -> tuple[str, datetime | None]:
+    """Run a claimed workflow once and release it; return (status, wake_at)."""
+    reason = _cancel_reason(lease)
+    if reason is not None:
+        return cancel_claimed(lease, reason)
     try:
         definition = registry.get(lease.name)
     except WorkflowNotFound:
@@ -128,9 +156,47 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
     if lease.wake_at is not None:
         late_ms = max(0.0, (clock.now() - clock.to_timestamp(lease.wake_at)) * 1000)
     driver = DjangoDriver(lease.workflow_id, lease_token=lease.token, private_loop=True)
+    failed = _drive_claimed(
+        lease, definition, driver, stop_after_reply=stop_after_reply
+    )
+    if isinstance(failed, tuple):
+        return failed
+    outcome = failed
+    logger.info(
+        "workflow ran workflow=%s name=%s state=%s late_ms=%.0f",
+        lease.workflow_id,
+        lease.name,
+        outcome.state,
+        late_ms,
+    )
+    return _release_outcome(lease, driver, outcome)
+
+
+def _drive_claimed(
+    lease: Lease,
+    definition: WorkflowDefinition,
+    driver: DjangoDriver,
+    *,
+    cancel: str | None = None,
+    stop_after_reply: str | None = None,
+) -> WorkflowOutcome | tuple[str, datetime | None]:
+    """Run the engine on a claimed workflow, with a heartbeat.
+
+    Returns the outcome, or what releasing the lease returned when the run
+    broke on infrastructure trouble (the workflow is retried later).
+    """
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
     try:
-        outcome = run_private(_drive(lease, definition, driver, heartbeat))
+        return run_private(
+            _drive(
+                lease,
+                definition,
+                driver,
+                heartbeat,
+                cancel=cancel,
+                stop_after_reply=stop_after_reply,
+            )
+        )
     except StorageError as exc:
         if _lease_lost(exc):
             # Fenced out: a cancel was requested (the next claim carries it
@@ -146,14 +212,6 @@ def _run_claimed(lease: Lease) -> tuple[str, datetime | None]:
         return _release_for_retry(lease, f"{type(exc).__name__}: {exc}")
     finally:
         heartbeat.stop()
-    logger.info(
-        "workflow ran workflow=%s name=%s state=%s late_ms=%.0f",
-        lease.workflow_id,
-        lease.name,
-        outcome.state,
-        late_ms,
-    )
-    return _release_outcome(lease, driver, outcome)
 
 
 def _lease_lost(error: BaseException) -> bool:
@@ -175,11 +233,28 @@ async def _drive(
     definition: WorkflowDefinition,
     driver: DjangoDriver,
     heartbeat: Heartbeat,
+    *,
+    cancel: str | None = None,
+    stop_after_reply: str | None = None,
 ) -> WorkflowOutcome:
+    runs: list[WorkflowRun] = []
+
+    def on_reply(message_id: str) -> None:
+        if message_id == stop_after_reply:
+            runs[0].evict()  # the requester has its reply: stop here
+
     # The input was stored when the workflow started; the engine reads it.
     run = start_workflow(
-        lease.workflow_id, definition.fn, None, driver, "yield", on_error=_log_event
+        lease.workflow_id,
+        definition.fn,
+        None,
+        driver,
+        "yield",
+        on_error=_log_event,
+        on_reply=on_reply if stop_after_reply is not None else None,
+        cancel=cancel,
     )
+    runs.append(run)
     loop = asyncio.get_running_loop()
 
     def evict() -> None:
@@ -187,8 +262,27 @@ async def _drive(
             loop.call_soon_threadsafe(run.evict)
 
     heartbeat.on_lost = evict
-    heartbeat.start()
-    return await run
+    if not db.in_atomic_block():
+        # Inside a caller's transaction (a request from an actor action)
+        # nobody else can see or take the claim before it commits, and a
+        # heartbeat on another connection would wait on our own row lock.
+        heartbeat.start()
+    timer = None
+    if lease.deadline_at is not None and cancel is None:
+        # Stop at the deadline (at the next entry): the next claim cancels.
+        deadline = clock.to_timestamp(lease.deadline_at)
+        timer = asyncio.ensure_future(_evict_at(deadline, run))
+    try:
+        return await run
+    finally:
+        if timer is not None:
+            timer.cancel()
+            await asyncio.gather(timer, return_exceptions=True)
+
+
+async def _evict_at(deadline: float, run: WorkflowRun) -> None:
+    await clock.wait_until(deadline)
+    run.evict()
 
 
 def _log_event(event: Any) -> None:
@@ -215,14 +309,35 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
     """Release ``lease`` writing ``fields``; schedule the next run if any.
 
     Returns the status and the wake-up time written (None when the workflow
-    finished, or when the lease had been lost).
+    finished, or when the lease had been lost). An active workflow with a
+    deadline wakes at the deadline at the latest. A finished one wakes its
+    parent if the parent waits for it, and a cancelled one asks its
+    non-detached children to cancel (after the commit).
     """
     wake_at = fields.get("wake_at", lease.wake_at)
     status = fields.get("status", lease.status)
+    deadline = fields.get("deadline_at", lease.deadline_at)
+    if status in WORKFLOW_ACTIVE and deadline is not None:
+        # Wake at the deadline to be cancelled then (once it passed, the
+        # cancel is under way: a retry keeps its backoff).
+        late = wake_at is None or wake_at > deadline
+        if late and deadline > clock.now_datetime():
+            wake_at = fields["wake_at"] = deadline
     if status in WORKFLOW_ACTIVE and "wake_at" in fields:
         fields.update(wake_fields(wake_at))
-    written = leases.release(lease, **fields)
+    with db.atomic():
+        written = leases.release(lease, **fields)
+        if written is not None and status in WORKFLOW_FINISHED and lease.parent_id:
+            children.notify_parent(lease.workflow_id, lease.parent_id)
+        if written is not None and status not in WORKFLOW_ACTIVE and lease.queue:
+            queues.admit_on_commit(lease.queue)  # its slot is free
     if written is None or status not in WORKFLOW_ACTIVE:
+        if written is not None and status == WorkflowStatus.CANCELLED:
+            # After the commit: the parent's row lock is gone by then, so
+            # children ending concurrently (they lock theirs, then ours)
+            # cannot deadlock with us.
+            parent_id = lease.workflow_id
+            db.on_commit(lambda: children.cancel_children(parent_id), robust=True)
         return status, None
     # release() made it due now if something arrived meanwhile.
     wake_at = written.get("wake_at", lease.wake_at)
@@ -233,7 +348,7 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
 
 
 def _release_for_retry(
-    lease: Lease, error: str, status: str = WorkflowStatus.SLEEPING
+    lease: Lease, error: str, status: str = WorkflowStatus.SLEEPING, **fields: Any
 ) -> tuple[str, datetime | None]:
     delay = retry_delay(lease.retry_count)
     return release(
@@ -242,11 +357,12 @@ def _release_for_retry(
         wake_at=clock.to_datetime(clock.now() + delay),
         retry_count=lease.retry_count + 1,
         last_error=error[:2000],
+        **fields,
     )
 
 
 def _release_outcome(
-    lease: Lease, driver: DjangoDriver, outcome: WorkflowOutcome
+    lease: Lease, driver: DjangoDriver, outcome: WorkflowOutcome, **fields: Any
 ) -> tuple[str, datetime | None]:
     state = outcome.state
     now = clock.now_datetime()
@@ -259,11 +375,15 @@ def _release_outcome(
             finished_at=now,
             retry_count=0,
             last_error="",
+            **fields,
         )
     if state == "rolling_back":
         # A rollback handler raised: the next run retries it.
         return _release_for_retry(
-            lease, f"Rollback failed: {outcome.error!r}", WorkflowStatus.ROLLING_BACK
+            lease,
+            f"Rollback failed: {outcome.error!r}",
+            WorkflowStatus.ROLLING_BACK,
+            **fields,
         )
     wake = driver.alarm if driver.alarm_set else outcome.sleep_until
     return release(
@@ -273,27 +393,48 @@ def _release_outcome(
         waiting_for=list(outcome.waiting_for),
         retry_count=0,
         last_error="",
+        **fields,
     )
 
 
-def cancel_claimed(lease: Lease) -> tuple[str, datetime | None]:
-    """Cancel the claimed workflow for good and release it."""
+def cancel_claimed(
+    lease: Lease, reason: str = "cancelled"
+) -> tuple[str, datetime | None]:
+    """Cancel the claimed workflow for good (its rollbacks run) and release it.
+
+    ``reason`` is ``cancelled``, ``parent_cancelled`` or ``timeout``. A
+    rollback handler that raises leaves it ``rolling_back``, retried later
+    like any rollback; it ends ``cancelled`` once they all ran.
+    """
     driver = DjangoDriver(
         lease.workflow_id,
         lease_token=lease.token,
         stop_on_cancel=False,
         private_loop=True,
     )
-    run_private(cancel_workflow(lease.workflow_id, driver))
-    logger.info("workflow cancelled workflow=%s", lease.workflow_id)
-    return release(
-        lease,
-        status=WorkflowStatus.CANCELLED,
-        wake_at=None,
-        waiting_for=[],
-        finished_at=clock.now_datetime(),
-        cancel_requested=False,
+    cleared: dict[str, Any] = {"cancel_requested": False}
+    try:
+        definition = registry.get(lease.name)
+    except WorkflowNotFound:
+        definition = None
+    if definition is None:
+        # No code to roll back with (a worker on older code): just stop it.
+        run_private(cancel_workflow(lease.workflow_id, driver))
+        outcome = WorkflowOutcome("cancelled")
+    else:
+        result = _drive_claimed(lease, definition, driver, cancel=reason)
+        if isinstance(result, tuple):
+            return result  # retried later; the row still asks for the cancel
+        outcome = result
+    logger.info(
+        "workflow cancelled workflow=%s reason=%s state=%s",
+        lease.workflow_id,
+        reason,
+        outcome.state,
     )
+    if outcome.state in ("cancelled", "rolling_back"):
+        cleared["cancel_reason"] = reason  # else it finished before the cancel
+    return _release_outcome(lease, driver, outcome, **cleared)
 
 
 # -- due work (the in-process worker, run_due) -----------------------------------------

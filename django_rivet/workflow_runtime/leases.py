@@ -55,6 +55,11 @@ class Lease:
     cancel_requested: bool
     retry_count: int
     run: bool  # a run (counts, marks the row running) or an operation
+    queue: str = ""  # its workflow queue ("": started directly)
+    deadline_at: datetime | None = None
+    cancel_reason: str = ""
+    parent_id: str = ""
+    detached: bool = False
 
 
 def _claimable(now: datetime, *, run: bool) -> Q:
@@ -106,8 +111,14 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
             "wake_signal",
             "cancel_requested",
             "retry_count",
+            "queue",
+            "deadline_at",
+            "cancel_reason",
+            "parent_id",
+            "detached",
         ).get()
-    name, status, wake_at, wake_signal, cancel_requested, retry_count = found
+    name, status, wake_at, wake_signal, cancel_requested, retry_count = found[:6]
+    queue, deadline_at, cancel_reason, parent_id, detached = found[6:]
     return Lease(
         workflow_id,
         token,
@@ -118,6 +129,11 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
         cancel_requested,
         retry_count,
         run=run,
+        queue=queue,
+        deadline_at=deadline_at,
+        cancel_reason=cancel_reason,
+        parent_id=parent_id,
+        detached=detached,
     )
 
 

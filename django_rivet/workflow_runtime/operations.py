@@ -14,9 +14,10 @@ import logging
 import uuid
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.models import F
 
-from .. import clock
+from .. import clock, observability
 from ..exceptions import WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
@@ -27,6 +28,7 @@ from ..models import (
     db,
 )
 from ..workflow import (
+    CANCEL_REASONS,
     HistoryEntry,
     ReplayRefusedError,
     WorkflowDefinition,
@@ -38,7 +40,8 @@ from ..workflow import (
     schema,
 )
 from ..workflow.ops import WorkflowSnapshot, read_workflow
-from . import leases, registry
+from . import leases, queues, registry
+from .children import deadline_for
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_private
 from .leases import Lease
@@ -68,14 +71,25 @@ def _require(workflow_id: str) -> None:
 
 
 def start(
-    definition: WorkflowDefinition, input: Any = None, workflow_id: str | None = None
+    definition: WorkflowDefinition,
+    input: Any = None,
+    workflow_id: str | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    dedup_key: str | None = None,
+    timeout: float | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
     The input is validated and stored now; the first run is dispatched when
     the surrounding transaction commits. An existing id returns its own
     name (a different workflow name under that id is a ``ValueError``).
+    With ``queue`` the workflow is stored ``queued`` and admission starts
+    it (:mod:`.queues`). ``timeout`` (seconds; default: the definition's)
+    sets its deadline.
     """
+    where = queues.placement(queue, priority, dedup_key)
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
         raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
@@ -85,18 +99,35 @@ def start(
     # the workflow exists, rather than failing its first run.
     check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
     now = clock.now_datetime()
+    placed = where.fields() if where is not None else wake_fields(now)
+    own_transaction = not db.in_atomic_block()
     with db.atomic():
-        row, created = Workflow.objects.get_or_create(
-            id=workflow_id,
-            defaults={
-                "name": definition.name,
-                "status": WorkflowStatus.PENDING,
-                "wake_at": now,
-                "created_at": now,
-                "updated_at": now,
-                **wake_fields(now),
-            },
-        )
+        if db.connection().vendor == "sqlite":
+            # A write first takes the database write lock, so the lookup and
+            # the insert below see one snapshot; a read first fails with
+            # "database is locked" if another writer commits in between.
+            Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
+        try:
+            row, created = Workflow.objects.get_or_create(
+                id=workflow_id,
+                defaults={
+                    "name": definition.name,
+                    "status": WorkflowStatus.PENDING,
+                    "wake_at": now,
+                    "created_at": now,
+                    "updated_at": now,
+                    "traceparent": observability.traceparent(),
+                    "deadline_at": deadline_for(
+                        definition.timeout if timeout is None else timeout,
+                        clock.now(),
+                    ),
+                    **placed,
+                },
+            )
+        except IntegrityError as error:
+            if where is None:
+                raise
+            raise queues.duplicate_of(where, error) from error
         if not created:
             if row.name != definition.name:
                 raise ValueError(
@@ -107,7 +138,10 @@ def start(
         WorkflowKV.objects.create(
             workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
         )
-        schedule_wake(workflow_id, now)
+        if where is None:
+            schedule_wake(workflow_id, now)
+        else:
+            queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
 
 
@@ -160,6 +194,7 @@ def wake(workflow_id: str) -> bool:
     with db.atomic():
         woken = (
             Workflow.objects.active()
+            .exclude(status=WorkflowStatus.QUEUED)  # its queue starts it
             .filter(pk=workflow_id)
             .update(wake_at=now, wake_signal=F("wake_signal") + 1, **wake_fields(now))
         )
@@ -197,13 +232,16 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     return str(message.pk)
 
 
-def cancel(workflow_id: str) -> bool:
+def cancel(workflow_id: str, reason: str = "cancelled") -> bool:
     """Cancel an active workflow; return False if it had already finished.
 
-    A workflow nobody runs is cancelled right here. One that a worker is
-    running is marked: the worker is fenced out at its next write and the
-    next claim cancels it.
+    A workflow nobody runs is cancelled right here: the rollback handlers of
+    its completed steps run, then its non-detached children are asked to
+    cancel. One that a worker is running is marked: the worker is fenced
+    out at its next write and the next claim cancels it.
     """
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Unknown cancel reason {reason!r}")
     now = clock.now_datetime()
     with db.atomic():
         requested = (
@@ -211,6 +249,7 @@ def cancel(workflow_id: str) -> bool:
             .filter(pk=workflow_id)
             .update(
                 cancel_requested=True,
+                cancel_reason=reason,
                 wake_at=now,
                 wake_signal=F("wake_signal") + 1,
                 **wake_fields(now),
@@ -223,7 +262,8 @@ def cancel(workflow_id: str) -> bool:
         if lease is None:
             schedule_wake(workflow_id, now)
             return True
-        cancel_claimed(lease)
+    # Outside the claim's transaction: rollback handlers do I/O.
+    cancel_claimed(lease, reason)
     return True
 
 

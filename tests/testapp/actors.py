@@ -3,10 +3,11 @@
 import asyncio
 import json
 import os
+import secrets
 
 from django.http import HttpResponse
 
-from django_rivet import Actor, UserError, action, queue_handler
+from django_rivet import Actor, ActorBusy, UserError, action, queue_handler
 
 from .models import Note
 
@@ -536,8 +537,79 @@ class Tally(Actor):
         return ctx.state["count"]
 
     @action
-    def blast(self, ctx, count: int, size: int):
-        """Broadcast ``count`` events of ``size`` bytes (a burst for slow sockets)."""
+    def blast(self, ctx, count: int, size: int, noise: bool = False):
+        """Broadcast ``count`` events of ``size`` bytes (a burst for slow sockets).
+
+        ``noise``: random text, which WebSocket compression (uvicorn offers
+        permessage-deflate) cannot shrink.
+        """
         for index in range(count):
-            ctx.broadcast("blast", index, "x" * size)
+            payload = secrets.token_hex(size // 2) if noise else "x" * size
+            ctx.broadcast("blast", index, payload)
         return count
+
+
+# -- observability (issue 28, tests/test_observability*.py) ------------------------
+class Shop(Actor):
+    """Starts workflows, schedules, queues and calls other actors: one trace."""
+
+    initial_state = {"handled": []}
+
+    @action
+    def place(self, ctx, name: str):
+        return ctx.workflows.start("twoSteps", {"name": name}).workflow_id
+
+    @action
+    def fail(self, ctx):
+        raise RuntimeError("the till is broken")
+
+    @action
+    def refuse(self, ctx):
+        raise UserError("out of stock", code="out_of_stock")
+
+    @action
+    def later(self, ctx):
+        return ctx.schedule.after(0, "ping")
+
+    @action
+    def ping(self, ctx):
+        return "pong"
+
+    @action
+    def enqueue(self, ctx, body):
+        return ctx.queue.send("orders", body)
+
+    @action
+    def tell_counter(self, ctx, key: str):
+        return ctx.actors.get_or_create("counter", key).call("increment")
+
+    @queue_handler("orders")
+    def on_order(self, ctx, body):
+        ctx.state["handled"].append(body)
+
+
+# -- transport (issue 24, tests/test_transport_matrix.py) --------------------------
+class Newsroom(Actor):
+    """A deny-list ``can_subscribe`` ("secret" is refused by name).
+
+    ``on_auth`` answers the ``X-Newsroom`` handshake header: ``busy`` raises
+    ``actor/busy`` (a lock that stayed taken: a 503, not a refusal),
+    ``closed`` refuses.
+    """
+
+    name = "newsroom"
+
+    def on_auth(self, ctx, info):
+        word = info.headers.get("X-Newsroom")
+        if word == "busy":
+            raise ActorBusy("The newsroom is busy", metadata={"retry_after": 1})
+        return word != "closed"
+
+    def can_subscribe(self, ctx, event):
+        return event != "secret"
+
+    @action
+    def publish(self, ctx, names: list):
+        for name in names:
+            ctx.broadcast(name, name)
+        return len(names)

@@ -3,8 +3,9 @@
 import json
 import os
 import time
+from datetime import timedelta
 
-from django_rivet import actors
+from django_rivet import actors, workflows
 from django_rivet.models import Workflow
 from django_rivet.workflow import CriticalError, Loop, RollbackError, workflow
 
@@ -216,3 +217,115 @@ async def crash_writer(ctx, input):
 
         await ctx.step(f"s{index}", write, transaction=transactional)
     return input["steps"]
+
+
+@workflow(name="twoSteps")
+async def two_steps(ctx, input):
+    """Two steps, the second failing its first attempt (observability tests)."""
+    first = await ctx.step("first", lambda: f"hello {input['name']}")
+
+    def second():
+        failed = StepRow.objects.filter(workflow_id=ctx.workflow_id, step="second")
+        if not failed.exists():
+            StepRow.objects.create(workflow_id=ctx.workflow_id, step="second")
+            raise RuntimeError("first attempt fails")
+        return first.upper()
+
+    return await ctx.step("second", second, retry_backoff_base=0.01)
+
+
+# -- children, replies, events, deadlines (issue 27) ---------------------------------
+@workflow(name="waitsForChild")
+async def waits_for_child(ctx, input):
+    """Starts a ``napper`` child and waits for it (the real-Celery test too)."""
+    rested = await ctx.child("nap", "napper", {"seconds": input.get("seconds", 60)})
+    return {"child": rested}
+
+
+@workflow(name="parentOfDoomed")
+async def parent_of_doomed(ctx, input):
+    """Waits for a child that fails; with ``guard``, inside a try_block."""
+    if input.get("guard"):
+        result = await ctx.try_block("guard", lambda c: c.child("boom", "doomed"))
+        return {"ok": result.ok, "kind": result.failure.kind}
+    return await ctx.child("boom", "doomed")
+
+
+@workflow(name="refundingChild")
+async def refunding_child(ctx, input):
+    """Charges (with a refund as rollback), then waits for "go"."""
+    await ctx.rollback_checkpoint("start")
+
+    def refund(rollback_ctx, output):
+        record(ctx.workflow_id, f"refund:{output}")
+
+    await ctx.step("charge", lambda: "ch_1", rollback=refund)
+    await ctx.messages.next("wait-go", names=["go"])
+    return "charged"
+
+
+@workflow(name="family")
+async def family(ctx, input):
+    """A detached child, an attached one, then waits for the refunding child."""
+    await ctx.start_child("audit", "approval", {}, detached=True)
+    await ctx.start_child("helper", "approval", {})
+    return await ctx.child("refunder", "refundingChild", {})
+
+
+@workflow(name="asker")
+async def asker(ctx, input):
+    """Answers one "approve" request, then sleeps (so a later run replays)."""
+    message = await ctx.messages.next("ask", names=["approve"])
+    await ctx.reply("answer", message, {"ok": True, "by": message.body["by"]})
+    await ctx.sleep("after", 60)
+    return "done"
+
+
+@workflow(name="silent")
+async def silent(ctx, input):
+    """Takes an "approve" message and ends without replying."""
+    await ctx.messages.next("ask", names=["approve"])
+    return "ignored"
+
+
+@workflow(name="publisher")
+async def publisher(ctx, input):
+    """Publishes progress 1, waits for "next", publishes 2."""
+    await ctx.set_event("progress", {"done": 1})
+    await ctx.messages.next("wait", names=["next"])
+    await ctx.set_event("progress", {"done": 2})
+    return "published"
+
+
+@workflow(name="deadlined", timeout=timedelta(minutes=5))
+async def deadlined(ctx, input):
+    """Charges (refund as rollback) and waits for "go": its deadline is 5 min."""
+    await ctx.rollback_checkpoint("start")
+
+    def refund(rollback_ctx, output):
+        record(ctx.workflow_id, f"refund:{output}")
+
+    await ctx.step("charge", lambda: "ch_1", rollback=refund)
+    await ctx.messages.next("wait-go", names=["go"])
+    return "in time"
+
+
+@workflow(name="divider")
+async def divider(ctx, input):
+    """A step dividing by zero, retried once."""
+
+    def ratio():
+        return 1 / input.get("by", 0)
+
+    return await ctx.step("ratio", ratio, max_retries=input.get("retries", 0))
+
+
+@workflow(name="asksAnother")
+async def asks_another(ctx, input):
+    """Asks another workflow (``asker``) for approval, in a step."""
+
+    def ask():
+        target = workflows.get(input["target"])
+        return target.request("approve", {"by": ctx.workflow_id}, timeout=20)
+
+    return await ctx.step("ask", ask, max_retries=0)

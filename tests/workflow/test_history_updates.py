@@ -61,7 +61,10 @@ async def test_history_lists_every_entry_in_creation_order(clock, driver):
     assert history[10].output == 2
     risky = history[-1]
     assert risky.status == "exhausted"
-    assert risky.error == {"name": "ValueError", "message": "nope", "kind": "exhausted"}
+    error = dict(risky.error)
+    traceback = error.pop("traceback")
+    assert error == {"name": "ValueError", "message": "nope", "kind": "exhausted"}
+    assert traceback.endswith('raise ValueError("nope")\nValueError: nope\n')
     assert [h.seq for h in history] == sorted(h.seq for h in history)
     assert len({h.id for h in history}) == len(history)
     assert decode_history(sorted(driver.kv.items())) == history

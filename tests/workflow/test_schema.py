@@ -131,6 +131,86 @@ def test_v1_kv_rows_decode_into_history():
     assert history[1].status == "pending"  # no metadata row for it
 
 
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "shop/workflows.py", line 12, in charge\n'
+    "    return 1 / 0\n"
+    "ZeroDivisionError: division by zero\n"
+)
+
+# What each record version 2 added must decode to, written out by hand.
+V2_ENTRIES = {
+    "entry_child": ("e-child", "child", 12, {
+        "workflow": "ship", "child_id": "order-7/ship", "detached": False,
+        "wait": True, "state": "completed", "output": {"label": "L-1"},
+    }),
+    "entry_child_failed": ("e-child-failed", "child", 13, {
+        "workflow": "audit", "child_id": "audit-7", "detached": True,
+        "wait": True, "state": "failed",
+        "error": {"name": "CriticalError", "message": "no audit"},
+    }),
+    "entry_reply": ("e-reply", "reply", 14, {
+        "message_id": "42", "value": {"ok": True},
+    }),
+    "entry_event": ("e-event", "event", 15, {
+        "key": "progress", "value": {"done": 3},
+    }),
+    "entry_step_traceback": ("e-step-traceback", "step", 16, {"error": {
+        "name": "ZeroDivisionError", "message": "division by zero",
+        "kind": "failed", "traceback": TRACEBACK,
+    }}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(V2_ENTRIES))
+def test_v2_entry_fixtures_decode(name):
+    entry = schema.decode_entry(fixture(2, name), (0,))
+    assert (entry.id, entry.kind, entry.seq, entry.data) == V2_ENTRIES[name]
+
+
+@pytest.mark.parametrize("name", sorted(V1_ENTRIES))
+def test_v1_entries_were_kept_as_they_were_by_version_2(name):
+    # Version 2 only adds: the v1 records it writes differ in "v" alone.
+    entry = schema.decode_entry(fixture(2, name), (0,))
+    assert (entry.id, entry.kind, entry.seq, entry.data) == V1_ENTRIES[name]
+
+
+def test_v2_published_values_decode():
+    event = schema.decode_published("event", fixture(2, "published_event"))
+    assert event == {"done": 3, "at": WHEN}
+    assert schema.decode_published("reply", fixture(2, "published_reply")) == {
+        "ok": True
+    }
+    with pytest.raises(SchemaError, match="Expected a 'reply' record"):
+        schema.decode_published("reply", fixture(2, "published_event"))
+
+
+def test_v2_cancellation_error_decodes_into_its_exception():
+    from django_rivet.workflow import WorkflowTimeout
+    from django_rivet.workflow.errors import error_from_info
+
+    info = schema.decode_workflow_field(
+        keys.WORKFLOW_ERROR, fixture(2, "error_cancelled")
+    )
+    error = error_from_info(info)
+    assert isinstance(error, WorkflowTimeout)
+    assert (error.qualified_code, error.reason) == ("workflow/timeout", "timeout")
+
+
+def test_v2_kv_rows_decode_into_history_without_the_published_values():
+    rows = schema.loads(fixture(2, "kv_rows"))
+    history = schema.decode_history((bytes(k), bytes(v)) for k, v in rows)
+    assert [(h.kind, h.location, h.seq) for h in history] == [
+        ("step", "charge", 1),
+        ("loop", "sum", 4),
+        ("step", "sum/~39/fetch", 5),
+        ("child", "ship-child", 12),
+        ("event", "event:progress", 15),
+    ]
+    assert history[3].output == {"label": "L-1"}
+    assert history[4].output == {"done": 3}
+
+
 def test_every_entry_kind_has_a_fixture_in_the_current_version():
     version = schema.SCHEMA_VERSION
     kinds = {
@@ -147,12 +227,13 @@ def test_the_current_version_still_writes_its_fixtures_byte_for_byte():
         assert data == fixture(schema.SCHEMA_VERSION, name), name
 
 
-def test_every_record_is_a_versioned_envelope():
-    for path in (FIXTURES / "v1").glob("*.cbor"):
+@pytest.mark.parametrize("version", [1, 2])
+def test_every_record_is_a_versioned_envelope(version):
+    for path in (FIXTURES / f"v{version}").glob("*.cbor"):
         if path.stem == "kv_rows":
             continue
         record = cbor2.loads(path.read_bytes())
-        assert record["v"] == 1 and isinstance(record["type"], str)
+        assert record["v"] == version and isinstance(record["type"], str)
 
 
 def test_unknown_versions_and_wrong_record_types_are_refused():

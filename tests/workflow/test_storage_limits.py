@@ -236,6 +236,9 @@ async def test_a_step_whose_writes_the_driver_refuses_fails_once_as_critical(
     outcome = await run_to_end(clock, "wf-1", wf, driver, mode, on_error=events.append)
     assert outcome.state == "failed"
     assert isinstance(outcome.error, StorageLimitError)
+    # The driver's own error does not say which step: the engine's does.
+    assert str(outcome.error).startswith('Step "big": the driver refused')
+    assert "over 4096" in str(outcome.error)
     assert effects == [1]  # not retried, side effect not re-run
     [event] = events  # one step event, no workflow event
     assert isinstance(event, StepErrorEvent) and event.step_name == "big"
@@ -245,6 +248,7 @@ async def test_a_step_whose_writes_the_driver_refuses_fails_once_as_critical(
     assert step.status == "exhausted" and "output" not in step.data
     assert step.error["kind"] == "critical"
     assert step.error["name"] == "StorageLimitError"
+    assert step.error["message"].startswith('Step "big"')
     again = await execute(clock, "wf-1", wf, driver, mode, on_error=events.append)
     assert again.state == "failed" and effects == [1] and len(events) == 1
 

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from functools import wraps
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 from django.http import HttpRequest, HttpResponse
@@ -43,17 +43,18 @@ from ...actors.invocation import Origin
 from ...actors.operations import CallAction
 from ...actors.rows import ActorRef
 from ...actors.spine import ainvoke
-from ...conf import rivet_settings
 from ...encoding import json_dumps, json_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,
     InvalidEncoding,
     MalformedRequest,
     MethodNotAllowed,
-    RequestTooLarge,
+    error_from_dict,
 )
 from ...scheduling import queues
-from ..http import add_retry_after
+from ..http import add_retry_after, api_view
+from ..limits import check_body_size, outgoing_too_large, read_body_bytes
+from ..operations import Describe, HandleRequest, csrf_rejection
 from . import protocol
 from .addressing import (
     TOKEN_HEADER,
@@ -66,7 +67,7 @@ from .addressing import (
     serialize_key,
 )
 from .cors import cors
-from .operations import Describe, Destroy, HandleRequest, csrf_rejection
+from .operations import Destroy, addressed_definition
 from .protocol import WireEncoding
 
 logger = logging.getLogger("django_rivet.transport")
@@ -97,6 +98,7 @@ QUEUE_STATUS = {
 }
 
 View = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
+T = TypeVar("T")
 
 
 # -- plumbing ---------------------------------------------------------------------
@@ -116,15 +118,9 @@ def _error(exc: BaseException, encoding: WireEncoding = "json") -> HttpResponse:
 
 
 def _response(data: bytes, encoding: WireEncoding, status: int = 200) -> HttpResponse:
-    limit = int(rivet_settings.MAX_OUTGOING_MESSAGE_BYTES)
-    if len(data) > limit:
-        return _error(
-            RequestTooLarge(
-                f"The response is {len(data)} bytes; the limit is {limit}",
-                metadata={"size": len(data), "limit": limit},
-            ),
-            encoding,
-        )
+    too_large = outgoing_too_large(data)
+    if too_large is not None:
+        return _error(too_large, encoding)
     return HttpResponse(data, status=status, content_type=MEDIA_TYPES[encoding])
 
 
@@ -132,37 +128,19 @@ def _json(value: Any, status: int = 200) -> HttpResponse:
     return _response(json_dumps(value).encode("utf-8"), "json", status)
 
 
-def _content_length(request: HttpRequest) -> int:
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise MalformedRequest("Invalid Content-Length") from None
-    if length < 0:
-        raise MalformedRequest("Invalid Content-Length")
-    return length
-
-
 def _read_body(request: HttpRequest) -> bytes:
-    """Read a JSON or binary body, refusing other types and oversized ones."""
-    if request.content_type not in BODY_TYPES:
-        raise InvalidEncoding(
-            "Send the body as application/json or application/octet-stream",
-            metadata={"content_type": request.content_type},
-        )
-    limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
-    length = _content_length(request)
-    if length > limit:
-        raise RequestTooLarge(
-            f"The body is {length} bytes; the limit is {limit}",
-            metadata={"size": length, "limit": limit},
-        )
-    # Bounded even when Content-Length lies or is absent (chunked bodies).
-    data = request.read(limit + 1)
-    if len(data) > limit:
-        raise RequestTooLarge(
-            f"The body is over the limit of {limit} bytes", metadata={"limit": limit}
-        )
-    return data
+    return read_body_bytes(request, BODY_TYPES)
+
+
+def gateway_view(*methods: str) -> Callable[[Any], View]:
+    """:func:`~..http.api_view` for the client's routes (CORS, wire encodings)."""
+
+    default: WireEncoding = "json"
+
+    def decorate(view: Any) -> View:
+        return csrf_exempt(cors(api_view(methods, _encoding, _error, default)(view)))
+
+    return decorate
 
 
 def _query(request: HttpRequest) -> dict[str, list[str]]:
@@ -181,6 +159,7 @@ async def _origin(request: HttpRequest, token: str | None, params: Any) -> Origi
         headers=CaseInsensitiveMapping(headers),
         request=request,
         params=params,
+        http_request=request,
     )
 
 
@@ -319,7 +298,7 @@ def destroy_or(view: View) -> View:
     ``actors/{name}``; only ``DELETE`` with an actor id is the client's.
     """
 
-    destroy = csrf_exempt(cors(_destroy_view))
+    destroy = gateway_view("DELETE")(_destroy_view)
 
     @wraps(view)
     async def wrapper(
@@ -341,15 +320,12 @@ def _is_actor_id(segment: str) -> bool:
     return True
 
 
-async def _destroy_view(request: HttpRequest, actor_id: str) -> HttpResponseBase:
-    try:
-        if request.method != "DELETE":
-            raise MethodNotAllowed(metadata={"allowed": ["DELETE"]})
-        origin = await _origin(request, _bearer(request), None)
-        await ainvoke(ActorRef(actor_id=parse_actor_id(actor_id)), Destroy(), origin)
-        return _json({})
-    except Exception as exc:
-        return _error(exc)
+async def _destroy_view(
+    request: HttpRequest, encoding: WireEncoding, actor_id: str
+) -> HttpResponseBase:
+    origin = await _origin(request, _bearer(request), None)
+    await ainvoke(ActorRef(actor_id=parse_actor_id(actor_id)), Destroy(), origin)
+    return _json({})
 
 
 # -- the gateway --------------------------------------------------------------------
@@ -359,91 +335,77 @@ async def _gateway_origin(request: HttpRequest, target: GatewayTarget) -> Origin
     return await _origin(request, token, params)
 
 
-@csrf_exempt
-@cors
+async def _gateway_call(
+    request: HttpRequest,
+    target: str,
+    decoder: Callable[[bytes, WireEncoding], T],
+    encoding: WireEncoding,
+) -> tuple[GatewayTarget, T, Origin]:
+    """Read a gateway call: its target, its decoded body and its caller."""
+    address = gateway_target(target, _query(request))
+    value = await run_decoder(decoder, _read_body(request), encoding)
+    return address, value, await _gateway_origin(request, address)
+
+
+@gateway_view("POST")
 async def gateway_action_view(
-    request: HttpRequest, target: str, action: str
+    request: HttpRequest, encoding: WireEncoding, target: str, action: str
 ) -> HttpResponseBase:
     """``POST gateway/{target}/action/{name}``: run an action, return ``{output}``."""
-    encoding: WireEncoding = "json"
+    address, args, origin = await _gateway_call(
+        request, target, protocol.decode_action_args, encoding
+    )
+    output = await ainvoke(_ref(address), CallAction(action, args), origin)
     try:
-        encoding = _encoding(request)
-        if request.method != "POST":
-            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
-        address = gateway_target(target, _query(request))
-        args = await run_decoder(
-            protocol.decode_action_args, _read_body(request), encoding
-        )
-        origin = await _gateway_origin(request, address)
-        output = await ainvoke(_ref(address), CallAction(action, args), origin)
-        try:
-            data = protocol.encode_action_output(output, encoding)
-        except (TypeError, ValueError) as exc:
-            return _error(exc, encoding)
-        return _response(data, encoding)
-    except Exception as exc:
+        data = protocol.encode_action_output(output, encoding)
+    except (TypeError, ValueError) as exc:
         return _error(exc, encoding)
+    return _response(data, encoding)
 
 
-@csrf_exempt
-@cors
+@gateway_view("POST")
 async def gateway_queue_view(
-    request: HttpRequest, target: str, queue: str
+    request: HttpRequest, encoding: WireEncoding, target: str, queue: str
 ) -> HttpResponseBase:
     """``POST gateway/{target}/queue/{name}``: enqueue, maybe wait for the reply."""
-    encoding: WireEncoding = "json"
-    try:
-        encoding = _encoding(request)
-        if request.method != "POST":
-            raise MethodNotAllowed(metadata={"allowed": ["POST"]})
-        address = gateway_target(target, _query(request))
-        send = await run_decoder(
-            protocol.decode_queue_send, _read_body(request), encoding
-        )
-        origin = await _gateway_origin(request, address)
-        # on_auth runs in the invocation that stores the message.
-        result = await queues.asend(
-            _ref(address),
-            queue,
-            send.body,
-            wait=send.wait,
-            timeout=None if send.timeout is None else send.timeout / 1000,
-            origin=origin,
-        )
-        status = QUEUE_STATUS.get(result.get("status", ""), "completed")
-        data = protocol.encode_queue_result(
-            status, result.get("response"), "response" in result, encoding
-        )
-        return _response(data, encoding)
-    except Exception as exc:
-        return _error(exc, encoding)
+    address, send, origin = await _gateway_call(
+        request, target, protocol.decode_queue_send, encoding
+    )
+    # on_auth runs in the invocation that stores the message.
+    result = await queues.asend(
+        _ref(address),
+        queue,
+        send.body,
+        wait=send.wait,
+        timeout=None if send.timeout is None else send.timeout / 1000,
+        origin=origin,
+    )
+    if result.get("status") == "failed":
+        # RivetKit's queue result has no failed status: its client raises
+        # the handler's error, as for an action.
+        raise error_from_dict(result["error"])
+    status = QUEUE_STATUS.get(result.get("status", ""), "completed")
+    data = protocol.encode_queue_result(
+        status, result.get("response"), "response" in result, encoding
+    )
+    return _response(data, encoding)
 
 
-@csrf_exempt
-@cors
+@gateway_view()
 async def gateway_request_view(
-    request: HttpRequest, target: str, path: str = ""
+    request: HttpRequest, encoding: WireEncoding, target: str, path: str = ""
 ) -> HttpResponseBase:
     """``ANY gateway/{target}/request/{path}``: the actor's ``on_request``."""
-    try:
-        limit = int(rivet_settings.MAX_HTTP_BODY_BYTES)
-        length = _content_length(request)
-        if length > limit:
-            raise RequestTooLarge(
-                f"The body is {length} bytes; the limit is {limit}",
-                metadata={"size": length, "limit": limit},
-            )
-        address = gateway_target(target, _strip_rvt(request))
-        rejection = await csrf_rejection(request, address)
-        if rejection is not None:
-            return rejection
-        origin = await _gateway_origin(request, address)
-        response: HttpResponseBase = await ainvoke(
-            _ref(address), HandleRequest(request), origin
-        )
-        return response
-    except Exception as exc:
-        return _error(exc)
+    check_body_size(request)
+    address = gateway_target(target, _strip_rvt(request))
+    rejection = await csrf_rejection(request, await addressed_definition(address))
+    if rejection is not None:
+        return rejection
+    origin = await _gateway_origin(request, address)
+    response: HttpResponseBase = await ainvoke(
+        _ref(address), HandleRequest(request), origin
+    )
+    return response
 
 
 def _strip_rvt(request: HttpRequest) -> dict[str, list[str]]:

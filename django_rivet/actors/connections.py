@@ -1,47 +1,37 @@
-"""The life of a WebSocket connection to an actor, and the liveness sweep.
+"""The ``Connection`` row's life: admission, subscriptions, goodbye, the sweep.
 
 A connection is a ``Connection`` row written in the same invocation that runs
 ``on_before_connect``, ``create_conn_state`` and ``on_connect`` (the
 :class:`Connect` operation), so ``ctx.conns`` of any process sees it. It is
 removed by :class:`Disconnect`, which runs ``on_disconnect`` under the actor's
-one-at-a-time rule; :func:`disconnect_cleanup` runs it when a consumer ends,
-whatever ended it, retrying through a short database outage.
+one-at-a-time rule; the transport runs it when a socket ends, whatever ended
+it (``django_rivet.transport.heartbeat.disconnect_cleanup``).
 
 A process that crashes (``kill -9``, OOM, power loss) cannot run
 ``Disconnect`` for its sockets. Each process therefore refreshes
 ``last_seen_at`` of the connections it holds every ``SWEEP_INTERVAL``
-seconds (see :class:`Heartbeat`), and :func:`sweep_stale_connections` -- run
-periodically by the sweeper -- removes rows not refreshed for
-:func:`stale_after` seconds, running ``on_disconnect`` best effort.
-Liveness is per connection, not per process: the heartbeat refreshes only
-connections whose consumer task is still running, so the row of a consumer
-that died is swept while its process lives on; and a consumer whose row
-vanished (swept, or its actor destroyed) is closed even if the message
-saying so was lost.
+seconds (:func:`touch_connections`, called by the transport's heartbeat),
+and :func:`sweep_stale_connections` -- run periodically by the sweeper --
+removes rows not refreshed for :func:`stale_after` seconds, running
+``on_disconnect`` best effort.
 
-The module is one piece on purpose (about 520 lines): the operations and
-the liveness rules share the row's life and the same ``Disconnect``.
+Every operation here runs inside an invocation (the spine), so the one-at-a-
+time rule and atomicity hold for them as for actions; the transport only
+decodes, calls and encodes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import clock, events
-from ..actors.context import Conn
-from ..actors.definition import Actor
-from ..actors.invocation import AuthRequest
-from ..actors.operations import CallAction
-from ..actors.rows import ActorRef
-from ..actors.spine import ainvoke, invoke
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
@@ -53,12 +43,17 @@ from ..exceptions import (
     TooManyConnections,
 )
 from ..models import Connection, db
-from .feeds import run_db
+from .context import Conn
+from .definition import Actor
+from .invocation import AuthRequest
+from .operations import CallAction
+from .rows import ActorRef
+from .spine import invoke
 
 if TYPE_CHECKING:
-    from ..actors.invocation import Invocation
+    from .invocation import Invocation
 
-logger = logging.getLogger("django_rivet.transport")
+logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "SERVER_ID",
@@ -66,11 +61,10 @@ __all__ = [
     "Connect",
     "ConnectResult",
     "Disconnect",
-    "Heartbeat",
     "Subscribe",
-    "disconnect_cleanup",
+    "heartbeat_interval",
     "refused_subscriptions",
-    "heartbeat",
+    "save_subscriptions",
     "stale_after",
     "sweep_stale_connections",
     "touch_connections",
@@ -82,8 +76,10 @@ SERVER_ID = f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 # A process missing this many heartbeats in a row is taken for dead.
 STALE_HEARTBEATS = 6
-# Tries of a closed connection's cleanup (0.5 + 1 + 2 + 4 s apart).
-CLEANUP_ATTEMPTS = 5
+# The subscription to every event. A class that defines ``can_subscribe``
+# decides per name, so it cannot be subscribed to with the wildcard (see
+# refused_subscriptions).
+WILDCARD = "*"
 
 
 def heartbeat_interval() -> float:
@@ -111,6 +107,8 @@ class ConnectResult:
     truncated: bool = False
     # Subscriptions of the connect request that ``can_subscribe`` refused.
     refused: dict[str, RivetError] = field(default_factory=dict)
+    # The actor's registry name (later calls address it by id and name).
+    name: str = ""
 
 
 def refused_subscriptions(
@@ -121,11 +119,24 @@ def refused_subscriptions(
     ``False`` or any exception refuses with ``actor/forbidden`` (a
     :class:`~django_rivet.RivetError`'s message is kept). Each call runs in a
     savepoint, so a failing hook's writes roll back alone.
+
+    The wildcard ``*`` is refused outright where the class defines
+    ``can_subscribe``: the hook decides per event name, and asking it for
+    each new name on the delivery path would put an invocation (under the
+    actor's one-at-a-time rule) in front of every connection's first event
+    of that name. Such a class's clients subscribe by name.
     """
     refused: dict[str, RivetError] = {}
     if not invocation.definition.overrides("can_subscribe"):
         return refused
     for name in names:
+        if name == WILDCARD:
+            refused[name] = Forbidden(
+                "This actor decides subscriptions per event name "
+                "(can_subscribe): subscribe by name, not with '*'",
+                metadata={"event": name},
+            )
+            continue
         try:
             with db.atomic():
                 allowed = invocation.call_hook("can_subscribe", name)
@@ -140,6 +151,11 @@ def refused_subscriptions(
                 f"Subscribing to {name!r} is not allowed", metadata={"event": name}
             )
     return refused
+
+
+def save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
+    """Store a connection's subscriptions (``*`` for every event) on its row."""
+    Connection.objects.filter(pk=conn_id).update(subscriptions=names)
 
 
 def _check_connection_limit(invocation: Invocation) -> None:
@@ -224,7 +240,13 @@ class Connect:
         if self.since is not None:
             oldest, truncated = events.window(invocation.actor_id, self.since, head)
         return ConnectResult(
-            invocation.actor_id, row.id, head, oldest, truncated, refused
+            invocation.actor_id,
+            row.id,
+            head,
+            oldest,
+            truncated,
+            refused,
+            invocation.definition.name,
         )
 
 
@@ -333,7 +355,7 @@ class Disconnect:
         return True
 
 
-# -- heartbeat ----------------------------------------------------------------
+# -- liveness (the transport's heartbeat calls this) ---------------------------
 def touch_connections(conn_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """Refresh ``last_seen_at`` of these connections; return those with no row."""
     ids = list(conn_ids)
@@ -358,133 +380,6 @@ def touch_connections(conn_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
             )
             Connection.objects.filter(pk__in=locked_free).update(last_seen_at=now)
     return missing
-
-
-@dataclass(slots=True)
-class _Held:
-    """A connection of this process: its actor, consumer task and close hook."""
-
-    actor_id: uuid.UUID | None
-    task: asyncio.Task[Any] | None
-    gone: Callable[[], None] | None
-
-
-class Heartbeat:
-    """Refresh the rows of this process's live connections while it holds any.
-
-    One background task per event loop; it starts with the first connection
-    and stops with the last, so idle processes and test loops leave nothing
-    running. A connection counts as live while the consumer task that added
-    it runs: the row of a consumer that ended without its cleanup stops
-    being refreshed (and its cleanup is run here), so it cannot outlive it.
-    """
-
-    def __init__(self) -> None:
-        self._held: dict[uuid.UUID, _Held] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def add(
-        self,
-        conn_id: uuid.UUID,
-        actor_id: uuid.UUID | None = None,
-        gone: Callable[[], None] | None = None,
-    ) -> None:
-        """Track a connection accepted by the running consumer task.
-
-        ``gone`` is called (on the loop) if the connection's row disappears
-        while the consumer runs.
-        """
-        self._held[conn_id] = _Held(actor_id, asyncio.current_task(), gone)
-        loop = asyncio.get_running_loop()
-        task = self._task
-        if task is None or task.done() or task.get_loop() is not loop:
-            self._task = loop.create_task(self._run(), name="rivet-heartbeat")
-
-    def discard(self, conn_id: uuid.UUID) -> None:
-        """Stop tracking a connection; stop beating after the last one."""
-        self._held.pop(conn_id, None)
-        task = self._task
-        if not self._held and task is not None:
-            self._task = None
-            try:
-                if task.get_loop() is asyncio.get_running_loop():
-                    task.cancel()
-            except RuntimeError:  # no running loop
-                pass
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-    def __contains__(self, conn_id: object) -> bool:
-        return conn_id in self._held
-
-    async def _run(self) -> None:
-        while self._held:
-            await asyncio.sleep(heartbeat_interval())
-            try:
-                await self.beat()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("connection heartbeat failed server=%s", SERVER_ID)
-
-    async def beat(self) -> None:
-        """Refresh live connections; clean up dead ones; close orphaned ones."""
-        alive: list[uuid.UUID] = []
-        for conn_id, held in list(self._held.items()):
-            if held.task is not None and held.task.done():
-                # The consumer ended without its cleanup (it always tries).
-                logger.warning("connection outlived its consumer conn_id=%s", conn_id)
-                self._held.pop(conn_id, None)
-                if held.actor_id is not None:
-                    asyncio.get_running_loop().create_task(
-                        disconnect_cleanup(ActorRef(actor_id=held.actor_id), conn_id)
-                    )
-            else:
-                alive.append(conn_id)
-        if not alive:
-            return
-        missing = await run_db(touch_connections, alive)
-        for conn_id in missing:
-            still = self._held.get(conn_id)
-            if still is not None and still.gone is not None:
-                logger.info("connection row gone, closing conn_id=%s", conn_id)
-                still.gone()
-
-
-heartbeat = Heartbeat()
-
-
-async def disconnect_cleanup(ref: ActorRef, conn_id: uuid.UUID) -> None:
-    """Remove a closed connection's row and run ``on_disconnect``.
-
-    Retried for a few seconds through a database outage; if it still fails
-    the row is no longer refreshed, so the sweeper removes it.
-    """
-    heartbeat.discard(conn_id)
-    delay = 0.5
-    for attempt in range(CLEANUP_ATTEMPTS):
-        try:
-            await ainvoke(ref, Disconnect(conn_id))
-            return
-        except ActorNotFound:
-            return  # destroyed: its connections went with it
-        except Exception:
-            if attempt == CLEANUP_ATTEMPTS - 1:
-                logger.exception(
-                    "disconnect failed actor_id=%s conn_id=%s; the sweeper will "
-                    "remove the connection",
-                    ref.actor_id,
-                    conn_id,
-                )
-                return
-            logger.warning(
-                "disconnect failed actor_id=%s conn_id=%s, retrying",
-                ref.actor_id,
-                conn_id,
-            )
-            await asyncio.sleep(delay)
-            delay *= 2
 
 
 # -- the sweep ------------------------------------------------------------------

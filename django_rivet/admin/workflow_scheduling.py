@@ -1,0 +1,217 @@
+"""The inspector for workflow queues and workflows on a schedule.
+
+A queue's page shows its limits, its depth (queued workflows), how many run
+(started, not finished) and how long the oldest has waited, each count
+linking to the workflows. Scheduled workflows can be paused, resumed and
+run now; the rest follows the code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.timesince import timesince
+
+from .. import clock
+from ..models import (
+    WORKFLOW_ADMITTED,
+    ScheduledWorkflow,
+    Workflow,
+    WorkflowQueue,
+    WorkflowStatus,
+)
+from ..scheduling import workflow_schedules
+from ..workflow_runtime import queues
+from .rendering import ReadOnlyAdmin
+
+
+def _workflows_link(text: Any, **filters: str) -> str:
+    url = reverse("admin:django_rivet_workflow_changelist")
+    return format_html('<a href="{}?{}">{}</a>', url, urlencode(filters), text)
+
+
+def _count(**filters: Any) -> Coalesce:
+    rows = (
+        Workflow.objects.exclude(queue="")  # the partial indexes' condition
+        .filter(queue=OuterRef("name"), **filters)
+        .order_by()
+        .values("queue")
+        .annotate(count=Count("pk"))
+        .values("count")[:1]
+    )
+    return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
+
+
+@admin.register(WorkflowQueue)
+class WorkflowQueueAdmin(ReadOnlyAdmin):
+    list_display = ["name", "limits", "depth", "running", "oldest_wait"]
+    readonly_fields = ("name", "limits", "depth", "running", "oldest_wait")
+    fields = readonly_fields
+    ordering = ["name"]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # List every configured queue, used or not yet.
+        now = clock.now_datetime()
+        WorkflowQueue.objects.bulk_create(
+            [WorkflowQueue(name=name, created_at=now) for name in queues.configured()],
+            ignore_conflicts=True,
+        )
+        return super().changelist_view(request, extra_context)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowQueue]:
+        oldest = (
+            Workflow.objects.filter(
+                queue=OuterRef("name"), status=WorkflowStatus.QUEUED
+            )
+            .order_by("created_at")
+            .values("created_at")[:1]
+        )
+        rows: QuerySet[WorkflowQueue] = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                queued_count=_count(status=WorkflowStatus.QUEUED),
+                running_count=_count(status__in=WORKFLOW_ADMITTED),
+                oldest_queued_at=Subquery(oldest),
+            )
+        )
+        return rows
+
+    @admin.display(description="limits")
+    def limits(self, obj: WorkflowQueue) -> str:
+        config = queues.configured().get(obj.name)
+        if config is None:
+            return "not configured (its workflows wait)"
+        parts = []
+        if config.concurrency is not None:
+            parts.append(f"concurrency {config.concurrency}")
+        if config.rate_limit is not None:
+            count, period = config.rate_limit
+            parts.append(f"{count} starts per {period:g} s")
+        return ", ".join(parts) or "none"
+
+    @admin.display(description="depth (queued)", ordering="queued_count")
+    def depth(self, obj: Any) -> str:
+        return _workflows_link(
+            obj.queued_count, queue=obj.name, status__exact=WorkflowStatus.QUEUED
+        )
+
+    @admin.display(description="running", ordering="running_count")
+    def running(self, obj: Any) -> str:
+        return _workflows_link(
+            obj.running_count,
+            queue=obj.name,
+            status__in=",".join(str(status) for status in WORKFLOW_ADMITTED),
+        )
+
+    @admin.display(description="oldest wait", ordering="oldest_queued_at")
+    def oldest_wait(self, obj: Any) -> str:
+        if obj.oldest_queued_at is None:
+            return "-"
+        return timesince(obj.oldest_queued_at, clock.now_datetime())
+
+
+@admin.register(ScheduledWorkflow)
+class ScheduledWorkflowAdmin(ReadOnlyAdmin):
+    list_display = [
+        "name",
+        "expression",
+        "timezone",
+        "next_tick_at",
+        "paused",
+        "last_tick_at",
+        "last_workflow",
+        "in_code",
+    ]
+    list_filter = ["paused"]
+    readonly_fields = (
+        "name",
+        "expression",
+        "timezone",
+        "next_tick_at",
+        "paused",
+        "last_tick_at",
+        "last_workflow",
+        "in_code",
+        "created_at",
+        "updated_at",
+    )
+    fields = readonly_fields
+    actions = ["pause_schedules", "resume_schedules", "run_now"]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        workflow_schedules.sync()  # rows follow the code
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="last workflow")
+    def last_workflow(self, obj: ScheduledWorkflow) -> str:
+        if not obj.last_workflow_id:
+            return "-"
+        url = reverse("admin:django_rivet_workflow_change", args=[obj.last_workflow_id])
+        return format_html('<a href="{}">{}</a>', url, obj.last_workflow_id)
+
+    @admin.display(description="in the code", boolean=True)
+    def in_code(self, obj: ScheduledWorkflow) -> bool:
+        return obj.name in workflow_schedules.definitions()
+
+    def has_control_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.change_scheduledworkflow")
+
+    def _each(
+        self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow], verb: str
+    ) -> None:
+        operation = {
+            "pause": workflow_schedules.pause,
+            "resume": workflow_schedules.resume,
+            "run": workflow_schedules.run_now,
+        }[verb]
+        done = []
+        for name in queryset.values_list("name", flat=True):
+            try:
+                result = operation(name)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not {verb} {name}: {exc}", messages.ERROR
+                )
+                continue
+            if result is False:
+                self.message_user(
+                    request, f"{name} was not {verb}d: nothing to do.", messages.WARNING
+                )
+            else:
+                done.append(result if isinstance(result, str) else name)
+        if done:
+            self.message_user(request, f"{verb.capitalize()}: {', '.join(done)}.")
+
+    @admin.action(description="Pause the selected schedules")
+    def pause_schedules(
+        self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow]
+    ) -> None:
+        self._each(request, queryset, "pause")
+
+    @admin.action(description="Resume the selected schedules (from the next tick)")
+    def resume_schedules(
+        self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow]
+    ) -> None:
+        self._each(request, queryset, "resume")
+
+    @admin.action(description="Run the selected workflows now")
+    def run_now(
+        self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow]
+    ) -> None:
+        self._each(request, queryset, "run")
+
+    pause_schedules.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    resume_schedules.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    run_now.allowed_permissions = ["control"]  # type: ignore[attr-defined]

@@ -1,0 +1,29 @@
+"""Signals of django-rivet, for alerting and metrics.
+
+``work_failed`` is sent once when background work fails for good: a
+scheduled action, a cron firing or a queue message whose retries are spent
+(or whose handler raised a ``UserError``, which is never retried)::
+
+    from django.dispatch import receiver
+    from django_rivet.signals import work_failed
+
+    @receiver(work_failed)
+    def page_someone(sender, kind, actor_id, action, id, error, **kwargs):
+        ...
+
+``sender`` is the actor class (``None`` if the actor's class is no longer
+registered); ``kind`` is ``"schedule"``, ``"cron"`` or ``"message"``;
+``action`` is the action (schedules, cron) or the queue name (messages);
+``id`` the schedule id (str), cron job id (int) or message id (int);
+``error`` the exception of the last attempt. Receivers run in the process
+that ran the last attempt, after its failure was recorded; an exception in a
+receiver is logged, never raised into the runtime.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+__all__ = ["work_failed"]
+
+work_failed = Signal()

@@ -1,0 +1,187 @@
+"""``ctx.child`` and ``ctx.start_child``: workflows a workflow starts.
+
+A child is one ``child`` entry. Its id defaults to ``"<parent id>/<entry
+location>"``, so a replay asks the host to start the same child again, which
+starts nothing new (starting is idempotent per id). The host (the driver)
+starts it *before* the entry is recorded: a crash in between leaves a child
+that the replay finds again, never a recorded child that was not started.
+
+``ctx.child`` then waits for the child's end with the engine's message wait:
+the parent pauses waiting for the name ``child:<child id>`` and the host
+wakes it under that name when the child ends; each run of the parent asks
+the host for the child's outcome (one read) and records it in the entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from . import keys, schema
+from .errors import ChildWorkflowError, MessageWaitError, diverged
+from .execution import RollbackStop, complete
+from .limits import check_record
+from .storage import driver_call
+from .values import ChildOutcome, ChildStart, child_wake_name
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+
+__all__ = [
+    "MAX_WORKFLOW_ID_LENGTH",
+    "ChildHost",
+    "ChildOptions",
+    "child_error",
+    "default_child_id",
+    "run_child",
+]
+
+MAX_WORKFLOW_ID_LENGTH = 255
+
+
+@runtime_checkable
+class ChildHost(Protocol):
+    """What a driver offers to start children (an optional driver extension)."""
+
+    async def start_child(self, start: ChildStart) -> None:
+        """Start ``start.child_id`` unless it exists (idempotent per id).
+
+        Raises an error of its own (not a ``StorageError``) when the id is
+        taken by another workflow, or the name is unknown: the parent fails.
+        """
+
+    async def child_outcome(self, child_id: str) -> ChildOutcome | None:
+        """Return how the child ended, or None while it runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOptions:
+    """What ``ctx.child``/``ctx.start_child`` were asked to start."""
+
+    workflow: str
+    input: Any
+    id: str | None
+    detached: bool
+    timeout: float | None
+
+
+def default_child_id(parent_id: str, location: str) -> str:
+    """Return ``"<parent id>/<location>"``, hashed when longer than an id may be."""
+    candidate = f"{parent_id}/{location}"
+    if len(candidate) <= MAX_WORKFLOW_ID_LENGTH:
+        return candidate
+    digest = hashlib.sha256(candidate.encode("utf-8")).hexdigest()[:32]
+    return f"{parent_id[: MAX_WORKFLOW_ID_LENGTH - 33]}/{digest}"
+
+
+def child_error(data: dict[str, Any]) -> ChildWorkflowError:
+    """Rebuild the failure of a child from its recorded entry."""
+    child_id = str(data.get("child_id", ""))
+    state = str(data.get("state", "failed"))
+    info = dict(data.get("error") or {})
+    detail = info.get("message") or info.get("name") or state
+    return ChildWorkflowError(
+        f'Child workflow "{child_id}" {state}: {detail}',
+        metadata={"child_id": child_id, "state": state, "error": info},
+    )
+
+
+def _host(ctx: WorkflowContext) -> ChildHost:
+    driver = ctx._run.driver
+    if not isinstance(driver, ChildHost):
+        raise TypeError(
+            f"{type(driver).__name__} cannot start child workflows: it needs "
+            "start_child() and child_outcome()"
+        )
+    return driver
+
+
+async def run_child(
+    ctx: WorkflowContext, name: str, options: ChildOptions, *, wait: bool
+) -> Any:
+    """Start (or find again) a child; with ``wait``, return its output."""
+    run = ctx._run
+    storage = run.storage
+    location = ctx._visit(name)
+    entry = ctx._existing(location, "child")
+    if entry is not None:
+        data = entry.data
+        if bool(data.get("wait", True)) != wait:
+            where = storage.location_string(location)
+            recorded = "ctx.child" if data.get("wait", True) else "ctx.start_child"
+            raise diverged(f'"{where}" was recorded by {recorded}', where)
+        child_id = str(data["child_id"])
+        if not wait:
+            return child_id
+        if data["state"] == "completed":
+            return data.get("output")
+        if data["state"] in ("failed", "cancelled"):
+            raise child_error(data)
+        if run.rollback:
+            raise RollbackStop()
+        host = _host(ctx)
+    else:
+        if run.rollback:
+            raise RollbackStop()
+        host = _host(ctx)
+        where = storage.location_string(location)
+        child_id = options.id or default_child_id(run.workflow_id, where)
+        if not 0 < len(child_id) <= MAX_WORKFLOW_ID_LENGTH:
+            raise ValueError(f"A workflow id is 1-{MAX_WORKFLOW_ID_LENGTH} characters")
+        what = f'Input of child workflow "{name}"'
+        stored = schema.roundtrip(options.input, what)
+        field = schema.encode_workflow_field(keys.WORKFLOW_INPUT, stored)
+        check_record(keys.workflow_key(keys.WORKFLOW_INPUT), field, what)
+        await host.start_child(
+            ChildStart(
+                run.workflow_id,
+                child_id,
+                options.workflow,
+                stored,
+                options.detached,
+                options.timeout,
+            )
+        )
+        data = {
+            "workflow": options.workflow,
+            "child_id": child_id,
+            "detached": options.detached,
+            "wait": wait,
+            "state": "started",
+        }
+        entry = storage.create_entry(location, "child", data, status="running")
+        if not wait:
+            complete(storage, entry)
+            await storage.flush()
+            return child_id
+        await storage.flush()
+    outcome = await driver_call(host.child_outcome(child_id), "child outcome")
+    if outcome is None:
+        raise MessageWaitError(None, [child_wake_name(child_id)])
+    return await _record_outcome(ctx, entry, name, outcome)
+
+
+async def _record_outcome(
+    ctx: WorkflowContext, entry: schema.Entry, name: str, outcome: ChildOutcome
+) -> Any:
+    storage = ctx._run.storage
+    if outcome.state == "completed":
+        what = f'Output of child workflow "{name}"'
+        value = schema.roundtrip(outcome.output, what)
+        complete(storage, entry, what, state="completed", output=value)
+        await storage.flush()
+        return value
+    info = dict(outcome.error or {})
+    info.setdefault("name", "WorkflowCancelled")
+    info.setdefault("message", f"Child workflow {outcome.state}")
+    info.pop("traceback", None)  # the child's own history keeps it
+    storage.update(
+        entry, f'Error of child workflow "{name}"', state=outcome.state, error=info
+    )
+    metadata = storage.meta(entry)
+    metadata.status = "failed"
+    metadata.error = info
+    metadata.touch()
+    await storage.flush()
+    raise child_error(entry.data)

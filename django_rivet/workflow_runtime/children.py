@@ -1,0 +1,183 @@
+"""Parents and children on the ``Workflow`` table.
+
+What the engine's child entries need from the database (:class:`DjangoDriver`
+calls :func:`create_child` and :func:`outcome`), and what ending a workflow
+does for its family: :func:`notify_parent` wakes a parent waiting for the
+child that just ended (the name ``child:<id>`` in its ``waiting_for``), and
+:func:`cancel_children` asks the non-detached children of a cancelled
+parent to cancel (the workers carry each one out, with its rollbacks, and
+cascade further). A child that is claimed while its parent is cancelled
+cancels itself (:func:`parent_cancelled`): the cascade holds even if the
+process died between the parent's cancel and the request to its children.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+
+from .. import clock
+from ..models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowKV,
+    WorkflowStatus,
+    db,
+)
+from ..workflow import ChildOutcome, ChildStart, keys, schema
+from ..workflow.values import child_wake_name
+from . import registry
+from .wakeups import schedule_wake, wake_fields
+
+logger = logging.getLogger("django_rivet.workflows")
+
+__all__ = [
+    "cancel_children",
+    "create_child",
+    "deadline_for",
+    "notify_parent",
+    "outcome",
+    "parent_cancelled",
+]
+
+
+def deadline_for(timeout: float | None, now: float) -> datetime | None:
+    """Return the deadline of a workflow started at ``now`` with ``timeout``."""
+    if timeout is None:
+        return None
+    return clock.to_datetime(now + float(timeout))
+
+
+def create_child(start: ChildStart) -> None:
+    """Create the child row unless it exists (call in a transaction).
+
+    Idempotent per id: the same child of the same parent is found again. An
+    id held by another workflow (a different name or parent) is a
+    ``ValueError``; an unknown workflow name is ``workflow/not_found``.
+    """
+    definition = registry.get(start.workflow)
+    encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, start.input)
+    timeout = definition.timeout if start.timeout is None else start.timeout
+    now = clock.now_datetime()
+    row, created = Workflow.objects.get_or_create(
+        id=start.child_id,
+        defaults={
+            "name": definition.name,
+            "status": WorkflowStatus.PENDING,
+            "wake_at": now,
+            "created_at": now,
+            "updated_at": now,
+            "parent_id": start.parent_id,
+            "detached": start.detached,
+            "deadline_at": deadline_for(timeout, clock.now()),
+            **wake_fields(now),
+        },
+    )
+    if not created:
+        if row.name != definition.name or row.parent_id != start.parent_id:
+            raise ValueError(
+                f"Workflow id {start.child_id!r} is already used by a "
+                f"{row.name!r} workflow"
+                + (f" of parent {row.parent_id!r}" if row.parent_id else "")
+            )
+        return
+    WorkflowKV.objects.create(
+        workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
+    )
+    schedule_wake(start.child_id, now)
+    logger.info(
+        "workflow child started workflow=%s parent=%s name=%s",
+        start.child_id,
+        start.parent_id,
+        definition.name,
+    )
+
+
+def outcome(child_id: str) -> ChildOutcome | None:
+    """Return how the child ended, or None while it is active."""
+    found = Workflow.objects.filter(pk=child_id).values_list("status").first()
+    if found is None:
+        # Purged by retention (it ended long ago) or never created.
+        return ChildOutcome(
+            "failed",
+            error={
+                "name": "WorkflowNotFound",
+                "message": f"No workflow has id {child_id!r}",
+            },
+        )
+    status = found[0]
+    if status not in WORKFLOW_FINISHED:
+        return None
+    wanted = [
+        keys.workflow_key(keys.WORKFLOW_OUTPUT),
+        keys.workflow_key(keys.WORKFLOW_ERROR),
+    ]
+    fields: dict[int, Any] = {}
+    for key, value in WorkflowKV.objects.filter(
+        workflow_id=child_id, key__in=wanted
+    ).values_list("key", "value"):
+        field_id = keys.unpack(bytes(key))[1]
+        fields[field_id] = schema.decode_workflow_field(field_id, bytes(value))
+    return ChildOutcome(
+        str(status),
+        output=fields.get(keys.WORKFLOW_OUTPUT),
+        error=fields.get(keys.WORKFLOW_ERROR),
+    )
+
+
+def notify_parent(child_id: str, parent_id: str) -> None:
+    """Wake ``parent_id`` if it waits for ``child_id`` (call when the child ends).
+
+    The signal bump comes first, as for a message: a parent run releasing
+    concurrently sees it and runs again.
+    """
+    if not parent_id:
+        return
+    name = child_wake_name(child_id)
+    now = clock.now_datetime()
+    rows = Workflow.objects.filter(pk=parent_id)
+    if not rows.update(wake_signal=F("wake_signal") + 1):
+        return
+    status, waiting_for = rows.values_list("status", "waiting_for").get()
+    if status in WORKFLOW_ACTIVE and name in (waiting_for or []):
+        rows.update(wake_at=now, **wake_fields(now))
+        schedule_wake(parent_id, now)
+
+
+def cancel_children(parent_id: str) -> int:
+    """Ask the active non-detached children of ``parent_id`` to cancel.
+
+    Each is marked like ``handle.cancel()`` marks a running workflow and made
+    due: the next run of each carries the cancel out (its rollbacks run) and
+    cancels its own children. Returns how many were asked.
+    """
+    now = clock.now_datetime()
+    rows = Workflow.objects.children_of(parent_id).active().filter(detached=False)
+    ids = list(rows.filter(cancel_requested=False).values_list("pk", flat=True))
+    if not ids:
+        return 0
+    with db.atomic():
+        Workflow.objects.filter(pk__in=ids).active().update(
+            cancel_requested=True,
+            cancel_reason="parent_cancelled",
+            wake_at=now,
+            wake_signal=F("wake_signal") + 1,
+            **wake_fields(now),
+        )
+        for child_id in ids:
+            schedule_wake(child_id, now)
+    logger.info("workflow children cancelled parent=%s count=%s", parent_id, len(ids))
+    return len(ids)
+
+
+def parent_cancelled(parent_id: str) -> bool:
+    """Tell whether ``parent_id`` exists and was cancelled."""
+    if not parent_id:
+        return False
+    return Workflow.objects.filter(
+        pk=parent_id, status=WorkflowStatus.CANCELLED
+    ).exists()

@@ -1,0 +1,228 @@
+"""Reading what workflows publish: events (``get_event``) and replies (``request``).
+
+The engine writes both into the workflow's own namespace (``WorkflowKV``
+keys of the published-values family, see ``docs/storage-format.md``) in the
+flush that records the ``event`` or ``reply`` entry; here they are read
+with one indexed query.
+
+A waiting ``request`` helps, as a waiting queue sender does: when the
+workflow is due and no worker holds it, the caller runs it right here until
+the reply is recorded (the run then stops and the workflow is due again, for
+a worker to carry on). So a request works with no worker running, in tests
+under ``freeze_time``, and from inside a transaction (an actor action),
+where the message is not committed and no worker could see it. Otherwise
+it polls, like ``handle.result()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from ..actors.invocation import current_invocation
+from ..conf import rivet_settings
+from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage
+from ..workflow import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
+from . import execution, operations
+
+logger = logging.getLogger("django_rivet.workflows")
+
+__all__ = [
+    "POLL_FIRST",
+    "POLL_MAX",
+    "aget_event",
+    "arequest",
+    "get_event",
+    "read_event",
+    "request",
+    "take_reply",
+]
+
+POLL_FIRST = 0.02
+POLL_MAX = 0.5
+
+_NOT_SET = object()
+
+
+def _read(workflow_id: str, key: bytes, record_type: str) -> Any:
+    found = WorkflowKV.objects.filter(workflow_id=workflow_id, key=key)
+    value = found.values_list("value", flat=True).first()
+    if value is None:
+        return _NOT_SET
+    return schema.decode_published(record_type, bytes(value))
+
+
+def read_event(workflow_id: str, key: str) -> tuple[bool, Any]:
+    """Return ``(found, value)`` of the event ``key`` of ``workflow_id``."""
+    value = _read(workflow_id, keys.event_key(key), "event")
+    return (False, None) if value is _NOT_SET else (True, value)
+
+
+def take_reply(workflow_id: str, message_id: str) -> tuple[bool, Any]:
+    """Return ``(found, value)`` of the reply to ``message_id``, removing it.
+
+    The reply is the requester's alone: reading it takes it, so replies do
+    not pile up in a long-lived workflow's namespace.
+    """
+    key = keys.reply_key(message_id)
+    value = _read(workflow_id, key, "reply")
+    if value is _NOT_SET:
+        return False, None
+    WorkflowKV.objects.filter(workflow_id=workflow_id, key=key).delete()
+    return True, value
+
+
+def _limit(timeout: float | None) -> float:
+    limit = float(rivet_settings.ACTION_TIMEOUT) if timeout is None else timeout
+    if limit <= 0:
+        raise ValueError("A request timeout must be positive")
+    return float(limit)
+
+
+# -- get_event -------------------------------------------------------------------------
+def _event_step(workflow_id: str, key: str) -> tuple[bool, Any]:
+    """One look: ``(True, value)`` once set, ``(True, None)`` once it never can be."""
+    found, value = read_event(workflow_id, key)
+    if found:
+        return True, value
+    if operations.status(workflow_id) in WORKFLOW_FINISHED:
+        # It may have been set just before the end.
+        found, value = read_event(workflow_id, key)
+        return True, value if found else None
+    return False, None
+
+
+def get_event(workflow_id: str, key: str, timeout: float | None = None) -> Any:
+    """Return the latest value of event ``key``; wait up to ``timeout`` for one.
+
+    None when it was never set: at once without ``timeout``, after
+    ``timeout`` seconds otherwise, or as soon as the workflow finished.
+    """
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    delay = POLL_FIRST
+    while True:
+        done, value = _event_step(workflow_id, key)
+        if done:
+            return value
+        remaining = 0.0 if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, POLL_MAX)
+
+
+async def aget_event(workflow_id: str, key: str, timeout: float | None = None) -> Any:
+    """Async :func:`get_event`; waiting does not hold a thread between looks."""
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    delay = POLL_FIRST
+    while True:
+        done, value = await sync_to_async(_event_step)(workflow_id, key)
+        if done:
+            return value
+        remaining = 0.0 if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, POLL_MAX)
+
+
+# -- request ---------------------------------------------------------------------------
+def _request_step(workflow_id: str, message_id: str) -> tuple[bool, Any]:
+    """Look for the reply once, running the workflow here if it is due.
+
+    Returns ``(True, reply)`` once replied; raises ``WorkflowNoReply`` once
+    the workflow finished without replying; ``(False, None)`` meanwhile.
+    """
+    for _ in range(2):
+        found, value = take_reply(workflow_id, message_id)
+        if found:
+            return True, value
+        if operations.status(workflow_id) in WORKFLOW_FINISHED:
+            # The reply may have been recorded with the end: look again.
+            found, value = take_reply(workflow_id, message_id)
+            if found:
+                return True, value
+            raise WorkflowNoReply(
+                f"Workflow {workflow_id!r} ended without replying to the request",
+                metadata={"workflow_id": workflow_id, "message_id": message_id},
+            )
+        ran = execution.run(workflow_id, max_passes=1, stop_after_reply=message_id)
+        if ran is None:
+            break  # not due, or a worker has it: wait
+    return False, None
+
+
+def _timed_out(workflow_id: str, name: str, message_id: str, limit: float) -> None:
+    # Withdraw the request if the workflow has not received it yet: nobody
+    # waits for its answer any more.
+    withdrawn = WorkflowMessage.objects.filter(
+        pk=int(message_id), workflow_id=workflow_id
+    ).delete()[0]
+    logger.info(
+        "workflow request timed out workflow=%s name=%s withdrawn=%s",
+        workflow_id,
+        name,
+        bool(withdrawn),
+    )
+    raise WorkflowRequestTimeout(
+        f"Workflow {workflow_id!r} did not reply to {name!r} within {limit:g} seconds",
+        metadata={"workflow_id": workflow_id, "message_id": message_id},
+    )
+
+
+def request(
+    workflow_id: str, name: str, body: Any = None, timeout: float | None = None
+) -> Any:
+    """Send message ``name`` and return the workflow's reply (``ctx.reply``).
+
+    Raises ``WorkflowRequestTimeout`` (``workflow/request_timeout``) after
+    ``timeout`` seconds (default ``RIVET["ACTION_TIMEOUT"]``; the request is
+    withdrawn if the workflow has not received it yet) and ``WorkflowNoReply``
+    (``workflow/no_reply``) as soon as the workflow finishes without
+    replying.
+    """
+    limit = _limit(timeout)
+    deadline = time.monotonic() + limit
+    message_id = operations.send(workflow_id, name, body)
+    delay = POLL_FIRST
+    while True:
+        done, value = _request_step(workflow_id, message_id)
+        if done:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            _timed_out(workflow_id, name, message_id, limit)
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, POLL_MAX)
+
+
+async def arequest(
+    workflow_id: str, name: str, body: Any = None, timeout: float | None = None
+) -> Any:
+    """Async :func:`request`; waiting does not hold a thread between looks.
+
+    Inside an actor invocation it runs in the invocation's thread and
+    transaction, as the sync one does.
+    """
+    if current_invocation() is not None:
+        inline = sync_to_async(request, thread_sensitive=True)
+        return await inline(workflow_id, name, body, timeout)
+    limit = _limit(timeout)
+    deadline = time.monotonic() + limit
+    message_id = await sync_to_async(operations.send)(workflow_id, name, body)
+    # A run of the workflow may take a while: off the thread-sensitive one.
+    step = sync_to_async(_request_step, thread_sensitive=False)
+    delay = POLL_FIRST
+    while True:
+        done, value = await step(workflow_id, message_id)
+        if done:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            await sync_to_async(_timed_out)(workflow_id, name, message_id, limit)
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, POLL_MAX)

@@ -1,0 +1,466 @@
+"""Workflow queues (``RIVET["WORKFLOW_QUEUES"]``): admission with flow control.
+
+``workflows.start(..., queue="emails")`` stores the workflow ``queued``
+(no ``wake_at``: no worker may run it). *Admission* starts queued workflows
+while the queue's limits allow, lowest ``priority`` number first, oldest
+first within one priority, by moving them to ``pending`` and due now; from
+there they run like any workflow. The database is the source of truth, as in
+DBOS:
+
+- ``concurrency``: workflows of the queue started and not finished
+  (pending, running, sleeping, rolling back) at most, across all workers. A
+  sleeping or waiting workflow keeps its slot until it finishes.
+- ``rate_limit = (n, seconds)``: at most ``n`` workflows of the queue started
+  (admitted) in any window of that many seconds.
+
+One admission pass per queue runs at a time on every database: it first
+writes the queue's :class:`~django_rivet.models.WorkflowQueue` row, which
+takes that row's lock on PostgreSQL and the write lock on SQLite, then
+counts and admits in the same transaction. Passes run with each start (in
+its own transaction, or after the caller's commits), after a workflow of the
+queue finishes, when a rate-limit window reopens (a dispatch wake-up), and
+on every sweep and worker round, so a lost trigger only delays a start.
+
+A ``dedup_key`` is unique among a queue's workflows that have not finished
+(a partial unique index), so starting a second one raises
+:class:`~django_rivet.exceptions.WorkflowDeduplicated` with the holder's id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.models import Count, Min, Q
+
+from .. import clock, dispatch
+from ..conf import rivet_settings
+from ..exceptions import UnknownWorkflowQueue, WorkflowDeduplicated
+from ..models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_ADMITTED,
+    Workflow,
+    WorkflowQueue,
+    WorkflowStatus,
+    db,
+)
+from .wakeups import schedule_wake, wake_fields
+
+logger = logging.getLogger("django_rivet.workflows")
+
+__all__ = [
+    "ADMIT_BATCH",
+    "Placement",
+    "QueueConfig",
+    "QueueStats",
+    "admit",
+    "admit_after_start",
+    "admit_due",
+    "admit_on_commit",
+    "configured",
+    "duplicate_of",
+    "next_admission_at",
+    "placement",
+    "queue_stats",
+]
+
+# Workflows one admission pass starts at most (queues without a limit too).
+ADMIT_BATCH = 100
+QUEUE_NAME_MAX_LENGTH = 128
+DEDUP_KEY_MAX_LENGTH = 255
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+# Unconfigured queues holding workflows that this process warned about.
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """One entry of ``RIVET["WORKFLOW_QUEUES"]``."""
+
+    name: str
+    concurrency: int | None = None
+    rate_limit: tuple[int, float] | None = None
+
+
+def configured() -> dict[str, QueueConfig]:
+    """Return the configured queues (``rivet.E701`` checks the setting)."""
+    queues: dict[str, QueueConfig] = {}
+    for name, options in dict(rivet_settings.WORKFLOW_QUEUES or {}).items():
+        options = options or {}
+        rate = options.get("rate_limit")
+        queues[name] = QueueConfig(
+            name,
+            options.get("concurrency"),
+            None if rate is None else (int(rate[0]), float(rate[1])),
+        )
+    return queues
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where ``workflows.start(..., queue=...)`` puts a workflow."""
+
+    queue: str
+    priority: int = 0
+    dedup_key: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        """Return the row fields of a queued workflow."""
+        return {
+            "status": WorkflowStatus.QUEUED,
+            "wake_at": None,
+            "queue": self.queue,
+            "priority": self.priority,
+            "dedup_key": self.dedup_key,
+        }
+
+
+def placement(
+    queue: str | None, priority: int = 0, dedup_key: str | None = None
+) -> Placement | None:
+    """Check the queue arguments of a start; ``None`` for a direct start.
+
+    Raises ``workflow/unknown_queue`` for a queue that is not configured,
+    ``ValueError``/``TypeError`` for a bad priority or key, or for either
+    without a queue.
+    """
+    if queue is None:
+        if priority != 0 or dedup_key is not None:
+            raise ValueError("priority and dedup_key need a queue=")
+        return None
+    if not isinstance(queue, str) or queue not in configured():
+        raise UnknownWorkflowQueue(
+            f"No workflow queue {queue!r} is configured in RIVET['WORKFLOW_QUEUES']",
+            metadata={"queue": queue},
+        )
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError("priority is an integer (lower starts first)")
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise ValueError("priority must fit in 32 bits")
+    if dedup_key is not None and (
+        not isinstance(dedup_key, str)
+        or not 0 < len(dedup_key) <= DEDUP_KEY_MAX_LENGTH
+        or "\x00" in dedup_key
+    ):
+        raise ValueError(f"dedup_key is 1 to {DEDUP_KEY_MAX_LENGTH} characters, no NUL")
+    return Placement(queue, priority, dedup_key or "")
+
+
+def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicated:
+    """Return the error for a start refused by the deduplication index.
+
+    Re-raises ``error`` when no workflow of the queue holds the key (the
+    insert failed for another reason).
+    """
+    holder = (
+        Workflow.objects.filter(
+            queue=where.queue, dedup_key=where.dedup_key, status__in=WORKFLOW_ACTIVE
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if not where.dedup_key or holder is None:
+        raise error
+    return WorkflowDeduplicated(
+        f"Workflow {holder!r} holds deduplication key {where.dedup_key!r} "
+        f"in queue {where.queue!r}",
+        metadata={
+            "workflow_id": holder,
+            "queue": where.queue,
+            "dedup_key": where.dedup_key,
+        },
+    )
+
+
+# -- admission -------------------------------------------------------------------------
+@contextlib.contextmanager
+def _admission_transaction(name: str, now: datetime) -> Iterator[None]:
+    """Open an admission pass's transaction and take the queue's lock.
+
+    Its commit need not wait for the disk on PostgreSQL: an admission lost
+    in a crash leaves its workflows queued (and their rate-limit starts
+    uncounted), and the next pass admits them again.
+    """
+    connection = db.connection()
+    outermost = not connection.in_atomic_block
+    # Inside a start's transaction, no savepoint: a failing pass fails the
+    # start, which is rolled back whole.
+    with db.atomic(savepoint=False):
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        # The write is the lock: the row's on PostgreSQL, the database's
+        # write lock on SQLite (taken before anything is read).
+        if not _execute(_sql().lock, [_when(now), name]):
+            WorkflowQueue.objects.bulk_create(
+                [WorkflowQueue(name=name, created_at=now)], ignore_conflicts=True
+            )
+            _execute(_sql().lock, [_when(now), name])
+        yield
+
+
+def _reopens_at(config: QueueConfig, now: datetime) -> datetime | None:
+    """Return when the rate window next lets a start through (None: now)."""
+    if config.rate_limit is None:
+        return None
+    limit, period = config.rate_limit
+    window = (
+        _of_queue(config.name)
+        .filter(started_at__gt=now - timedelta(seconds=period))
+        .order_by("-started_at")
+    )
+    # The limit-th newest start leaves the window first among those that
+    # keep the queue at its limit.
+    found = window.values_list("started_at", flat=True)[limit - 1 : limit]
+    edge = next(iter(found), None)
+    return None if edge is None else edge + timedelta(seconds=period)
+
+
+def _of_queue(name: str) -> Any:
+    """Return the workflows of queue ``name``, through its partial indexes.
+
+    The ``queue <> ''`` term repeats the indexes' own condition: SQLite
+    only uses a partial index when the query states it (PostgreSQL proves
+    it from ``queue = name`` too).
+    """
+    return Workflow.objects.filter(~Q(queue=""), queue=name)
+
+
+# -- the admission pass's statements ----------------------------------------------
+# A pass runs with every queued start, so its statements are written once
+# as SQL rather than compiled by the ORM each time (that compilation was
+# most of a queued start's extra cost). Both databases take the same SQL:
+# PostgreSQL, and SQLite >= 3.35 (RETURNING; rivet.E402).
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    lock: str
+    running: str
+    started: str
+    admit: str  # format with the SET clause of wake_fields' columns
+
+
+@functools.cache
+def _statements(vendor: str) -> _Statements:
+    connection = db.connection()
+    quote = connection.ops.quote_name
+    workflows = quote(Workflow._meta.db_table)
+    admitted = ", ".join(f"'{status}'" for status in WORKFLOW_ADMITTED)
+    of_queue = f"FROM {workflows} WHERE NOT ({quote('queue')} = '') AND queue = %s"
+    return _Statements(
+        lock=f"UPDATE {quote(WorkflowQueue._meta.db_table)} "
+        f"SET {quote('admitted_at')} = %s WHERE {quote('name')} = %s",
+        running=f"SELECT COUNT(*) {of_queue} AND {quote('status')} IN ({admitted})",
+        started=f"SELECT COUNT(*) {of_queue} AND {quote('started_at')} > %s",
+        admit=f"UPDATE {workflows} SET {quote('status')} = 'pending', "
+        f"{quote('wake_at')} = %s, {quote('started_at')} = %s, "
+        f"{quote('updated_at')} = %s{{extra}} "
+        f"WHERE {quote('status')} = 'queued' AND {quote('id')} IN ("
+        f"SELECT {quote('id')} FROM {workflows} WHERE {quote('queue')} = %s "
+        f"AND {quote('status')} = 'queued' ORDER BY {quote('priority')}, "
+        f"{quote('created_at')}, {quote('id')} LIMIT %s) RETURNING {quote('id')}",
+    )
+
+
+def _sql() -> _Statements:
+    return _statements(db.connection().vendor)
+
+
+def _when(moment: datetime) -> Any:
+    """Return a datetime as the database's driver takes it."""
+    return db.connection().ops.adapt_datetimefield_value(moment)
+
+
+def _execute(sql: str, params: list[Any]) -> int:
+    with db.connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def _count(sql: str, params: list[Any]) -> int:
+    with db.connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.fetchone()[0])
+
+
+def _free_slots(config: QueueConfig, now: datetime, limit: int) -> int:
+    """Return how many workflows the queue's limits let start now.
+
+    Two index range counts (its running workflows, its starts in the rate
+    window), never a scan of its finished workflows.
+    """
+    free = limit
+    if config.concurrency is not None:
+        free = min(free, config.concurrency - _count(_sql().running, [config.name]))
+    if config.rate_limit is not None and free > 0:
+        window = now - timedelta(seconds=config.rate_limit[1])
+        started = _count(_sql().started, [config.name, _when(window)])
+        free = min(free, config.rate_limit[0] - started)
+    return free
+
+
+def _start_queued(name: str, now: datetime, free: int) -> list[str]:
+    """Mark the first ``free`` queued workflows of ``name`` started; return them."""
+    extra = wake_fields(now)
+    quote = db.connection().ops.quote_name
+    columns = "".join(f", {quote(column)} = %s" for column in extra)
+    sql = _sql().admit.format(extra=columns)
+    moment = _when(now)
+    params = [moment, moment, moment, *(_when(v) for v in extra.values())]
+    with db.connection().cursor() as cursor:
+        cursor.execute(sql, [*params, name, free])
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def admit(name: str, limit: int = ADMIT_BATCH) -> int:
+    """Start the queued workflows of queue ``name`` its limits allow now.
+
+    Returns how many were started. Safe with any number of concurrent
+    callers: one pass per queue at a time.
+    """
+    config = configured().get(name)
+    if config is None:
+        if name not in _warned:  # once per process: passes run every round
+            _warned.add(name)
+            logger.warning(
+                "workflows wait in a queue that is not configured queue=%s "
+                "(add it to RIVET['WORKFLOW_QUEUES'] or cancel them)",
+                name,
+            )
+        return 0
+    now = clock.now_datetime()
+    with _admission_transaction(name, now):
+        free = _free_slots(config, now, limit)
+        if free <= 0:
+            queued = Workflow.objects.filter(queue=name, status=WorkflowStatus.QUEUED)
+            _wake_when_the_window_reopens(config, queued, now)
+            return 0
+        started = _start_queued(name, now, free)
+        for workflow_id in started:
+            schedule_wake(workflow_id, now)
+    if started:
+        logger.info("workflows admitted queue=%s count=%s", name, len(started))
+    return len(started)
+
+
+def _wake_when_the_window_reopens(
+    config: QueueConfig, queued: Any, now: datetime
+) -> None:
+    """Send one wake-up for when the rate limit lets the next start through."""
+    reopens = _reopens_at(config, now)
+    if reopens is None or not queued.exists():
+        return
+    rows = WorkflowQueue.objects.filter(name=config.name)
+    if not rows.exclude(enqueued_for=reopens).update(enqueued_for=reopens):
+        return  # a wake-up for that time was sent already
+    eta = clock.to_timestamp(reopens)
+    db.on_commit(
+        lambda: dispatch.wake("admit_workflows", [config.name], eta=eta), robust=True
+    )
+
+
+def admit_after_start(name: str, own_transaction: bool) -> None:
+    """Run the admission pass that follows a start into queue ``name``.
+
+    In the start's own transaction when it has one: one commit for both, and
+    the queue's lock is held only until that commit. Inside a caller's
+    transaction (an actor's invocation, an ``atomic()`` block), once that
+    commits instead, so the lock is never held through someone else's work.
+    """
+    if own_transaction:
+        admit(name)
+    else:
+        admit_on_commit(name)
+
+
+def admit_on_commit(name: str) -> None:
+    """Run an admission pass for ``name`` once the current transaction commits."""
+    db.on_commit(lambda: admit(name), robust=True)
+
+
+def admit_due(limit: int = ADMIT_BATCH) -> int:
+    """Run an admission pass for every queue with queued workflows."""
+    names = list(
+        Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+        .order_by()
+        .values_list("queue", flat=True)
+        .distinct()
+    )
+    return sum(admit(name, limit) for name in names)
+
+
+def next_admission_at() -> float | None:
+    """Return when a full rate window of a queue with queued workflows reopens.
+
+    For the worker loop's sleep. Queues held by their concurrency wait for a
+    finish instead, which runs its own pass.
+    """
+    now = clock.now_datetime()
+    waiting = set(
+        Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+        .order_by()
+        .values_list("queue", flat=True)
+        .distinct()
+    )
+    times = []
+    for name, config in configured().items():
+        if name not in waiting or config.rate_limit is None:
+            continue
+        if (
+            config.concurrency is not None
+            and _free_slots(QueueConfig(name, config.concurrency), now, 1) <= 0
+        ):
+            continue
+        reopens = _reopens_at(config, now)
+        if reopens is not None:
+            times.append(clock.to_timestamp(reopens))
+    return min(times) if times else None
+
+
+# -- what the admin shows --------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A queue as the admin shows it."""
+
+    name: str
+    config: QueueConfig | None  # None: not (or no longer) configured
+    depth: int  # queued workflows
+    running: int  # started, not finished
+    oldest_queued_at: datetime | None
+
+
+def queue_stats() -> list[QueueStats]:
+    """Return every configured queue, and any other one holding workflows."""
+    queued: dict[str, tuple[int, datetime | None]] = {
+        name: (depth, oldest)
+        for name, depth, oldest in Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+        .values("queue")
+        .annotate(depth=Count("pk"), oldest=Min("created_at"))
+        .order_by()
+        .values_list("queue", "depth", "oldest")
+    }
+    running = dict(
+        Workflow.objects.exclude(queue="")
+        .filter(status__in=WORKFLOW_ADMITTED)
+        .values("queue")
+        .annotate(count=Count("pk"))
+        .order_by()
+        .values_list("queue", "count")
+    )
+    queues = configured()
+    names = sorted(set(queues) | set(queued) | set(running))
+    return [
+        QueueStats(
+            name,
+            queues.get(name),
+            queued.get(name, (0, None))[0],
+            running.get(name, 0),
+            queued.get(name, (0, None))[1],
+        )
+        for name in names
+    ]
