@@ -10,7 +10,17 @@ The runner passes everything through the environment:
 """
 
 import os
+import sys
 from urllib.parse import unquote, urlsplit
+
+# The quickstart installs no observability extra (django-rivet[redis,client]),
+# so its invocations trace and count nothing. The development install has
+# both packages; hide them from every bench process (servers included) so a
+# measure sees what the quickstart runs. RIVET_BENCH_OBSERVABILITY=1 keeps
+# them (spans without an SDK, Prometheus metrics).
+if os.environ.get("RIVET_BENCH_OBSERVABILITY") != "1":
+    for _package in ("opentelemetry", "prometheus_client"):
+        sys.modules.setdefault(_package, None)  # type: ignore[assignment]
 
 SECRET_KEY = "bench-only"
 DEBUG = False
