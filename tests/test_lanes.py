@@ -16,7 +16,7 @@ import threading
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import connection, connections
 
 from django_rivet import Actor, action, actors
 from django_rivet.actors.kv import ActorKVStore
@@ -114,6 +114,19 @@ class Turnstile(Actor):
     def passed(self, ctx):
         return ctx.state["passed"]
 
+    @action
+    def spoil(self, ctx, text: str):
+        # Writes everywhere, then a statement the database refuses (on
+        # PostgreSQL that aborts the transaction it runs in).
+        ctx.state["passed"] += 100
+        ctx.kv.put("spoiled", text)
+        Note.objects.create(text=text)
+        Note.objects.create(text=None)
+
+    @action
+    def depth(self, ctx):
+        return len(connection.savepoint_ids)
+
 
 async def test_a_call_whose_caller_left_before_it_started_does_not_run():
     Turnstile.holding.clear()
@@ -135,3 +148,31 @@ async def test_a_call_whose_caller_left_before_it_started_does_not_run():
         # The abandoned call never ran.
         assert await handle.acall("passed") == 0
         assert await handle.acall("bump") == 1
+
+
+async def test_calls_served_in_one_transaction_answer_alone_when_a_neighbour_fails():
+    Turnstile.holding.clear()
+    Turnstile.release.clear()
+    with register_temporarily(Turnstile):
+        handle = await actors.aget_or_create("turnstile", "shared")
+        holder = asyncio.create_task(handle.acall("hold"))
+        assert await asyncio.to_thread(Turnstile.holding.wait, 30)
+        # Queued behind the running call: the next round serves them together.
+        names = [("depth",), ("bump",), ("spoil", "lane-spoil"), ("bump",), ("bump",)]
+        calls = [asyncio.create_task(handle.acall(*call)) for call in names]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        Turnstile.release.set()
+        assert await holder == "held"
+        depth, first, spoiled, second, third = await asyncio.gather(
+            *calls, return_exceptions=True
+        )
+        assert depth == 1  # a savepoint inside the round's transaction
+        # The neighbours of the failed call are answered and committed...
+        assert (first, second, third) == (1, 2, 3)
+        assert isinstance(spoiled, Exception)
+        assert await handle.acall("passed") == 3
+        # ...and the failed call left nothing: state, KV and model writes.
+        assert not await Note.objects.filter(text="lane-spoil").aexists()
+        kv = ActorKVStore(handle.actor_id)
+        assert await sync_to_async(kv.get)("spoiled") is None
