@@ -1,11 +1,17 @@
 """Profile the subject of a measure: ``python -m bench.profile P1 [--db postgresql]``.
 
-Runs the subject's hot loop under pyinstrument in a fresh process, on a
-fresh database of the kind asked (SQLite-WAL by default; PostgreSQL with
-default durability is started when asked), and prints the call tree. For
-the server-side measures (P2, P3, P7) it profiles the same invocation
-in-process (``acall`` through ``sync_to_async``), the part of the server's
-time that django-rivet owns.
+In-process measures (P1, P4, P5, P6, P11, and P7's invocation) run the
+subject's hot loop under pyinstrument in a fresh process, on a fresh
+database of the kind asked (SQLite-WAL by default; PostgreSQL with default
+durability is started when asked), and print the call tree.
+
+Server measures (P2, P3, P12, P13) profile the **server**: the leg starts
+daphne as the measure does, drives it with the measure's client for
+``--seconds``, and samples daphne's Python stacks with py-spy meanwhile
+(``--side baseline`` drives the measure's baseline instead). It prints
+:func:`bench.flame.summary` and keeps py-spy's collapsed stacks in
+``bench/results/profile-<ID>-<side>-<db>-<pid>.txt`` (for speedscope.app or
+flamegraph.pl). P12/P13 run on PostgreSQL + Redis; ``--db`` chooses for P2/P3.
 """
 
 from __future__ import annotations
@@ -111,12 +117,112 @@ def p11(steps: int = 1000) -> str:
     return _profiled(once, 10)
 
 
-PROFILES = {"P1": p1, "P2": p3, "P3": p3, "P7": p3, "P4": p4, "P5": p5, "P6": p6,
-            "P11": p11}  # fmt: skip
+PROFILES = {"P1": p1, "P7": p3, "P4": p4, "P5": p5, "P6": p6, "P11": p11}
+
+# Server measures: what each side drives (bench/measures/transport.py, hot.py).
+SERVER = {
+    "P2": {"subject": "rivet_http", "baseline": "http_noop"},
+    "P3": {"subject": "rivet_ws", "baseline": "raw_consumer"},
+    "P12": {"subject": "rivet", "baseline": "raw"},
+    "P13": {"subject": "rivet", "baseline": "raw"},
+}
+SHAPES = {"P12": (1, 1), "P13": (2, 10)}  # daphne processes, actors
 
 
 def leg(measure: str) -> str:
     return PROFILES[measure]()
+
+
+def server_leg(
+    measure: str, side: str, seconds: float, label: str, idle: bool = False
+) -> str:
+    """Drive daphne with one side of a server measure under py-spy."""
+    import contextlib
+    from pathlib import Path
+
+    from bench import flame
+    from bench.servers import ROOT, daphne, spy
+
+    what = SERVER[measure][side]
+    output = ROOT / "bench" / "results" / f"profile-{measure}-{side}-{label}.txt"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    for old in output.parent.glob(f"{output.stem}-*.txt"):
+        old.unlink()
+    if measure in SHAPES:
+        webs, keys = SHAPES[measure]
+        pids, note = _hot_under_spy(what, webs, keys, seconds, output, idle)
+    else:
+        from bench.measures import transport
+
+        env = transport.prepare()
+        with contextlib.ExitStack() as stack:
+            url, pid = stack.enter_context(daphne(env))
+            once = transport.clients(stack, url)[what]
+            for _ in range(200):  # warm-up
+                once()
+            pids = [pid]
+            calls = 0
+            with spy(pids, output, idle=idle):
+                end = time.perf_counter() + seconds
+                while time.perf_counter() < end:
+                    once()
+                    calls += 1
+        note = f"{calls / seconds:.0f} round trips/s under the profiler"
+    texts = [f"{measure} {side} ({what}, {label}): {note}"]
+    for pid in pids:
+        path = output.with_name(f"{output.stem}-{pid}{output.suffix}")
+        texts.append(f"== daphne pid {pid} ({Path(path).name})\n")
+        texts.append(flame.summary(path.read_text()))
+    return "\n".join(texts)
+
+
+def _hot_under_spy(
+    side: str, webs: int, keys: int, seconds: float, output: Any, idle: bool
+) -> tuple[list[int], str]:
+    import contextlib
+    import os
+
+    import cbor2
+    from django.db import connections
+
+    from bench.benchapp.models import Row
+    from bench.measures import hot
+    from bench.servers import daphne, spy
+    from bench.site import hot_row
+
+    names = [f"k{index}" for index in range(keys)]
+    for name in names:
+        Row.objects.get_or_create(
+            name=hot_row(name), defaults={"state": cbor2.dumps({"n": 0})}
+        )
+    connections.close_all()
+    env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
+    env["RIVET_BENCH_EMBEDDED"] = "0"
+    path = (
+        (lambda key: f"/rivet/actors/hot/connect?key={key}&subscribe=changed")
+        if side == "rivet"
+        else (lambda key: f"/baseline/hot/{key}")
+    )
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(daphne(env)) for _ in range(webs)]
+        urls, pids = [u for u, _ in started], [p for _, p in started]
+
+        async def drive() -> dict[str, Any]:
+            clients = await hot._open(urls, names, 50, path, side == "rivet")
+            await hot.trial(clients, 1.0)  # warm-up
+            with spy(pids, output, idle=idle):
+                found = await hot.trial(clients, seconds)
+            for client in clients:
+                await client.ws.close()
+                client.reader.cancel()
+            return found
+
+        found = asyncio.run(drive())
+    note = (
+        f"{found['increments_per_s']:.0f} increments/s, "
+        f"{found['events_per_s']:.0f} events/s under the profiler"
+    )
+    return pids, note
 
 
 def main() -> None:
@@ -124,13 +230,33 @@ def main() -> None:
     from bench.servers import Servers
 
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("measure", choices=sorted(PROFILES))
+    parser.add_argument("measure", choices=sorted([*PROFILES, *SERVER]))
     parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument(
+        "--side", choices=["subject", "baseline"], default="subject",
+        help="server measures: profile the subject or its baseline",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="server measures: load time"
+    )
+    parser.add_argument(
+        "--idle", action="store_true",
+        help="server measures: keep waiting threads' samples (wall-clock view)",
+    )  # fmt: skip
     args = parser.parse_args()
+    measure = args.measure.upper()
     servers = Servers()
     try:
         ctx = Context(servers=servers, quick=False)
-        print(ctx.leg("bench.profile:leg", {"measure": args.measure}, db=args.db))
+        if measure in SERVER:
+            db, env = args.db, {}
+            if measure in SHAPES:
+                db, env = "postgresql", {"RIVET_BENCH_REDIS_URL": servers.redis()}
+            params = {"measure": measure, "side": args.side, "idle": args.idle,
+                      "seconds": args.seconds, "label": db}  # fmt: skip
+            print(ctx.leg("bench.profile:server_leg", params, db=db, env=env))
+        else:
+            print(ctx.leg("bench.profile:leg", {"measure": measure}, db=args.db))
     finally:
         servers.close()
 

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -104,6 +105,49 @@ def daphne(
     finally:
         stop_process(proc)
         log.close()
+
+
+@contextlib.contextmanager
+def spy(
+    pids: list[int], output: Path, rate: int = 250, idle: bool = False
+) -> Iterator[None]:
+    """Sample the Python stacks of ``pids`` with py-spy while the block runs.
+
+    Writes py-spy's collapsed stacks (``--format raw``, one file per pid:
+    ``output`` with ``-<pid>`` before the suffix) for :mod:`bench.flame`.
+    ``--nonblocking`` reads the stacks without pausing the server; ``idle``
+    keeps the samples of waiting threads too (a wall-clock view).
+    """
+    exe = Path(sys.executable).with_name("py-spy")
+    if not exe.exists():
+        raise RuntimeError("py-spy is missing: run scripts/bench.sh (the bench extra)")
+    procs = []
+    for pid in pids:
+        target = output.with_name(f"{output.stem}-{pid}{output.suffix}")
+        procs.append(
+            subprocess.Popen(
+                [str(exe), "record", "--pid", str(pid), "--rate", str(rate),
+                 "--format", "raw", "--threads", "--nolineno", "--nonblocking",
+                 "--output", str(target), *(["--idle"] if idle else [])],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )  # fmt: skip
+    try:
+        time.sleep(1.0)  # py-spy attaches
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"py-spy failed: {proc.stderr.read().decode()}")
+        yield
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 class Servers:

@@ -10,19 +10,43 @@ The runner passes everything through the environment:
 """
 
 import os
+import sys
 from urllib.parse import unquote, urlsplit
+
+# The quickstart installs no observability extra (django-rivet[redis,client]),
+# so its invocations trace and count nothing. The development install has
+# both packages; hide them from every bench process (servers included) so a
+# measure sees what the quickstart runs. RIVET_BENCH_OBSERVABILITY=1 keeps
+# them (spans without an SDK, Prometheus metrics).
+if os.environ.get("RIVET_BENCH_OBSERVABILITY") != "1":
+    for _package in ("opentelemetry", "prometheus_client"):
+        sys.modules.setdefault(_package, None)  # type: ignore[assignment]
 
 SECRET_KEY = "bench-only"
 DEBUG = False
 USE_TZ = True
 ALLOWED_HOSTS = ["*"]
+# The quickstart's project (``startproject`` plus django-rivet): the apps and
+# the middleware every request of a deployment goes through, so each measure
+# serves the stack users run (bench/asgi.py is the quickstart's asgi.py).
 INSTALLED_APPS = [
+    "daphne",
     "django.contrib.auth",
     "django.contrib.contenttypes",
-    "daphne",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "channels",
     "django_rivet",
     "bench.benchapp",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 ROOT_URLCONF = "bench.site"
 ASGI_APPLICATION = "bench.asgi.application"

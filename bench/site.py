@@ -10,7 +10,12 @@ would write without django-rivet:
 * ``BaselineConsumer``: a raw Channels consumer doing that work per frame
   (``"noop": true`` frames skip it: the WebSocket floor);
 * ``GroupConsumer``: a raw consumer in one channel-layer group, forwarding
-  each group message as an event frame (the broadcast baseline).
+  each group message as an event frame (the broadcast baseline);
+* ``HotConsumer``: what the ``hot`` actor's ``increment`` does, written by
+  hand (P12/P13's baseline): every socket of a key joins that key's group;
+  a frame locks the key's row, bumps the counter in its state blob and
+  commits, then ``group_send`` tells every socket of the key, and the frame
+  is answered.
 """
 
 from __future__ import annotations
@@ -87,6 +92,54 @@ class GroupConsumer(AsyncWebsocketConsumer):
         await self.send(
             text_data=json.dumps(
                 {"type": "event", "name": message["name"], "args": message["args"]}
+            )
+        )
+
+
+def hot_group(key: str) -> str:
+    """The channel-layer group of the sockets of one hot key (HotConsumer)."""
+    return f"bench-hot-{key}"
+
+
+def hot_row(key: str) -> str:
+    """The baseline row of one hot key (HotConsumer)."""
+    return f"hot-{key}"
+
+
+class HotConsumer(AsyncWebsocketConsumer):
+    """A raw consumer doing the ``hot`` actor's work: lock, update, group_send.
+
+    Frames and replies have the shape of django-rivet's own protocol
+    (``action`` in; ``action_response`` and ``event`` out), so one client
+    drives both sides.
+    """
+
+    async def connect(self) -> None:
+        self.key = self.scope["url_route"]["kwargs"]["key"]
+        await self.channel_layer.group_add(hot_group(self.key), self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(hot_group(self.key), self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        frame = json.loads(text_data or "{}")
+        value = await database_sync_to_async(lock_and_update)(hot_row(self.key))
+        await self.channel_layer.group_send(
+            hot_group(self.key), {"type": "hot.changed", "args": [value]}
+        )
+        await self.send(
+            text_data=json.dumps(
+                {"type": "action_response", "id": frame.get("id"), "output": value},
+                separators=(",", ":"),
+            )
+        )
+
+    async def hot_changed(self, message):
+        await self.send(
+            text_data=json.dumps(
+                {"type": "event", "name": "changed", "args": message["args"]},
+                separators=(",", ":"),
             )
         )
 

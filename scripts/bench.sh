@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks (make bench): python -m bench, after installing the
-# bench-only extras (DBOS for P5, pyinstrument for profiling) into the venv.
+# bench-only extras (DBOS for P5, pyinstrument and py-spy for profiling) into
+# the venv.
 # Every measure starts what it needs -- PostgreSQL with default durability,
 # Redis, daphne, a Celery worker -- and stops it on exit. P11 installs
 # @rivetkit/workflow-engine from npm into bench/.cache/node (git-ignored)
@@ -12,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
-if ! "$PY" -c 'import dbos, pyinstrument' 2>/dev/null; then
+if ! "$PY" -c 'import dbos, pyinstrument' 2>/dev/null \
+  || ! test -x "$(dirname "$PY")/py-spy"; then
   "$PY" -m pip install -q -e '.[bench]'
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

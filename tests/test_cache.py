@@ -9,9 +9,9 @@ from django.test import override_settings
 
 from django_rivet import actors
 from django_rivet.actors import cache, spine
+from django_rivet.actors.lanes import ainvoke
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef
-from django_rivet.actors.spine import ainvoke
 from tests.support.polling import await_for, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

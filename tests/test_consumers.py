@@ -15,9 +15,9 @@ from channels.layers import get_channel_layer
 from django.test import override_settings
 
 from django_rivet import events
+from django_rivet.actors.lanes import ainvoke
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef
-from django_rivet.actors.spine import ainvoke
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent, Connection
 from django_rivet.testing import RivetCommunicator

@@ -19,9 +19,9 @@ from django.test import override_settings
 
 from django_rivet import actors, events
 from django_rivet.actors.connections import Connect
+from django_rivet.actors.lanes import ainvoke
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef
-from django_rivet.actors.spine import ainvoke
 from django_rivet.exceptions import EventTooLarge
 from django_rivet.models import ActorEvent, Connection
 from django_rivet.testing import RivetCommunicator

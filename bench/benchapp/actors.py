@@ -22,6 +22,19 @@ class Bench(Actor):
         return None
 
 
+class Hot(Actor):
+    """One actor many sockets call and watch (P12, P13)."""
+
+    name = "hot"
+    initial_state = {"n": 0}
+
+    @action
+    def increment(self, ctx):
+        ctx.state["n"] += 1
+        ctx.broadcast("changed", ctx.state["n"])
+        return ctx.state["n"]
+
+
 class Idle(Actor):
     """A small actor that only gets loaded (P9's memory per cached actor)."""
 

@@ -10,3 +10,12 @@ class Row(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Entry(models.Model):
+    """P5's commit floor: one row inserted per durable transaction."""
+
+    value = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"entry {self.pk}"

@@ -16,6 +16,8 @@ from bench.measures import (
     p09_memory,
     p10_scaling,
     p11_engine,
+    p12_hot,
+    p13_spread,
     p14_queue,
 )
 
@@ -33,6 +35,8 @@ MEASURES: dict[str, ModuleType] = {
         p09_memory,
         p10_scaling,
         p11_engine,
+        p12_hot,
+        p13_spread,
         p14_queue,
     )
 }

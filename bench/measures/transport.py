@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,16 +57,12 @@ def ws_round_trip(ws: Any, make_frame: Callable[[int], dict]) -> Callable[[], No
     return once
 
 
-def leg(trials: int, batch: int) -> dict[str, Any]:
-    import os
-
+def prepare() -> dict[str, str]:
+    """Create the baselines' row; return the environment daphne is served with."""
     import cbor2
-    import httpx
     from django.db import connections
-    from websockets.sync.client import connect
 
     from bench.benchapp.models import Row
-    from bench.servers import daphne
 
     Row.objects.get_or_create(
         name="baseline", defaults={"state": cbor2.dumps({"n": 0})}
@@ -73,38 +70,51 @@ def leg(trials: int, batch: int) -> dict[str, Any]:
     connections.close_all()
     env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
     env["RIVET_BENCH_EMBEDDED"] = "0"  # no background worker in the server
+    return env
+
+
+def clients(stack: contextlib.ExitStack, url: str) -> dict[str, Callable[[], None]]:
+    """Open one HTTP client and two sockets; return one round trip per measure."""
+    import httpx
+    from websockets.sync.client import connect
+
+    http = stack.enter_context(httpx.Client(base_url=url))
+    ws_url = url.replace("http://", "ws://")
+    rivet_ws = stack.enter_context(
+        connect(f"{ws_url}/rivet/actors/bench/connect?key=p3", subprotocols=["rivet"])  # type: ignore[list-item]
+    )
+    assert json.loads(rivet_ws.recv())["type"] == "init"
+    raw_ws = stack.enter_context(connect(f"{ws_url}/baseline/ws"))
+
+    def post(path: str) -> Callable[[], None]:
+        def once() -> None:
+            response = http.post(
+                path,
+                content=b'{"args":[]}',
+                headers={"Content-Type": "application/json"},
+            )
+            assert response.status_code == 200, response.text
+
+        return once
+
+    frame = {"type": "action", "name": "increment", "args": []}
+    return {
+        "rivet_http": post("/rivet/actors/bench/actions/increment?key=p2"),
+        "http_noop": post("/baseline/noop"),
+        "plain_view": post("/baseline/view"),
+        "rivet_ws": ws_round_trip(rivet_ws, lambda i: {**frame, "id": i}),
+        "raw_consumer": ws_round_trip(raw_ws, lambda i: {"id": i}),
+        "ws_noop": ws_round_trip(raw_ws, lambda i: {"id": i, "noop": True}),
+    }
+
+
+def leg(trials: int, batch: int) -> dict[str, Any]:
+    from bench.servers import daphne
+
+    env = prepare()
     with contextlib.ExitStack() as stack:
         url, _ = stack.enter_context(daphne(env))
-        http = stack.enter_context(httpx.Client(base_url=url))
-        ws_url = url.replace("http://", "ws://")
-        rivet_ws = stack.enter_context(
-            connect(
-                f"{ws_url}/rivet/actors/bench/connect?key=p3", subprotocols=["rivet"]
-            )
-        )
-        assert json.loads(rivet_ws.recv())["type"] == "init"
-        raw_ws = stack.enter_context(connect(f"{ws_url}/baseline/ws"))
-
-        def post(path: str) -> Callable[[], None]:
-            def once() -> None:
-                response = http.post(
-                    path,
-                    content=b'{"args":[]}',
-                    headers={"Content-Type": "application/json"},
-                )
-                assert response.status_code == 200, response.text
-
-            return once
-
-        frame = {"type": "action", "name": "increment", "args": []}
-        fns = {
-            "rivet_http": post("/rivet/actors/bench/actions/increment?key=p2"),
-            "http_noop": post("/baseline/noop"),
-            "plain_view": post("/baseline/view"),
-            "rivet_ws": ws_round_trip(rivet_ws, lambda i: {**frame, "id": i}),
-            "raw_consumer": ws_round_trip(raw_ws, lambda i: {"id": i}),
-            "ws_noop": ws_round_trip(raw_ws, lambda i: {"id": i, "noop": True}),
-        }
+        fns = clients(stack, url)
         return rounds({name: ops_per_s(fn, batch) for name, fn in fns.items()},
                       trials, warmup=2)  # fmt: skip
 

@@ -29,10 +29,11 @@ from django.db import DatabaseError
 from ..exceptions import ActorNotFound
 from ..models import Actor
 from .errors import database_error
+from .lanes import ainvoke
 from .operations import CallAction, EnsureActor, RunHook, check_arguments
 from .rows import ActorRef, Mode, canonical_key
 from .services import services
-from .spine import ainvoke, invoke
+from .spine import invoke
 
 __all__ = [
     "ActorHandle",

@@ -54,11 +54,22 @@ class HandlerSpec:
     timeout: float | None = None
     # Queue handlers: retries of a failing message (None: the setting).
     max_retries: int | None = None
+    # (name, hint) of each argument after ``self, ctx`` when all of them are
+    # plain positional parameters without defaults: then a call fits exactly
+    # when it has that many arguments, checked without binding (which costs
+    # more than the rest of an invocation's argument handling).
+    positional: tuple[tuple[str, Any], ...] | None = None
 
     def check_args(self, args: Any) -> None:
         """Raise ``request/invalid_args`` unless ``args`` fit the signature."""
         if not isinstance(args, list | tuple):
             raise InvalidArgs("args must be a list")
+        positional = self.positional
+        if positional is not None and len(args) == len(positional):
+            for (name, hint), value in zip(positional, args, strict=True):
+                if hint is not None and not _matches(value, hint):
+                    raise _mismatch(self.wire_name, name, hint)
+            return
         try:
             bound = self.signature.bind(None, None, *args)
         except TypeError as exc:
@@ -68,11 +79,27 @@ class HandlerSpec:
         for name, value in list(bound.arguments.items())[2:]:
             hint = self.hints.get(name)
             if hint is not None and not _matches(value, hint):
-                expected = _describe(hint)
-                raise InvalidArgs(
-                    f"Argument {name!r} of {self.wire_name!r} must be {expected}",
-                    metadata={"argument": name},
-                )
+                raise _mismatch(self.wire_name, name, hint)
+
+
+def _mismatch(wire_name: str, name: str, hint: Any) -> InvalidArgs:
+    return InvalidArgs(
+        f"Argument {name!r} of {wire_name!r} must be {_describe(hint)}",
+        metadata={"argument": name},
+    )
+
+
+def _positional(
+    signature: inspect.Signature, hints: dict[str, Any]
+) -> tuple[tuple[str, Any], ...] | None:
+    """Return :attr:`HandlerSpec.positional` for ``signature``, or ``None``."""
+    params = list(signature.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) < 2 or any(
+        p.kind not in plain or p.default is not inspect.Parameter.empty for p in params
+    ):
+        return None
+    return tuple((p.name, hints.get(p.name)) for p in params[2:])
 
 
 _SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
@@ -169,14 +196,16 @@ def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> Handl
     except Exception:  # unresolvable forward references: skip type checks
         hints = {}
     hints.pop("return", None)
+    signature = inspect.signature(function)
     return HandlerSpec(
         wire_name=wire_name,
         attribute=attribute,
-        signature=inspect.signature(function),
+        signature=signature,
         is_async=inspect.iscoroutinefunction(function),
         hints=hints,
         timeout=getattr(function, _TIMEOUT_MARK, None),
         max_retries=getattr(function, _RETRIES_MARK, None),
+        positional=_positional(signature, hints),
     )
 
 

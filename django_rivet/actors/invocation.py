@@ -41,7 +41,7 @@ from . import registry, rows
 from .calls import INTERNAL, AuthInfo, AuthRequest, Origin
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
-from .rows import LockedRow
+from .rows import ConnRow, LockedRow
 
 if TYPE_CHECKING:
     from .cache import CachedActor
@@ -95,8 +95,8 @@ def run_bounded(
     func: Callable[..., Any], args: tuple[Any, ...], deadline: float
 ) -> Any:
     """Run a sync or async hook/handler, bounded by ``deadline`` (monotonic)."""
-    if inspect.iscoroutinefunction(func):
-        return _run_async(func(*args), deadline)
+    # Calling a coroutine function returns its coroutine: one check serves
+    # both kinds (cheaper than inspecting the function first).
     result = func(*args)
     if inspect.isawaitable(result):
         return _run_async(result, deadline)
@@ -230,7 +230,7 @@ class Invocation:
         )
 
     # -- connections ----------------------------------------------------------
-    def _conn_from_row(self, row: Connection) -> Conn:
+    def _conn_from_row(self, row: Connection | ConnRow) -> Conn:
         state_bytes = bytes(row.state)
         params_bytes = bytes(row.params)
         return Conn(
@@ -247,7 +247,16 @@ class Invocation:
         """Load one connection of this actor (``None`` if gone)."""
         if conn_id in self._conns:
             return self._conns[conn_id]
-        row = Connection.objects.filter(pk=conn_id, actor_id=self.actor_id).first()
+        locked = self.row
+        if locked.conn_fetched and conn_id == self.origin.conn_id:
+            # The locking statement read it already (or found it gone); used
+            # once: later loads (after a disconnect, say) ask the database.
+            locked.conn_fetched = False
+            if locked.conn is None:
+                return None
+            conn = self._conns[conn_id] = self._conn_from_row(locked.conn)
+            return conn
+        row = rows.fetch_conn(conn_id, self.actor_id, db.connection())
         if row is None:
             return None
         conn = self._conns[conn_id] = self._conn_from_row(row)
@@ -295,12 +304,16 @@ class Invocation:
                 Connection.objects.filter(pk=conn.id).update(state=data)
                 conn.state_saved(data)
         event_seq: int | None = None
+        log: list[tuple[str, list[Any]]] = []
         if self.broadcasts:
-            logged = events.append(self.actor_id, self.row.event_seq, self.broadcasts)
+            logged, log = events.log_statements(
+                self.actor_id, self.row.event_seq, self.broadcasts
+            )
             event_seq = self.row.event_seq = logged[-1].seq
             self.after_commit(events.publish, self.actor_id, logged)
         if state is not None or event_seq is not None:
-            rows.update_row(self.actor_id, state, event_seq)
+            # The event log's writes ride along (one statement on PostgreSQL).
+            rows.update_row(self.actor_id, state, event_seq, before=log)
             if state is not None:
                 self.row.version += 1
         self.state_bytes = new_bytes

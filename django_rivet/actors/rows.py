@@ -9,8 +9,10 @@ They run on django-rivet's database (:mod:`django_rivet.models.db`).
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,12 +22,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .. import clock
 from ..exceptions import ActorNotFound, InvalidKey
 from ..models import Actor as ActorRow
-from ..models import db
+from ..models import Connection, db
 
 __all__ = [
     "ActorRef",
+    "ConnRow",
     "LockedRow",
     "canonical_key",
+    "fetch_conn",
     "fetch_locked",
     "insert_row",
     "normalize_key",
@@ -78,8 +82,10 @@ def normalize_key(key: Any) -> tuple[str, ...]:
     return parts
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_key(parts: tuple[str, ...]) -> str:
     """Return the stored, unique form of a normalized key."""
+    # Cached: every invocation by key needs it, and hot actors repeat.
     return json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
 
 
@@ -117,9 +123,24 @@ class ActorRef:
 
 
 # -- locking and writing the row ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ConnRow:
+    """The columns of a connection row that ``ctx.conn`` is built from."""
+
+    id: uuid.UUID
+    channel_name: str
+    params: bytes
+    state: bytes
+    subscriptions: list[str]
+
+
 @dataclass(slots=True)
 class LockedRow:
-    """The columns of a locked actor row that an invocation needs."""
+    """The columns of a locked actor row that an invocation needs.
+
+    ``conn_fetched`` says whether the locking statement also read the
+    calling connection's row (``conn``, ``None`` when it is gone).
+    """
 
     id: uuid.UUID
     name: str
@@ -127,18 +148,42 @@ class LockedRow:
     state: bytes
     version: int
     event_seq: int
+    conn: ConnRow | None = None
+    conn_fetched: bool = False
 
 
 _COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
+# By name and key, the row's name and key are the ones asked for: not read.
+_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq")
+_CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
+
+# The statements of every invocation, built once per database vendor and
+# shape (quoting and formatting them cost more than running them on SQLite).
+_SQL: dict[tuple[Any, ...], str] = {}
 
 
-def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) -> str:
+def _locking_sql(
+    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool, with_conn: bool
+) -> str:
     """Return the one statement that locks and reads an actor row."""
+    cache_key = ("lock", connection.vendor, by_id, bounded, with_conn)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        sql = _SQL[cache_key] = _build_locking_sql(
+            connection, by_id, bounded, with_conn
+        )
+    return sql
+
+
+def _build_locking_sql(
+    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool, with_conn: bool
+) -> str:
     ops = connection.ops
     table = ops.quote_name(ActorRow._meta.db_table)
-    columns = ", ".join(ops.quote_name(c) for c in _COLUMNS)
-    where = "id = %s" if by_id else "name = %s AND key = %s"
+    names = _COLUMNS if by_id else _COLUMNS_BY_KEY
     if connection.vendor == "postgresql":
+        columns = ", ".join(f"a.{ops.quote_name(c)}" for c in names)
+        where = "a.id = %s" if by_id else "a.name = %s AND a.key = %s"
         if bounded:
             # Set lock_timeout for the rest of the transaction (SET LOCAL)
             # in the same round trip: the filter runs on the matching row
@@ -146,7 +191,17 @@ def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) ->
             # that wait too. set_config() is volatile: evaluated per row,
             # never folded away.
             where += " AND set_config('lock_timeout', %s, true) IS NOT NULL"
-        return f"SELECT {columns} FROM {table} WHERE {where} FOR UPDATE"
+        joined = ""
+        if with_conn:
+            # A WebSocket call's own connection row, read in the same round
+            # trip (not locked: only invocations of this actor, which wait
+            # for the lock taken here, write or delete it).
+            conns = ops.quote_name(Connection._meta.db_table)
+            columns += ", " + ", ".join(f"c.{ops.quote_name(c)}" for c in _CONN_COLUMNS)
+            joined = f" LEFT JOIN {conns} c ON c.id = %s AND c.actor_id = a.id"
+        return f"SELECT {columns} FROM {table} a{joined} WHERE {where} FOR UPDATE OF a"
+    columns = ", ".join(ops.quote_name(c) for c in names)
+    where = "id = %s" if by_id else "name = %s AND key = %s"
     # Elsewhere (SQLite) the first statement is a write, which takes the
     # write lock (with its busy timeout) before anything is read -- also when
     # no row matches, so creating an actor is serialized too.
@@ -154,38 +209,117 @@ def _locking_sql(connection: BaseDatabaseWrapper, by_id: bool, bounded: bool) ->
     return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
 
 
-def fetch_locked(ref: ActorRef, lock_timeout_ms: int | None = None) -> LockedRow | None:
+def fetch_locked(
+    ref: ActorRef,
+    lock_timeout_ms: int | None = None,
+    connection: BaseDatabaseWrapper | None = None,
+    conn_id: uuid.UUID | None = None,
+) -> LockedRow | None:
     """Lock and read the actor row of ``ref``; ``None`` if there is none.
 
-    Runs inside the invocation's transaction; reveals nothing to the caller
-    by itself, so the spine can authorize before saying whether it exists.
-    On PostgreSQL, ``lock_timeout_ms`` bounds the lock waits of the rest of
-    the transaction, this one included -- set only if the row exists.
+    Runs inside the invocation's transaction (on ``connection``, django-rivet's
+    database's by default); reveals nothing to the caller by itself, so the
+    spine can authorize before saying whether it exists. On PostgreSQL,
+    ``lock_timeout_ms`` bounds the lock waits of the rest of the transaction,
+    this one included -- set only if the row exists -- and the row of the
+    calling connection ``conn_id`` is read in the same statement.
     """
-    connection = db.connection()
+    if connection is None:
+        connection = db.connection()
+    postgresql = connection.vendor == "postgresql"
+    by_id = ref.actor_id is not None
+    with_conn = conn_id is not None and postgresql
     pk = ActorRow._meta.pk
     assert pk is not None
-    if ref.actor_id is not None:
-        params: list[Any] = [pk.get_db_prep_value(ref.actor_id, connection)]
+    params: list[Any] = []
+    if with_conn:
+        params.append(pk.get_db_prep_value(conn_id, connection))
+    if by_id:
+        params.append(pk.get_db_prep_value(ref.actor_id, connection))
     else:
-        params = [ref.name, canonical_key(ref.key)]
-    bounded = lock_timeout_ms is not None and connection.vendor == "postgresql"
+        params += [ref.name, canonical_key(ref.key)]
+    bounded = lock_timeout_ms is not None and postgresql
     if bounded:
         params.append(f"{lock_timeout_ms}ms")
-    sql = _locking_sql(connection, ref.actor_id is not None, bounded)
+    sql = _locking_sql(connection, by_id, bounded, with_conn)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
         return None
-    actor_id, name, key_parts, state, version, event_seq = found
-    return LockedRow(
-        id=actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id),
+    width = len(_COLUMNS if by_id else _COLUMNS_BY_KEY)
+    if by_id:
+        actor_id, name, key_parts, state, version, event_seq = found[:width]
+        if isinstance(key_parts, str):
+            key_parts = json.loads(key_parts)
+    else:
+        actor_id, state, version, event_seq = found[:width]
+        assert ref.name is not None
+        name, key_parts = ref.name, list(ref.key)
+    row = LockedRow(
+        id=actor_id if isinstance(actor_id, uuid.UUID) else _uuid(actor_id),
         name=name,
-        key_parts=json.loads(key_parts) if isinstance(key_parts, str) else key_parts,
+        key_parts=key_parts,
         state=bytes(state),
         version=version,
         event_seq=event_seq,
+    )
+    if with_conn:
+        row.conn_fetched = True
+        if found[width] is not None:
+            row.conn = _conn_row(*found[width:])
+    return row
+
+
+@functools.lru_cache(maxsize=4096)
+def _uuid(hex_id: str) -> uuid.UUID:
+    # SQLite returns ids as text; hot actors repeat, so parse each once.
+    return uuid.UUID(hex_id)
+
+
+def fetch_conn(
+    conn_id: uuid.UUID, actor_id: uuid.UUID, connection: BaseDatabaseWrapper
+) -> ConnRow | None:
+    """Read one connection row of an actor (``None`` if gone), as raw SQL.
+
+    Every WebSocket call needs it; the ORM's query compilation cost more
+    than the query (on SQLite; PostgreSQL reads it with the lock instead).
+    """
+    cache_key = ("conn", connection.vendor)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        ops = connection.ops
+        columns = ", ".join(ops.quote_name(c) for c in _CONN_COLUMNS)
+        table = ops.quote_name(Connection._meta.db_table)
+        sql = _SQL[cache_key] = (
+            f"SELECT {columns} FROM {table} WHERE {ops.quote_name('id')} = %s "
+            f"AND {ops.quote_name('actor_id')} = %s"
+        )
+    pk = ActorRow._meta.pk
+    assert pk is not None
+    params = [
+        pk.get_db_prep_value(conn_id, connection),
+        pk.get_db_prep_value(actor_id, connection),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    return _conn_row(*found)
+
+
+def _conn_row(
+    found_id: Any, channel_name: str, params: Any, state: Any, subscriptions: Any
+) -> ConnRow:
+    if isinstance(subscriptions, str):
+        subscriptions = json.loads(subscriptions)
+    return ConnRow(
+        id=found_id if isinstance(found_id, uuid.UUID) else _uuid(found_id),
+        channel_name=channel_name,
+        params=bytes(params),
+        state=bytes(state),
+        subscriptions=list(subscriptions),
     )
 
 
@@ -219,28 +353,59 @@ def insert_row(row: LockedRow) -> bool:
     return True
 
 
-def update_row(actor_id: uuid.UUID, state: bytes | None, event_seq: int | None) -> None:
-    """Write a new state (bumping the version) and/or event seq of a row."""
+def update_row(
+    actor_id: uuid.UUID,
+    state: bytes | None,
+    event_seq: int | None,
+    before: Sequence[tuple[str, list[Any]]] = (),
+) -> None:
+    """Write a new state (bumping the version) and/or event seq of a row.
+
+    ``before``: statements (SQL, params) to run first, none reading what
+    another writes (the event log's insert and trim). On PostgreSQL they
+    ride in the same statement, as data-modifying ``WITH`` clauses: one
+    round trip for all of an invocation's writes to the actor and its log.
+    """
     connection = db.connection()
-    ops = connection.ops
-    assignments: list[str] = []
     params: list[Any] = []
     if state is not None:
-        assignments.append("{state} = %s, {version} = {version} + 1")
         params.append(state)
     if event_seq is not None:
-        assignments.append("{event_seq} = %s")
         params.append(event_seq)
-    assignments.append("{updated_at} = %s")
-    params.append(ops.adapt_datetimefield_value(clock.now_datetime()))
+    params.append(connection.ops.adapt_datetimefield_value(clock.now_datetime()))
     pk = ActorRow._meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(actor_id, connection))
+    cache_key = ("update", connection.vendor, state is not None, event_seq is not None)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        sql = _SQL[cache_key] = _build_update_sql(
+            connection, state is not None, event_seq is not None
+        )
+    with connection.cursor() as cursor:
+        if before and connection.vendor == "postgresql":
+            clauses = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(before))
+            first: list[Any] = [p for _, statement in before for p in statement]
+            cursor.execute(f"WITH {clauses} {sql}", first + params)
+            return
+        for statement, statement_params in before:
+            cursor.execute(statement, statement_params)
+        cursor.execute(sql, params)
+
+
+def _build_update_sql(
+    connection: BaseDatabaseWrapper, with_state: bool, with_event_seq: bool
+) -> str:
+    ops = connection.ops
+    assignments: list[str] = []
+    if with_state:
+        assignments.append("{state} = %s, {version} = {version} + 1")
+    if with_event_seq:
+        assignments.append("{event_seq} = %s")
+    assignments.append("{updated_at} = %s")
     names = {
         name: ops.quote_name(name)
         for name in ("state", "version", "event_seq", "updated_at", "id")
     }
     sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
-    sql = sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    return sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)

@@ -37,7 +37,9 @@ Async handlers run with ``async_to_sync`` inside the invoking thread; their
 ORM calls (the async ORM, thread-sensitive ``sync_to_async``) hop back into
 that thread, so they share its connection and transaction. Async callers run
 ``invoke`` in a worker thread of :data:`executor`, never in the single
-thread-sensitive thread, so one actor awaiting I/O does not stall the rest.
+thread-sensitive thread, so one actor awaiting I/O does not stall the rest
+(:func:`~django_rivet.actors.lanes.ainvoke`, above this module: it queues
+one actor's async calls and serves them through :func:`invoke_since`).
 Each job there starts and ends with Django's ``close_old_connections()``, as
 a request does (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``).
 """
@@ -53,9 +55,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
 from django.db import close_old_connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock, observability
 from ..conf import rivet_settings
@@ -93,11 +95,12 @@ from .rows import ActorRef
 logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
-    "ainvoke",
+    "bound_lock_wait",
     "close_worker_connections",
     "evict_idle",
     "executor",
     "invoke",
+    "invoke_since",
 ]
 
 INVOKE_THREADS = 16
@@ -219,14 +222,23 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
 
 def _invoke_attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
     # The time limit counts from here, including the wait for the lock.
-    started = time.monotonic()
-    outermost = not db.in_atomic_block()
+    return invoke_since(ref, operation, origin, time.monotonic())
+
+
+def invoke_since(
+    ref: ActorRef, operation: Operation, origin: Origin, started: float
+) -> Any:
+    """:func:`invoke`, its time limit counting from ``started`` (monotonic)."""
+    connection = db.connection()
+    outermost = not connection.in_atomic_block
     retried = False
     races = 0
     while True:
         progress = _Progress()
         try:
-            return _invoke(ref, operation, origin, started, outermost, progress)
+            return _invoke(
+                ref, operation, origin, started, outermost, progress, connection
+            )
         except _Raced:
             # The other process's row is committed now: use it. (Losing
             # again means it was destroyed meanwhile; a few rounds at most.)
@@ -243,7 +255,7 @@ def _invoke_attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any
             ):
                 retried = True
                 logger.info("database connection lost, retrying once: %s", exc)
-                db.connection().close()
+                connection.close()
                 continue
             coded = database_error(exc)
             if coded is not None:
@@ -260,6 +272,7 @@ def _invoke(
     started: float,
     outermost: bool,
     progress: _Progress,
+    connection: BaseDatabaseWrapper,
 ) -> Any:
     definition = _resolve_definition(ref, origin)
     operation.prepare(definition)
@@ -267,12 +280,14 @@ def _invoke(
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
         with db.atomic():
-            bound = _lock_wait_ms(definition, started) if outermost else None
-            row = rows.fetch_locked(ref, bound)
+            bound = (
+                _lock_wait_ms(definition, started, connection) if outermost else None
+            )
+            row = rows.fetch_locked(ref, bound, connection, origin.conn_id)
             exists = row is not None
             if row is None:
                 if bound is not None:
-                    _bound_lock_wait(bound)  # for the creation path's waits
+                    bound_lock_wait(bound)  # for the creation path's waits
                 if ref.actor_id is not None:
                     # By id: the caller holds the (unguessable) id already.
                     raise _not_found(ref)
@@ -316,11 +331,13 @@ def _invoke(
         if checked_out is not None and checked_out[2]:
             cache.drop(checked_out[0], checked_out[1])
         raise
-    _after(invocation)
+    _after(invocation, outermost)
     return result
 
 
-def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
+def _lock_wait_ms(
+    definition: type[Actor], started: float, connection: BaseDatabaseWrapper
+) -> int | None:
     """Return this transaction's lock wait bound (PostgreSQL ``lock_timeout``).
 
     ``LOCK_TIMEOUT``, but never past the invocation's own time limit; set
@@ -328,7 +345,7 @@ def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
     outermost invocation sets it: a nested one must not change the bound of
     a transaction it does not own. ``None`` elsewhere than on PostgreSQL.
     """
-    if db.connection().vendor != "postgresql":
+    if connection.vendor != "postgresql":
         return None
     limit = rivet_settings.LOCK_TIMEOUT
     seconds = action_timeout(definition) - (time.monotonic() - started)
@@ -338,7 +355,7 @@ def _lock_wait_ms(definition: type[Actor], started: float) -> int | None:
     return max(int(seconds * 1000), 1)
 
 
-def _bound_lock_wait(milliseconds: int) -> None:
+def bound_lock_wait(milliseconds: int) -> None:
     """Set ``lock_timeout`` for the rest of the transaction on its own.
 
     Usually the locking statement sets it in the same round trip
@@ -395,13 +412,13 @@ def _run(
     return result
 
 
-def _after(invocation: Invocation) -> None:
+def _after(invocation: Invocation, outermost: bool) -> None:
     """Update the process cache once the transaction is over."""
     entry = invocation.cached
     if invocation.destroy_requested or invocation.sleep_requested:
         cache.drop(invocation.actor_id, entry)
         return
-    if db.in_atomic_block():
+    if not outermost:
         # Nested in the caller's transaction: it may still roll back, so
         # the state is not known to be committed; don't cache it.
         return
@@ -445,23 +462,6 @@ def evict_idle(max_idle: float | None = None) -> int:
         cache.drop(actor_id, entry)
         evicted += 1
     return evicted
-
-
-async def ainvoke(
-    ref: ActorRef, operation: Operation, origin: Origin = INTERNAL
-) -> Any:
-    """Async :func:`invoke`: runs in a worker thread of its own.
-
-    Inside an invocation (an async handler calling another actor) it runs in
-    the invoking thread instead, so the call joins that transaction.
-    """
-    if current_invocation() is not None:
-        return await sync_to_async(invoke, thread_sensitive=True)(
-            ref, operation, origin
-        )
-    return await sync_to_async(invoke, thread_sensitive=False, executor=executor)(
-        ref, operation, origin
-    )
 
 
 def close_worker_connections() -> None:

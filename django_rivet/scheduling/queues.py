@@ -41,8 +41,9 @@ from asgiref.sync import sync_to_async
 from .. import observability
 from ..actors.definition import Actor
 from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
+from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
-from ..actors.spine import ainvoke, executor, invoke
+from ..actors.spine import executor, invoke
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (

@@ -223,6 +223,12 @@ class Outbound:
         (a close frame must go out to a client that does not read);
         ``timeout=None`` waits as long as the server's ``send`` does.
         """
+        daphne = self.daphne
+        if daphne is not None and not (room and daphne.paused):
+            # daphne's send hands the frame to twisted and never waits: no
+            # timer to arm (one per frame otherwise, for every event).
+            await self._send(message)
+            return True
         try:
             async with asyncio.timeout(timeout):
                 if room and self.daphne is not None and self.daphne.paused:

@@ -24,8 +24,8 @@ from ..actors.connections import (
     heartbeat_interval,
     touch_connections,
 )
+from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
-from ..actors.spine import ainvoke
 from ..exceptions import ActorNotFound
 from .feeds import run_db
 

@@ -28,9 +28,9 @@ from django.views.decorators.csrf import csrf_exempt
 from ..actors import registry
 from ..actors.errors import public_error
 from ..actors.invocation import Operation, Origin
+from ..actors.lanes import ainvoke
 from ..actors.operations import CallAction, EnsureActor, OutputEncoder
 from ..actors.rows import ActorRef, Mode
-from ..actors.spine import ainvoke
 from ..encoding import Encoded, Encoding, adecode, decode, encode, encode_value, splice
 from ..exceptions import (
     InvalidArgs,

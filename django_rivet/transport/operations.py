@@ -1,7 +1,7 @@
 """The operations both protocols' HTTP routes add to the runtime's.
 
 Everything that runs actor code goes through the invocation spine
-(:func:`~django_rivet.actors.spine.ainvoke`); the HTTP routes of both
+(:func:`~django_rivet.actors.lanes.ainvoke`); the HTTP routes of both
 flavours use the runtime's operations (``CallAction``, ``EnsureActor``, the
 queue's) plus these two, and the same CSRF rule for raw requests. Each
 operation states what ``on_auth`` is asked (``auth``); the spine runs the

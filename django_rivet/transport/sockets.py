@@ -60,8 +60,8 @@ from ..actors.connections import (
 )
 from ..actors.errors import public_error
 from ..actors.invocation import Origin
+from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
-from ..actors.spine import ainvoke
 from ..conf import rivet_settings
 from ..encoding import Encoded, cbor_loads, run_decoder
 from ..events import LoggedEvent

@@ -1,11 +1,19 @@
 """The one definition of how workflow records are stored.
 
-Every value the engine writes is a CBOR map in a versioned envelope
-``{"v": <schema version>, "type": <record type>, ...}``. This module encodes
-and decodes all of them: names, history entries (every entry kind), entry
-metadata, the workflow fields (state, output, error, input) and the values
-published for readers outside the workflow (events and replies). The engine, the
+Every value the engine writes is versioned CBOR. Since version 3 the three
+records every history entry brings -- its name, the entry and its metadata --
+are compact arrays ``[3, field, ...]`` (positions, not keys: a 10,000-entry
+history is 30,000 of them); the workflow fields (state, output, error,
+input) and the values published for readers outside the workflow (events and
+replies) stay maps in the envelope ``{"v": 3, "type": <record type>, ...}``.
+Versions 1 and 2 wrote every record as such a map; they decode through the
+upgrade chain. This module encodes and decodes all of them. The engine, the
 admin inspector and ``handle.history()`` all decode through here.
+
+A loaded history need not be decoded all at once: :func:`lazy_entry` and
+:func:`lazy_metadata` read an entry's id and seq from the first bytes of a
+version-3 record and decode the rest when a field is first used (a replay
+that returns a step's recorded output never needs its metadata).
 
 The values inside are safe CBOR (:mod:`.cbor`: restricted tags, storable
 types only), whose functions this module re-exports.
@@ -52,14 +60,17 @@ __all__ = [
     "encode_name",
     "encode_published",
     "encode_workflow_field",
+    "lazy_entry",
+    "lazy_metadata",
     "loads",
+    "record_version",
     "location_string",
     "roundtrip",
     "superseded",
     "upgrade_record",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 ENTRY_KINDS = (
     "step",
@@ -116,6 +127,18 @@ class Entry:
     sink: DirtySink | None = field(default=None, compare=False, repr=False)
     key: bytes = field(default=b"", compare=False, repr=False)
     encoded: tuple[int, bytes] | None = field(default=None, compare=False, repr=False)
+    # A loaded entry not decoded yet (see lazy_entry): its stored record.
+    raw: bytes | None = field(default=None, compare=False, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an unset slot: the data of a lazy entry (its id,
+        # seq and kind were read at load; data assigned since is a set slot).
+        raw = self.raw
+        if raw is None or name != "data":
+            raise AttributeError(name)
+        self.data = decode_entry(raw, self.location).data
+        self.raw = None
+        return self.data
 
     @property
     def dirty(self) -> bool:
@@ -145,6 +168,17 @@ class EntryMetadata:
     flushed: int = field(default=0, compare=False)
     sink: DirtySink | None = field(default=None, compare=False, repr=False)
     key: bytes = field(default=b"", compare=False, repr=False)
+    raw: bytes | None = field(default=None, compare=False, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an unset slot: a field of lazy metadata.
+        raw = self.raw
+        if raw is None or name not in _METADATA_FIELDS:
+            raise AttributeError(name)
+        decoded = decode_metadata(raw)
+        self.raw = None
+        _fill(self, decoded, _METADATA_FIELDS)
+        return getattr(self, name)
 
     @property
     def dirty(self) -> bool:
@@ -168,6 +202,16 @@ _METADATA_FIELDS = (
     "rollback_completed_at",
     "rollback_error",
 )
+
+
+def _fill(record: Any, decoded: Any, names: Iterable[str]) -> None:
+    """Set the fields of a lazy record that nothing assigned since loading."""
+    for name in names:
+        try:
+            object.__getattribute__(record, name)
+        except AttributeError:
+            setattr(record, name, getattr(decoded, name))
+
 
 # Defaults filled in when decoding each kind's data (optional keys stay absent:
 # "output" present means "has an output", even when that output is None).
@@ -215,13 +259,32 @@ def _upgrade_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "v": 2}
 
 
+def _upgrade_v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 changes how names, entries and metadata are laid out
+    (compact arrays instead of maps), not what any record holds: a version-2
+    record's fields are version 3's.
+    """
+    return {**record, "v": 3}
+
+
 # Version N -> the function turning a version-N record into a version-(N+1)
 # one. Decoding applies them in a chain up to SCHEMA_VERSION, so a record of
 # any supported version comes out in the current shape. Each step is kept
 # forever, with the fixtures of its version (docs/storage-format.md,
 # "Adding a version"). The test suite registers a test-only version 0 here
 # to prove the chain on real fixtures.
-UPGRADES: dict[int, Upgrade] = {1: _upgrade_v1_to_v2}
+UPGRADES: dict[int, Upgrade] = {1: _upgrade_v1_to_v2, 2: _upgrade_v2_to_v3}
+
+
+def record_version(data: bytes) -> int:
+    """Return the schema version a stored record was written in."""
+    record = loads(data)
+    version = record[0] if isinstance(record, list) and record else None
+    if isinstance(record, dict):
+        version = record.get("v")
+    if type(version) is not int:
+        raise SchemaError(f"Unknown workflow schema version {version!r}")
+    return version
 
 
 def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -262,14 +325,85 @@ def _open(data: bytes, record_type: str) -> dict[str, Any]:
     return opened
 
 
+# Version 3's compact records: [3, field, ...] in these orders.
+_COMPACT_FIELDS = {
+    "name": ("name",),
+    "entry": ("id", "seq", "kind", "data"),
+    "metadata": _METADATA_FIELDS,
+}
+
+
+def _compact(data: bytes, record_type: str) -> list[Any] | None:
+    """Decode a compact record (a CBOR array), or ``None`` for an envelope map.
+
+    Records of versions 1 and 2 are maps and go through :func:`_open` (the
+    upgrade chain); only version 3 and later write arrays.
+    """
+    if not data or not 0x80 <= data[0] <= 0x9F:
+        return None
+    record = loads(data)
+    if not isinstance(record, list) or not record:
+        raise SchemaError(f"A {record_type!r} record must be a CBOR array or map")
+    version = record[0]
+    if type(version) is not int or version < 3:
+        raise SchemaError(f"Unknown workflow schema version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"Workflow schema version {version} is newer than this django-rivet "
+            f"(it reads up to version {SCHEMA_VERSION}): upgrade django-rivet"
+        )
+    if len(record) != 1 + len(_COMPACT_FIELDS[record_type]):
+        raise SchemaError(
+            f"Expected a {record_type!r} record of {len(_COMPACT_FIELDS[record_type])}"
+            f" fields, found {len(record) - 1}"
+        )
+    return record
+
+
+def _text_at(data: bytes, pos: int) -> tuple[str, int] | None:
+    """Read a definite CBOR text string at ``pos``: ``(text, next pos)``."""
+    head = data[pos]
+    if 0x60 <= head <= 0x77:
+        size, pos = head - 0x60, pos + 1
+    elif head == 0x78 and pos + 1 < len(data):
+        size, pos = data[pos + 1], pos + 2
+    else:
+        return None
+    end = pos + size
+    if end > len(data):
+        return None
+    try:
+        return data[pos:end].decode("utf-8"), end
+    except UnicodeDecodeError:
+        return None
+
+
+def _uint_at(data: bytes, pos: int) -> tuple[int, int] | None:
+    """Read a CBOR unsigned integer at ``pos``: ``(value, next pos)``."""
+    head = data[pos]
+    if head < 0x18:
+        return head, pos + 1
+    width = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}.get(head)
+    if width is None or pos + 1 + width > len(data):
+        return None
+    return int.from_bytes(data[pos + 1 : pos + 1 + width], "big"), pos + 1 + width
+
+
 def encode_name(name: str) -> bytes:
     """Encode a name registry slot."""
-    return _envelope("name", name=name)
+    return dumps([SCHEMA_VERSION, name])
 
 
 def decode_name(data: bytes) -> str:
     """Decode a name registry slot."""
-    name = _open(data, "name").get("name")
+    if len(data) > 2 and data[0] == 0x82 and data[1] == SCHEMA_VERSION:
+        # The common case, read without a general decoder: a loaded history
+        # registers every name before replaying.
+        found = _text_at(data, 2)
+        if found is not None and found[1] == len(data):
+            return found[0]
+    compact = _compact(data, "name")
+    name = compact[1] if compact is not None else _open(data, "name").get("name")
     if not isinstance(name, str):
         raise SchemaError("A name record needs a string name")
     return name
@@ -281,54 +415,116 @@ def encode_entry(entry: Entry, data: dict[str, Any] | None = None) -> bytes:
     ``data`` replaces ``entry.data`` in the encoding (to measure a change
     before making it).
     """
-    return _envelope(
-        "entry",
-        id=entry.id,
-        seq=entry.seq,
-        kind=entry.kind,
-        data=entry.data if data is None else data,
+    return dumps(
+        [
+            SCHEMA_VERSION,
+            entry.id,
+            entry.seq,
+            entry.kind,
+            entry.data if data is None else data,
+        ]
     )
 
 
 def decode_entry(data: bytes, location: keys.Location = ()) -> Entry:
     """Decode a history entry stored at ``location``."""
-    record = _open(data, "entry")
-    kind = record.get("kind")
+    compact = _compact(data, "entry")
+    if compact is not None:
+        _, entry_id, seq, kind, raw = compact
+    else:
+        record = _open(data, "entry")
+        entry_id, seq = record.get("id", ""), record.get("seq", 0)
+        kind, raw = record.get("kind"), record.get("data")
     if kind not in _KIND_DEFAULTS:
         raise SchemaError(f"Unknown entry kind {kind!r}")
-    raw = record.get("data") or {}
+    raw = raw or {}
     if not isinstance(raw, dict):
         raise SchemaError("Entry data must be a map")
     payload = {**_KIND_DEFAULTS[kind], **raw}
-    for key in ("messages",):
-        if key in payload and payload[key] is None:
-            payload[key] = []
+    if "messages" in payload and payload["messages"] is None:
+        payload["messages"] = []
     entry = Entry(
-        id=str(record.get("id", "")),
+        id=str(entry_id),
         kind=kind,
         location=tuple(location),
-        seq=int(record.get("seq", 0)),
+        seq=int(seq),
         data=payload,
     )
     entry.flushed = entry.gen
     return entry
 
 
+def lazy_entry(data: bytes, location: keys.Location) -> Entry:
+    """Return the entry stored at ``location``, decoded when first used.
+
+    A version-3 record gives its id, seq and kind from its first bytes; the
+    data is decoded on first access (an undecodable one raises
+    :class:`SchemaError` then). Older records are decoded now.
+    """
+    peeked = _peek_entry(data)
+    if peeked is None:
+        return decode_entry(data, location)
+    entry = Entry.__new__(Entry)
+    entry.id, entry.seq, entry.kind = peeked
+    entry.location = tuple(location)
+    entry.gen = entry.flushed = 1
+    entry.sink = None
+    entry.key = b""
+    entry.encoded = None
+    entry.raw = data
+    return entry
+
+
+def _peek_entry(data: bytes) -> tuple[str, int, str] | None:
+    # [3, id, seq, kind, data]: array of 5, the version, a text, a uint, a
+    # known kind; anything else is left to decode_entry (and its errors).
+    if len(data) < 5 or data[0] != 0x85 or data[1] != SCHEMA_VERSION:
+        return None
+    found = _text_at(data, 2)
+    if found is None or found[1] >= len(data):
+        return None
+    entry_id, pos = found
+    seq = _uint_at(data, pos)
+    if seq is None or seq[1] >= len(data):
+        return None
+    kind = _text_at(data, seq[1])
+    if kind is None or kind[0] not in _KIND_DEFAULTS or kind[1] >= len(data):
+        return None
+    return entry_id, seq[0], kind[0]
+
+
 def encode_metadata(metadata: EntryMetadata) -> bytes:
     """Encode entry metadata."""
-    return _envelope(
-        "metadata", **{name: getattr(metadata, name) for name in _METADATA_FIELDS}
-    )
+    return dumps([SCHEMA_VERSION, *(getattr(metadata, f) for f in _METADATA_FIELDS)])
 
 
 def decode_metadata(data: bytes) -> EntryMetadata:
     """Decode entry metadata."""
-    record = _open(data, "metadata")
-    values = {name: record[name] for name in _METADATA_FIELDS if name in record}
+    compact = _compact(data, "metadata")
+    if compact is not None:
+        values = dict(zip(_METADATA_FIELDS, compact[1:], strict=True))
+    else:
+        record = _open(data, "metadata")
+        values = {name: record[name] for name in _METADATA_FIELDS if name in record}
     if values.get("status", "pending") not in ENTRY_STATUSES:
         raise SchemaError(f"Unknown entry status {values.get('status')!r}")
     metadata = EntryMetadata(**values)
     metadata.flushed = metadata.gen
+    return metadata
+
+
+def lazy_metadata(data: bytes) -> EntryMetadata:
+    """Return entry metadata decoded when a field is first used (version 3).
+
+    Older records are decoded now.
+    """
+    if len(data) < 2 or data[0] != 0x89 or data[1] != SCHEMA_VERSION:
+        return decode_metadata(data)
+    metadata = EntryMetadata.__new__(EntryMetadata)
+    metadata.gen = metadata.flushed = 1
+    metadata.sink = None
+    metadata.key = b""
+    metadata.raw = data
     return metadata
 
 

@@ -103,7 +103,9 @@ async def run_step(
     entry = scope.existing(location, "step")
     if entry is not None:
         metadata = storage.meta(entry)
-        if metadata.status == "completed" or "output" in entry.data:
+        # The output first: a replayed step that has one needs nothing of
+        # its metadata (loaded metadata is decoded only when read).
+        if "output" in entry.data or metadata.status == "completed":
             output = entry.data.get("output")
             if run.rollback and options.rollback is not None:
                 if metadata.rollback_completed_at is None:

@@ -132,7 +132,8 @@ class Storage:
                 names_done = True
             if family == _ENTRIES:
                 location = keys.unpack_location(key, len(_ENTRIES))
-                entry = schema.decode_entry(value, location)
+                # Decoded when replay reaches it (its id and seq are read now).
+                entry = schema.lazy_entry(value, location)
                 if storage._disowned(location):
                     stale.append((location, entry))
                     continue
@@ -162,7 +163,7 @@ class Storage:
                 # The metadata of an entry that is gone (its delete was lost).
                 storage.pending_keys[key] = None
                 continue
-            metadata = schema.decode_metadata(value)
+            metadata = schema.lazy_metadata(value)
             metadata.key = key
             metadata.sink = storage._dirty
             storage.metadata[entry_id] = metadata

@@ -329,7 +329,28 @@ class DjangoDriver:
         """Return every ``(key, value)`` under ``prefix``, sorted by key bytes."""
 
         def read() -> builtins.list[KVWrite]:
-            rows = self._under(prefix).order_by("key").values_list("key", "value")
+            # Raw SQL: a run loads its whole history with this read, and the
+            # ORM's per-row work cost as much as the query (P6).
+            connection = db.connection()
+            ops = connection.ops
+            workflow = WorkflowKV._meta.get_field("workflow")
+            sql = (
+                f"SELECT {ops.quote_name('key')}, {ops.quote_name('value')} "
+                f"FROM {ops.quote_name(WorkflowKV._meta.db_table)} "
+                f"WHERE {ops.quote_name(workflow.column)} = %s"
+            )
+            params: builtins.list[Any] = [self.workflow_id]
+            if prefix:
+                sql += f" AND {ops.quote_name('key')} >= %s"
+                params.append(prefix)
+                upper = prefix_end(prefix)
+                if upper is not None:
+                    sql += f" AND {ops.quote_name('key')} < %s"
+                    params.append(upper)
+            sql += f" ORDER BY {ops.quote_name('key')}"
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
             return [(bytes(key), bytes(value)) for key, value in rows]
 
         return await self._db(read)  # type: ignore[no-any-return]

@@ -236,6 +236,48 @@ def test_every_record_is_a_versioned_envelope(version):
         assert record["v"] == version and isinstance(record["type"], str)
 
 
+def test_version_3_writes_names_entries_and_metadata_as_compact_arrays():
+    compact = ("name", "entry_", "metadata")
+    for path in (FIXTURES / "v3").glob("*.cbor"):
+        if path.stem == "kv_rows":
+            continue
+        record = cbor2.loads(path.read_bytes())
+        if path.stem.startswith(compact):
+            assert isinstance(record, list) and record[0] == 3, path.stem
+        else:
+            assert record["v"] == 3 and isinstance(record["type"], str), path.stem
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_every_version_decodes_the_same_records(version):
+    # What each version stored means the same thing in the current model.
+    assert schema.decode_name(fixture(version, "name")) == "charge"
+    step = schema.decode_entry(fixture(version, "entry_step"), (0,))
+    assert (step.id, step.kind, step.seq) == ("e-step", "step", 1)
+    assert step.data["output"]["cents"] == 2**70
+    metadata = schema.decode_metadata(fixture(version, "metadata"))
+    assert (metadata.status, metadata.attempts) == ("completed", 2)
+
+
+def test_lazy_records_decode_on_first_use_and_keep_what_was_assigned():
+    data = fixture(3, "entry_loop")
+    entry = schema.lazy_entry(data, (2,))
+    assert (entry.id, entry.seq, entry.kind) == ("e-loop", 4, "loop")
+    assert entry.raw == data  # the data is not decoded yet
+    assert entry.data["iteration"] == 40
+    assert entry.raw is None  # decoded once
+    metadata = schema.lazy_metadata(fixture(3, "metadata"))
+    metadata.status = "running"  # assigned before anything was read
+    assert metadata.attempts == 2
+    assert metadata.status == "running"
+    # A record the peek cannot vouch for is decoded at once, with its error.
+    with pytest.raises(SchemaError, match="kind"):
+        schema.lazy_entry(cbor2.dumps([3, "e", 1, "nope", {}]), (0,))
+    # Older records have no compact header: decoded at once, same result.
+    old = schema.lazy_entry(fixture(2, "entry_loop"), (2,))
+    assert old.raw is None and old.data == entry.data
+
+
 def test_unknown_versions_and_wrong_record_types_are_refused():
     with pytest.raises(SchemaError, match="version"):
         schema.decode_name(cbor2.dumps({"v": 99, "type": "name", "name": "x"}))
@@ -243,6 +285,10 @@ def test_unknown_versions_and_wrong_record_types_are_refused():
         schema.decode_metadata(fixture(1, "entry_step"))
     with pytest.raises(SchemaError):
         schema.decode_entry(cbor2.dumps([1, 2]))
+    with pytest.raises(SchemaError, match="newer"):
+        schema.decode_entry(cbor2.dumps([4, "e", 1, "step", {}]))
+    with pytest.raises(SchemaError, match="fields"):
+        schema.decode_metadata(cbor2.dumps([3, "completed"]))
     with pytest.raises(SchemaError, match="kind"):
         schema.decode_entry(cbor2.dumps({"v": 1, "type": "entry", "kind": "nope"}))
 

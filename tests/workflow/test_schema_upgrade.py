@@ -122,7 +122,7 @@ async def test_a_workflow_recorded_in_version_0_resumes_by_replay(clock, with_v0
     assert (await read_workflow(driver)).input == {"n": 4}
     # Changed records were written back in the current version, the
     # untouched ones are still version 0 -- and both decode.
-    versions = {key: schema.loads(value)["v"] for key, value in driver.kv.items()}
+    versions = {key: schema.record_version(value) for key, value in driver.kv.items()}
     assert versions[keys.entry_key((0,))] == 0  # the charge: untouched
     assert versions[keys.entry_key((1,))] == schema.SCHEMA_VERSION  # the loop
     assert versions[keys.workflow_key(keys.WORKFLOW_STATE)] == schema.SCHEMA_VERSION

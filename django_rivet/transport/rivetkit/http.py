@@ -39,9 +39,9 @@ from ... import __version__
 from ...actors import registry
 from ...actors.errors import public_error
 from ...actors.invocation import Origin
+from ...actors.lanes import ainvoke
 from ...actors.operations import CallAction, OutputEncoder
 from ...actors.rows import ActorRef
-from ...actors.spine import ainvoke
 from ...encoding import Encoded, json_dumps, json_loads, run_decoder
 from ...exceptions import (
     ActorNotFound,

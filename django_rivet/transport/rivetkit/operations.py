@@ -1,7 +1,7 @@
 """What the RivetKit REST API adds to the operations both protocols share.
 
 Everything that runs actor code goes through the invocation spine
-(:func:`~django_rivet.actors.spine.ainvoke`), with the same operations as
+(:func:`~django_rivet.actors.lanes.ainvoke`), with the same operations as
 django-rivet's own protocol (``CallAction``, ``Connect``, ``ConnAction``,
 ``Disconnect``, the queue's, and :mod:`..operations`' ``Describe`` and
 ``HandleRequest``) plus :class:`Destroy`, which only this API exposes.

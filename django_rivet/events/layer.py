@@ -1,0 +1,313 @@
+"""Delivery of committed events through the channel layer.
+
+After commit the runtime hands the new events to :func:`publish`, which
+tells this process's listeners at once (:func:`add_listener`: the
+transport's event feeds) and sends one channel-layer message per invocation
+to the actor's group, which every web process's feed has joined. A message
+the layer drops is not lost: feeds notice the gap and read the events from
+the log. Connection-only messages go through :func:`send_to_channel`. A
+channel layer that fails is logged once at ERROR when the failures start
+and once when they stop, never per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.exceptions import ChannelFull
+
+from .. import observability
+from ..conf import rivet_settings
+from .log import LoggedEvent
+
+logger = logging.getLogger("django_rivet.events")
+
+__all__ = [
+    "DISCONNECT_MESSAGE",
+    "EVENTS_MESSAGE",
+    "SEND_MESSAGE",
+    "LayerHealth",
+    "actor_group",
+    "add_listener",
+    "events_message",
+    "get_layer",
+    "layer_health",
+    "publish",
+    "remove_listener",
+    "send_to_channel",
+    "serving_loop",
+]
+
+# Channel-layer message types, dispatched by type: "rivet.events" goes to the
+# transport's per-process feeds, the others to one connection's consumer
+# ("rivet.send" -> RivetConsumer.rivet_send).
+EVENTS_MESSAGE = "rivet.events"
+SEND_MESSAGE = "rivet.send"
+DISCONNECT_MESSAGE = "rivet.disconnect"
+
+# Events of one invocation ride in its channel-layer message up to this many
+# bytes of arguments; beyond, the message carries only the seqs and feeds
+# read the events from the log (keeps Redis messages small).
+INLINE_BYTES = 256 * 1024
+
+# A publish waits at most this long for the channel layer (Redis down or
+# unreachable): the events are committed and feeds find them in the log.
+PUBLISH_TIMEOUT = 2.0
+
+
+def actor_group(actor_id: uuid.UUID | str) -> str:
+    """Return the channel-layer group of an actor's connections."""
+    # channels_redis accepts ASCII alphanumerics, '-', '_' and '.', < 100 chars.
+    hex_id = (
+        actor_id.hex if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id).hex
+    )
+    return f"rivet.actor.{hex_id}"
+
+
+class LayerHealth:
+    """Log channel-layer failures once when they start and once when they end.
+
+    A misconfigured layer or a Redis outage would otherwise log per message
+    (thousands of lines) or, worse, not at all while broadcasts vanish.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failures = 0
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """Record a failure; the first of a series is logged at ERROR."""
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            logger.error(
+                "channel layer failed op=%s alias=%s error=%r; events still reach "
+                "sockets from the event log (within EVENT_CHECK_INTERVAL)",
+                what,
+                rivet_settings.CHANNEL_LAYER,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            logger.debug("channel layer failed op=%s error=%r", what, exc)
+
+    def ok(self) -> None:
+        """Record a success; ends (and logs the end of) a series of failures."""
+        if not self.failures:
+            return
+        with self._lock:
+            failures, self.failures = self.failures, 0
+        if failures:
+            logger.warning(
+                "channel layer works again alias=%s failures=%s",
+                rivet_settings.CHANNEL_LAYER,
+                failures,
+            )
+
+
+layer_health = LayerHealth()
+
+
+def get_layer() -> Any:
+    """Return the configured channel layer, or ``None`` when there is none."""
+    from channels.layers import get_channel_layer
+
+    try:
+        return get_channel_layer(rivet_settings.CHANNEL_LAYER)
+    except Exception as exc:  # no CHANNEL_LAYERS, or a broken alias/backend
+        layer_health.failed("configure", exc)
+        return None
+
+
+# Callables told about committed events in this process, from the invoking
+# thread: the transport's feeds (they hand the call over to their loop).
+_listeners: set[Callable[[uuid.UUID, list[LoggedEvent]], None]] = set()
+_listeners_lock = threading.Lock()
+
+
+def add_listener(listener: Callable[[uuid.UUID, list[LoggedEvent]], None]) -> None:
+    """Call ``listener(actor_id, events)`` after each commit with events."""
+    with _listeners_lock:
+        _listeners.add(listener)
+
+
+def remove_listener(listener: Callable[[uuid.UUID, list[LoggedEvent]], None]) -> None:
+    """Stop calling ``listener``."""
+    with _listeners_lock:
+        _listeners.discard(listener)
+
+
+def events_message(actor_id: uuid.UUID, events: list[LoggedEvent]) -> dict[str, Any]:
+    """Return the one channel-layer message that announces ``events``."""
+    message: dict[str, Any] = {
+        "type": EVENTS_MESSAGE,
+        "actor": actor_id.hex,
+        "last": events[-1].seq,
+    }
+    if sum(len(event.args) for event in events) <= INLINE_BYTES:
+        message["events"] = [[e.seq, e.name, e.args] for e in events]
+    return message
+
+
+# The event loop of the async caller an invocation serves (set by the
+# spine around invocations it runs for async callers). publish() hands the
+# channel-layer message to that loop instead of waiting for the layer: the
+# events are committed and local feeds have them already, so the invoking
+# thread (and the next call to the actor) need not wait for Redis.
+serving_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = (
+    contextvars.ContextVar("rivet_serving_loop", default=None)
+)
+
+
+def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
+    """Announce committed events to this process and to every other one.
+
+    Never raises: the events are committed, and a feed that misses the
+    announcement reads them from the log. Called for an async caller
+    (:data:`serving_loop` set), the channel-layer send happens on that loop,
+    in commit order, without the caller's thread waiting for it.
+    """
+    observability.events_published(len(events))
+    with _listeners_lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        try:
+            listener(actor_id, events)
+        except Exception:  # pragma: no cover - listeners only schedule work
+            logger.exception("event listener failed actor_id=%s", actor_id)
+    loop = serving_loop.get()
+    if loop is not None and not loop.is_closed():
+        _publisher(loop).submit(actor_id, events)
+        return
+    layer = get_layer()
+    if layer is None:
+        return
+    message = events_message(actor_id, events)
+    _send(layer, "publish", layer.group_send, actor_group(actor_id), message)
+
+
+class _Publisher:
+    """Send one event loop's publishes, in order, off the invoking threads.
+
+    Publishes queued while a send is in flight go out together: consecutive
+    ones of the same actor become one message (a hot actor's invocations
+    then cost Redis one message per round instead of one each).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._queue: deque[tuple[uuid.UUID, list[LoggedEvent]]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def submit(self, actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
+        """Queue ``events`` for the channel layer (from any thread)."""
+        with self._lock:
+            self._queue.append((actor_id, events))
+            if self._running:
+                return
+            self._running = True
+        try:
+            self.loop.call_soon_threadsafe(self._start)
+        except RuntimeError:  # the loop closed meanwhile: nobody to send them
+            with self._lock:
+                self._queue.clear()
+                self._running = False
+
+    def _start(self) -> None:
+        self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._running = False
+                        return
+                    batch = list(self._queue)
+                    self._queue.clear()
+                layer = get_layer()
+                if layer is None:
+                    continue
+                for actor_id, events in _merged(batch):
+                    await _asend(
+                        layer,
+                        "publish",
+                        layer.group_send,
+                        actor_group(actor_id),
+                        events_message(actor_id, events),
+                    )
+        except BaseException:
+            with self._lock:
+                self._running = False
+            raise
+
+
+def _merged(
+    batch: list[tuple[uuid.UUID, list[LoggedEvent]]],
+) -> list[tuple[uuid.UUID, list[LoggedEvent]]]:
+    """Join consecutive publishes of one actor whose seqs follow each other."""
+    out: list[tuple[uuid.UUID, list[LoggedEvent]]] = []
+    for actor_id, events in batch:
+        if out and out[-1][0] == actor_id and out[-1][1][-1].seq + 1 == events[0].seq:
+            out[-1] = (actor_id, out[-1][1] + events)
+        else:
+            out.append((actor_id, list(events)))
+    return out
+
+
+_publishers: dict[asyncio.AbstractEventLoop, _Publisher] = {}
+_publishers_lock = threading.Lock()
+
+
+def _publisher(loop: asyncio.AbstractEventLoop) -> _Publisher:
+    with _publishers_lock:
+        publisher = _publishers.get(loop)
+        if publisher is None:
+            # Forget the publishers of closed loops (tests run many loops).
+            for old in [old for old in _publishers if old.is_closed()]:
+                del _publishers[old]
+            publisher = _publishers[loop] = _Publisher(loop)
+        return publisher
+
+
+def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
+    """Send one message to one consumer (a connection in any process).
+
+    At most once: a full or failing layer drops it (logged). Consumers
+    whose row disappeared are closed by their heartbeat anyway.
+    """
+    layer = get_layer()
+    if layer is None:
+        return
+    _send(layer, "send", layer.send, channel_name, message)
+
+
+def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:
+    try:
+        async_to_sync(_asend)(layer, what, method, target, message)
+    except Exception as exc:  # e.g. called where async_to_sync cannot run
+        layer_health.failed(what, exc)
+
+
+async def _asend(layer: Any, what: str, method: Any, target: str, message: Any) -> None:
+    """Send one message within PUBLISH_TIMEOUT; log failures, never raise."""
+    try:
+        await asyncio.wait_for(method(target, message), PUBLISH_TIMEOUT)
+    except ChannelFull:
+        # The receiving process is over its capacity (docs/production.md).
+        logger.warning("channel full, message dropped target=%s op=%s", target, what)
+        return
+    except Exception as exc:
+        layer_health.failed(what, exc)
+        return
+    layer_health.ok()
