@@ -113,9 +113,7 @@ def test_websocket_frames_are_the_recorded_bytes(encoding):
 def _action_not_found():
     from django_rivet.exceptions import ActionNotFound
 
-    return ActionNotFound(
-        "Actor 'chatRoom' has no action 'nope'", metadata={"action": "nope"}
-    )
+    return ActionNotFound("The actor has no action 'nope'", metadata={"action": "nope"})
 
 
 # -- the codec on its own -----------------------------------------------------------

@@ -66,15 +66,15 @@ def _revive_tagged(tag: str, payload: Any) -> Any:
     if tag == _BIGINT:
         text = payload if isinstance(payload, str) else ""
         digits = text[1:] if text.startswith("-") else text
-        if not digits.isdigit() or len(digits) > 20:
+        if not digits.isascii() or not digits.isdigit():
             raise MalformedRequest("$BigInt needs a decimal string")
-        number = int(text)
-        if not INT_MIN <= number <= INT_MAX:
+        # Past 20 digits it cannot be 64-bit: refused before int() parses it.
+        if len(digits) > 20 or not INT_MIN <= int(text) <= INT_MAX:
             # The value domain's integers are 64-bit (docs/values.md).
             raise MalformedRequest(
                 "$BigInt is past 64 bits", metadata={"reason": "integers are 64-bit"}
             )
-        return number
+        return int(text)
     if tag in (_UINT8_ARRAY, _ARRAY_BUFFER):
         return _b64(payload, tag)
     if tag == _UNDEFINED:
