@@ -12,9 +12,9 @@ from .. import clock
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus
 from ..workflow import ReplayDivergence, check_replay, resume_workflow
-from . import leases, registry
+from . import registry
 from .driver import DjangoDriver
-from .execution import release, run_private
+from .execution import release, run_if_idle, run_private
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -36,25 +36,10 @@ def resume(workflow_id: str) -> bool:
     handler ran for it, and nobody holds it. Its deadline is dropped (it
     passed, if that is why it was cancelled); its children stay as they are.
     """
-    found = Workflow.objects.filter(pk=workflow_id).values_list("status").first()
-    if found is None:
-        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
-    if found[0] != WorkflowStatus.CANCELLED:
+    held = run_if_idle(workflow_id, WorkflowStatus.CANCELLED, resume_workflow)
+    if held is None:
         return False
-    lease = leases.claim(workflow_id, run=False)
-    if lease is None:
-        return False
-    driver = DjangoDriver(
-        workflow_id, lease_token=lease.token, stop_on_cancel=False, private_loop=True
-    )
-    try:
-        resumed = run_private(resume_workflow(workflow_id, driver))
-    except BaseException:
-        leases.release(lease)
-        raise
-    if not resumed:
-        leases.release(lease)
-        return False
+    lease, _ = held
     release(
         lease,
         status=WorkflowStatus.SLEEPING,

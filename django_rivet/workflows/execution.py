@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ __all__ = [
     "run",
     "run_due",
     "run_private",
+    "run_if_idle",
 ]
 
 # Runs of one workflow per call while it stays due at once (an eviction, a
@@ -87,6 +88,42 @@ def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+
+
+def run_if_idle(
+    workflow_id: str,
+    status: str,
+    engine_call: Callable[[str, DjangoDriver], Coroutine[Any, Any, bool]],
+) -> tuple[Lease, DjangoDriver] | None:
+    """Run ``engine_call(workflow_id, driver)`` on an unheld workflow in ``status``.
+
+    For the operations outside runs that rewrite history (recover, resume):
+    the workflow's lease is taken first, so no worker runs it meanwhile.
+    Returns the held lease and the driver when the engine call changed
+    something (the caller releases the lease with the fields it sets);
+    ``None``, changing nothing, when the workflow is in another status, a
+    worker holds it, or the engine call declined.
+    """
+    found = Workflow.objects.filter(pk=workflow_id).values_list("status").first()
+    if found is None:
+        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+    if found[0] != status:
+        return None
+    lease = leases.claim(workflow_id, run=False)
+    if lease is None:
+        return None
+    driver = DjangoDriver(
+        workflow_id, lease_token=lease.token, stop_on_cancel=False, private_loop=True
+    )
+    try:
+        changed = run_private(engine_call(workflow_id, driver))
+    except BaseException:
+        leases.release(lease)
+        raise
+    if not changed:
+        leases.release(lease)
+        return None
+    return lease, driver
 
 
 # -- runs ------------------------------------------------------------------------------

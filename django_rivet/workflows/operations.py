@@ -43,7 +43,7 @@ from ..workflow.ops import WorkflowSnapshot, read_workflow
 from . import leases, queues, registry
 from .children import deadline_for
 from .driver import DjangoDriver, encode_body
-from .execution import cancel_claimed, release, run_private
+from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
 from .wakeups import schedule_wake, wake_fields
 
@@ -298,26 +298,10 @@ def recover(workflow_id: str) -> bool:
     Returns False (changing nothing) unless the workflow is failed and no
     worker holds it.
     """
-    row = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True)
-    status = row.first()
-    if status is None:
-        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
-    if status != WorkflowStatus.FAILED:
+    held = run_if_idle(workflow_id, WorkflowStatus.FAILED, recover_workflow)
+    if held is None:
         return False
-    lease = leases.claim(workflow_id, run=False)
-    if lease is None:
-        return False
-    driver = DjangoDriver(
-        workflow_id, lease_token=lease.token, stop_on_cancel=False, private_loop=True
-    )
-    try:
-        recovered = run_private(recover_workflow(workflow_id, driver))
-    except BaseException:
-        leases.release(lease)
-        raise
-    if not recovered:
-        leases.release(lease)
-        return False
+    lease, driver = held
     _release_rewound(lease, driver)
     logger.info("workflow recovered workflow=%s", workflow_id)
     return True
