@@ -18,7 +18,7 @@ import json as _json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...encoding import check_value, decode, encode, json_dumps
+from ...encoding import cbor_map, check_value, decode, encode, json_dumps
 from ...exceptions import InvalidArgs, InvalidEncoding, MalformedRequest, RivetError
 from . import bare
 from .values import prepare, revive
@@ -206,23 +206,6 @@ def decode_frame(
 
 
 # -- encoding what the server sends ------------------------------------------------
-def _cbor_head(major: int, length: int) -> bytes:
-    if length < 24:
-        return bytes((major << 5 | length,))
-    if length < 0x100:
-        return bytes((major << 5 | 24, length))
-    if length < 0x10000:
-        return bytes((major << 5 | 25,)) + length.to_bytes(2, "big")
-    return bytes((major << 5 | 26,)) + length.to_bytes(4, "big")
-
-
-def _cbor_map(items: list[tuple[str, bytes]]) -> bytes:
-    """Assemble a CBOR map from already-encoded values."""
-    return _cbor_head(5, len(items)) + b"".join(
-        _cbor_wire(key) + value for key, value in items
-    )
-
-
 def _cbor_bigint(value: int) -> bytes:
     """An unsigned integer in 8 bytes: the client decodes it as a bigint."""
     return b"\x1b" + value.to_bytes(8, "big")
@@ -245,8 +228,8 @@ def _frame(tag: str, val: dict[str, Any]) -> bytes:
 
 
 def _cbor_frame(tag: str, val: list[tuple[str, bytes]]) -> bytes:
-    return _cbor_map(
-        [("body", _cbor_map([("tag", _cbor_wire(tag)), ("val", _cbor_map(val))]))]
+    return cbor_map(
+        [("body", cbor_map([("tag", _cbor_wire(tag)), ("val", cbor_map(val))]))]
     )
 
 
@@ -362,7 +345,7 @@ def encode_action_output(output: bytes, encoding: WireEncoding) -> bytes:
         return bare.write_action_response(output)
     if encoding == "json":
         return b'{"output":' + output + b"}"
-    return _cbor_map([("output", output)])
+    return cbor_map([("output", output)])
 
 
 def encode_queue_result(
@@ -403,7 +386,7 @@ def encode_http_error(error: RivetError, encoding: WireEncoding) -> bytes:
     encoded = [(key, _cbor_wire(value)) for key, value in body.items()]
     if metadata is not None:
         encoded.append(("metadata", metadata))
-    return _cbor_map(encoded)
+    return cbor_map(encoded)
 
 
 def json_error_body(group: str, code: str, message: str) -> bytes:
