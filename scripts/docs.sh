@@ -4,7 +4,7 @@
 # Markdown link between pages and to a heading's anchor, every toctree entry,
 # each cross-reference a docstring makes to django-rivet's names, and the
 # docstrings autodoc renders. Links to other sites are not checked (the
-# build machines reach no website); tests/test_docs.py checks the README's
+# build machines reach no website); tests/project/test_docs.py checks the README's
 # relative links. -E: read every page again, so no warning hides in a cache.
 #
 # usage: scripts/docs.sh [output dir]   (default docs/_build/html)

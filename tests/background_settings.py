@@ -1,4 +1,4 @@
-"""Settings of the Celery workers started by tests/test_background_celery.py.
+"""Settings of the Celery workers started by tests/scheduling/test_background_celery.py.
 
 They install tests.background_app (its scheduled workflow ticks only here),
 configure the workflow queues, and sweep every second.

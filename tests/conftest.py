@@ -149,7 +149,7 @@ def redis_url():
 import tests.celery_app  # noqa: E402, F401
 
 
-# -- hostile input (tests/test_hostile.py, tests/test_e2e_hostile.py) --------------
+# -- hostile input (tests/transport/test_hostile.py and test_e2e_hostile.py) --------
 def pytest_terminal_summary(terminalreporter):
     import sys
 

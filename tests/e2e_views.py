@@ -1,4 +1,4 @@
-"""Views used by the browser end-to-end test (tests/test_browser.py)."""
+"""Views used by the browser end-to-end test (tests/transport/test_browser.py)."""
 
 from django.shortcuts import render
 

@@ -1,4 +1,4 @@
-"""Settings of the daphne that tests/test_database_outage.py restarts PostgreSQL under.
+"""Settings of the daphne that PostgreSQL is restarted under (test_database_outage).
 
 The suite's settings with persistent database connections, as production
 runs them (``CONN_MAX_AGE=None``, no health checks): after the restart every

@@ -27,8 +27,8 @@ from django_rivet import InvalidArgs, InvalidOutput, InvalidValue, actors
 from django_rivet.models import Actor, ActorEvent, ActorKV, Schedule
 from django_rivet.transport.rivetkit import bare
 from tests.servers import daphne_process, server_env, wait_until_no_connection_rows
-from tests.test_transport_matrix import open_socket
 from tests.testapp.models import Note
+from tests.transport.test_transport_matrix import open_socket
 
 # pg: the PostgreSQL leg runs this module (an output outside the domain
 # rolls back state, KV and ORM writes).

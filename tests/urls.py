@@ -7,7 +7,7 @@ urlpatterns = [
     path("metrics/", include("django_rivet.metrics")),
 ]
 
-# -- transport tests: the rivet.js page of tests/test_browser.py -------------------
+# -- transport tests: the rivet.js page of tests/transport/test_browser.py -------------
 from django.contrib.staticfiles.views import serve as _serve_static  # noqa: E402
 from django.urls import re_path  # noqa: E402
 

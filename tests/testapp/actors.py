@@ -194,7 +194,7 @@ class Webhook(Actor):
         return ctx.state["hits"]
 
 
-# -- scheduling: schedules, cron and queues (tests/test_schedule.py & co) ----------
+# -- scheduling: schedules, cron and queues (tests/scheduling/test_schedule.py & co) ---
 class AlarmClock(Actor):
     """Schedules and cron jobs calling its own actions."""
 
@@ -602,7 +602,7 @@ class Shop(Actor):
         ctx.state["handled"].append(body)
 
 
-# -- transport (issue 24, tests/test_transport_matrix.py) --------------------------
+# -- transport (issue 24, tests/transport/test_transport_matrix.py) --------------------
 class Newsroom(Actor):
     """A deny-list ``can_subscribe`` ("secret" is refused by name).
 

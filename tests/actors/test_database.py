@@ -359,7 +359,7 @@ class SplitRouter:
     db_for_read = db_for_write
 
 
-@override_settings(DATABASE_ROUTERS=["tests.test_database.SplitRouter"])
+@override_settings(DATABASE_ROUTERS=["tests.actors.test_database.SplitRouter"])
 def test_routers_splitting_the_models_are_e403():
     [error] = [m for m in checks.run_checks() if m.id == "rivet.E403"]
     assert "django_rivet.Workflow write -> other" in error.msg

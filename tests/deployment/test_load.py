@@ -28,12 +28,12 @@ import json
 import os
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
 from tests import loadgen
 from tests.cluster import Cluster, cluster
+from tests.servers import ROOT
 from tests.support.polling import await_for
 
 pytestmark = pytest.mark.servers
@@ -344,9 +344,7 @@ async def test_a_socket_that_does_not_read_is_bounded_then_closed(deployment):
         await client.aclose()
 
 
-RIVET_JS = Path(__file__).resolve().parent.parent / (
-    "django_rivet/static/django_rivet/rivet.js"
-)
+RIVET_JS = ROOT / ("django_rivet/static/django_rivet/rivet.js")
 RESYNC_SCRIPT = """
 const {{ createClient }} = await import({module});
 const conn = createClient({url}).actor("tally", "slow")

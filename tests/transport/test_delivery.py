@@ -4,8 +4,8 @@ The consumer, the runtime, the event log and the channel layer are real;
 the socket is channels' communicator. What would be a lost channel-layer
 message in production is made one here by switching ``events.publish``
 off for a few commits (nothing announces them; only the log has them).
-Real servers (daphne, Redis) for the same guarantees: tests/test_load.py
-and tests/test_realtime_servers.py.
+Real servers (daphne, Redis) for the same guarantees:
+tests/deployment/test_load.py and tests/transport/test_e2e_redis.py.
 """
 
 import asyncio

@@ -10,15 +10,15 @@ test re-records the traffic with each pinned client version and compares.
 import json
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from django_rivet.exceptions import MalformedRequest, UserError
 from django_rivet.transport.rivetkit import bare, protocol
 from django_rivet.transport.rivetkit.protocol import ActionCall, Subscription
+from tests.servers import ROOT
 
-FIXTURE = Path(__file__).parent / "rivetkit" / "fixtures" / "traffic.json"
+FIXTURE = ROOT / "tests" / "rivetkit" / "fixtures" / "traffic.json"
 TRAFFIC = json.loads(FIXTURE.read_text())["traffic"]
 ENCODINGS = ["bare", "json", "cbor"]
 

@@ -1,7 +1,6 @@
 """System checks: each id fires on its misconfiguration and only then."""
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.core import checks
@@ -11,6 +10,7 @@ from django_rivet import Actor, action
 from django_rivet import checks as rivet_checks
 from django_rivet.actors import registry
 from django_rivet.conf import docs_url
+from tests.servers import ROOT
 
 
 def run_checks(deploy=False):
@@ -173,7 +173,7 @@ def test_invalid_actor_name_is_e102():
 
 
 def test_every_check_id_is_documented():
-    text = (Path(__file__).parent.parent / "docs" / "checks.md").read_text()
+    text = (ROOT / "docs" / "checks.md").read_text()
     for name in dir(rivet_checks):
         if name[:1] in "EW" and name[1:].isdigit():
             assert f"rivet.{name}" in text, name

@@ -3,7 +3,7 @@
 A newcomer with port 8000 taken saw a "ready" banner answered by the other
 server, then a failure. ``scripts/run.sh`` now checks the port first and
 names ``PORT=`` in its message; the banner (checked by
-tests/test_example_browser.py, which runs the example through this script)
+tests/project/test_example_browser.py, which runs the example through this script)
 only comes once its own daphne answers.
 """
 

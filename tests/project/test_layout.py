@@ -8,11 +8,12 @@ not express.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import grimp
 
-PACKAGE = Path(__file__).resolve().parent.parent / "django_rivet"
+from tests.servers import ROOT
+
+PACKAGE = ROOT / "django_rivet"
 MAX_LINES = 500
 
 

@@ -31,7 +31,7 @@ def test_the_readme_links_every_page_of_docs():
 def test_the_readmes_project_files_are_the_tested_quickstarts():
     """README blocks naming a project file are copies of docs/quickstart.md's.
 
-    tests/test_install_path.py builds a project from the quickstart's blocks,
+    tests/project/test_install_path.py builds a project from the quickstart's blocks,
     so the README's copies are tested through it.
     """
 

@@ -2,9 +2,10 @@
 
 import importlib.util
 import re
-from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.servers import ROOT
+
+README = ROOT / "README.md"
 
 
 def python_blocks():
