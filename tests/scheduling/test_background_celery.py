@@ -36,16 +36,16 @@ from tests.servers import (
     server_env,
     stop_process,
 )
+from tests.support.database import module_database
 from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
 # pg: the PostgreSQL leg runs this module (workers in other processes claim the same
 # rows).
-pytestmark = [
-    pytest.mark.pg,
-    pytest.mark.servers,
-    pytest.mark.django_db(transaction=True),
-]
+# No per-test flush (tests/support/database.py): the workers keep claiming
+# rows between tests, so the database is flushed once, after they stopped.
+# Each test uses its own actor keys, queues and workflow names.
+pytestmark = [pytest.mark.pg, pytest.mark.servers]
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +54,12 @@ def workers(redis_url, django_db_setup, django_db_blocker, tmp_path_factory):
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     record = tmp_path_factory.mktemp("background") / "record.jsonl"
-    with django_db_blocker.unblock():
+    with module_database(django_db_blocker), contextlib.ExitStack() as stack:
         env = server_env(
             RIVET_TEST_REDIS_URL=redis_url,
             DJANGO_SETTINGS_MODULE="tests.background_settings",
             RIVET_TEST_RECORD=str(record),
         )
-    with contextlib.ExitStack() as stack:
         for name in ("a", "b"):
             stack.enter_context(
                 celery_worker(env, pool="threads", concurrency=4, name=name)

@@ -28,12 +28,23 @@ def module_database(django_db_blocker: Any) -> Iterator[None]:
     before the flush.
     """
     from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import setup_databases, teardown_databases
 
     from django_rivet.testing import close_db_connections
 
     with django_db_blocker.unblock():
+        # pytest-django creates the test database only when a collected test
+        # asks for it (a django_db mark or the db fixtures); a module run on
+        # its own has none, so it is created here and dropped at the end.
+        own = None
+        if connection.settings_dict["NAME"] != connection.creation._get_test_db_name():
+            own = setup_databases(verbosity=0, interactive=False, aliases={"default"})
         try:
             yield
         finally:
             close_db_connections()
-            call_command("flush", interactive=False, verbosity=0)
+            if own is None:
+                call_command("flush", interactive=False, verbosity=0)
+            else:
+                teardown_databases(own, verbosity=0)
