@@ -3,14 +3,15 @@
 #
 # 1. lint (ruff, import-linter, mypy --strict), the strict docs build,
 #    migrations check, system checks;
-# 2. pytest on SQLite (everything);
-# 3. the benchmarks' smoke run (every measure at tiny sizes: each executes;
-#    no timing is checked);
-# 4. a throwaway PostgreSQL cluster, and pytest again on the tests whose
-#    behaviour depends on the database (marked `pg`: locks, transactions, raw
-#    SQL, JSON fields, concurrency);
-# 5. when Python 3.12 exists: a second venv with the newest Django 6.x and the
-#    SQLite suite without the real-server tests.
+# 2. the legs, in two lanes at once (each leg has its own databases and
+#    servers; its output is printed whole when it ends):
+#    - pytest on SQLite, the tests that start real servers (marked `servers`),
+#      then the rest;
+#    - a throwaway PostgreSQL cluster and pytest on the tests whose behaviour
+#      depends on the database (marked `pg`); when Python 3.12 exists, a
+#      second venv with the newest Django 6.x and the SQLite suite without the
+#      real-server tests; the benchmarks' smoke run (every measure at tiny
+#      sizes: each executes; no timing is checked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,8 +50,13 @@ summary() {
 work=$(mktemp -d /tmp/rivet-test.XXXXXX)
 chmod 755 "$work"
 export RIVET_TEST_DB_DIR="$work"
+lane_a=""
+lane_b=""
 cleanup() {
   trap - EXIT INT TERM
+  for pid in $lane_a $lane_b; do
+    kill -TERM -- "-$pid" 2>/dev/null || true
+  done
   summary
   scripts/pg.sh stop "$work/pg" >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -77,29 +83,21 @@ step "system checks"
 "$PY" -m django check --settings tests.settings --pythonpath .
 "$PY" example_project/manage.py check
 
-step "chromium for the browser tests"
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "installing Debian's chromium"
+step "system packages (chromium, postgresql, redis-server)"
+# Installed once, here, so the two lanes below never run apt at the same time.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian's ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
-step "pytest on SQLite"
-"$PY" -m pytest -q "$@"
-
-step "benchmarks smoke run (tiny sizes; checks each measure runs, not timings)"
-VENV="$VENV" scripts/bench.sh --quick --output "$work/bench-quick.json"
-
-step "pytest on PostgreSQL"
-url=$(scripts/pg.sh start "$work/pg")
-# Only the tests marked `pg`: the rest behave the same on either database
-# and ran in the SQLite leg. The hostile-input sample runs at smoke size.
-RIVET_HOSTILE=smoke RIVET_TEST_DATABASE_URL="$url" "$PY" -m pytest -q -m pg "$@"
-scripts/pg.sh stop "$work/pg"
-
-step "Python 3.12 + Django 6"
-# A pyenv shim answers `command -v` even when it cannot run, so try each
-# candidate for real.
+# A second venv with the newest Django 6.x when Python 3.12 exists. A pyenv
+# shim answers `command -v` even when it cannot run, so try each candidate
+# for real.
 py312=""
 candidates=$(command -v python3.12 || true)
 if command -v pyenv >/dev/null 2>&1; then
@@ -111,16 +109,91 @@ for candidate in $candidates; do
     break
   fi
 done
-if [ -n "$py312" ]; then
-  venv312=.venv-py312
+venv312=.venv-py312
+
+# The legs run in two lanes at once: most of a leg is waiting (for servers,
+# sockets, commits), so two of them share 2 cores well. Each leg has its own
+# SQLite folder, Redis and servers; its output is printed whole when it ends.
+leg_sqlite_servers() {
+  "$PY" -m pytest -q -m servers "$@"
+}
+leg_sqlite_rest() {
+  "$PY" -m pytest -q -m "not servers" "$@"
+}
+leg_postgresql() {
+  # Only the tests marked `pg`: the rest behave the same on either database
+  # and ran in the SQLite legs. The hostile-input sample runs at smoke size.
+  # (A leg runs inside `||`, where `set -e` does not apply: each failure
+  # returns by hand.)
+  local url rc=0
+  url=$(scripts/pg.sh start "$work/pg") || return $?
+  RIVET_HOSTILE=smoke RIVET_TEST_DATABASE_URL="$url" "$PY" -m pytest -q -m pg "$@" || rc=$?
+  scripts/pg.sh stop "$work/pg"
+  return $rc
+}
+leg_django6() {
+  if [ -z "$py312" ]; then
+    echo "no Python 3.12 interpreter on this machine: skipping the Django 6 leg"
+    return 0
+  fi
   if [ ! -x "$venv312/bin/python" ] || [ pyproject.toml -nt "$venv312/.installed" ]; then
-    "$py312" -m venv "$venv312"
-    "$venv312/bin/python" -m pip install -q --upgrade pip
-    "$venv312/bin/python" -m pip install -q -e '.[postgres,redis,client,dev]' 'django>=6,<7'
+    "$py312" -m venv "$venv312" || return $?
+    "$venv312/bin/python" -m pip install -q --upgrade pip || return $?
+    "$venv312/bin/python" -m pip install -q -e '.[postgres,redis,client,dev]' \
+      'django>=6,<7' || return $?
     touch "$venv312/.installed"
   fi
-  "$venv312/bin/python" -c 'import django, sys; print("Python", sys.version.split()[0], "Django", django.get_version())'
+  "$venv312/bin/python" -c 'import django, sys; print("Python", sys.version.split()[0], "Django", django.get_version())' || return $?
   RIVET_HOSTILE=smoke "$venv312/bin/python" -m pytest -q -m "not servers" "$@"
-else
-  echo "no Python 3.12 interpreter on this machine: skipping the Django 6 leg"
+}
+leg_bench() {
+  # Tiny sizes: checks each measure runs, not timings.
+  VENV="$VENV" scripts/bench.sh --quick --output "$work/bench-quick.json"
+}
+
+# Runs its legs one after the other, each with its own SQLite folder; prints
+# each leg's output when it ends (one at a time), records its time and
+# status. A failed leg does not stop the lane: the run shows every failure.
+lane() {
+  local leg rc begun failed=0
+  for leg in "$@"; do
+    begun=$SECONDS
+    mkdir -p "$work/$leg"
+    rc=0
+    RIVET_TEST_DB_DIR="$work/$leg" "leg_$leg" "${pytest_args[@]}" \
+      >"$work/$leg.log" 2>&1 || rc=$?
+    (
+      flock 9
+      printf '\n==> %s (%s, exit %s)\n' "$leg" "$(minutes $((SECONDS - begun)))" "$rc"
+      cat "$work/$leg.log"
+    ) 9>"$work/print.lock"
+    printf '%8s  %s%s\n' "$(minutes $((SECONDS - begun)))" "$leg" \
+      "$([ "$rc" = 0 ] || echo " FAILED (exit $rc)")" >>"$work/legs.txt"
+    [ "$rc" = 0 ] || failed=1
+  done
+  return $failed
+}
+
+step "the test legs, in two lanes (SQLite | PostgreSQL, Django 6, bench smoke run)"
+pytest_args=("$@")
+: >"$work/legs.txt"
+# Longest first; the second lane takes the rest in an order that keeps the
+# lanes about even (times of a quiet 2-core run in CONTRIBUTING.md).
+# Job control: each lane is a process group, so an interrupted run stops
+# both lanes and the tests they run (cleanup kills the groups).
+set -m
+lane sqlite_servers sqlite_rest &
+lane_a=$!
+lane postgresql django6 bench &
+lane_b=$!
+set +m
+rc_a=0
+rc_b=0
+wait "$lane_a" || rc_a=$?
+wait "$lane_b" || rc_b=$?
+printf '\n==> time per leg\n'
+cat "$work/legs.txt"
+if [ "$rc_a" != 0 ] || [ "$rc_b" != 0 ]; then
+  echo "a test leg failed (see its output above)"
+  exit 1
 fi
