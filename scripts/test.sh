@@ -109,7 +109,6 @@ for candidate in $candidates; do
     break
   fi
 done
-venv312=.venv-py312
 
 # The legs run in two lanes at once: most of a leg is waiting (for servers,
 # sockets, commits), so two of them share 2 cores well. Each leg has its own
@@ -136,14 +135,31 @@ leg_django6() {
     echo "no Python 3.12 interpreter on this machine: skipping the Django 6 leg"
     return 0
   fi
-  if [ ! -x "$venv312/bin/python" ] || [ pyproject.toml -nt "$venv312/.installed" ]; then
+  # The venv lives outside the checkout, keyed by pyproject.toml and at most
+  # a week old (a newer Django 6.x is picked up then): a fresh clone does not
+  # pay two minutes of pip for it. It may have been made from another
+  # checkout, so this one comes first on the path (PYTHONPATH, which
+  # subprocesses inherit too) and the leg prints where django_rivet is from.
+  local key venv312
+  key=$(sha256sum pyproject.toml | cut -c1-12)
+  venv312="${XDG_CACHE_HOME:-$HOME/.cache}/django-rivet/venv-py312-$key"
+  mkdir -p "$(dirname "$venv312")"
+  exec 8>"$venv312.lock"
+  flock 8 # another checkout's make test may be making it right now
+  if [ -n "$(find "$venv312/.installed" -mtime +7 2>/dev/null)" ]; then
+    rm -f "$venv312/.installed"
+  fi
+  if [ ! -f "$venv312/.installed" ]; then
+    rm -rf "$venv312"
     "$py312" -m venv "$venv312" || return $?
     "$venv312/bin/python" -m pip install -q --upgrade pip || return $?
     "$venv312/bin/python" -m pip install -q -e '.[postgres,redis,client,dev]' \
       'django>=6,<7' || return $?
     touch "$venv312/.installed"
   fi
-  "$venv312/bin/python" -c 'import django, sys; print("Python", sys.version.split()[0], "Django", django.get_version())' || return $?
+  exec 8>&-
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  "$venv312/bin/python" -c 'import django, django_rivet, sys; print("Python", sys.version.split()[0], "Django", django.get_version(), "django_rivet from", django_rivet.__path__[0])' || return $?
   RIVET_HOSTILE=smoke "$venv312/bin/python" -m pytest -q -m "not servers" "$@"
 }
 leg_bench() {
