@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from asgiref.sync import async_to_sync
 from django.db import Error as DatabaseError
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import events
 from ..conf import rivet_settings
@@ -133,8 +134,11 @@ class Invocation:
         started: float,
         created: bool,
         input: Any = None,
+        connection: BaseDatabaseWrapper | None = None,
     ) -> None:
         self.row = row
+        # The connection of the transaction the row is locked in.
+        self.connection = db.connection() if connection is None else connection
         self.actor_id: uuid.UUID = row.id
         self.key: tuple[str, ...] = tuple(row.key_parts)
         self.definition = definition
@@ -256,7 +260,7 @@ class Invocation:
                 return None
             conn = self._conns[conn_id] = self._conn_from_row(locked.conn)
             return conn
-        row = rows.fetch_conn(conn_id, self.actor_id, db.connection())
+        row = rows.fetch_conn(conn_id, self.actor_id, self.connection)
         if row is None:
             return None
         conn = self._conns[conn_id] = self._conn_from_row(row)
@@ -313,7 +317,9 @@ class Invocation:
             self.after_commit(events.publish, self.actor_id, logged)
         if state is not None or event_seq is not None:
             # The event log's writes ride along (one statement on PostgreSQL).
-            rows.update_row(self.actor_id, state, event_seq, before=log)
+            rows.update_row(
+                self.actor_id, state, event_seq, before=log, connection=self.connection
+            )
             if state is not None:
                 self.row.version += 1
         self.state_bytes = new_bytes

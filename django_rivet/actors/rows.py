@@ -358,6 +358,7 @@ def update_row(
     state: bytes | None,
     event_seq: int | None,
     before: Sequence[tuple[str, list[Any]]] = (),
+    connection: BaseDatabaseWrapper | None = None,
 ) -> None:
     """Write a new state (bumping the version) and/or event seq of a row.
 
@@ -365,14 +366,16 @@ def update_row(
     another writes (the event log's insert and trim). On PostgreSQL they
     ride in the same statement, as data-modifying ``WITH`` clauses: one
     round trip for all of an invocation's writes to the actor and its log.
+    ``connection``: the invocation's (django-rivet's database's by default).
     """
-    connection = db.connection()
+    if connection is None:
+        connection = db.connection()
     params: list[Any] = []
     if state is not None:
         params.append(state)
     if event_seq is not None:
         params.append(event_seq)
-    params.append(connection.ops.adapt_datetimefield_value(clock.now_datetime()))
+    params.append(now_param(connection))
     pk = ActorRow._meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(actor_id, connection))
@@ -391,6 +394,24 @@ def update_row(
         for statement, statement_params in before:
             cursor.execute(statement, statement_params)
         cursor.execute(sql, params)
+
+
+def now_param(connection: BaseDatabaseWrapper) -> Any:
+    """Return the current time as a ``DateTimeField`` parameter of ``connection``.
+
+    ``connection.ops.adapt_datetimefield_value(clock.now_datetime())``: on
+    SQLite with ``USE_TZ`` and a UTC connection (the usual case), the same
+    text built directly: every invocation's write needs it, and Django's
+    conversion (``make_naive``, settings reads) costs half as much again.
+    """
+    now = clock.now_datetime()
+    if (
+        connection.vendor == "sqlite"
+        and connection.timezone is not None  # None: USE_TZ is off
+        and connection.timezone_name == "UTC"
+    ):
+        return str(now.replace(tzinfo=None))
+    return connection.ops.adapt_datetimefield_value(now)
 
 
 def _build_update_sql(

@@ -313,6 +313,7 @@ def _invoke(
                 started,
                 not exists,
                 ref.input,
+                connection,
             )
             progress.user_code = True
             active_token = active_ids.set(active | {row.id})
