@@ -9,6 +9,7 @@ They run on django-rivet's database (:mod:`django_rivet.models.db`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import uuid
@@ -18,6 +19,7 @@ from typing import Any, Literal
 
 from django.db import IntegrityError
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 
 from .. import clock
 from ..exceptions import ActorNotFound, InvalidKey
@@ -214,6 +216,7 @@ def fetch_locked(
     lock_timeout_ms: int | None = None,
     connection: BaseDatabaseWrapper | None = None,
     conn_id: uuid.UUID | None = None,
+    cursor: CursorWrapper | None = None,
 ) -> LockedRow | None:
     """Lock and read the actor row of ``ref``; ``None`` if there is none.
 
@@ -223,6 +226,7 @@ def fetch_locked(
     ``lock_timeout_ms`` bounds the lock waits of the rest of the transaction,
     this one included -- set only if the row exists -- and the row of the
     calling connection ``conn_id`` is read in the same statement.
+    ``cursor``: one of ``connection``'s, to run it on (a new one by default).
     """
     if connection is None:
         connection = db.connection()
@@ -242,7 +246,7 @@ def fetch_locked(
     if bounded:
         params.append(f"{lock_timeout_ms}ms")
     sql = _locking_sql(connection, by_id, bounded, with_conn)
-    with connection.cursor() as cursor:
+    with _cursor(connection, cursor) as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
@@ -359,6 +363,7 @@ def update_row(
     event_seq: int | None,
     before: Sequence[tuple[str, list[Any]]] = (),
     connection: BaseDatabaseWrapper | None = None,
+    cursor: CursorWrapper | None = None,
 ) -> None:
     """Write a new state (bumping the version) and/or event seq of a row.
 
@@ -366,7 +371,8 @@ def update_row(
     another writes (the event log's insert and trim). On PostgreSQL they
     ride in the same statement, as data-modifying ``WITH`` clauses: one
     round trip for all of an invocation's writes to the actor and its log.
-    ``connection``: the invocation's (django-rivet's database's by default).
+    ``connection``: the invocation's (django-rivet's database's by default);
+    ``cursor``: one of its cursors to run on (a new one by default).
     """
     if connection is None:
         connection = db.connection()
@@ -385,7 +391,7 @@ def update_row(
         sql = _SQL[cache_key] = _build_update_sql(
             connection, state is not None, event_seq is not None
         )
-    with connection.cursor() as cursor:
+    with _cursor(connection, cursor) as cursor:
         if before and connection.vendor == "postgresql":
             clauses = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(before))
             first: list[Any] = [p for _, statement in before for p in statement]
@@ -394,6 +400,16 @@ def update_row(
         for statement, statement_params in before:
             cursor.execute(statement, statement_params)
         cursor.execute(sql, params)
+
+
+def _cursor(
+    connection: BaseDatabaseWrapper, cursor: CursorWrapper | None
+) -> contextlib.AbstractContextManager[CursorWrapper]:
+    # An invocation runs both of its statements on one cursor (making one
+    # costs about as much as running a statement on SQLite); it closes it.
+    if cursor is None:
+        return connection.cursor()
+    return contextlib.nullcontext(cursor)
 
 
 def now_param(connection: BaseDatabaseWrapper) -> Any:
