@@ -68,11 +68,15 @@ class ActorHandle:
         # holding the key now, "get_or_create": created again if destroyed),
         # or None: by actor_id.
         self._resolve = resolve
+        # Built once: a reference is immutable, and every call needs it.
+        self._call_ref = (
+            ActorRef(name=name, key=key, mode=resolve)
+            if resolve is not None
+            else ActorRef(actor_id=actor_id)
+        )
 
     def _ref(self) -> ActorRef:
-        if self._resolve is not None:
-            return ActorRef(name=self.name, key=self.key, mode=self._resolve)
-        return ActorRef(actor_id=self.actor_id)
+        return self._call_ref
 
     def _destroy_ref(self) -> ActorRef:
         if self._resolve is not None:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from asgiref.sync import async_to_sync
 from django.db import Error as DatabaseError
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 
 from .. import events
 from ..conf import rivet_settings
@@ -133,8 +135,14 @@ class Invocation:
         started: float,
         created: bool,
         input: Any = None,
+        connection: BaseDatabaseWrapper | None = None,
+        cursor: CursorWrapper | None = None,
     ) -> None:
         self.row = row
+        # The connection of the transaction the row is locked in, and the
+        # cursor that locked it (the state is written on it too), if open.
+        self.connection = db.connection() if connection is None else connection
+        self.cursor = cursor
         self.actor_id: uuid.UUID = row.id
         self.key: tuple[str, ...] = tuple(row.key_parts)
         self.definition = definition
@@ -256,7 +264,7 @@ class Invocation:
                 return None
             conn = self._conns[conn_id] = self._conn_from_row(locked.conn)
             return conn
-        row = rows.fetch_conn(conn_id, self.actor_id, db.connection())
+        row = rows.fetch_conn(conn_id, self.actor_id, self.connection)
         if row is None:
             return None
         conn = self._conns[conn_id] = self._conn_from_row(row)
@@ -313,7 +321,14 @@ class Invocation:
             self.after_commit(events.publish, self.actor_id, logged)
         if state is not None or event_seq is not None:
             # The event log's writes ride along (one statement on PostgreSQL).
-            rows.update_row(self.actor_id, state, event_seq, before=log)
+            rows.update_row(
+                self.actor_id,
+                state,
+                event_seq,
+                before=log,
+                connection=self.connection,
+                cursor=self.cursor,
+            )
             if state is not None:
                 self.row.version += 1
         self.state_bytes = new_bytes

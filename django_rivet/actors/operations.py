@@ -8,6 +8,7 @@ these are the ones the server-side client and the transport both use.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ class CallAction:
     @property
     def auth(self) -> AuthRequest:
         """Ask ``on_auth`` about this action."""
-        return AuthRequest("action", action=self.action)
+        return _action_auth(self.action)
 
     def prepare(self, definition: type[Actor]) -> None:
         """Find the action and check the arguments against its signature."""
@@ -87,6 +88,13 @@ class CallAction:
         assert self.spec is not None
         output = invocation.run_handler(self.spec, self.args)
         return checked_output(self.action, output, self.encoder)
+
+
+@functools.lru_cache(maxsize=1024)
+def _action_auth(action: str) -> AuthRequest:
+    # Asked twice per call (observability, the spine); the request is frozen,
+    # and an actor's actions are few.
+    return AuthRequest("action", action=action)
 
 
 def check_arguments(args: Any, where: str = "args") -> None:

@@ -9,6 +9,7 @@ They run on django-rivet's database (:mod:`django_rivet.models.db`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import uuid
@@ -18,6 +19,7 @@ from typing import Any, Literal
 
 from django.db import IntegrityError
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 
 from .. import clock
 from ..exceptions import ActorNotFound, InvalidKey
@@ -214,6 +216,7 @@ def fetch_locked(
     lock_timeout_ms: int | None = None,
     connection: BaseDatabaseWrapper | None = None,
     conn_id: uuid.UUID | None = None,
+    cursor: CursorWrapper | None = None,
 ) -> LockedRow | None:
     """Lock and read the actor row of ``ref``; ``None`` if there is none.
 
@@ -223,6 +226,7 @@ def fetch_locked(
     ``lock_timeout_ms`` bounds the lock waits of the rest of the transaction,
     this one included -- set only if the row exists -- and the row of the
     calling connection ``conn_id`` is read in the same statement.
+    ``cursor``: one of ``connection``'s, to run it on (a new one by default).
     """
     if connection is None:
         connection = db.connection()
@@ -242,7 +246,7 @@ def fetch_locked(
     if bounded:
         params.append(f"{lock_timeout_ms}ms")
     sql = _locking_sql(connection, by_id, bounded, with_conn)
-    with connection.cursor() as cursor:
+    with _cursor(connection, cursor) as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
@@ -358,6 +362,8 @@ def update_row(
     state: bytes | None,
     event_seq: int | None,
     before: Sequence[tuple[str, list[Any]]] = (),
+    connection: BaseDatabaseWrapper | None = None,
+    cursor: CursorWrapper | None = None,
 ) -> None:
     """Write a new state (bumping the version) and/or event seq of a row.
 
@@ -365,14 +371,17 @@ def update_row(
     another writes (the event log's insert and trim). On PostgreSQL they
     ride in the same statement, as data-modifying ``WITH`` clauses: one
     round trip for all of an invocation's writes to the actor and its log.
+    ``connection``: the invocation's (django-rivet's database's by default);
+    ``cursor``: one of its cursors to run on (a new one by default).
     """
-    connection = db.connection()
+    if connection is None:
+        connection = db.connection()
     params: list[Any] = []
     if state is not None:
         params.append(state)
     if event_seq is not None:
         params.append(event_seq)
-    params.append(connection.ops.adapt_datetimefield_value(clock.now_datetime()))
+    params.append(now_param(connection))
     pk = ActorRow._meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(actor_id, connection))
@@ -382,7 +391,7 @@ def update_row(
         sql = _SQL[cache_key] = _build_update_sql(
             connection, state is not None, event_seq is not None
         )
-    with connection.cursor() as cursor:
+    with _cursor(connection, cursor) as cursor:
         if before and connection.vendor == "postgresql":
             clauses = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(before))
             first: list[Any] = [p for _, statement in before for p in statement]
@@ -391,6 +400,34 @@ def update_row(
         for statement, statement_params in before:
             cursor.execute(statement, statement_params)
         cursor.execute(sql, params)
+
+
+def _cursor(
+    connection: BaseDatabaseWrapper, cursor: CursorWrapper | None
+) -> contextlib.AbstractContextManager[CursorWrapper]:
+    # An invocation runs both of its statements on one cursor (making one
+    # costs about as much as running a statement on SQLite); it closes it.
+    if cursor is None:
+        return connection.cursor()
+    return contextlib.nullcontext(cursor)
+
+
+def now_param(connection: BaseDatabaseWrapper) -> Any:
+    """Return the current time as a ``DateTimeField`` parameter of ``connection``.
+
+    ``connection.ops.adapt_datetimefield_value(clock.now_datetime())``: on
+    SQLite with ``USE_TZ`` and a UTC connection (the usual case), the same
+    text built directly: every invocation's write needs it, and Django's
+    conversion (``make_naive``, settings reads) costs half as much again.
+    """
+    now = clock.now_datetime()
+    if (
+        connection.vendor == "sqlite"
+        and connection.timezone is not None  # None: USE_TZ is off
+        and connection.timezone_name == "UTC"
+    ):
+        return str(now.replace(tzinfo=None))
+    return connection.ops.adapt_datetimefield_value(now)
 
 
 def _build_update_sql(

@@ -279,11 +279,12 @@ def _invoke(
     active = active_ids.get()
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
-        with db.atomic():
+        # One cursor for the invocation's own statements (lock, write).
+        with db.atomic(), connection.cursor() as cursor:
             bound = (
                 _lock_wait_ms(definition, started, connection) if outermost else None
             )
-            row = rows.fetch_locked(ref, bound, connection, origin.conn_id)
+            row = rows.fetch_locked(ref, bound, connection, origin.conn_id, cursor)
             exists = row is not None
             if row is None:
                 if bound is not None:
@@ -313,6 +314,8 @@ def _invoke(
                 started,
                 not exists,
                 ref.input,
+                connection,
+                cursor,
             )
             progress.user_code = True
             active_token = active_ids.set(active | {row.id})

@@ -178,7 +178,8 @@ class Observed:
         self.kind = kind
         self.label: str | None = operation.label
         self.actor = ""  # the resolved class's name: a bounded label
-        self.actor_id: str | None = None
+        # The id, not its text: formatted only if a span or log line wants it.
+        self.actor_id: uuid.UUID | None = None
         self.action = ""  # the action or queue handler, once known to exist
 
     @property
@@ -202,7 +203,7 @@ class Observed:
 
     def run(self, invocation: Any) -> Any:
         """Note the actor id, then run the operation."""
-        self.actor_id = str(invocation.actor_id)
+        self.actor_id = invocation.actor_id
         return self.operation.run(invocation)
 
 
@@ -344,7 +345,7 @@ def _finish(
         if observed.actor:
             attributes["rivet.actor.name"] = observed.actor
         if observed.actor_id is not None:
-            attributes["rivet.actor.id"] = observed.actor_id
+            attributes["rivet.actor.id"] = str(observed.actor_id)
         if observed.action:
             attributes["rivet.action"] = observed.action
         if error is not None:
@@ -358,7 +359,9 @@ def _finish(
             {
                 "kind": observed.kind,
                 "actor": observed.actor,
-                "actor_id": observed.actor_id,
+                "actor_id": None
+                if observed.actor_id is None
+                else str(observed.actor_id),
                 "action": observed.action,
                 "transport": origin.transport,
                 "outcome": outcome,

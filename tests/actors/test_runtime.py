@@ -1,9 +1,11 @@
 """The actor runtime: lifecycle, persisted state, atomicity, errors, sync/async."""
 
 import asyncio
+import datetime
 import re
 import threading
 import time
+import zoneinfo
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -22,8 +24,9 @@ from django_rivet import (
     UserError,
     action,
     actors,
+    clock,
 )
-from django_rivet.actors import cache, errors, spine
+from django_rivet.actors import cache, errors, rows, spine
 from django_rivet.actors.invocation import Origin
 from django_rivet.actors.kv import ActorKVStore
 from django_rivet.actors.operations import CallAction
@@ -31,7 +34,7 @@ from django_rivet.actors.rows import ActorRef
 from django_rivet.actors.spine import invoke
 from django_rivet.exceptions import InvalidKey, ReentrantCall
 from django_rivet.models import Actor as ActorRow
-from django_rivet.models import ActorEvent
+from django_rivet.models import ActorEvent, db
 from django_rivet.testing import freeze_time, register_temporarily, reset_actor_cache
 from tests.testapp.models import Note
 
@@ -686,3 +689,30 @@ def test_calls_by_id_to_a_loaded_actor_skip_the_name_lookup():
         assert handle.call("increment") == 2
     lookups = [q["sql"] for q in queries if q["sql"].startswith('SELECT "django_rivet')]
     assert lookups == []
+
+
+# -- the state write's timestamp (issue 29) ------------------------------------------
+def test_a_state_write_stamps_updated_at_with_the_clock():
+    handle = actors.get_or_create("counter", "stamped")
+    moment = datetime.datetime(2026, 12, 2, 11, 0, 0, 250_000, tzinfo=datetime.UTC)
+    with freeze_time(moment):
+        handle.call("increment")
+    assert ActorRow.objects.get(pk=handle.actor_id).updated_at == moment
+    with freeze_time(moment.replace(microsecond=0)):  # str() drops zero micros
+        handle.call("increment")
+    row = ActorRow.objects.get(pk=handle.actor_id)
+    assert row.updated_at == moment.replace(microsecond=0)
+
+
+@pytest.mark.parametrize("zone", [None, "Europe/Paris"])
+def test_now_param_is_what_django_adapts_the_time_to(monkeypatch, zone):
+    # The direct form on SQLite must match Django's conversion exactly, and
+    # any other connection time zone (or database) must get Django's own.
+    conn = db.connection()
+    if zone is not None:
+        monkeypatch.setattr(conn, "timezone_name", zone)
+        monkeypatch.setattr(conn, "timezone", zoneinfo.ZoneInfo(zone))
+    for moment in (1_796_209_200.25, 1_796_209_200.0, 1_796_209_200.000001):
+        with freeze_time(moment):
+            expected = conn.ops.adapt_datetimefield_value(clock.now_datetime())
+            assert rows.now_param(conn) == expected
