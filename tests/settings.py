@@ -121,3 +121,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_rivet": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# The suite creates many users; the default hasher's 1,000,000 rounds of
+# PBKDF2 would cost most of a second each (Django's advice for tests).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

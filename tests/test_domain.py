@@ -11,6 +11,7 @@ import datetime
 import decimal
 import fractions
 import threading
+import time
 import uuid
 
 import cbor2
@@ -92,8 +93,19 @@ def test_out_of_range_arguments_name_the_path_from_where():
 
 
 def test_only_walks_in_a_paced_thread_pause(monkeypatch):
+    # time.sleep is the process's: threads other tests left running (their
+    # invocation and feed threads) sleep for real and are not counted.
     pauses = []
-    monkeypatch.setattr(domain.time, "sleep", pauses.append)
+    sleep = time.sleep
+    walkers = {"plain", threading.current_thread().name}
+
+    def record(seconds):
+        if threading.current_thread().name in walkers:
+            pauses.append(threading.current_thread().name)
+        else:
+            sleep(seconds)
+
+    monkeypatch.setattr(domain.time, "sleep", record)
     big = [[0] * (domain.PACE_ITEMS + 1)]
     seen = {}
 
@@ -101,11 +113,11 @@ def test_only_walks_in_a_paced_thread_pause(monkeypatch):
         seen[name] = check_value(big)
 
     # A thread that never entered paced() reads the default (off).
-    thread = threading.Thread(target=walk, args=("plain",))
+    thread = threading.Thread(target=walk, args=("plain",), name="plain")
     thread.start()
     thread.join()
     assert pauses == []
     with paced():
         walk("paced")
-    assert pauses
+    assert pauses and set(pauses) == {threading.current_thread().name}
     assert seen["plain"] == seen["paced"] == domain.PACE_ITEMS + 2
