@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
+from django.db import connection  # noqa: F401 - read by the skipif condition
 
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
@@ -20,11 +21,16 @@ from tests.celery_app import app
 from tests.servers import celery_broker, celery_worker, kill9, server_env
 from tests.support.polling import wait_for
 
-# pg: the PostgreSQL leg runs this module (workers in other processes claim the same
-# rows).
+# pg, and PostgreSQL only: several worker processes claiming the same rows is
+# the production shape (docs/production.md: SQLite works for one process).
+# SQLite with one Celery worker beside daphne, as the quickstart's
+# production path runs, is tests/project/test_install_path.py's.
 pytestmark = [
     pytest.mark.pg,
     pytest.mark.servers,
+    pytest.mark.skipif(
+        "connection.vendor != 'postgresql'", reason="one process only on SQLite"
+    ),
     pytest.mark.django_db(transaction=True),
 ]
 
