@@ -193,7 +193,7 @@ lane() {
   return $failed
 }
 
-step "the test legs, in two lanes (SQLite servers, Django 6 | PostgreSQL, SQLite rest, bench smoke run)"
+step "the test legs, in two lanes (SQLite servers, Django 6, bench smoke run | PostgreSQL, SQLite rest)"
 pytest_args=("$@")
 : >"$work/legs.txt"
 # The two longest legs first, one per lane; the others in an order that
@@ -201,9 +201,9 @@ pytest_args=("$@")
 # Job control: each lane is a process group, so an interrupted run stops
 # both lanes and the tests they run (cleanup kills the groups).
 set -m
-lane sqlite_servers django6 &
+lane sqlite_servers django6 bench &
 lane_a=$!
-lane postgresql sqlite_rest bench &
+lane postgresql sqlite_rest &
 lane_b=$!
 set +m
 rc_a=0
