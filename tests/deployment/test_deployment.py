@@ -25,7 +25,6 @@ import tempfile
 
 import pytest
 import redis
-from django.db import connection  # noqa: F401 - read by the skipif condition
 
 from django_rivet import actors, workflows
 from django_rivet.client import Client
@@ -40,21 +39,13 @@ from tests.servers import (
     server_env,
     stop_process,
 )
-from tests.support.database import module_database
+from tests.support.database import SEVERAL_PROCESSES, module_database
 from tests.support.polling import await_for, wait_for
 from tests.testapp.models import StepRow
 
 # No django_db mark: the module's servers keep sweeping between tests, so
 # the database is flushed once, after they stopped (tests/support/database.py).
-# pg: the PostgreSQL leg runs this module (PostgreSQL only: several processes on one
-# database).
-pytestmark = [
-    pytest.mark.pg,
-    pytest.mark.servers,
-    pytest.mark.skipif(
-        "connection.vendor != 'postgresql'", reason="one process only on SQLite"
-    ),
-]
+pytestmark = SEVERAL_PROCESSES
 
 
 def celery(env, folder, *args, name):

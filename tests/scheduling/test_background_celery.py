@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
-from django.db import connection  # noqa: F401 - read by the skipif condition
 from django.test import override_settings
 
 from django_rivet import actors, workflows
@@ -37,24 +36,15 @@ from tests.servers import (
     server_env,
     stop_process,
 )
-from tests.support.database import module_database
+from tests.support.database import SEVERAL_PROCESSES, module_database
 from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
 # No per-test flush (tests/support/database.py): the workers keep claiming
 # rows between tests, so the database is flushed once, after they stopped.
 # Each test uses its own actor keys, queues and workflow names.
-# pg, and PostgreSQL only: several worker processes claiming the same rows is
-# the production shape (docs/production.md: SQLite works for one process).
-# SQLite with one Celery worker beside daphne, as the quickstart's
-# production path runs, is tests/project/test_install_path.py's.
-pytestmark = [
-    pytest.mark.pg,
-    pytest.mark.servers,
-    pytest.mark.skipif(
-        "connection.vendor != 'postgresql'", reason="one process only on SQLite"
-    ),
-]
+# Several worker processes on one database: PostgreSQL only.
+pytestmark = SEVERAL_PROCESSES
 
 
 @pytest.fixture(scope="module")

@@ -12,27 +12,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
-from django.db import connection  # noqa: F401 - read by the skipif condition
 
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Schedule, ScheduleStatus
 from tests.celery_app import app
 from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
 
-# pg, and PostgreSQL only: several worker processes claiming the same rows is
-# the production shape (docs/production.md: SQLite works for one process).
-# SQLite with one Celery worker beside daphne, as the quickstart's
-# production path runs, is tests/project/test_install_path.py's.
-pytestmark = [
-    pytest.mark.pg,
-    pytest.mark.servers,
-    pytest.mark.skipif(
-        "connection.vendor != 'postgresql'", reason="one process only on SQLite"
-    ),
-    pytest.mark.django_db(transaction=True),
-]
+# Several worker processes on one database: PostgreSQL only.
+pytestmark = [*SEVERAL_PROCESSES, pytest.mark.django_db(transaction=True)]
 
 
 def rings(actor_id):

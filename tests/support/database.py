@@ -18,6 +18,21 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+from django.db import connection
+
+#: The marks of a module whose servers are several processes claiming the same
+#: rows: the production shape, PostgreSQL only (docs/production.md: SQLite
+#: serves one process; SQLite with one Celery worker beside daphne, as the
+#: quickstart's production path runs, is tests/project/test_install_path.py's).
+SEVERAL_PROCESSES = [
+    pytest.mark.pg,
+    pytest.mark.servers,
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="one process only on SQLite"
+    ),
+]
+
 
 @contextlib.contextmanager
 def module_database(django_db_blocker: Any) -> Iterator[None]:

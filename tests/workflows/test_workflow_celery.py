@@ -15,7 +15,6 @@ import time
 
 import pytest
 import redis
-from django.db import connection  # noqa: F401 - read by the skipif condition
 
 from django_rivet import workflows
 from django_rivet.models import Workflow
@@ -28,21 +27,12 @@ from tests.servers import (
     server_env,
     stop_process,
 )
+from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
-# pg, and PostgreSQL only: several worker processes claiming the same rows is
-# the production shape (docs/production.md: SQLite works for one process).
-# SQLite with one Celery worker beside daphne, as the quickstart's
-# production path runs, is tests/project/test_install_path.py's.
-pytestmark = [
-    pytest.mark.pg,
-    pytest.mark.servers,
-    pytest.mark.skipif(
-        "connection.vendor != 'postgresql'", reason="one process only on SQLite"
-    ),
-    pytest.mark.django_db(transaction=True),
-]
+# Several worker processes on one database: PostgreSQL only.
+pytestmark = [*SEVERAL_PROCESSES, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
