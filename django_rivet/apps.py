@@ -10,6 +10,7 @@ imports them. The sweeper's steps and the worker's due work are listed in
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -34,6 +35,7 @@ class RivetConfig(AppConfig):
             observability,
         )
         from .actors import cache, client, registry, services, spine
+        from .models import db
         from .scheduling import cron, queues, schedules
         from .upkeep import worker
         from .workflows import client as workflows
@@ -50,6 +52,11 @@ class RivetConfig(AppConfig):
             queue=queues.QueueAPI,
             queue_sender=queues,
             workflows=workflows,
+        )
+        # Django's SQLite test database (in memory, shared cache) fails at
+        # once on a locked table; its statements wait as on a file instead.
+        connection_created.connect(
+            db.wait_for_shared_cache_locks, dispatch_uid="rivet_shared_cache_locks"
         )
         # Spans and counts of workflow steps, when an observability extra is in.
         observability.install()

@@ -61,9 +61,16 @@ _PG_BUSY = frozenset(
     }
 )
 _PG_UNDEFINED_TABLE = "42P01"
-# SQLite result codes (sqlite3 errors carry ``sqlite_errorname``).
-_SQLITE_BUSY = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
-_SQLITE_UNAVAILABLE = frozenset({"SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL"})
+# SQLite result codes (sqlite3 errors carry ``sqlite_errorname``), matched
+# with their extended codes: a table locked in a shared-cache database is
+# SQLITE_LOCKED_SHAREDCACHE, a failed write SQLITE_IOERR_WRITE.
+_SQLITE_BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
+_SQLITE_UNAVAILABLE = ("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL")
+
+
+def _sqlite_code(name: str) -> str:
+    """The primary result code of a (possibly extended) SQLite code name."""
+    return "_".join(name.split("_", 2)[:2])
 
 
 def _driver_error(exc: BaseException) -> BaseException:
@@ -93,7 +100,7 @@ def is_connection_failure(exc: BaseException) -> bool:
     error = _driver_error(exc)
     name = getattr(error, "sqlite_errorname", None)
     if name is not None:
-        return name in _SQLITE_UNAVAILABLE
+        return _sqlite_code(name) in _SQLITE_UNAVAILABLE
     if isinstance(exc, InterfaceError):
         # "the connection is closed", "connection already closed".
         return True
@@ -110,7 +117,7 @@ def _is_lock_failure(exc: BaseException) -> bool:
     error = _driver_error(exc)
     name = getattr(error, "sqlite_errorname", None)
     if name is not None:
-        return name in _SQLITE_BUSY
+        return _sqlite_code(name) in _SQLITE_BUSY
     return _is_postgresql(error) and _sqlstate(error) in _PG_BUSY
 
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import OperationalError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
 from django.db.transaction import Atomic
 
 from .actors import Actor
@@ -36,6 +38,7 @@ __all__ = [
     "in_invocation",
     "invoking",
     "on_commit",
+    "wait_for_shared_cache_locks",
 ]
 
 # True while an actor invocation's transaction is open in this context. That
@@ -96,3 +99,63 @@ def close_thread_connections(pool: ThreadPoolExecutor, threads: int) -> None:
 
     for future in [pool.submit(close) for _ in range(threads)]:
         future.result()
+
+
+# -- SQLite in memory: wait for table locks as SQLite waits for file locks ----------
+# Longest pause between two tries of a statement that found a table locked.
+_MAX_LOCK_PAUSE = 0.05
+
+
+def wait_for_shared_cache_locks(
+    sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any
+) -> None:
+    """Make statements on an in-memory SQLite database wait for table locks.
+
+    Connected to ``connection_created``. Django's test database for SQLite is
+    in memory, shared by the process's connections through SQLite's shared
+    cache (``file:memorydb_default?mode=memory&cache=shared``). There a
+    statement that finds a table locked by another connection fails at once
+    with "database table is locked" (``SQLITE_LOCKED_SHAREDCACHE``): the busy
+    timeout applies to file locks only. Actions run in threads with
+    connections of their own, so a test's socket and its actions, or two
+    actors' calls, would fail depending on timing. Such a statement is tried
+    again until the connection's ``timeout`` (``OPTIONS``, 5 s by default)
+    runs out, as it would wait on a database file; then the error propagates
+    (``actor/busy`` for an invocation). Databases on files are untouched.
+    """
+    if not isinstance(connection, SQLiteDatabaseWrapper):
+        return
+    if not connection.is_in_memory_db():
+        return
+    # connection_created fires at every reconnect of the same wrapper. Put
+    # first, so that execute_wrapper() blocks (which pop the last) keep theirs.
+    if _retry_locked_tables not in connection.execute_wrappers:
+        connection.execute_wrappers.insert(0, _retry_locked_tables)
+
+
+def _retry_locked_tables(
+    execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+) -> Any:
+    deadline: float | None = None
+    pause = 0.001
+    while True:
+        try:
+            return execute(sql, params, many, context)
+        except OperationalError as exc:
+            # An executemany() may have run some rows already: not retried.
+            if many or not _table_locked(exc):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                timeout = context["connection"].settings_dict["OPTIONS"].get("timeout")
+                deadline = now + (5.0 if timeout is None else float(timeout))
+            if now >= deadline:
+                raise
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, _MAX_LOCK_PAUSE)
+
+
+def _table_locked(exc: BaseException) -> bool:
+    error = exc.__cause__ if exc.__cause__ is not None else exc
+    name = getattr(error, "sqlite_errorname", None)
+    return isinstance(name, str) and name.startswith("SQLITE_LOCKED")

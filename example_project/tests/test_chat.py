@@ -1,4 +1,8 @@
+import threading
+import time
+
 import pytest
+from django.db import connection, transaction
 from django_rivet import UserError, actors
 from django_rivet.testing import RivetCommunicator
 
@@ -80,3 +84,36 @@ def test_http_callers_may_read_but_not_post(client):
 def test_server_side_code_posts_without_on_auth():
     room = actors.get_or_create("chatRoom", ["acme", "general"])
     assert room.call("post", "digest", "hello")["nickname"] == "digest"
+
+
+def test_a_call_waits_for_another_threads_transaction():
+    # The test database is SQLite in memory, whose shared cache fails a
+    # statement at once on a table another connection is writing ("database
+    # table is locked"): a socket saving its subscriptions while the room
+    # answered a call failed that way. django-rivet makes it wait, as SQLite
+    # waits on a database file.
+    room = actors.get_or_create("chatRoom", ["acme", "lobby"])
+    writing = threading.Event()
+
+    def write_and_hold():
+        try:
+            with transaction.atomic():
+                ChatMessage.objects.create(
+                    org="acme", room="other", nickname="eve", text="hi"
+                )
+                writing.set()
+                time.sleep(0.3)  # the call below starts meanwhile
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=write_and_hold)
+    writer.start()
+    assert writing.wait(10)
+    sent = room.call("post", "ann", "hello")
+    writer.join(10)
+    assert [m["text"] for m in room.call("recent")] == ["hello"]
+    assert sorted(ChatMessage.objects.values_list("text", flat=True)) == [
+        "hello",
+        "hi",
+    ]
+    assert sent["nickname"] == "ann"

@@ -9,6 +9,7 @@ PostgreSQL restart under load is in test_database_outage.py.
 import asyncio
 import io
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,9 +19,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core import checks
 from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
+from django.db.utils import ConnectionHandler
 from django.test import Client, override_settings
 
 from django_rivet import ActorBusy, StateTooLarge, actors
@@ -233,6 +235,57 @@ def test_the_lock_bound_never_leaks_into_a_callers_own_transaction():
     with connection.cursor() as cursor:
         cursor.execute("SHOW lock_timeout")
         assert cursor.fetchone()[0] == "0"
+
+
+# -- SQLite's shared cache: Django's in-memory test database --------------------------
+def shared_cache_database(name, timeout):
+    """A Django connection handler for one in-memory, shared-cache SQLite database."""
+    uri = f"file:{name}?mode=memory&cache=shared"
+    handler = ConnectionHandler(
+        {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": uri,
+                 "OPTIONS": {"timeout": timeout}}}
+    )  # fmt: skip
+    # Another connection to the same memory, holding the write lock when asked.
+    holder = sqlite3.connect(
+        uri, uri=True, isolation_level=None, check_same_thread=False
+    )
+    holder.execute("CREATE TABLE note (text TEXT)")
+    return handler, holder
+
+
+def test_in_a_shared_cache_a_statement_waits_for_the_table_lock():
+    handler, holder = shared_cache_database("rivet_waits", timeout=10)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO note VALUES ('first')")
+    release = threading.Timer(0.3, holder.execute, ["COMMIT"])
+    release.start()
+    try:
+        with handler["default"].cursor() as cursor:
+            # Without the wait: "database table is locked" at once.
+            cursor.execute("INSERT INTO note VALUES ('second')")
+            cursor.execute("SELECT text FROM note ORDER BY rowid")
+            assert cursor.fetchall() == [("first",), ("second",)]
+    finally:
+        release.join()
+        handler.close_all()
+        holder.close()
+
+
+def test_in_a_shared_cache_a_lock_held_past_the_timeout_is_actor_busy():
+    handler, holder = shared_cache_database("rivet_busy", timeout=0.2)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO note VALUES ('first')")
+    try:
+        with pytest.raises(OperationalError) as locked:
+            with handler["default"].cursor() as cursor:
+                cursor.execute("INSERT INTO note VALUES ('second')")
+    finally:
+        handler.close_all()
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert locked.value.__cause__.sqlite_errorname == "SQLITE_LOCKED_SHAREDCACHE"
+    # A lock failure, retryable: not an internal error in actor code.
+    assert public_error(locked.value).qualified_code == "actor/busy"
 
 
 # -- missing tables ------------------------------------------------------------------
