@@ -11,17 +11,14 @@ RUN_STAMP := $(VENV)/.installed-run
 .PHONY: run run-celery check-port superuser test test-fast bench lint format install clean dist docs
 
 $(STAMP): pyproject.toml
-	@echo "==> installing django-rivet and its dependencies into $(VENV) (first run: a minute or two)"
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check -e '.[postgres,redis,client,dev,docs]'
+	@echo "==> installing django-rivet and its dependencies into $(VENV)"
+	scripts/install.sh $(VENV) $(PYTHON) -e '.[postgres,redis,client,dev,docs]'
 	touch $(STAMP) $(RUN_STAMP)
 	@echo "==> installed into $(VENV)"
 
 $(RUN_STAMP): pyproject.toml
-	@echo "==> installing django-rivet into $(VENV) (first run: about a minute)"
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[redis,client]'
+	@echo "==> installing django-rivet into $(VENV)"
+	scripts/install.sh $(VENV) $(PYTHON) -e '.[redis,client]'
 	touch $(RUN_STAMP)
 	@echo "==> installed into $(VENV)"
 

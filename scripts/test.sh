@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The whole suite, as `make test` and CI run it.
-#
-# 1. lint (ruff, import-linter, mypy --strict), the strict docs build,
-#    migrations check, system checks;
-# 2. the legs, in two lanes at once (each leg has its own databases and
-#    servers; its output is printed whole when it ends):
-#    - pytest on SQLite, the tests that start real servers (marked
-#      `servers`), and the rest;
-#    - a throwaway PostgreSQL cluster and pytest on the tests whose behaviour
-#      depends on the database (marked `pg`); when Python 3.12 exists, a
-#      second venv with the newest Django 6.x and the SQLite suite without
-#      the real-server and `pg` tests; the benchmarks' smoke run (every
-#      measure at tiny sizes: each executes; no timing is checked).
+# The whole suite, as `make test` and CI run it: the legs below, in two
+# lanes at once (each leg has its own databases and servers; its output is
+# printed whole when it ends, and a table of the legs' times at the end):
+#   - static: ruff, import-linter, mypy --strict, the strict docs build,
+#     migrations check, system checks;
+#   - pytest on SQLite: the tests that start real servers (marked
+#     `servers`), and the rest;
+#   - a throwaway PostgreSQL cluster and pytest on the tests whose behaviour
+#     depends on the database (marked `pg`);
+#   - when Python 3.12 exists, a second venv with the newest Django 6.x and
+#     the SQLite suite without the real-server and `pg` tests;
+#   - the benchmarks' smoke run (every measure at tiny sizes: each executes;
+#     no timing is checked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,28 +63,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-step "ruff"
-"$VENV/bin/ruff" check django_rivet tests example_project bench
-"$VENV/bin/ruff" format --check django_rivet tests example_project bench
-
-step "import layers"
-"$VENV/bin/lint-imports"
-
-step "mypy (strict, see pyproject)"
-"$VENV/bin/mypy" django_rivet
-
-step "docs (strict: warnings are errors)"
-VENV="$VENV" scripts/docs.sh "$work/docs"
-
-step "migrations are up to date"
-"$PY" -m django makemigrations --check --dry-run --settings tests.settings --pythonpath .
-
-step "system checks"
-"$PY" -m django check --settings tests.settings --pythonpath .
-"$PY" example_project/manage.py check
-
 step "system packages (chromium, postgresql, redis-server)"
-# Installed once, here, so the two lanes below never run apt at the same time.
+# Installed once, here, so the lanes below never run apt at the same time.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -110,9 +90,32 @@ for candidate in $candidates; do
   fi
 done
 
-# The legs run in two lanes at once: most of a leg is waiting (for servers,
-# sockets, commits), so two of them share 2 cores well. Each leg has its own
-# SQLite folder, Redis and servers; its output is printed whole when it ends.
+# The legs run in two lanes at once: most of a leg waits (for servers,
+# sockets, commits), so two of them share 2 cores well; a third lane was
+# tried and made every leg slower (CPU is what bounds the run). Each leg has
+# its own SQLite folder, Redis and servers; its output is printed whole when
+# it ends.
+leg_static() {
+  # Every check runs, also after one failed: the log shows them all.
+  local rc=0
+  checked() {
+    local begun=$SECONDS name=$1
+    shift
+    printf '==> %s\n' "$name"
+    "$@" || rc=1
+    printf '    %s: %s\n' "$name" "$(minutes $((SECONDS - begun)))"
+  }
+  checked "ruff" "$VENV/bin/ruff" check django_rivet tests example_project bench
+  checked "ruff format" "$VENV/bin/ruff" format --check django_rivet tests example_project bench
+  checked "import layers" "$VENV/bin/lint-imports"
+  checked "mypy (strict, see pyproject)" "$VENV/bin/mypy" django_rivet
+  checked "docs (strict: warnings are errors)" env VENV="$VENV" scripts/docs.sh "$work/docs"
+  checked "migrations are up to date" "$PY" -m django makemigrations --check --dry-run \
+    --settings tests.settings --pythonpath .
+  checked "system checks" "$PY" -m django check --settings tests.settings --pythonpath .
+  checked "system checks (example project)" "$PY" example_project/manage.py check
+  return $rc
+}
 leg_sqlite_servers() {
   "$PY" -m pytest -q -m servers "$@"
 }
@@ -137,7 +140,7 @@ leg_django6() {
   fi
   # The venv lives outside the checkout, keyed by pyproject.toml and at most
   # a week old (a newer Django 6.x is picked up then): a fresh clone does not
-  # pay two minutes of pip for it. It may have been made from another
+  # pay for it. It may have been made from another
   # checkout, so this one comes first on the path (PYTHONPATH, which
   # subprocesses inherit too) and the leg prints where django_rivet is from.
   local key venv312
@@ -151,9 +154,7 @@ leg_django6() {
   fi
   if [ ! -f "$venv312/.installed" ]; then
     rm -rf "$venv312"
-    "$py312" -m venv "$venv312" || return $?
-    "$venv312/bin/python" -m pip install -q --upgrade pip || return $?
-    "$venv312/bin/python" -m pip install -q -e '.[postgres,redis,client,dev]' \
+    scripts/install.sh "$venv312" "$py312" -e '.[postgres,redis,client,dev]' \
       'django>=6,<7' || return $?
     touch "$venv312/.installed"
   fi
@@ -193,26 +194,26 @@ lane() {
   return $failed
 }
 
-step "the test legs, in two lanes (SQLite servers, Django 6, bench smoke run | PostgreSQL, SQLite rest)"
+step "the test legs, in two lanes (SQLite servers, Django 6, bench smoke run | static checks, PostgreSQL, SQLite rest)"
 pytest_args=("$@")
 : >"$work/legs.txt"
-# The two longest legs first, one per lane; the others in an order that
-# keeps the lanes about even (per-leg times in CONTRIBUTING.md).
+# The longest leg first in each lane, the others in an order that keeps the
+# lanes about even (per-leg times in CONTRIBUTING.md); the static checks
+# first of all, so that their failures show early.
 # Job control: each lane is a process group, so an interrupted run stops
 # both lanes and the tests they run (cleanup kills the groups).
 set -m
 lane sqlite_servers django6 bench &
 lane_a=$!
-lane postgresql sqlite_rest &
+lane static postgresql sqlite_rest &
 lane_b=$!
 set +m
-rc_a=0
-rc_b=0
-wait "$lane_a" || rc_a=$?
-wait "$lane_b" || rc_b=$?
+rc=0
+wait "$lane_a" || rc=1
+wait "$lane_b" || rc=1
 printf '\n==> time per leg\n'
 cat "$work/legs.txt"
-if [ "$rc_a" != 0 ] || [ "$rc_b" != 0 ]; then
+if [ "$rc" != 0 ]; then
   echo "a test leg failed (see its output above)"
   exit 1
 fi

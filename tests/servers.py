@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -247,6 +248,7 @@ def celery_worker(
         yield proc
     finally:
         stop_process(proc, timeout=12)
+        shutil.rmtree(folder, ignore_errors=True)  # 200 of them a run otherwise
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 
 The package is what users get: the sdist and wheel ``make dist`` builds
 (``python -m build``, once per module), the wheel installed by the page's
-``pip install`` line into a fresh virtualenv -- not the source tree, which
-is never on that interpreter's path. The page's shell commands then run as
+``pip install`` line (through uv's pip interface when the suite's venv
+has uv) into a fresh virtualenv -- not the source tree, which is never on
+that interpreter's path. The page's shell commands then run as
 written with that virtualenv's programs, its code blocks are written to the
 files their first line names, and the commands and outputs it shows are
 checked against a real server: ``runserver`` (daphne's) for development,
@@ -104,15 +105,26 @@ def python(tmp_path_factory) -> Path:
 
 
 def pip_install(command: list[str], python: Path, wheel: Path) -> None:
-    """Run section 1's ``pip install <wheel>[extras]`` with the built wheel."""
+    """Run section 1's ``pip install <wheel>[extras]`` with the built wheel.
+
+    With uv's pip interface when the suite's venv has it (``make`` installs
+    it): the same requirement, resolved from the wheel's metadata against
+    the same index, in a few seconds instead of pip's ~25. Compiled as
+    pip compiles (the servers would compile every module they import at
+    each start where ``PYTHONDONTWRITEBYTECODE`` is set).
+    """
     [requirement] = command[2:]
     found = re.fullmatch(r".*/dist/django_rivet-[^/]*\.whl(\[[\w,]+\])", requirement)
     assert found, f"section 1 does not install the built wheel: {requirement}"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-         "--disable-pip-version-check", f"{wheel}{found.group(1)}"],
-        check=True,
-    )  # fmt: skip
+    target = f"{wheel}{found.group(1)}"
+    uv = Path(sys.executable).parent / "uv"
+    if uv.exists():
+        installer = [str(uv), "pip", "install", "-q", "--compile-bytecode",
+                     "--python", str(python)]  # fmt: skip
+    else:
+        installer = [sys.executable, "-m", "pip", "--python", str(python), "install",
+                     "-q", "--disable-pip-version-check"]  # fmt: skip
+    subprocess.run([*installer, target], check=True)
 
 
 # -- doing what it says ---------------------------------------------------------------
