@@ -262,8 +262,12 @@ class DjangoDriver:
     def _upsert(self, writes: Iterable[KVWrite]) -> None:
         connection = db.connection()
         # Last write wins within one batch (PostgreSQL refuses to update one
-        # row twice in a single INSERT ... ON CONFLICT).
-        pairs = {bytes(key): bytes(value) for key, value in writes}
+        # row twice in a single INSERT ... ON CONFLICT). The engine's keys
+        # and values are bytes already: dict() takes them as they are.
+        try:
+            pairs = dict(writes)
+        except TypeError:  # an unhashable key (a bytearray)
+            pairs = {bytes(key): bytes(value) for key, value in writes}
         if not pairs:
             return
         if connection.vendor not in _RAW_SQL_VENDORS:
@@ -283,9 +287,10 @@ class DjangoDriver:
         with connection.cursor() as cursor:
             for start in range(0, len(items), _UPSERT_ROWS):
                 chunk = items[start : start + _UPSERT_ROWS]
-                params: list[Any] = []
-                for key, value in chunk:
-                    params += (self.workflow_id, key, value)
+                workflow_id = self.workflow_id
+                params = [
+                    item for key, value in chunk for item in (workflow_id, key, value)
+                ]
                 cursor.execute(_upsert_sql(connection.vendor, len(chunk)), params)
 
     def _fenced(self, fn: Callable[..., Any], *args: Any) -> Any:

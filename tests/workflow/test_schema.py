@@ -248,6 +248,21 @@ def test_version_3_writes_names_entries_and_metadata_as_compact_arrays():
             assert record["v"] == 3 and isinstance(record["type"], str), path.stem
 
 
+@given(st.text(max_size=300) | st.sampled_from(["x" * 65535, "x" * 65536, "é" * 40000]))
+@settings(max_examples=200, deadline=None)
+def test_a_name_slot_is_cbor2s_encoding_of_the_version_and_the_name(name):
+    # encode_name writes the bytes itself (a flush writes one per new name):
+    # they must be the ones cbor2 writes, or old readers would not decode them.
+    try:
+        expected = cbor2.dumps([schema.SCHEMA_VERSION, name])
+    except Exception as refused:  # a lone surrogate
+        with pytest.raises(type(refused)):
+            schema.encode_name(name)
+        return
+    assert schema.encode_name(name) == expected
+    assert schema.decode_name(expected) == name
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_every_version_decodes_the_same_records(version):
     # What each version stored means the same thing in the current model.
