@@ -96,8 +96,10 @@ done
 # its own SQLite folder, Redis and servers; its output is printed whole when
 # it ends.
 leg_static() {
-  # Every check runs, also after one failed: the log shows them all.
-  local rc=0
+  # Every check runs, also after one failed: the log shows them all. The
+  # docs build (the longest, with mypy) runs beside the others; its output
+  # follows theirs.
+  local rc=0 docs_rc=0 docs_pid
   checked() {
     local begun=$SECONDS name=$1
     shift
@@ -105,15 +107,25 @@ leg_static() {
     "$@" || rc=1
     printf '    %s: %s\n' "$name" "$(minutes $((SECONDS - begun)))"
   }
+  (
+    begun=$SECONDS status=0
+    printf '==> docs (strict: warnings are errors)\n'
+    VENV="$VENV" scripts/docs.sh "$work/docs" || status=$?
+    printf '    docs (strict: warnings are errors): %s\n' "$(minutes $((SECONDS - begun)))"
+    exit $status
+  ) >"$work/docs.log" 2>&1 &
+  docs_pid=$!
   checked "ruff" "$VENV/bin/ruff" check django_rivet tests example_project bench
   checked "ruff format" "$VENV/bin/ruff" format --check django_rivet tests example_project bench
   checked "import layers" "$VENV/bin/lint-imports"
   checked "mypy (strict, see pyproject)" "$VENV/bin/mypy" django_rivet
-  checked "docs (strict: warnings are errors)" env VENV="$VENV" scripts/docs.sh "$work/docs"
   checked "migrations are up to date" "$PY" -m django makemigrations --check --dry-run \
     --settings tests.settings --pythonpath .
   checked "system checks" "$PY" -m django check --settings tests.settings --pythonpath .
   checked "system checks (example project)" "$PY" example_project/manage.py check
+  wait "$docs_pid" || docs_rc=$?
+  cat "$work/docs.log"
+  [ "$docs_rc" = 0 ] || rc=1
   return $rc
 }
 leg_sqlite_servers() {
@@ -194,18 +206,18 @@ lane() {
   return $failed
 }
 
-step "the test legs, in two lanes (SQLite servers, Django 6, bench smoke run | static checks, PostgreSQL, SQLite rest)"
+step "the test legs, in two lanes (static checks, SQLite servers, Django 6 | bench smoke run, PostgreSQL, SQLite rest)"
 pytest_args=("$@")
 : >"$work/legs.txt"
-# The longest leg first in each lane, the others in an order that keeps the
-# lanes about even (per-leg times in CONTRIBUTING.md); the static checks
-# first of all, so that their failures show early.
+# The legs in an order that keeps the lanes about even (per-leg times in
+# CONTRIBUTING.md), the short ones first, so that the static checks' and
+# the benchmarks' failures show early.
 # Job control: each lane is a process group, so an interrupted run stops
 # both lanes and the tests they run (cleanup kills the groups).
 set -m
-lane sqlite_servers django6 bench &
+lane static sqlite_servers django6 &
 lane_a=$!
-lane static postgresql sqlite_rest &
+lane bench postgresql sqlite_rest &
 lane_b=$!
 set +m
 rc=0

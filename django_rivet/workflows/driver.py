@@ -284,10 +284,10 @@ class DjangoDriver:
         # The hot path (one statement per step): prepared SQL, no model
         # instances. Both backends speak INSERT ... ON CONFLICT DO UPDATE.
         items = list(pairs.items())
+        workflow_id = self.workflow_id
         with connection.cursor() as cursor:
             for start in range(0, len(items), _UPSERT_ROWS):
                 chunk = items[start : start + _UPSERT_ROWS]
-                workflow_id = self.workflow_id
                 params = [
                     item for key, value in chunk for item in (workflow_id, key, value)
                 ]
