@@ -9,7 +9,7 @@
 # PYTHONDONTWRITEBYTECODE is set (CI here), every process would otherwise
 # compile what it imports, each time it starts. uv is installed into the
 # venv itself, by pip; when that cannot be had (an offline index without
-# it), pip installs everything as before.
+# it) or uv fails, pip installs everything as before.
 set -euo pipefail
 venv=$1
 python=$2
@@ -17,10 +17,10 @@ shift 2
 
 test -x "$venv/bin/python" || "$python" -m venv "$venv"
 if "$venv/bin/python" -m pip install -q --disable-pip-version-check uv >/dev/null 2>&1 \
-  && "$venv/bin/uv" --version >/dev/null 2>&1; then
-  "$venv/bin/uv" pip install -q --compile-bytecode --python "$venv/bin/python" "$@"
-else
-  echo "uv is not available: installing with pip (a minute or two)"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  "$venv/bin/python" -m pip install --disable-pip-version-check "$@"
+  && "$venv/bin/uv" pip install -q --compile-bytecode --python "$venv/bin/python" "$@"; then
+  exit 0
 fi
+# No uv, or uv could not install (an index only pip is configured for).
+echo "installing with pip instead of uv (a minute or two)"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+"$venv/bin/python" -m pip install --disable-pip-version-check "$@"
