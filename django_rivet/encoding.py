@@ -77,6 +77,7 @@ __all__ = [
     "adecode",
     "adecode_message",
     "cbor_dumps",
+    "cbor_head",
     "cbor_loads",
     "check_depth",
     "check_value",
@@ -268,19 +269,26 @@ def encode_value(value: Any, encoding: Encoding, where: str = "output") -> bytes
     return json_dumps(value).encode("utf-8")
 
 
-def _cbor_head(major: int, length: int) -> bytes:
+def cbor_head(major: int, length: int) -> bytes:
+    """The head of a CBOR item of major type ``major`` and ``length``.
+
+    The shortest form, as cbor2 writes it (for strings, arrays and maps whose
+    bodies are assembled by hand).
+    """
     if length < 24:
         return bytes((major << 5 | length,))
     if length < 0x100:
         return bytes((major << 5 | 24, length))
     if length < 0x10000:
         return bytes((major << 5 | 25,)) + length.to_bytes(2, "big")
-    return bytes((major << 5 | 26,)) + length.to_bytes(4, "big")
+    if length < 0x100000000:
+        return bytes((major << 5 | 26,)) + length.to_bytes(4, "big")
+    return bytes((major << 5 | 27,)) + length.to_bytes(8, "big")
 
 
 def cbor_map(items: list[tuple[str, bytes]]) -> bytes:
     """Assemble a CBOR map from string keys and already-encoded values."""
-    return _cbor_head(5, len(items)) + b"".join(
+    return cbor_head(5, len(items)) + b"".join(
         _cbor_checked(key) + value for key, value in items
     )
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..encoding import cbor_head
 from . import keys
 from .cbor import check_storable, check_value, dumps, loads, roundtrip
 from .errors import SchemaError
@@ -402,25 +403,11 @@ def encode_name(name: str) -> bytes:
         text = name.encode()
     except UnicodeEncodeError:  # a lone surrogate: cbor2 says what is wrong
         return dumps([SCHEMA_VERSION, name])
-    return _NAME_HEAD + _text_head(len(text)) + text
+    return _NAME_HEAD + cbor_head(3, len(text)) + text  # 3: a text string
 
 
 # A two-item array, then the version (an unsigned int below 24: one byte).
-_NAME_HEAD = bytes([0x82, SCHEMA_VERSION])
-assert SCHEMA_VERSION < 24
-
-
-def _text_head(length: int) -> bytes:
-    """The head of a CBOR text string of ``length`` bytes (major type 3)."""
-    if length < 24:
-        return bytes([0x60 + length])
-    if length < 0x100:
-        return bytes([0x78, length])
-    if length < 0x10000:
-        return b"\x79" + length.to_bytes(2, "big")
-    if length < 0x100000000:
-        return b"\x7a" + length.to_bytes(4, "big")
-    return b"\x7b" + length.to_bytes(8, "big")
+_NAME_HEAD = cbor_head(4, 2) + cbor_head(0, SCHEMA_VERSION)
 
 
 def decode_name(data: bytes) -> str:
