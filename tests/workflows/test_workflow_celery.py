@@ -144,6 +144,14 @@ def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
             pk__in=[h.workflow_id for h in handles], status="completed"
         ).count()
 
+    def holding(workers) -> list[int]:
+        """The workers (by index) running one of these workflows right now."""
+        owners = Workflow.objects.filter(
+            pk__in=[h.workflow_id for h in handles], status="running"
+        ).values_list("lease_owner", flat=True)
+        pids = {int(owner.rsplit(":", 1)[1]) for owner in owners if owner}
+        return [n for n, worker in enumerate(workers) if worker.pid in pids]
+
     kills = []
     with contextlib.ExitStack() as stack:
         # The sweep runs in a beat of its own: a worker's embedded beat is a
@@ -154,10 +162,12 @@ def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
         ]
         wait_for(lambda: log.exists(), what="a first step")
         while len(kills) < 5:
-            # A random point, not a wait: after a restart the new worker
-            # boots (~2 s), then both are busy with one workflow each.
+            # A random point in a running workflow: a worker that holds a
+            # lease (a restarted one boots first, for seconds on a busy
+            # machine; killing it idle interrupted nothing).
             time.sleep(rng.uniform(1.5, 4.0))
-            victim = rng.randrange(len(workers))
+            busy = wait_for(lambda: holding(workers), what=f"a busy worker ({seed=})")
+            victim = rng.choice(busy)
             done = finished()
             kill9(workers[victim])
             kills.append((victim, done))
