@@ -293,6 +293,66 @@ def test_lazy_records_decode_on_first_use_and_keep_what_was_assigned():
     assert old.raw is None and old.data == entry.data
 
 
+def _entry_fixtures() -> list[tuple[int, str]]:
+    return [
+        (version, path.stem)
+        for version in (1, 2, 3)
+        for path in sorted((FIXTURES / f"v{version}").glob("entry_*.cbor"))
+    ]
+
+
+def _same(entry, other) -> bool:
+    return (entry.id, entry.seq, entry.kind, entry.location, entry.data) == (
+        other.id,
+        other.seq,
+        other.kind,
+        other.location,
+        other.data,
+    ) and not entry.dirty
+
+
+def test_decoding_a_loaded_history_at_once_gives_each_record_alone():
+    # Every entry fixture of every version, mixed, in one call: the same
+    # entries as decoding each record alone.
+    found = _entry_fixtures()
+    records = [fixture(version, name) for version, name in found]
+    locations = [(index,) for index in range(len(records))]
+    entries = schema.decode_entries(records, locations)
+    assert len(entries) == len(records) > 40
+    for entry, data, location in zip(entries, records, locations, strict=True):
+        assert _same(entry, schema.decode_entry(data, location))
+    # Version-3 records are decoded now, not left for later.
+    assert all(entry.raw is None for entry in entries)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x85\x03",  # truncated: it would swallow the next record
+        b"\xff",  # a stray break would end the joined array early
+        cbor2.dumps([3, "e", 1, "step", {"x": 1}]) + b"\x01",  # trailing bytes
+        cbor2.dumps([3, "e", 1, "step", {"x": 1}])[:-1],  # cut short
+    ],
+)
+def test_one_broken_record_among_many_decodes_as_it_does_alone(bad):
+    good = fixture(3, "entry_step")
+    records, locations = [good, bad, good], [(0,), (1,), (2,)]
+
+    def outcome(decode):
+        try:
+            entries = decode()
+            return [(e.id, e.seq, e.kind, e.location, e.data) for e in entries]
+        except SchemaError as error:
+            return str(error)
+
+    alone = outcome(
+        lambda: [
+            schema.lazy_entry(d, at) for d, at in zip(records, locations, strict=True)
+        ]
+    )
+    assert outcome(lambda: schema.decode_entries(records, locations)) == alone
+
+
 def test_unknown_versions_and_wrong_record_types_are_refused():
     with pytest.raises(SchemaError, match="version"):
         schema.decode_name(cbor2.dumps({"v": 99, "type": "name", "name": "x"}))

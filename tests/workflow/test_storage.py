@@ -362,3 +362,53 @@ async def test_a_new_entry_inside_a_pending_range_delete_survives_it(clock):
     reloaded = await Storage.load(driver)
     assert old.location not in reloaded.entries
     assert reloaded.entries[new.location].data == {"output": "new"}
+
+
+async def _loaded(kv: dict[bytes, bytes]) -> Storage:
+    driver = InMemoryDriver()
+    for key, value in kv.items():
+        await driver.set(key, value)
+    return await Storage.load(driver)
+
+
+async def test_loading_keeps_name_slots_where_they_were():
+    storage = await _loaded(
+        {
+            keys.name_key(0): schema.encode_name("a"),
+            keys.name_key(2): schema.encode_name("c"),  # slot 1 lost
+            keys.name_key(3): schema.encode_name("a"),  # a name twice
+        }
+    )
+    assert storage.names == ["a", "#1", "c", "a"]
+    assert storage.name_index("a") == 0 and storage.name_index("c") == 2
+    assert storage.register_name("d") == 4
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_loading_pauses_the_garbage_collector_and_leaves_it_as_it_was(
+    enabled, monkeypatch
+):
+    import gc
+
+    seen = []
+    decode = schema.decode_entries
+
+    def spy(records, locations):
+        seen.append(gc.isenabled())
+        return decode(records, locations)
+
+    monkeypatch.setattr(schema, "decode_entries", spy)
+    name = schema.encode_name("s")
+    entry = schema.Entry("e1", "step", (0,), 1, {"output": 1})
+    kv = {keys.name_key(0): name, keys.entry_key((0,)): schema.encode_entry(entry)}
+    was = gc.isenabled()
+    if not enabled:
+        gc.disable()
+    try:
+        storage = await _loaded(kv)
+        assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
+    assert seen == [False]
+    assert storage.entries[(0,)].data == {"output": 1}
