@@ -87,7 +87,7 @@ class WorkflowContext:
         transactional step is not cut off by ``timeout``: abandoning it could
         not stop its commit, so the database bounds it instead.
         """
-        options = steps.StepOptions(
+        options = steps.step_options(
             max_retries,
             retry_backoff_base,
             retry_backoff_max,

@@ -444,3 +444,21 @@ async def test_a_storage_outage_propagates_instead_of_failing_the_workflow(clock
     outcome = await run_workflow("wf-1", wf, None, driver)
     assert outcome.output == "done"
     assert calls == ["one", "one", "two"]  # the unacknowledged step ran again
+
+
+def test_steps_with_the_same_options_share_them_and_handlers_are_not_kept():
+    from django_rivet.workflow.steps import StepOptions, step_options
+
+    defaults = (3, 0.1, 30, 30, False, None, False, False)
+    assert step_options(*defaults) is step_options(*defaults)
+    assert step_options(*defaults) == StepOptions()
+    assert step_options(5, 0.1, 30, 30, False, None, False, False).max_retries == 5
+
+    def undo(output):
+        return None
+
+    with_handler = (3, 0.1, 30, 30, False, undo, False, False)
+    assert step_options(*with_handler).rollback is undo
+    assert step_options(*with_handler) is not step_options(*with_handler)
+    unhashable = step_options(3, 0.1, 30, [30], False, None, False, False)
+    assert unhashable.timeout == [30]
