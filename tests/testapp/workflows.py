@@ -329,3 +329,12 @@ async def asks_another(ctx, input):
         return target.request("approve", {"by": ctx.workflow_id}, timeout=20)
 
     return await ctx.step("ask", ask, max_retries=0)
+
+
+@workflow(name="listener")
+async def listener(ctx, input):
+    """Takes "ping" messages one at a time, forever; each wake-up replays them."""
+    index = 0
+    while True:
+        await ctx.messages.next(f"ping-{index}", names=["ping"])
+        index += 1

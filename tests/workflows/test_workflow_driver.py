@@ -8,10 +8,14 @@ so ``make test`` checks it on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
+from django_rivet import workflows
 from django_rivet.clock import freeze_time
-from django_rivet.models import Workflow, WorkflowKV
+from django_rivet.models import Workflow, WorkflowKV, WorkflowMessage
+from django_rivet.testing import run_until_idle
 from django_rivet.workflow import StorageError, StorageLimitError, keys
 from django_rivet.workflows import leases
 from django_rivet.workflows.driver import (
@@ -184,3 +188,41 @@ def test_kv_rows_go_with_their_workflow(clock):
     WorkflowKV.objects.create(workflow_id="wf-gone", key=k(1), value=b"x")
     Workflow.objects.filter(pk="wf-gone").delete()
     assert not WorkflowKV.objects.exists()
+
+
+def _message_deletes(queries) -> list[str]:
+    table = WorkflowMessage._meta.db_table
+    return [
+        query["sql"]
+        for query in queries
+        if query["sql"].startswith("DELETE") and table in query["sql"]
+    ]
+
+
+def test_a_wake_up_completes_only_the_messages_still_in_the_inbox(clock):
+    # Every wake-up replays the messages history received; before, each one
+    # was completed again: one DELETE per message ever received, per run.
+    handle = workflows.start("listener")
+    assert run_until_idle(handle) == "sleeping"
+    for index in range(5):
+        handle.send("ping", index)
+        assert run_until_idle(handle) == "sleeping"
+    handle.send("ping", 5)
+    with CaptureQueriesContext(connection) as queries:
+        assert run_until_idle(handle) == "sleeping"
+    assert len(_message_deletes(queries.captured_queries)) == 1  # the new one
+    assert not WorkflowMessage.objects.filter(workflow_id=handle.workflow_id).exists()
+
+
+def test_a_received_message_whose_completion_was_lost_is_completed_by_the_replay(clock):
+    handle = workflows.start("listener")
+    assert run_until_idle(handle) == "sleeping"
+    handle.send("ping", 1)
+    lost = WorkflowMessage.objects.get(workflow_id=handle.workflow_id)
+    assert run_until_idle(handle) == "sleeping"
+    # The run recorded it, then its completion was lost (a crash in between):
+    # the row is back in the inbox.
+    lost.save(force_insert=True)
+    handle.send("ping", 2)
+    assert run_until_idle(handle) == "sleeping"
+    assert not WorkflowMessage.objects.filter(workflow_id=handle.workflow_id).exists()
