@@ -538,6 +538,8 @@ class DjangoDriver:
             pk = int(id)
         except (TypeError, ValueError):
             return
+        if self._inbox is not None and pk not in self._inbox:
+            return
 
         def complete() -> None:
             rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
