@@ -106,6 +106,23 @@ def _renew_sql(vendor: str, stop_on_cancel: bool) -> str:
 
 
 @functools.cache
+def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
+    connection = db.connection()
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT 1 FROM {quote(Workflow._meta.db_table)} "
+        f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
+    )
+    if stop_on_cancel:
+        sql += f" AND NOT {quote('cancel_requested')}"
+    if vendor == "postgresql":
+        # Lock the row as the renewal's UPDATE would, without a new version
+        # of it: a claim or a cancel waits for this transaction.
+        sql += " FOR NO KEY UPDATE"
+    return sql
+
+
+@functools.cache
 def _upsert_sql(vendor: str, rows: int) -> str:
     connection = db.connection()
     quote = connection.ops.quote_name
@@ -204,6 +221,9 @@ class DjangoDriver:
         # first completion, then every message received is added. A
         # completion of an id not in it is a no-op (see complete_message).
         self._inbox: set[int] | None = None
+        # When this driver last renewed the lease in a committed write
+        # (clock seconds), or None: see _fenced.
+        self._renewed_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -298,9 +318,51 @@ class DjangoDriver:
                 cursor.execute(_upsert_sql(connection.vendor, len(chunk)), params)
 
     def _fenced(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run the writes ``fn(*args)`` in a transaction fenced by the lease.
+
+        Renewing the lease rewrites the workflow row and its lease index in
+        every write transaction (a new version of a hot row on PostgreSQL;
+        on SQLite two more pages in each commit). So a write within a third
+        of the lease time of this driver's last renewal (the heartbeat's
+        interval; the heartbeat keeps the lease alive meanwhile) only checks
+        the lease row in its transaction: on PostgreSQL first, locking the
+        row (``FOR NO KEY UPDATE``: a claim or a cancel waits for this
+        transaction, as it waited for the renewal's UPDATE); on SQLite after
+        the writes, which took the database's write lock, so that the check
+        reads what no one can change before the commit. A lost lease raises
+        :class:`LeaseLost` and the transaction rolls back: nothing lands.
+        """
+        if self._renewed_at is not None and self.lease_token is not None:
+            connection = db.connection()
+            if (
+                connection.vendor in _RAW_SQL_VENDORS
+                and clock.now() - self._renewed_at < self.lease_seconds / 3
+            ):
+                with db.atomic():
+                    if connection.vendor == "postgresql":
+                        self._check_lease(connection)
+                        return fn(*args)
+                    output = fn(*args)
+                    self._check_lease(connection)
+                return output
+        renewing = clock.now()
         with db.atomic():
             self.renew_lease()
-            return fn(*args)
+            output = fn(*args)
+        self._renewed_at = renewing  # only once it committed
+        return output
+
+    def _check_lease(self, connection: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _check_sql(connection.vendor, self.stop_on_cancel),
+                [self.workflow_id, self.lease_token],
+            )
+            held = cursor.fetchone()
+        if held is None:
+            raise LeaseLost(
+                f"Workflow {self.workflow_id!r} is no longer leased to this run"
+            )
 
     # KV --------------------------------------------------------------------------
 

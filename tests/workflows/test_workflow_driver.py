@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_rivet import workflows
-from django_rivet.clock import freeze_time
+from django_rivet.clock import freeze_time, to_datetime
 from django_rivet.models import Workflow, WorkflowKV, WorkflowMessage
 from django_rivet.testing import run_until_idle
 from django_rivet.workflow import StorageError, StorageLimitError, keys
@@ -226,3 +226,66 @@ def test_a_received_message_whose_completion_was_lost_is_completed_by_the_replay
     handle.send("ping", 2)
     assert run_until_idle(handle) == "sleeping"
     assert not WorkflowMessage.objects.filter(workflow_id=handle.workflow_id).exists()
+
+
+async def _lease_row(workflow_id: str) -> Workflow:
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(Workflow.objects.get)(pk=workflow_id)
+
+
+async def _claimed(clock, workflow_id: str) -> DjangoDriver:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Workflow.objects.create)(
+        id=workflow_id, name="greet", wake_at=clock.datetime()
+    )
+    lease = await sync_to_async(leases.claim)(workflow_id)
+    return DjangoDriver(workflow_id, lease_token=lease.token)
+
+
+async def test_writes_between_renewals_check_the_lease_without_rewriting_it(clock):
+    driver = await _claimed(clock, "wf-between")
+    await driver.set(k(1), b"a")  # renews
+    renewed = (await _lease_row("wf-between")).lease_expires_at
+    clock.advance(leases.lease_seconds() / 3 - 1)
+    await driver.batch([(k(1), b"b"), (k(2), b"c")])
+    await driver.delete(k(2))
+    assert (await _lease_row("wf-between")).lease_expires_at == renewed
+    clock.advance(2)  # a third of the lease since the renewal: renew again
+    await driver.set(k(1), b"d")
+    assert (await _lease_row("wf-between")).lease_expires_at == to_datetime(
+        clock.now() + leases.lease_seconds()
+    )
+    assert await driver.list(b"") == [(k(1), b"d")]
+
+
+async def test_a_lease_taken_between_renewals_fences_the_writes_out(clock):
+    from asgiref.sync import sync_to_async
+
+    driver = await _claimed(clock, "wf-taken")
+    await driver.set(k(1), b"held")
+    # Another worker holds it now (its claim wrote a new token).
+    await sync_to_async(Workflow.objects.filter(pk="wf-taken").update)(
+        lease_token="successor"
+    )
+    with pytest.raises(LeaseLost):
+        await driver.set(k(1), b"stale")
+    with pytest.raises(LeaseLost):
+        await driver.batch([(k(2), b"stale")])
+    with pytest.raises(LeaseLost):
+        await driver.delete(k(1))
+    assert await driver.list(b"") == [(k(1), b"held")]
+
+
+async def test_a_cancel_between_renewals_fences_the_run_out(clock):
+    from asgiref.sync import sync_to_async
+
+    driver = await _claimed(clock, "wf-cancelled")
+    await driver.set(k(1), b"held")
+    await sync_to_async(Workflow.objects.filter(pk="wf-cancelled").update)(
+        cancel_requested=True
+    )
+    with pytest.raises(LeaseLost):
+        await driver.batch([(k(1), b"late")])
+    assert await driver.get(k(1)) == b"held"
