@@ -123,6 +123,30 @@ def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
 
 
 @functools.cache
+def _checked_upsert_sql(stop_on_cancel: bool, rows: int) -> str:
+    """PostgreSQL: the lease check and the upsert as one statement.
+
+    One round trip instead of two (half a millisecond of a step, P5): the
+    rows are inserted only if the lease row is found (and locked); the
+    statement answers how many lease rows it found, 0 or 1.
+    """
+    connection = db.connection()
+    quote = connection.ops.quote_name
+    value = quote("value")
+    columns = f"{quote('workflow_id')}, {quote('key')}, {value}"
+    rows_sql = ", ".join(["(%s, %s, %s)"] * rows)
+    return (
+        f"WITH lease AS ({_check_sql('postgresql', stop_on_cancel)}), "
+        f"written AS (INSERT INTO {quote(WorkflowKV._meta.db_table)} ({columns}) "
+        f"SELECT * FROM (VALUES {rows_sql}) AS v ({columns}) "
+        "WHERE EXISTS (SELECT 1 FROM lease) "
+        f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) "
+        f"DO UPDATE SET {value} = excluded.{value}) "
+        "SELECT count(*) FROM lease"
+    )
+
+
+@functools.cache
 def _upsert_sql(vendor: str, rows: int) -> str:
     connection = db.connection()
     quote = connection.ops.quote_name
@@ -224,6 +248,8 @@ class DjangoDriver:
         # When this driver last renewed the lease in a committed write
         # (clock seconds), or None: see _fenced.
         self._renewed_at: float | None = None
+        # Set while a write transaction still owes its lease check.
+        self._check_pending = False
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -267,9 +293,7 @@ class DjangoDriver:
                 rows = rows.filter(cancel_requested=False)
             held = rows.update(lease_expires_at=expires)
         if not held:
-            raise LeaseLost(
-                f"Workflow {self.workflow_id!r} is no longer leased to this run"
-            )
+            raise self._lost()
 
     def _rows(self) -> Any:
         return WorkflowKV.objects.filter(workflow_id=self.workflow_id)
@@ -315,6 +339,13 @@ class DjangoDriver:
                 params = [
                     item for key, value in chunk for item in (workflow_id, key, value)
                 ]
+                if self._check_pending and connection.vendor == "postgresql":
+                    self._check_pending = False
+                    sql = _checked_upsert_sql(self.stop_on_cancel, len(chunk))
+                    cursor.execute(sql, [workflow_id, self.lease_token, *params])
+                    if not cursor.fetchone()[0]:
+                        raise self._lost()
+                    continue
                 cursor.execute(_upsert_sql(connection.vendor, len(chunk)), params)
 
     def _fenced(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -325,11 +356,12 @@ class DjangoDriver:
         on SQLite two more pages in each commit). So a write within a third
         of the lease time of this driver's last renewal (the heartbeat's
         interval; the heartbeat keeps the lease alive meanwhile) only checks
-        the lease row in its transaction: on PostgreSQL first, locking the
-        row (``FOR NO KEY UPDATE``: a claim or a cancel waits for this
-        transaction, as it waited for the renewal's UPDATE); on SQLite after
-        the writes, which took the database's write lock, so that the check
-        reads what no one can change before the commit. A lost lease raises
+        the lease row in its transaction, after the writes or with them: on
+        PostgreSQL the first upsert does it in the same statement (a CTE),
+        locking the row (``FOR NO KEY UPDATE``: a claim or a cancel waits for
+        this transaction, as it waited for the renewal's UPDATE); on SQLite
+        the writes took the database's write lock, so the check reads what
+        no one can change before the commit. A lost lease raises
         :class:`LeaseLost` and the transaction rolls back: nothing lands.
         """
         if self._renewed_at is not None and self.lease_token is not None:
@@ -339,11 +371,14 @@ class DjangoDriver:
                 and clock.now() - self._renewed_at < self.lease_seconds / 3
             ):
                 with db.atomic():
-                    if connection.vendor == "postgresql":
-                        self._check_lease(connection)
-                        return fn(*args)
-                    output = fn(*args)
-                    self._check_lease(connection)
+                    # PostgreSQL: the first upsert checks it (_upsert).
+                    self._check_pending = True
+                    try:
+                        output = fn(*args)
+                        if self._check_pending:
+                            self._check_lease(connection)
+                    finally:
+                        self._check_pending = False
                 return output
         renewing = clock.now()
         with db.atomic():
@@ -360,9 +395,12 @@ class DjangoDriver:
             )
             held = cursor.fetchone()
         if held is None:
-            raise LeaseLost(
-                f"Workflow {self.workflow_id!r} is no longer leased to this run"
-            )
+            raise self._lost()
+
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(
+            f"Workflow {self.workflow_id!r} is no longer leased to this run"
+        )
 
     # KV --------------------------------------------------------------------------
 
