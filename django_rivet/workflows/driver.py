@@ -370,6 +370,20 @@ class DjangoDriver:
                 connection.vendor in _RAW_SQL_VENDORS
                 and clock.now() - self._renewed_at < self.lease_seconds / 3
             ):
+                if (
+                    connection.vendor == "postgresql"
+                    and not connection.in_atomic_block
+                    and fn == self._upsert
+                    and len(args[0]) <= _UPSERT_ROWS
+                ):
+                    # One statement (a step's writes): in autocommit it is
+                    # its own transaction, without BEGIN and COMMIT round
+                    # trips. The check and the rows commit or fail as one.
+                    self._check_pending = True
+                    try:
+                        return fn(*args)
+                    finally:
+                        self._check_pending = False
                 with db.atomic():
                     # PostgreSQL: the first upsert checks it (_upsert).
                     self._check_pending = True
