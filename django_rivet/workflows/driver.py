@@ -123,26 +123,39 @@ def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
 
 
 @functools.cache
-def _checked_upsert_sql(stop_on_cancel: bool, rows: int) -> str:
-    """PostgreSQL: the lease check and the upsert as one statement.
+def _checked_upsert_sql(vendor: str, stop_on_cancel: bool, rows: int) -> str:
+    """The lease check and the upsert as one statement (``_fenced``).
 
-    One round trip instead of two (half a millisecond of a step, P5): the
-    rows are inserted only if the lease row is found (and locked); the
-    statement answers how many lease rows it found, 0 or 1.
+    The rows are written only if the lease row is found. On PostgreSQL a CTE
+    locks that row (``FOR NO KEY UPDATE``) and the statement answers how
+    many it found, 0 or 1 (its parameters: the check's, then the rows'); on
+    SQLite the statement holds the write lock from its start, and a lost
+    lease writes no row (``rowcount`` 0; the rows' parameters come first).
     """
     connection = db.connection()
     quote = connection.ops.quote_name
     value = quote("value")
     columns = f"{quote('workflow_id')}, {quote('key')}, {value}"
     rows_sql = ", ".join(["(%s, %s, %s)"] * rows)
-    return (
-        f"WITH lease AS ({_check_sql('postgresql', stop_on_cancel)}), "
-        f"written AS (INSERT INTO {quote(WorkflowKV._meta.db_table)} ({columns}) "
-        f"SELECT * FROM (VALUES {rows_sql}) AS v ({columns}) "
-        "WHERE EXISTS (SELECT 1 FROM lease) "
+    conflict = (
         f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) "
-        f"DO UPDATE SET {value} = excluded.{value}) "
-        "SELECT count(*) FROM lease"
+        f"DO UPDATE SET {value} = excluded.{value}"
+    )
+    table = quote(WorkflowKV._meta.db_table)
+    if vendor == "postgresql":
+        return (
+            f"WITH lease AS ({_check_sql(vendor, stop_on_cancel)}), "
+            f"written AS (INSERT INTO {table} ({columns}) "
+            f"SELECT * FROM (VALUES {rows_sql}) AS v ({columns}) "
+            f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
+            "SELECT count(*) FROM lease"
+        )
+    # SQLite names a VALUES subquery's columns column1, column2...; the
+    # WHERE clause also keeps ON CONFLICT from parsing as a join's ON.
+    return (
+        f"INSERT INTO {table} ({columns}) "
+        f"SELECT column1, column2, column3 FROM (VALUES {rows_sql}) "
+        f"WHERE EXISTS ({_check_sql(vendor, stop_on_cancel)}) {conflict}"
     )
 
 
@@ -336,14 +349,21 @@ class DjangoDriver:
         with connection.cursor() as cursor:
             for start in range(0, len(items), _UPSERT_ROWS):
                 chunk = items[start : start + _UPSERT_ROWS]
-                params = [
+                params: builtins.list[Any] = [
                     item for key, value in chunk for item in (workflow_id, key, value)
                 ]
-                if self._check_pending and connection.vendor == "postgresql":
+                if self._check_pending:
                     self._check_pending = False
-                    sql = _checked_upsert_sql(self.stop_on_cancel, len(chunk))
-                    cursor.execute(sql, [workflow_id, self.lease_token, *params])
-                    if not cursor.fetchone()[0]:
+                    vendor = connection.vendor
+                    sql = _checked_upsert_sql(vendor, self.stop_on_cancel, len(chunk))
+                    lease: builtins.list[Any] = [workflow_id, self.lease_token]
+                    if vendor == "postgresql":
+                        cursor.execute(sql, lease + params)
+                        held = cursor.fetchone()[0]
+                    else:
+                        cursor.execute(sql, params + lease)
+                        held = cursor.rowcount
+                    if not held:
                         raise self._lost()
                     continue
                 cursor.execute(_upsert_sql(connection.vendor, len(chunk)), params)
@@ -356,13 +376,16 @@ class DjangoDriver:
         on SQLite two more pages in each commit). So a write within a third
         of the lease time of this driver's last renewal (the heartbeat's
         interval; the heartbeat keeps the lease alive meanwhile) only checks
-        the lease row in its transaction, after the writes or with them: on
-        PostgreSQL the first upsert does it in the same statement (a CTE),
-        locking the row (``FOR NO KEY UPDATE``: a claim or a cancel waits for
-        this transaction, as it waited for the renewal's UPDATE); on SQLite
-        the writes took the database's write lock, so the check reads what
-        no one can change before the commit. A lost lease raises
-        :class:`LeaseLost` and the transaction rolls back: nothing lands.
+        the lease row, in the statement of the first upsert
+        (:func:`_checked_upsert_sql`) or, for other writes, after them: on
+        PostgreSQL locking the row (``FOR NO KEY UPDATE``: a claim or a
+        cancel waits for this transaction, as it waited for the renewal's
+        UPDATE); on SQLite under the write lock that the statement (or the
+        writes before the check) took, so no one can change the row before
+        the commit. A lost lease raises :class:`LeaseLost` and nothing lands.
+        A write that is one upsert statement (a step's two or three rows),
+        outside any transaction, runs in autocommit: the statement is its
+        own transaction, without BEGIN and COMMIT.
         """
         if self._renewed_at is not None and self.lease_token is not None:
             connection = db.connection()
@@ -371,21 +394,18 @@ class DjangoDriver:
                 and clock.now() - self._renewed_at < self.lease_seconds / 3
             ):
                 if (
-                    connection.vendor == "postgresql"
-                    and not connection.in_atomic_block
+                    not connection.in_atomic_block
                     and fn == self._upsert
                     and len(args[0]) <= _UPSERT_ROWS
                 ):
-                    # One statement (a step's writes): in autocommit it is
-                    # its own transaction, without BEGIN and COMMIT round
-                    # trips. The check and the rows commit or fail as one.
+                    # One statement: the check and the rows commit as one.
                     self._check_pending = True
                     try:
                         return fn(*args)
                     finally:
                         self._check_pending = False
                 with db.atomic():
-                    # PostgreSQL: the first upsert checks it (_upsert).
+                    # The first upsert checks it (_upsert); else the end.
                     self._check_pending = True
                     try:
                         output = fn(*args)

@@ -275,7 +275,17 @@ async def test_a_lease_taken_between_renewals_fences_the_writes_out(clock):
         await driver.batch([(k(2), b"stale")])
     with pytest.raises(LeaseLost):
         await driver.delete(k(1))
+    with pytest.raises(LeaseLost):  # several statements in one transaction
+        await driver.batch([(k(2, index), b"stale") for index in range(300)])
     assert await driver.list(b"") == [(k(1), b"held")]
+
+
+async def test_a_large_write_between_renewals_lands_whole(clock):
+    driver = await _claimed(clock, "wf-large")
+    await driver.set(k(1), b"renewed")
+    writes = [(k(2, index), b"v%d" % index) for index in range(300)]
+    await driver.batch(writes)  # two statements, the first one checked
+    assert await driver.list(keys.pack((2,))) == writes
 
 
 async def test_a_cancel_between_renewals_fences_the_run_out(clock):
