@@ -395,6 +395,7 @@ class DjangoDriver:
             ):
                 if (
                     not connection.in_atomic_block
+                    and connection.get_autocommit()  # AUTOCOMMIT can be off
                     and fn == self._upsert
                     and len(args[0]) <= _UPSERT_ROWS
                 ):
