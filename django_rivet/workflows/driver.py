@@ -17,12 +17,14 @@ scheduler latency on a busy machine, several times per step). With
 loop) the same calls go through ``sync_to_async(thread_sensitive=True)``.
 
 Fencing. A driver built for a run holds the run's lease token; every write
-transaction first renews the lease with ``UPDATE ... WHERE lease_token =
-<ours>`` (the first statement, so on SQLite it takes the write lock and on
-PostgreSQL it locks the row). If the lease moved on -- it expired and another
-worker claimed the workflow, or a cancel was requested -- the update matches
-nothing and the write fails with :class:`LeaseLost` before anything is
-written. So a worker that lost its lease can never write history over its
+transaction checks it under a lock: it renews the lease with ``UPDATE ...
+WHERE lease_token = <ours>`` (the first statement, so on SQLite it takes the
+write lock and on PostgreSQL it locks the row) at most every third of the
+lease time, and in between checks the token in the statement of its first
+upsert (see ``_fenced``). If the lease moved on -- it expired and another
+worker claimed the workflow, or a cancel was requested -- the check matches
+nothing and the write fails with :class:`LeaseLost`, with nothing written.
+So a worker that lost its lease can never write history over its
 successor's.
 
 Batching. ``atomic_batch`` follows ``RIVET["KV_ATOMIC_FLUSH"]``: False (the
@@ -91,30 +93,33 @@ _UPSERT_ROWS = 256
 _DELETE_KEYS = 500
 
 
-@functools.cache
-def _renew_sql(vendor: str, stop_on_cancel: bool) -> str:
-    connection = db.connection()
-    quote = connection.ops.quote_name
-    sql = (
-        f"UPDATE {quote(Workflow._meta.db_table)} "
-        f"SET {quote('lease_expires_at')} = %s "
-        f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
-    )
+def _held_by_us(stop_on_cancel: bool) -> str:
+    """The WHERE clause matching the workflow row while this run holds it.
+
+    Its parameters: the workflow id, the lease token.
+    """
+    quote = db.connection().ops.quote_name
+    sql = f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
     if stop_on_cancel:
         sql += f" AND NOT {quote('cancel_requested')}"
     return sql
 
 
 @functools.cache
-def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
-    connection = db.connection()
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT 1 FROM {quote(Workflow._meta.db_table)} "
-        f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
+def _renew_sql(vendor: str, stop_on_cancel: bool) -> str:
+    quote = db.connection().ops.quote_name
+    return (
+        f"UPDATE {quote(Workflow._meta.db_table)} "
+        f"SET {quote('lease_expires_at')} = %s {_held_by_us(stop_on_cancel)}"
     )
-    if stop_on_cancel:
-        sql += f" AND NOT {quote('cancel_requested')}"
+
+
+@functools.cache
+def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
+    quote = db.connection().ops.quote_name
+    sql = (
+        f"SELECT 1 FROM {quote(Workflow._meta.db_table)} {_held_by_us(stop_on_cancel)}"
+    )
     if vendor == "postgresql":
         # Lock the row as the renewal's UPDATE would, without a new version
         # of it: a claim or a cancel waits for this transaction.
