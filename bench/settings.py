@@ -103,6 +103,8 @@ RIVET = {
 }
 if os.environ.get("RIVET_BENCH_SLEEP_TIMEOUT"):
     RIVET["SLEEP_TIMEOUT"] = float(os.environ["RIVET_BENCH_SLEEP_TIMEOUT"])
+if os.environ.get("RIVET_BENCH_ACTOR_CACHE_SIZE"):
+    RIVET["ACTOR_CACHE_SIZE"] = int(os.environ["RIVET_BENCH_ACTOR_CACHE_SIZE"])
 
 LOGGING = {
     "version": 1,
