@@ -127,6 +127,22 @@ def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
     return sql
 
 
+def _upsert_parts(rows: int) -> tuple[str, str, str]:
+    """Return ``INSERT INTO <kv> (<columns>)``, ``rows`` value tuples, ``ON CONFLICT``.
+
+    The pieces of both upserts: the plain one and the lease-checked one.
+    """
+    quote = db.connection().ops.quote_name
+    value = quote("value")
+    return (
+        f"INSERT INTO {quote(WorkflowKV._meta.db_table)} "
+        f"({quote('workflow_id')}, {quote('key')}, {value})",
+        ", ".join(["(%s, %s, %s)"] * rows),
+        f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) "
+        f"DO UPDATE SET {value} = excluded.{value}",
+    )
+
+
 @functools.cache
 def _checked_upsert_sql(vendor: str, stop_on_cancel: bool, rows: int) -> str:
     """The lease check and the upsert as one statement (``_fenced``).
@@ -137,45 +153,27 @@ def _checked_upsert_sql(vendor: str, stop_on_cancel: bool, rows: int) -> str:
     SQLite the statement holds the write lock from its start, and a lost
     lease writes no row (``rowcount`` 0; the rows' parameters come first).
     """
-    connection = db.connection()
-    quote = connection.ops.quote_name
-    value = quote("value")
-    columns = f"{quote('workflow_id')}, {quote('key')}, {value}"
-    rows_sql = ", ".join(["(%s, %s, %s)"] * rows)
-    conflict = (
-        f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) "
-        f"DO UPDATE SET {value} = excluded.{value}"
-    )
-    table = quote(WorkflowKV._meta.db_table)
+    insert, values, conflict = _upsert_parts(rows)
+    check = _check_sql(vendor, stop_on_cancel)
     if vendor == "postgresql":
         return (
-            f"WITH lease AS ({_check_sql(vendor, stop_on_cancel)}), "
-            f"written AS (INSERT INTO {table} ({columns}) "
-            f"SELECT * FROM (VALUES {rows_sql}) AS v ({columns}) "
+            f"WITH lease AS ({check}), written AS ({insert} "
+            f"SELECT * FROM (VALUES {values}) AS v "
             f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
             "SELECT count(*) FROM lease"
         )
     # SQLite names a VALUES subquery's columns column1, column2...; the
     # WHERE clause also keeps ON CONFLICT from parsing as a join's ON.
     return (
-        f"INSERT INTO {table} ({columns}) "
-        f"SELECT column1, column2, column3 FROM (VALUES {rows_sql}) "
-        f"WHERE EXISTS ({_check_sql(vendor, stop_on_cancel)}) {conflict}"
+        f"{insert} SELECT column1, column2, column3 FROM (VALUES {values}) "
+        f"WHERE EXISTS ({check}) {conflict}"
     )
 
 
 @functools.cache
 def _upsert_sql(vendor: str, rows: int) -> str:
-    connection = db.connection()
-    quote = connection.ops.quote_name
-    value = quote("value")
-    return (
-        f"INSERT INTO {quote(WorkflowKV._meta.db_table)} "
-        f"({quote('workflow_id')}, {quote('key')}, {value}) VALUES "
-        + ", ".join(["(%s, %s, %s)"] * rows)
-        + f" ON CONFLICT ({quote('workflow_id')}, {quote('key')})"
-        f" DO UPDATE SET {value} = excluded.{value}"
-    )
+    insert, values, conflict = _upsert_parts(rows)
+    return f"{insert} VALUES {values} {conflict}"
 
 
 class LeaseLost(StorageError):
