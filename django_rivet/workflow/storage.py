@@ -541,7 +541,8 @@ class Storage:
         a run whose other changes the driver refused as too large.
         """
         async with self._lock:
-            plan = self._plan(with_deletions=True, only_fields=only_fields)
+            with _collector_paused():
+                plan = self._plan(with_deletions=True, only_fields=only_fields)
             if plan.empty:
                 return
             await observe.flush(apply(self.driver, plan), len(plan.writes))
@@ -553,7 +554,8 @@ class Storage:
         The caller hands the writes to ``driver.run_transactional`` and calls
         :meth:`acknowledge` once it returned; deletions wait for the next flush.
         """
-        plan = self._plan(with_deletions=False)
+        with _collector_paused():
+            plan = self._plan(with_deletions=False)
         chunk_writes(plan.writes)  # the same single-write limit as any flush
         return plan.writes, plan
 
@@ -574,13 +576,15 @@ def _family(rows: list[KVWrite], prefix: bytes) -> list[KVWrite]:
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a loaded history is built.
+    """Pause Python's cyclic garbage collector while a history is built or planned.
 
     Building a long history makes tens of thousands of container objects
     at once (entries, their data, locations, metadata), none of them
     garbage, and their allocations set off collector passes that walk them
     -- the oldest generation's passes walk every object of the process --
-    for nothing: a fifth of a 10,000-entry load (P6). The collector is
+    for nothing: a fifth of a 10,000-entry load (P6). Planning a flush
+    makes one tuple per write, and those passes walk the whole history
+    held in memory: half of planning 10,000 new entries (P4). The collector is
     process-wide: meanwhile another thread's garbage cycles wait for the
     next pass after it. It is switched back on only if it was on.
     """

@@ -412,3 +412,33 @@ async def test_loading_pauses_the_garbage_collector_and_leaves_it_as_it_was(
             gc.enable()
     assert seen == [False]
     assert storage.entries[(0,)].data == {"output": 1}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_planning_a_flush_pauses_the_garbage_collector_and_leaves_it_as_it_was(
+    enabled, monkeypatch
+):
+    import gc
+
+    seen = []
+    encode = schema.encode_entry
+
+    def spy(entry, data=None):
+        seen.append(gc.isenabled())
+        return encode(entry, data)
+
+    monkeypatch.setattr(schema, "encode_entry", spy)
+    driver = InMemoryDriver()
+    storage = Storage(driver)
+    storage.create_entry((storage.register_name("s"),), "step", {"output": 1})
+    was = gc.isenabled()
+    if not enabled:
+        gc.disable()
+    try:
+        await storage.flush()
+        assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
+    assert seen == [False]
+    assert (await Storage.load(driver)).entries[(0,)].data == {"output": 1}
