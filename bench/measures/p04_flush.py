@@ -4,7 +4,7 @@ Subject: a ``Storage`` holding N new step entries (each a name, an entry and
 its metadata: three KV rows) flushed through a ``DjangoDriver`` holding the
 workflow's lease, as a worker's run would: chunks of at most 128 writes,
 each its own transaction, fenced by the lease (renewed at most every third
-of the lease time, checked in the upsert's statement in between).
+of the lease time, checked in each chunk's insert statement in between).
 
 Baseline: the same rows (the exact key and value bytes the flush wrote,
 recorded once from an in-memory flush) inserted raw, in the same 128-row
