@@ -2,7 +2,7 @@
 
 Everything else in bench/ uses the public API (``django_rivet``,
 ``.actors``, ``.workflows``, ``.workflow``, ``.testing``) plus
-``django_rivet.workflow.storage.Storage`` and
+``django_rivet.engine.storage.Storage`` and
 ``django_rivet.workflows.driver.DjangoDriver``. What is here needs
 the names of tables and columns, which no public API gives: when a module
 moves, only this file changes.

@@ -82,8 +82,8 @@ def p6(size: int = 10_000) -> str:
     from bench import internals
     from bench.measures.p04_flush import build, run_private
     from django_rivet import workflows
+    from django_rivet.engine import InMemoryDriver
     from django_rivet.testing import run_until_idle
-    from django_rivet.workflow import InMemoryDriver
 
     handle = workflows.start("benchReplay", size)
     driver = InMemoryDriver()
@@ -97,7 +97,7 @@ def p6(size: int = 10_000) -> str:
 
 
 def p11(steps: int = 1000) -> str:
-    from django_rivet.workflow import InMemoryDriver, run_workflow
+    from django_rivet.engine import InMemoryDriver, run_workflow
 
     async def workflow(ctx: Any, count: int) -> int:
         for index in range(count):

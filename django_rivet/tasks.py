@@ -82,9 +82,9 @@ def admit_workflows(queue: str) -> int:
 @shared_task(name="rivet.tick_workflows", ignore_result=True)
 def tick_workflows() -> int:
     """Start the workflows of due ticks of ``@workflow(cron=...)`` schedules."""
-    from .scheduling import workflow_schedules
+    from .workflows import scheduled
 
-    return workflow_schedules.run_due_ticks()
+    return scheduled.run_due_ticks()
 
 
 @shared_task(name="rivet.sweep", ignore_result=True)

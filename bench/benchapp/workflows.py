@@ -1,6 +1,6 @@
 """Workflows of the benchmarks (discovered like any app's workflows.py)."""
 
-from django_rivet.workflow import workflow
+from django_rivet.workflows import workflow
 
 
 def trivial(index: int) -> int:

@@ -36,7 +36,7 @@ def build(driver: Any, size: int) -> Any:
     in the history length (see bench/README.md).
     """
     from django_rivet import clock
-    from django_rivet.workflow.storage import Storage
+    from django_rivet.engine.storage import Storage
 
     storage = Storage(driver)
     for index in range(size):
@@ -63,7 +63,7 @@ def leg(size: int, trials: int) -> dict[str, Any]:
 
     from bench import internals
     from django_rivet import workflows
-    from django_rivet.workflow import InMemoryDriver
+    from django_rivet.engine import InMemoryDriver
     from django_rivet.workflows.driver import DjangoDriver
 
     class Recorder(InMemoryDriver):

@@ -32,8 +32,8 @@ def leg(size: int, trials: int) -> dict[str, Any]:
     from bench import internals
     from bench.measures.p04_flush import build
     from django_rivet import workflows
+    from django_rivet.engine import InMemoryDriver
     from django_rivet.testing import run_until_idle
-    from django_rivet.workflow import InMemoryDriver
 
     handle = workflows.start("benchReplay", size)
     driver = InMemoryDriver()

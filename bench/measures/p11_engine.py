@@ -68,7 +68,7 @@ async def _workflow(ctx: Any, count: int) -> int:
 
 def _engine_trial(loop: asyncio.AbstractEventLoop, steps: int) -> Any:
     """Return a trial: one workflow of ``steps`` steps, microseconds per step."""
-    from django_rivet.workflow import InMemoryDriver, run_workflow
+    from django_rivet.engine import InMemoryDriver, run_workflow
 
     counter = iter(range(10**9))
 

@@ -10,15 +10,15 @@
   (the run), :mod:`.operations` (shared operations), :mod:`.cache` (the
   process cache), :mod:`.errors` (wire mapping);
 - :mod:`.context` (``ctx``, ``Conn``), :mod:`.kv` (``ctx.kv``), :mod:`.rows`
-  (identity and the row statements), :mod:`.services` (the interfaces of
-  ``ctx`` members other layers provide), :mod:`.calls` (``Origin``, what
-  ``on_auth`` is asked).
+  (identity and the row statements), :mod:`.services` and :mod:`.handles`
+  (the interfaces of ``ctx`` members other layers provide), :mod:`.calls`
+  (``Origin``, what ``on_auth`` is asked).
 
 Inside, the modules import one way, from the calls down to the definitions:
 client, spine, operations, invocation, cache and registry, definition,
-context, services and calls. Where a lower module must reach a higher one
+context, services, handles and calls. Where a lower module must reach a higher one
 it states what it needs as a Protocol (``context.Running``,
-``services.ActorHandleAPI``).
+``handles.ActorHandleAPI``).
 
 It may import the event log, dispatch, storage and the foundation; never
 the scheduler, the workflow runtime or the transport, which build on it.

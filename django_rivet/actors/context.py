@@ -19,15 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events
 from ..encoding import cbor_dumps
+from .handles import ActorsAPI, WorkflowsAPI
 from .kv import ActorKVStore
-from .services import (
-    ActorsAPI,
-    CronAPI,
-    QueueAPI,
-    ScheduleAPI,
-    WorkflowsAPI,
-    services,
-)
+from .services import CronAPI, QueueAPI, ScheduleAPI, services
 
 if TYPE_CHECKING:
     from django.http import HttpRequest

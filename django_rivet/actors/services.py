@@ -2,9 +2,10 @@
 
 ``ctx.schedule``, ``ctx.cron``, ``ctx.queue`` and ``handle.send`` are built by
 :mod:`django_rivet.scheduling`, ``ctx.workflows`` by
-:mod:`django_rivet.workflows`, ``ctx.actors`` by the server-side client. The
-actor runtime must not import those layers (they import it), so it knows
-them only through the Protocols below; the app config binds the
+:mod:`django_rivet.workflows`, ``ctx.actors`` by the server-side client
+(the last two's interfaces are in :mod:`.handles`). The actor runtime must
+not import those layers (they import it, or are its independent sibling),
+so it knows them only through Protocols; the app config binds the
 implementations at start-up (:func:`bind`). Editors and type checkers see
 the Protocols, so ``ctx.schedule.after(...)`` completes and is checked.
 
@@ -26,21 +27,18 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .handles import ActorsAPI, WorkflowsAPI
+
 if TYPE_CHECKING:
-    from ..workflow import WorkflowDefinition
-    from ..workflows.client import WorkflowHandle
     from .calls import Origin
     from .rows import ActorRef
 
 __all__ = [
-    "ActorHandleAPI",
-    "ActorsAPI",
     "CronAPI",
     "QueueAPI",
     "QueueSender",
     "ScheduleAPI",
     "Services",
-    "WorkflowsAPI",
     "bind",
     "services",
 ]
@@ -251,139 +249,6 @@ class QueueSender(Protocol):
         origin: Origin | None = None,
     ) -> dict[str, Any]:
         """Async :meth:`send`."""
-        ...
-
-
-class WorkflowsAPI(Protocol):
-    """``ctx.workflows``: start and get durable workflows."""
-
-    def start(
-        self,
-        workflow: str | WorkflowDefinition,
-        input: Any = None,
-        id: str | None = None,
-        *,
-        queue: str | None = None,
-        priority: int = 0,
-        dedup_key: str | None = None,
-        timeout: float | timedelta | None = None,
-    ) -> WorkflowHandle:
-        """Start a workflow (idempotent per ``id``); runs after commit.
-
-        With ``queue``, it waits in that workflow queue (``priority``,
-        ``dedup_key``: see ``django_rivet.workflows.start``).
-        """
-        ...
-
-    async def astart(
-        self,
-        workflow: str | WorkflowDefinition,
-        input: Any = None,
-        id: str | None = None,
-        *,
-        queue: str | None = None,
-        priority: int = 0,
-        dedup_key: str | None = None,
-        timeout: float | timedelta | None = None,
-    ) -> WorkflowHandle:
-        """Async :meth:`start`."""
-        ...
-
-    def get(self, workflow_id: str) -> WorkflowHandle:
-        """Return the handle of an existing workflow."""
-        ...
-
-    async def aget(self, workflow_id: str) -> WorkflowHandle:
-        """Async :meth:`get`."""
-        ...
-
-
-class ActorHandleAPI(Protocol):
-    """What ``ctx.actors`` returns: a handle to an actor (``client.ActorHandle``)."""
-
-    @property
-    def name(self) -> str:
-        """The actor's registered name."""
-        ...
-
-    @property
-    def key(self) -> tuple[str, ...]:
-        """The actor's key."""
-        ...
-
-    @property
-    def actor_id(self) -> uuid.UUID:
-        """The id the handle resolved when it was made."""
-        ...
-
-    def call(self, action: str, *args: Any) -> Any:
-        """Run an action and return its result."""
-        ...
-
-    async def acall(self, action: str, *args: Any) -> Any:
-        """Async :meth:`call`."""
-        ...
-
-    def send(
-        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Enqueue a message to the actor's queue ``queue``."""
-        ...
-
-    async def asend(
-        self, queue: str, body: Any, *, wait: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Async :meth:`send`."""
-        ...
-
-    def destroy(self) -> None:
-        """Destroy the actor."""
-        ...
-
-    async def adestroy(self) -> None:
-        """Async :meth:`destroy`."""
-        ...
-
-
-class ActorsAPI(Protocol):
-    """``ctx.actors``: the server-side client, for actor-to-actor calls."""
-
-    def get(self, name: str, key: Any = None) -> ActorHandleAPI:
-        """Return a handle to an existing actor."""
-        ...
-
-    def get_or_create(
-        self, name: str, key: Any = None, input: Any = None
-    ) -> ActorHandleAPI:
-        """Return a handle, creating the actor if needed."""
-        ...
-
-    def create(self, name: str, key: Any = None, input: Any = None) -> ActorHandleAPI:
-        """Create a new actor."""
-        ...
-
-    def get_by_id(self, actor_id: uuid.UUID | str) -> ActorHandleAPI:
-        """Return a handle to the actor with this id."""
-        ...
-
-    async def aget(self, name: str, key: Any = None) -> ActorHandleAPI:
-        """Async :meth:`get`."""
-        ...
-
-    async def aget_or_create(
-        self, name: str, key: Any = None, input: Any = None
-    ) -> ActorHandleAPI:
-        """Async :meth:`get_or_create`."""
-        ...
-
-    async def acreate(
-        self, name: str, key: Any = None, input: Any = None
-    ) -> ActorHandleAPI:
-        """Async :meth:`create`."""
-        ...
-
-    async def aget_by_id(self, actor_id: uuid.UUID | str) -> ActorHandleAPI:
-        """Async :meth:`get_by_id`."""
         ...
 
 

@@ -27,8 +27,7 @@ from ..models import (
     WorkflowQueue,
     WorkflowStatus,
 )
-from ..scheduling import workflow_schedules
-from ..workflows import queues
+from ..workflows import queues, scheduled
 from .rendering import ReadOnlyAdmin
 
 
@@ -151,7 +150,7 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        workflow_schedules.sync()  # rows follow the code
+        scheduled.sync()  # rows follow the code
         return super().changelist_view(request, extra_context)
 
     @admin.display(description="last workflow")
@@ -163,7 +162,7 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
 
     @admin.display(description="in the code", boolean=True)
     def in_code(self, obj: ScheduledWorkflow) -> bool:
-        return obj.name in workflow_schedules.definitions()
+        return obj.name in scheduled.definitions()
 
     def has_control_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_rivet.change_scheduledworkflow")
@@ -172,9 +171,9 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow], verb: str
     ) -> None:
         operation = {
-            "pause": workflow_schedules.pause,
-            "resume": workflow_schedules.resume,
-            "run": workflow_schedules.run_now,
+            "pause": scheduled.pause,
+            "resume": scheduled.resume,
+            "run": scheduled.run_now,
         }[verb]
         done = []
         for name in queryset.values_list("name", flat=True):

@@ -12,11 +12,11 @@ from typing import Any
 
 from django.core.checks import Error, Tags, register
 
-from .. import clock
+from .. import clock, crontab
 from ..conf import rivet_settings
 from ..exceptions import InvalidCron
-from ..scheduling import crontab, workflow_schedules
 from ..workflows import registry as workflow_registry
+from ..workflows import scheduled
 from ..workflows.queues import QUEUE_NAME_MAX_LENGTH
 
 __all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]
@@ -96,13 +96,13 @@ def _queues() -> list[Any]:
 
 def _scheduled_workflows() -> list[Any]:
     errors = []
-    for name, definition in workflow_schedules.definitions().items():
+    for name, definition in scheduled.definitions().items():
         assert definition.cron is not None
         problem = None
         if len(name) > SCHEDULED_NAME_MAX_LENGTH:
             problem = f"has a name longer than {SCHEDULED_NAME_MAX_LENGTH} characters"
         else:
-            zone = workflow_schedules.zone_of(definition)
+            zone = scheduled.zone_of(definition)
             try:
                 crontab.validate_cron(definition.cron, zone, clock.now_datetime())
             except InvalidCron as exc:

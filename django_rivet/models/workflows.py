@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import NotSupportedError, models
 from django.db.models.lookups import Lookup
 
-from ..workflow import schema
+from ..engine import schema
 from . import base
 
 # -- workflows: the durable runtime (docs/workflows.md, docs/storage-format.md) -----

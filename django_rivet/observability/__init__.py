@@ -27,7 +27,7 @@ overview page is ``django_rivet.admin.overview``.
 
 from __future__ import annotations
 
-from ..workflow import observe
+from ..engine import observe
 from . import metrics, tracing
 from .invocations import invocation
 from .workflows import EngineObserver, workflow_run

@@ -4,7 +4,7 @@
 the in-process worker or ``run_until_idle`` does); its span continues the
 trace of the span that started the workflow (the ``traceparent`` stored with
 the row). :class:`EngineObserver` is registered with the pure engine's seam
-(:mod:`django_rivet.workflow.observe`) and makes a child span of the run for
+(:mod:`django_rivet.engine.observe`) and makes a child span of the run for
 each step attempt and each flush; the engine itself never imports
 OpenTelemetry or Django.
 """

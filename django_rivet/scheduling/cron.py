@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from .. import clock, dispatch
+from .. import clock, crontab, dispatch
 from ..conf import MAX_CRON_HISTORY, rivet_settings
 from ..exceptions import TooManySchedules
 from ..models import CronJob, CronKind, CronRun, CronRunResult, db
-from . import crontab, retries
+from . import retries
 from .schedules import encode_call
 
 if TYPE_CHECKING:

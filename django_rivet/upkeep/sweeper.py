@@ -37,10 +37,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..actors.connections import sweep_stale_connections
-from ..scheduling import workflow_schedules
 from ..scheduling.due import enqueue_upcoming, fire_lost, recover_stale_claims
 from ..workflows import queues as workflow_queues
-from ..workflows import wakeups
+from ..workflows import scheduled, wakeups
 from .retention import purge_pass
 
 logger = logging.getLogger("django_rivet.sweeper")
@@ -80,7 +79,7 @@ STEPS: tuple[SweepStep, ...] = (
     SweepStep("recover_stale_claims", lambda: recover_stale_claims()),
     SweepStep("enqueue_upcoming", lambda: enqueue_upcoming(STEP_BATCH)),
     SweepStep("fire_lost", lambda: fire_lost(STEP_BATCH)),
-    SweepStep("workflow_schedules", lambda: workflow_schedules.sweep()),
+    SweepStep("workflow_schedules", lambda: scheduled.sweep()),
     SweepStep("workflow_queues", lambda: workflow_queues.admit_due()),
     SweepStep("workflows", lambda: wakeups.sweep()),
     SweepStep("connections", lambda: sweep_stale_connections()),

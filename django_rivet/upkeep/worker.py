@@ -40,11 +40,11 @@ from django.db import close_old_connections, connections
 from .. import clock, dispatch
 from ..actors.errors import MIGRATE_HINT, caused_by_missing_table
 from ..conf import rivet_settings
-from ..scheduling import due, workflow_schedules
+from ..scheduling import due
 from ..scheduling.cron_runs import run_due_cron
 from ..scheduling.queue_delivery import deliver_due_queues
 from ..scheduling.schedule_runs import fire_due_schedules
-from ..workflows import execution, wakeups
+from ..workflows import execution, scheduled, wakeups
 from ..workflows import queues as workflow_queues
 from . import sweeper
 
@@ -95,8 +95,8 @@ DUE_WORK: tuple[DueWork, ...] = (
     DueWork("queues", lambda limit: deliver_due_queues(limit=limit)),
     DueWork(
         "workflow_schedules",
-        lambda limit: workflow_schedules.run_due_ticks(limit),
-        lambda: workflow_schedules.next_tick_due(),
+        lambda limit: scheduled.run_due_ticks(limit),
+        lambda: scheduled.next_tick_due(),
     ),
     DueWork(
         "workflow_queues",

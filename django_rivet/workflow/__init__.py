@@ -1,160 +1,59 @@
-"""The durable workflow engine core of django-rivet (pure Python, no Django).
+"""Deprecated alias of :mod:`django_rivet.engine` (renamed in 0.2).
 
-Write workflows against :class:`WorkflowContext`; run them with
-:func:`run_workflow` on any :class:`EngineDriver` (``InMemoryDriver`` for
-tests, the Django driver in production). See docs/workflows.md and
-``docs/storage-format.md``.
+Import the decorator, the errors and the values from
+:mod:`django_rivet.workflows` (the front door users write workflows
+against) and the engine's own names (drivers, ``run_workflow``) from
+:mod:`django_rivet.engine`. This alias, submodules included
+(``django_rivet.workflow.errors``), stays for one release and warns once
+per process when it is imported.
 """
 
 from __future__ import annotations
 
-from .children import ChildHost
-from .context import WorkflowContext
-from .driver import EngineDriver, InMemoryDriver, KVDeletions
-from .errors import (
-    ChildWorkflowError,
-    CriticalError,
-    EntryInProgressError,
-    EntryNotFoundError,
-    EvictedError,
-    HistoryDivergedError,
-    JoinError,
-    MessageTimeoutError,
-    MessageWaitError,
-    RaceError,
-    RecordedError,
-    ReplayRefusedError,
-    RollbackCheckpointError,
-    RollbackError,
-    SchemaError,
-    SleepError,
-    StepExhaustedError,
-    StepFailedError,
-    StepOutputError,
-    StepTimeoutError,
-    StorageError,
-    StorageLimitError,
-    WorkflowCancelled,
-    WorkflowError,
-    WorkflowInterrupt,
-    WorkflowNoReply,
-    WorkflowRequestTimeout,
-    WorkflowTimeout,
-)
-from .limits import (
-    MAX_CONCURRENT_DELETES,
-    MAX_KV_BATCH_ENTRIES,
-    MAX_KV_BATCH_PAYLOAD_BYTES,
-    MAX_MESSAGE_BODY_BYTES,
-    check_record,
-    encode_message_body,
-)
-from .ops import (
-    WorkflowSnapshot,
-    cancel_workflow,
-    read_event,
-    read_history,
-    read_reply,
-    read_workflow,
-    recover_workflow,
-    replay_from,
-    resume_workflow,
-    wake_workflow,
-)
-from .replay_check import check_replay
-from .runner import CANCEL_REASONS, WorkflowRun, run_workflow, start_workflow
-from .schema import SCHEMA_VERSION, HistoryEntry, decode_history
-from .values import (
-    ChildOutcome,
-    ChildStart,
-    Failure,
-    Loop,
-    LoopBreak,
-    LoopContinue,
-    Message,
-    ReplayDivergence,
-    RollbackContext,
-    RollbackErrorEvent,
-    StepErrorEvent,
-    StepResult,
-    WorkflowDefinition,
-    WorkflowErrorEvent,
-    WorkflowOutcome,
-    workflow,
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+from ..engine import *  # noqa: F403 (the alias re-exports the engine's names)
+from ..engine import __all__ as __all__  # noqa: F401
+
+_OLD = __name__ + "."
+_NEW = "django_rivet.engine."
+
+warnings.warn(
+    "django_rivet.workflow was renamed django_rivet.engine; write workflows "
+    "with the names of django_rivet.workflows (from django_rivet.workflows "
+    "import workflow). The old name goes in the next release.",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
-__all__ = [
-    "CANCEL_REASONS",
-    "MAX_CONCURRENT_DELETES",
-    "MAX_KV_BATCH_ENTRIES",
-    "MAX_KV_BATCH_PAYLOAD_BYTES",
-    "MAX_MESSAGE_BODY_BYTES",
-    "SCHEMA_VERSION",
-    "ChildHost",
-    "ChildOutcome",
-    "ChildStart",
-    "ChildWorkflowError",
-    "CriticalError",
-    "EngineDriver",
-    "EntryInProgressError",
-    "EntryNotFoundError",
-    "EvictedError",
-    "Failure",
-    "HistoryDivergedError",
-    "HistoryEntry",
-    "InMemoryDriver",
-    "JoinError",
-    "KVDeletions",
-    "Loop",
-    "LoopBreak",
-    "LoopContinue",
-    "Message",
-    "MessageTimeoutError",
-    "MessageWaitError",
-    "RaceError",
-    "RecordedError",
-    "ReplayDivergence",
-    "ReplayRefusedError",
-    "RollbackCheckpointError",
-    "RollbackContext",
-    "RollbackError",
-    "RollbackErrorEvent",
-    "SchemaError",
-    "SleepError",
-    "StepErrorEvent",
-    "StepExhaustedError",
-    "StepFailedError",
-    "StepOutputError",
-    "StepResult",
-    "StepTimeoutError",
-    "StorageError",
-    "StorageLimitError",
-    "WorkflowCancelled",
-    "WorkflowContext",
-    "WorkflowDefinition",
-    "WorkflowError",
-    "WorkflowErrorEvent",
-    "WorkflowInterrupt",
-    "WorkflowNoReply",
-    "WorkflowOutcome",
-    "WorkflowRequestTimeout",
-    "WorkflowRun",
-    "WorkflowSnapshot",
-    "WorkflowTimeout",
-    "cancel_workflow",
-    "check_record",
-    "check_replay",
-    "decode_history",
-    "encode_message_body",
-    "read_event",
-    "read_history",
-    "read_reply",
-    "read_workflow",
-    "recover_workflow",
-    "replay_from",
-    "resume_workflow",
-    "run_workflow",
-    "start_workflow",
-    "wake_workflow",
-    "workflow",
-]
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serve ``django_rivet.workflow.<module>`` as the engine's module.
+
+    The same module object, not a second copy of the file: classes stay
+    identical (``except django_rivet.workflow.errors.StepFailedError``
+    catches what the engine raises).
+    """
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(_OLD):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module(_NEW + spec.name[len(_OLD) :])
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the engine's module ran when it was imported."""
+
+
+if not any(isinstance(finder, _Alias) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _Alias())

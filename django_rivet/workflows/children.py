@@ -20,6 +20,8 @@ from typing import Any
 from django.db.models import F
 
 from .. import clock
+from ..engine import ChildOutcome, ChildStart, keys, schema
+from ..engine.values import child_wake_name
 from ..models import (
     WORKFLOW_ACTIVE,
     WORKFLOW_FINISHED,
@@ -28,8 +30,6 @@ from ..models import (
     WorkflowStatus,
     db,
 )
-from ..workflow import ChildOutcome, ChildStart, keys, schema
-from ..workflow.values import child_wake_name
 from . import registry
 from .wakeups import schedule_wake, wake_fields
 

@@ -32,17 +32,17 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import docs_url
-from ..models import WORKFLOW_FINISHED, Workflow
-from ..workflow import (
+from ..engine import (
     HistoryEntry,
     ReplayDivergence,
     WorkflowCancelled,
     WorkflowDefinition,
     WorkflowTimeout,
 )
-from ..workflow.errors import error_from_info
-from ..workflow.ops import WorkflowSnapshot
-from ..workflow.values import seconds
+from ..engine.errors import error_from_info
+from ..engine.ops import WorkflowSnapshot
+from ..engine.values import seconds
+from ..models import WORKFLOW_FINISHED, Workflow
 from . import control, operations, published, queries
 
 __all__ = [
@@ -97,7 +97,7 @@ class WorkflowHandle:
 
         A failed workflow raises its error (the original workflow exception
         class when it is one of django-rivet's, else
-        :class:`~django_rivet.workflow.RecordedError` carrying the original
+        :class:`~django_rivet.engine.RecordedError` carrying the original
         name); a cancelled one raises ``WorkflowCancelled`` (code
         ``cancelled``), or ``WorkflowTimeout`` (``workflow/timeout``) when its
         deadline passed. Raises ``TimeoutError`` after ``timeout`` seconds

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 
 from .. import clock
+from ..engine import ReplayDivergence, check_replay, resume_workflow
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus
-from ..workflow import ReplayDivergence, check_replay, resume_workflow
 from . import registry
 from .driver import DjangoDriver
 from .execution import release, run_if_idle, run_private
@@ -60,7 +60,7 @@ def check(workflow_id: str) -> ReplayDivergence | None:
     """Replay the workflow's history against the deployed code, running nothing.
 
     Returns None when it replays cleanly, else where and why it diverges
-    (see :func:`~django_rivet.workflow.check_replay`). A workflow whose
+    (see :func:`~django_rivet.engine.check_replay`). A workflow whose
     name no deployed definition has cannot run at all: that is reported
     too, with the code ``not_found``.
     """

@@ -54,8 +54,7 @@ from django.db import IntegrityError
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import Workflow, WorkflowKV, WorkflowMessage, db
-from ..workflow import (
+from ..engine import (
     ChildOutcome,
     ChildStart,
     KVDeletions,
@@ -65,10 +64,11 @@ from ..workflow import (
     encode_message_body,
     schema,
 )
+from ..models import Workflow, WorkflowKV, WorkflowMessage, db
 from . import children
 
 if TYPE_CHECKING:
-    from ..workflow import EngineDriver
+    from ..engine import EngineDriver
 
 __all__ = [
     "ATOMIC_FLUSH_MAX_BYTES",

@@ -24,15 +24,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from .. import clock, observability
-from ..exceptions import WorkflowNotFound
-from ..models import (
-    WORKFLOW_ACTIVE,
-    WORKFLOW_FINISHED,
-    Workflow,
-    WorkflowStatus,
-    db,
-)
-from ..workflow import (
+from ..engine import (
     StepErrorEvent,
     StorageError,
     WorkflowDefinition,
@@ -40,6 +32,14 @@ from ..workflow import (
     WorkflowRun,
     cancel_workflow,
     start_workflow,
+)
+from ..exceptions import WorkflowNotFound
+from ..models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowStatus,
+    db,
 )
 from . import children, leases, queues, registry
 from .driver import DjangoDriver, LeaseLost

@@ -18,16 +18,7 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from .. import clock, observability
-from ..exceptions import WorkflowInboxFull, WorkflowNotFound
-from ..models import (
-    WORKFLOW_ACTIVE,
-    Workflow,
-    WorkflowKV,
-    WorkflowMessage,
-    WorkflowStatus,
-    db,
-)
-from ..workflow import (
+from ..engine import (
     CANCEL_REASONS,
     HistoryEntry,
     ReplayRefusedError,
@@ -39,7 +30,16 @@ from ..workflow import (
     replay_from,
     schema,
 )
-from ..workflow.ops import WorkflowSnapshot, read_workflow
+from ..engine.ops import WorkflowSnapshot, read_workflow
+from ..exceptions import WorkflowInboxFull, WorkflowNotFound
+from ..models import (
+    WORKFLOW_ACTIVE,
+    Workflow,
+    WorkflowKV,
+    WorkflowMessage,
+    WorkflowStatus,
+    db,
+)
 from . import leases, queues, registry
 from .children import deadline_for
 from .driver import DjangoDriver, encode_body

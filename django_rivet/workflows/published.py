@@ -24,8 +24,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import rivet_settings
+from ..engine import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
-from ..workflow import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from . import execution, operations
 
 logger = logging.getLogger("django_rivet.workflows")

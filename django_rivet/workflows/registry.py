@@ -1,4 +1,4 @@
-"""The workflow registry: name -> :class:`~django_rivet.workflow.WorkflowDefinition`.
+"""The workflow registry: name -> :class:`~django_rivet.engine.WorkflowDefinition`.
 
 ``@workflow`` objects defined at module level in an installed app's
 ``workflows.py`` (or ``actors.py``) are registered by :func:`discover`, which
@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager
 
+from ..engine import WorkflowDefinition
 from ..exceptions import WorkflowNotFound
 from ..registries import NameRegistry, unknown_name
-from ..workflow import WorkflowDefinition
 
 __all__ = [
     "all_workflows",

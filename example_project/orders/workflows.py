@@ -18,7 +18,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 from django_rivet import actors
-from django_rivet.workflow import CriticalError, RollbackError, workflow
+from django_rivet.workflows import CriticalError, RollbackError, workflow
 
 from .models import Order, Payment
 

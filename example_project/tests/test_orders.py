@@ -1,7 +1,7 @@
 import pytest
 from django_rivet import UserError, actors, workflows
 from django_rivet.testing import freeze_time, run_until_idle
-from django_rivet.workflow import RollbackError
+from django_rivet.workflows import RollbackError
 
 from chat.models import ChatMessage
 from orders.models import Order, Payment

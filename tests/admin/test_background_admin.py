@@ -19,8 +19,7 @@ from django_rivet.models import (
     Workflow,
 )
 from django_rivet.testing import freeze_time, run_due
-from django_rivet.workflow import workflow
-from django_rivet.workflows import queues
+from django_rivet.workflows import queues, workflow
 from django_rivet.workflows.registry import register_temporarily
 
 pytestmark = pytest.mark.django_db(transaction=True)

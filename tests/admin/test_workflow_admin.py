@@ -176,8 +176,7 @@ def test_the_page_links_parent_and_children(viewer):
 
 
 def test_the_page_checks_replay_against_the_deployed_code(viewer):
-    from django_rivet.workflow import workflow
-    from django_rivet.workflows import registry
+    from django_rivet.workflows import registry, workflow
 
     @workflow(name="approval")
     async def renamed(ctx, input):

@@ -1,6 +1,6 @@
 import time
 
-from django_rivet.workflow import workflow
+from django_rivet.workflows import workflow
 from tests.testapp.models import StepRow
 
 

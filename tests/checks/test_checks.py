@@ -372,7 +372,7 @@ def test_an_action_that_cannot_take_ctx_is_e103_and_one_missing_it_is_w102():
 
 
 def test_a_sync_workflow_function_is_e202():
-    from django_rivet.workflow import workflow
+    from django_rivet.workflows import workflow
     from django_rivet.workflows.registry import register_temporarily
 
     @workflow(name="syncFlow")
@@ -397,7 +397,7 @@ def test_a_sync_workflow_function_is_e202():
 
 
 def test_names_that_differ_only_by_case_are_w101_and_w201():
-    from django_rivet.workflow import workflow
+    from django_rivet.workflows import workflow
     from django_rivet.workflows.registry import register_temporarily
 
     class Lower(Actor):

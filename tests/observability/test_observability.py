@@ -439,7 +439,7 @@ NO_EXTRAS = textwrap.dedent(
     from django_rivet import actors, observability, workflows
     from django_rivet.observability import metrics, tracing
     from django_rivet.testing import freeze_time, run_until_idle
-    from django_rivet.workflow import observe
+    from django_rivet.engine import observe
 
     shop = actors.get_or_create("shop", "plain")
     assert shop.call("ping") == "pong"

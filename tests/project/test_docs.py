@@ -3,7 +3,7 @@
 import dataclasses
 import re
 
-from django_rivet.workflow import HistoryEntry, WorkflowSnapshot
+from django_rivet.workflows import HistoryEntry, WorkflowSnapshot
 from tests.servers import ROOT
 
 DOCS = ROOT / "docs"

@@ -7,9 +7,9 @@ import pytest
 from django.test import override_settings
 
 from django_rivet import Actor, InvalidCron, action, actors
+from django_rivet.crontab import next_cron_time, next_every_time
 from django_rivet.models import CronJob, CronRun
 from django_rivet.scheduling import claims, cron_runs
-from django_rivet.scheduling.crontab import next_cron_time, next_every_time
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 
 # pg: the PostgreSQL leg runs this module (claims of due cron runs (SKIP LOCKED)).

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django_rivet import actors, workflows
 from django_rivet.models import Workflow
-from django_rivet.workflow import CriticalError, Loop, RollbackError, workflow
+from django_rivet.workflows import CriticalError, Loop, RollbackError, workflow
 
 from .models import StepRow
 

@@ -11,8 +11,7 @@ from django.core.management.base import CommandError
 from django_rivet import workflows
 from django_rivet.models import Workflow
 from django_rivet.testing import freeze_time, run_until_idle
-from django_rivet.workflow import workflow
-from django_rivet.workflows import registry
+from django_rivet.workflows import registry, workflow
 from tests.testapp.models import StepRow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,7 +1,7 @@
 """DjangoDriver against the engine's driver contract, plus its own rules.
 
 The contract mixin is the one the in-memory driver passes
-(``tests/workflow/driver_contract.py``); here it runs on the test database,
+(``tests/engine/driver_contract.py``); here it runs on the test database,
 so ``make test`` checks it on SQLite and on PostgreSQL.
 """
 
@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 
 from django_rivet import workflows
 from django_rivet.clock import freeze_time, to_datetime
+from django_rivet.engine import StorageError, StorageLimitError, keys
 from django_rivet.models import Workflow, WorkflowKV, WorkflowMessage
 from django_rivet.testing import run_until_idle
-from django_rivet.workflow import StorageError, StorageLimitError, keys
 from django_rivet.workflows import leases
 from django_rivet.workflows.driver import (
     ATOMIC_FLUSH_MAX_WRITES,
@@ -26,7 +26,7 @@ from django_rivet.workflows.driver import (
     LeaseLost,
     prefix_end,
 )
-from tests.workflow.driver_contract import EngineDriverContract
+from tests.engine.driver_contract import EngineDriverContract
 
 # pg: the PostgreSQL leg runs this module (the driver's raw SQL (lease renewal,
 # upserts)).

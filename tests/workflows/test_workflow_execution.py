@@ -16,13 +16,12 @@ from django.db import OperationalError
 from django.test import override_settings
 
 from django_rivet import workflows
+from django_rivet.engine.storage import MAX_KV_BATCH_ENTRIES, Storage
 from django_rivet.models import Workflow, WorkflowStatus
 from django_rivet.testing import freeze_time, run_due, run_until_idle
 from django_rivet.upkeep.sweeper import sweep
 from django_rivet.upkeep.worker import Worker, due_work
-from django_rivet.workflow import workflow
-from django_rivet.workflow.storage import MAX_KV_BATCH_ENTRIES, Storage
-from django_rivet.workflows import execution, leases, registry, wakeups
+from django_rivet.workflows import execution, leases, registry, wakeups, workflow
 from django_rivet.workflows.driver import DjangoDriver
 from tests.testapp.models import StepRow
 

@@ -1,6 +1,6 @@
-"""The fault matrix of ``tests/workflow/test_faults.py`` on ``DjangoDriver``.
+"""The fault matrix of ``tests/engine/test_faults.py`` on ``DjangoDriver``.
 
-The same scenarios and checks (``tests/workflow/faults.py``), on the test
+The same scenarios and checks (``tests/engine/faults.py``), on the test
 database: SQLite here, PostgreSQL in the PostgreSQL leg of ``make test``.
 Every call number with every fault kind, as in memory: a few seconds per
 leg. Both the chunked default and ``KV_ATOMIC_FLUSH``'s one transaction per
@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django_rivet.clock import freeze_time
 from django_rivet.models import Workflow
 from django_rivet.workflows.driver import DjangoDriver
-from tests.workflow.faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
+from tests.engine.faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
 
 # pg: the PostgreSQL leg runs this module (rollbacks of failed flushes, in
 # transactions).

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from django_rivet import workflows
+from django_rivet.engine import keys, schema, workflow
 from django_rivet.models import WorkflowKV
 from django_rivet.testing import run_until_idle
-from django_rivet.workflow import keys, schema, workflow
 from django_rivet.workflows import registry
 
 # pg: the PostgreSQL leg runs this module (a version-2 history resumes

@@ -1,6 +1,6 @@
 """Storage limits and atomic flushes through the Django runtime and DjangoDriver.
 
-The engine's own rules (``tests/workflow/test_storage_limits.py``) hold on
+The engine's own rules (``tests/engine/test_storage_limits.py``) hold on
 the database: oversized inputs and message bodies are refused to the caller
 by ``workflows.start`` and ``handle.send``; a flush ``KV_ATOMIC_FLUSH``
 refuses as too large fails its step once, as critical, and the workflow
@@ -13,13 +13,13 @@ import pytest
 from django.test import override_settings
 
 from django_rivet import workflows
-from django_rivet.models import Workflow, WorkflowMessage
-from django_rivet.testing import freeze_time, run_until_idle
-from django_rivet.workflow import (
+from django_rivet.engine import (
     MAX_KV_BATCH_PAYLOAD_BYTES,
     MAX_MESSAGE_BODY_BYTES,
     StorageLimitError,
 )
+from django_rivet.models import Workflow, WorkflowMessage
+from django_rivet.testing import freeze_time, run_until_idle
 from django_rivet.workflows.driver import DjangoDriver
 from tests.testapp.models import StepRow
 

@@ -14,6 +14,14 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from django_rivet import Actor, action, actors, clock, workflows
+from django_rivet.engine import (
+    ChildWorkflowError,
+    WorkflowCancelled,
+    WorkflowNoReply,
+    WorkflowRequestTimeout,
+    WorkflowTimeout,
+    keys,
+)
 from django_rivet.models import Workflow, WorkflowKV, WorkflowMessage
 from django_rivet.testing import (
     arun_until_idle,
@@ -21,14 +29,6 @@ from django_rivet.testing import (
     register_temporarily,
     run_due,
     run_until_idle,
-)
-from django_rivet.workflow import (
-    ChildWorkflowError,
-    WorkflowCancelled,
-    WorkflowNoReply,
-    WorkflowRequestTimeout,
-    WorkflowTimeout,
-    keys,
 )
 from tests.testapp.models import StepRow
 

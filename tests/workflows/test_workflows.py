@@ -8,15 +8,7 @@ from django.db import transaction
 
 from django_rivet import Actor, UserError, action, actors, workflows
 from django_rivet.checks import E201
-from django_rivet.exceptions import AlreadyRegistered, WorkflowNotFound
-from django_rivet.models import Workflow, WorkflowMessage, WorkflowStatus
-from django_rivet.testing import (
-    arun_until_idle,
-    freeze_time,
-    register_temporarily,
-    run_until_idle,
-)
-from django_rivet.workflow import (
+from django_rivet.engine import (
     CriticalError,
     EntryNotFoundError,
     RecordedError,
@@ -25,6 +17,14 @@ from django_rivet.workflow import (
     StepOutputError,
     WorkflowError,
     workflow,
+)
+from django_rivet.exceptions import AlreadyRegistered, WorkflowNotFound
+from django_rivet.models import Workflow, WorkflowMessage, WorkflowStatus
+from django_rivet.testing import (
+    arun_until_idle,
+    freeze_time,
+    register_temporarily,
+    run_until_idle,
 )
 from django_rivet.workflows import leases, registry
 from tests.testapp import workflows as test_workflows

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet.exceptions import InvalidCron, WorkflowNotFound
-from django_rivet.scheduling.workflow_schedules import backfill
+from django_rivet.workflows.scheduled import backfill
 
 
 def _moment(value: str) -> datetime:

@@ -14,8 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet.models import WORKFLOW_ACTIVE, Workflow
-from django_rivet.workflow import ReplayDivergence
-from django_rivet.workflows import control
+from django_rivet.workflows import ReplayDivergence, control
 
 
 class Command(BaseCommand):

@@ -1,0 +1,393 @@
+"""Fault injection for the engine: a driver wrapper that fails or "crashes".
+
+:class:`FaultyDriver` wraps any driver and counts its calls (KV, messages,
+alarms, transactional steps). At call number ``at`` it injects a fault:
+
+* ``fail``: the call raises, as a broken database would (``OSError``; for
+  ``run_transactional``, whose own errors a driver reports as
+  ``StorageError``, a ``StorageError``), and does nothing;
+* ``crash``: the call raises :class:`Crash`, a ``BaseException`` standing
+  for the process dying just before the call: the run is abandoned with
+  whatever the driver holds;
+* ``crash_after``: the call completes, then :class:`Crash` (the process
+  died before it learnt the call succeeded).
+
+:data:`SCENARIOS` are workflows covering steps (plain, ephemeral,
+transactional, retried), loops with pruning, join, race (losers deleted),
+sleep, messages and rollback. :func:`complete` drives one to its end the
+way a host does (re-run after each pause, advance the virtual clock, send
+the next scripted message when it waits for one). :func:`check_recovery`
+runs a scenario with one fault, then fresh runs on the same storage, and
+checks the outcome and history equal the fault-free run's and that nothing
+acknowledged before the fault is lost or redone.
+
+Shared by the in-memory suite (every ``at``) and the Django driver's
+(``tests/workflows/test_workflow_faults.py``, on SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from django_rivet.clock import VirtualClock
+from django_rivet.engine import (
+    CriticalError,
+    Loop,
+    StorageError,
+    WorkflowOutcome,
+    read_history,
+    run_workflow,
+)
+
+KINDS = ("fail", "crash", "crash_after")
+_COUNTED = (
+    "get",
+    "set",
+    "delete",
+    "delete_prefix",
+    "delete_range",
+    "list",
+    "batch",
+    "batch_delete",
+    "atomic_flush",
+    "run_transactional",
+    "set_alarm",
+    "clear_alarm",
+    "add_message",
+    "receive_messages",
+    "complete_message",
+)
+
+
+class Crash(BaseException):  # noqa: N818 - a simulated process death
+    """The process running the workflow died."""
+
+
+class FaultyDriver:
+    """Forward every call to ``inner``, injecting one fault at call ``at``."""
+
+    def __init__(self, inner: Any, at: int | None = None, kind: str = "fail"):
+        self.inner = inner
+        self.at = at
+        self.kind = kind
+        self.calls = 0
+        self.fired: str | None = None
+        self.atomic_batch = inner.atomic_batch
+        self.worker_poll_interval = inner.worker_poll_interval
+        if hasattr(inner, "call_sync"):
+            self.call_sync = inner.call_sync
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _COUNTED:
+            raise AttributeError(name)
+        method = getattr(self.inner, name)
+
+        async def call(*args: Any) -> Any:
+            self.calls += 1
+            if self.calls != self.at:
+                return await method(*args)
+            self.fired = name
+            if self.kind == "fail":
+                if name == "run_transactional":
+                    raise StorageError("injected failure")
+                raise OSError(f"injected failure of {name}")
+            if self.kind == "crash":
+                raise Crash(name)
+            await method(*args)
+            raise Crash(name)
+
+        return call
+
+
+@dataclasses.dataclass
+class Effects:
+    """What the workflow did to the outside world, per step or handler name."""
+
+    counts: collections.Counter[str] = dataclasses.field(
+        default_factory=collections.Counter
+    )
+
+    def effect(self, name: str, value: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            self.counts[name] += 1
+            return value
+
+        return run
+
+    def critical(self, name: str) -> Callable[[], Any]:
+        def run() -> Any:
+            self.counts[name] += 1
+            raise CriticalError(f"{name} refuses")
+
+        return run
+
+    def flaky(self, name: str, value: Any) -> Callable[[], Any]:
+        """Fails on its first execution ever, then returns ``value``."""
+
+        def run() -> Any:
+            self.counts[name] += 1
+            if self.counts[name] == 1:
+                raise RuntimeError(f"{name} fails once")
+            return value
+
+        return run
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    build: Callable[[Effects], Callable[..., Awaitable[Any]]]
+    input: Any = None
+    # Sent one group each time the workflow waits for a message.
+    messages: tuple[tuple[tuple[str, Any], ...], ...] = ()
+
+
+def _steps(effects: Effects) -> Callable[..., Awaitable[Any]]:
+    async def wf(ctx: Any, input: Any) -> Any:
+        a = await ctx.step("a", effects.effect("a", input["a"]))
+        b = await ctx.step("b", effects.effect("b", a + 1), ephemeral=True)
+        c = await ctx.step("c", effects.effect("c", b + 1), transaction=True)
+        d = await ctx.step("d", effects.flaky("d", c + 1), retry_backoff_base=5)
+        tried = await ctx.try_step("e", effects.critical("e"))
+        return [a, b, c, d, tried.ok, tried.failure.kind]
+
+    return wf
+
+
+def _loop(effects: Effects) -> Callable[..., Awaitable[Any]]:
+    async def body(ctx: Any, state: Any) -> Any:
+        index = state["i"]
+        value = await ctx.step("add", effects.effect(f"sum/~{index}/add", index * 10))
+        total = state["total"] + value
+        if index == 6:
+            return Loop.break_(total)
+        return Loop.continue_({"i": index + 1, "total": total})
+
+    async def wf(ctx: Any, input: Any) -> Any:
+        total = await ctx.loop(
+            "sum",
+            body,
+            state={"i": 0, "total": 0},
+            history_prune_interval=2,
+            history_size=2,
+        )
+        after = await ctx.step("after", effects.effect("after", total + 1))
+        return [total, after]
+
+    return wf
+
+
+def _join_race(effects: Effects) -> Callable[..., Awaitable[Any]]:
+    async def left(ctx: Any) -> Any:
+        one = await ctx.step("l1", effects.effect("both/left/l1", 1))
+        return one + await ctx.step("l2", effects.effect("both/left/l2", 2))
+
+    async def right(ctx: Any) -> Any:
+        return await ctx.step("r1", effects.effect("both/right/r1", 3))
+
+    async def fast(ctx: Any) -> Any:
+        return await ctx.step("f", effects.effect("first/fast/f", "fast"))
+
+    async def slow(ctx: Any) -> Any:
+        await ctx.step("s", effects.effect("first/slow/s", "slow"))
+        await ctx.sleep("nap", 3600)
+        return "slow"
+
+    async def wf(ctx: Any, input: Any) -> Any:
+        joined = await ctx.join("both", {"left": left, "right": right})
+        winner, value = await ctx.race("first", {"slow": slow, "fast": fast})
+        done = await ctx.step("done", effects.effect("done", "ok"))
+        return [joined, winner, value, done]
+
+    return wf
+
+
+def _sleep_messages(effects: Effects) -> Callable[..., Awaitable[Any]]:
+    async def wf(ctx: Any, input: Any) -> Any:
+        await ctx.step("before", effects.effect("before", 0))
+        await ctx.sleep("pause", 60)
+        first = await ctx.messages.next("first", names=["go"])
+        batch = await ctx.messages.next_batch(
+            "batch", names=["item"], count=2, timeout=600
+        )
+        bodies = [first.body, *[m.body for m in batch]]
+        return await ctx.step("use", effects.effect("use", bodies))
+
+    return wf
+
+
+def _rollback(effects: Effects) -> Callable[..., Awaitable[Any]]:
+    def undo(name: str) -> Callable[..., Any]:
+        def handler(rollback_ctx: Any, output: Any) -> None:
+            effects.counts[f"undo-{name}"] += 1
+
+        return handler
+
+    def decline() -> Any:
+        effects.counts["decline"] += 1
+        raise CriticalError("declined")
+
+    async def wf(ctx: Any, input: Any) -> Any:
+        await ctx.rollback_checkpoint("start")
+        for name in ("charge", "hold"):
+            await ctx.step(name, effects.effect(name, name), rollback=undo(name))
+        await ctx.step("decline", decline)
+        return "unreachable"
+
+    return wf
+
+
+SCENARIOS = (
+    Scenario("steps", _steps, {"a": 1}),
+    Scenario("loop", _loop),
+    Scenario("join_race", _join_race),
+    Scenario(
+        "sleep_messages",
+        _sleep_messages,
+        messages=((("go", {"n": 1}),), (("item", "x"), ("item", "y"))),
+    ),
+    Scenario("rollback", _rollback),
+)
+
+
+async def complete(
+    clock: VirtualClock,
+    workflow_id: str,
+    fn: Callable[..., Awaitable[Any]],
+    input: Any,
+    driver: Any,
+    inbox: Any,
+    pending: list[tuple[tuple[str, Any], ...]],
+    *,
+    runs: int = 60,
+) -> WorkflowOutcome:
+    """Run like a host until the workflow finishes; send messages when asked.
+
+    ``inbox`` receives the scripted messages (the unfaulted driver: a sent
+    message is acknowledged to its sender once ``add_message`` returned).
+    """
+    for _ in range(runs):
+        outcome = await run_workflow(workflow_id, fn, input, driver)
+        if outcome.state in ("completed", "failed", "cancelled"):
+            return outcome
+        if outcome.state == "sleeping" and outcome.waiting_for and pending:
+            for name, body in pending.pop(0):
+                await inbox.add_message(name, body)
+        elif outcome.sleep_until is not None:
+            clock.set(max(outcome.sleep_until, clock.now()))
+        elif outcome.state == "sleeping":
+            raise AssertionError(f"{workflow_id} waits for {outcome.waiting_for}")
+    raise AssertionError(f"{workflow_id} did not finish in {runs} runs")
+
+
+def _shape(history: list[Any]) -> list[tuple[str, str, str, Any]]:
+    def output(entry: Any) -> Any:
+        if entry.kind == "message":  # ids and times differ from run to run
+            return [(m["name"], m["body"]) for m in entry.output or ()]
+        return entry.output
+
+    # By location: parallel branches may record their entries in another
+    # order from one run to the next.
+    return sorted((h.kind, h.location, h.status, output(h)) for h in history)
+
+
+@dataclasses.dataclass
+class Reference:
+    """A scenario's fault-free result: outcome, history, effects, driver calls."""
+
+    outcome: tuple[str, Any, str | None]
+    history: list[tuple[str, str, str, Any]]
+    effects: collections.Counter[str]
+    calls: int
+
+
+def _outcome(outcome: WorkflowOutcome) -> tuple[str, Any, str | None]:
+    error = outcome.error
+    return (
+        outcome.state,
+        outcome.output,
+        None if error is None else f"{type(error).__name__}: {error}",
+    )
+
+
+async def reference(
+    clock: VirtualClock, scenario: Scenario, workflow_id: str, inner: Any
+) -> Reference:
+    """Run ``scenario`` without faults, counting driver calls."""
+    effects = Effects()
+    driver = FaultyDriver(inner)
+    outcome = await complete(
+        clock,
+        workflow_id,
+        scenario.build(effects),
+        scenario.input,
+        driver,
+        inner,
+        list(scenario.messages),
+    )
+    history = _shape(await read_history(inner))
+    return Reference(_outcome(outcome), history, effects.counts, driver.calls)
+
+
+def _done_steps(history: list[Any]) -> set[str]:
+    return {h.location for h in history if h.kind == "step" and h.status == "completed"}
+
+
+def _done_rollbacks(history: list[Any]) -> set[str]:
+    return {
+        h.location.rsplit("/", 1)[-1]
+        for h in history
+        if h.kind == "step" and h.rollback_completed_at is not None
+    }
+
+
+async def check_recovery(
+    clock: VirtualClock,
+    scenario: Scenario,
+    workflow_id: str,
+    inner: Any,
+    expected: Reference,
+    at: int,
+    kind: str,
+) -> str | None:
+    """Fault call ``at`` with ``kind``, recover with fresh runs, compare.
+
+    Returns the name of the faulted driver call (None if the run made fewer
+    calls than ``at``).
+    """
+    effects = Effects()
+    driver = FaultyDriver(inner, at=at, kind=kind)
+    pending = list(scenario.messages)
+    fn = scenario.build(effects)
+    try:
+        outcome = await complete(
+            clock, workflow_id, fn, scenario.input, driver, inner, pending
+        )
+    except (StorageError, Crash) as stopped:
+        # The fault stopped the run (a driver failure is the host's to retry,
+        # never the workflow's failure): what the driver holds now is what
+        # was acknowledged. Recover with fresh runs, as a host would.
+        acknowledged = await read_history(inner)
+        before = collections.Counter(effects.counts)
+        outcome = await complete(
+            clock, workflow_id, fn, scenario.input, driver, inner, pending
+        )
+        context = f"{scenario.name}: {kind} at call {at} ({driver.fired}, {stopped!r})"
+        for location in _done_steps(acknowledged):
+            assert effects.counts[location] == before[location], (
+                f"{context}: completed step {location} ran again"
+            )
+        for name in _done_rollbacks(acknowledged):
+            key = f"undo-{name}"
+            assert effects.counts[key] == before[key], (
+                f"{context}: completed rollback of {name} ran again"
+            )
+    else:
+        context = f"{scenario.name}: {kind} at call {at} ({driver.fired})"
+    assert _outcome(outcome) == expected.outcome, context
+    assert _shape(await read_history(inner)) == expected.history, context
+    assert not pending, f"{context}: scripted messages were left unsent"
+    return driver.fired

@@ -1,0 +1,43 @@
+"""Every driver call of every scenario fails or crashes once; the workflow recovers.
+
+For each scenario of ``faults.SCENARIOS`` (steps, loops with pruning, join,
+race, sleep, messages, rollback) the fault-free run is counted, then for
+every call number N and each fault kind (fail, crash before the call, crash
+after it) a fresh in-memory driver runs it with that one fault, and fresh
+runs on the same storage must end exactly as the fault-free run did, with no
+acknowledged step or rollback redone (see ``faults.check_recovery``). Both
+a chunking driver and an atomic one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from django_rivet.engine import InMemoryDriver
+
+from .faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
+
+
+class AtomicInMemoryDriver(InMemoryDriver):
+    atomic_batch = True
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["chunked", "atomic"])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+async def test_every_fault_at_every_driver_call_is_recovered(
+    clock, scenario: Scenario, atomic: bool
+):
+    make = AtomicInMemoryDriver if atomic else InMemoryDriver
+    expected = await reference(clock, scenario, "wf", make())
+    assert expected.outcome[0] in ("completed", "failed")
+    assert expected.calls > 5
+    faulted: dict[str, int] = {}
+    for at in range(1, expected.calls + 1):
+        for kind in KINDS:
+            fired = await check_recovery(
+                clock, scenario, "wf", make(), expected, at, kind
+            )
+            assert fired is not None, f"call {at} never happened"
+            faulted[fired] = faulted.get(fired, 0) + 1
+    # Every kind of call the scenario makes was faulted at least once.
+    assert sum(faulted.values()) == expected.calls * len(KINDS)
