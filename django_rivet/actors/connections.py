@@ -42,7 +42,7 @@ from ..exceptions import (
     RivetError,
     TooManyConnections,
 )
-from ..models import Connection, db
+from ..models import Connection, db, sql
 from .context import Conn
 from .definition import Actor
 from .invocation import AuthRequest
@@ -370,7 +370,7 @@ def touch_connections(conn_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
         rows = Connection.objects.filter(pk__in=chunk)
         existing = set(rows.values_list("pk", flat=True))
         missing.update(set(chunk) - existing)
-        if not db.connection().features.has_select_for_update_skip_locked:
+        if not sql.dialect(db.connection()).skip_locked:
             rows.update(last_seen_at=now)
             continue
         with db.atomic():

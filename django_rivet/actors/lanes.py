@@ -28,7 +28,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .. import events, observability
 from ..conf import rivet_settings
 from ..exceptions import ActorBusy
-from ..models import db
+from ..models import db, sql
 from .errors import database_error, is_connection_failure
 from .invocation import (
     INTERNAL,
@@ -254,7 +254,7 @@ def _is_busy(outcome: _Outcome) -> bool:
 
 def _bound_batch_lock_wait(connection: BaseDatabaseWrapper, queued: float) -> None:
     """Bound the round's lock waits as the first call's own would be."""
-    if connection.vendor != "postgresql":
+    if not sql.dialect(connection).bounds_lock_waits:
         return
     limit = rivet_settings.LOCK_TIMEOUT
     seconds = action_timeout() - (time.monotonic() - queued)

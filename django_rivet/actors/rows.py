@@ -1,8 +1,9 @@
 """Actor identity and the actor row.
 
 Keys are normalized here, and the two statements every invocation runs on
-the ``Actor`` table live here: the one that locks and reads the row, and the
-one that writes what changed. Both are raw SQL on purpose: they run on every
+the ``Actor`` table run here: the one that locks and reads the row, and the
+one that writes what changed. Both are raw SQL on purpose, written by the
+database's dialect (:mod:`django_rivet.models.sql`): they run on every
 invocation, and the ORM's query compilation cost more than the statements.
 They run on django-rivet's database (:mod:`django_rivet.models.db`).
 """
@@ -24,7 +25,7 @@ from django.db.backends.utils import CursorWrapper
 from .. import clock
 from ..exceptions import ActorNotFound, InvalidKey
 from ..models import Actor as ActorRow
-from ..models import Connection, db
+from ..models import db, sql
 
 __all__ = [
     "ActorRef",
@@ -154,63 +155,6 @@ class LockedRow:
     conn_fetched: bool = False
 
 
-_COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
-# By name and key, the row's name and key are the ones asked for: not read.
-_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq")
-_CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
-
-# The statements of every invocation, built once per database vendor and
-# shape (quoting and formatting them cost more than running them on SQLite).
-_SQL: dict[tuple[Any, ...], str] = {}
-
-
-def _locking_sql(
-    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool, with_conn: bool
-) -> str:
-    """Return the one statement that locks and reads an actor row."""
-    cache_key = ("lock", connection.vendor, by_id, bounded, with_conn)
-    sql = _SQL.get(cache_key)
-    if sql is None:
-        sql = _SQL[cache_key] = _build_locking_sql(
-            connection, by_id, bounded, with_conn
-        )
-    return sql
-
-
-def _build_locking_sql(
-    connection: BaseDatabaseWrapper, by_id: bool, bounded: bool, with_conn: bool
-) -> str:
-    ops = connection.ops
-    table = ops.quote_name(ActorRow._meta.db_table)
-    names = _COLUMNS if by_id else _COLUMNS_BY_KEY
-    if connection.vendor == "postgresql":
-        columns = ", ".join(f"a.{ops.quote_name(c)}" for c in names)
-        where = "a.id = %s" if by_id else "a.name = %s AND a.key = %s"
-        if bounded:
-            # Set lock_timeout for the rest of the transaction (SET LOCAL)
-            # in the same round trip: the filter runs on the matching row
-            # before FOR UPDATE waits for its lock, so the bound applies to
-            # that wait too. set_config() is volatile: evaluated per row,
-            # never folded away.
-            where += " AND set_config('lock_timeout', %s, true) IS NOT NULL"
-        joined = ""
-        if with_conn:
-            # A WebSocket call's own connection row, read in the same round
-            # trip (not locked: only invocations of this actor, which wait
-            # for the lock taken here, write or delete it).
-            conns = ops.quote_name(Connection._meta.db_table)
-            columns += ", " + ", ".join(f"c.{ops.quote_name(c)}" for c in _CONN_COLUMNS)
-            joined = f" LEFT JOIN {conns} c ON c.id = %s AND c.actor_id = a.id"
-        return f"SELECT {columns} FROM {table} a{joined} WHERE {where} FOR UPDATE OF a"
-    columns = ", ".join(ops.quote_name(c) for c in names)
-    where = "id = %s" if by_id else "name = %s AND key = %s"
-    # Elsewhere (SQLite) the first statement is a write, which takes the
-    # write lock (with its busy timeout) before anything is read -- also when
-    # no row matches, so creating an actor is serialized too.
-    version = ops.quote_name("version")
-    return f"UPDATE {table} SET {version} = {version} WHERE {where} RETURNING {columns}"
-
-
 def fetch_locked(
     ref: ActorRef,
     lock_timeout_ms: int | None = None,
@@ -230,9 +174,9 @@ def fetch_locked(
     """
     if connection is None:
         connection = db.connection()
-    postgresql = connection.vendor == "postgresql"
+    dialect = sql.dialect(connection)
     by_id = ref.actor_id is not None
-    with_conn = conn_id is not None and postgresql
+    with_conn = conn_id is not None and dialect.reads_conn_with_lock
     pk = ActorRow._meta.pk
     assert pk is not None
     params: list[Any] = []
@@ -242,16 +186,16 @@ def fetch_locked(
         params.append(pk.get_db_prep_value(ref.actor_id, connection))
     else:
         params += [ref.name, canonical_key(ref.key)]
-    bounded = lock_timeout_ms is not None and postgresql
+    bounded = lock_timeout_ms is not None and dialect.bounds_lock_waits
     if bounded:
         params.append(f"{lock_timeout_ms}ms")
-    sql = _locking_sql(connection, by_id, bounded, with_conn)
+    statement = dialect.actor_lock_sql(by_id, bounded, with_conn)
     with _cursor(connection, cursor) as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         found = cursor.fetchone()
     if found is None:
         return None
-    width = len(_COLUMNS if by_id else _COLUMNS_BY_KEY)
+    width = len(sql.ACTOR_COLUMNS if by_id else sql.ACTOR_COLUMNS_BY_KEY)
     if by_id:
         actor_id, name, key_parts, state, version, event_seq = found[:width]
         if isinstance(key_parts, str):
@@ -289,16 +233,6 @@ def fetch_conn(
     Every WebSocket call needs it; the ORM's query compilation cost more
     than the query (on SQLite; PostgreSQL reads it with the lock instead).
     """
-    cache_key = ("conn", connection.vendor)
-    sql = _SQL.get(cache_key)
-    if sql is None:
-        ops = connection.ops
-        columns = ", ".join(ops.quote_name(c) for c in _CONN_COLUMNS)
-        table = ops.quote_name(Connection._meta.db_table)
-        sql = _SQL[cache_key] = (
-            f"SELECT {columns} FROM {table} WHERE {ops.quote_name('id')} = %s "
-            f"AND {ops.quote_name('actor_id')} = %s"
-        )
     pk = ActorRow._meta.pk
     assert pk is not None
     params = [
@@ -306,7 +240,7 @@ def fetch_conn(
         pk.get_db_prep_value(actor_id, connection),
     ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql.dialect(connection).conn_sql(), params)
         found = cursor.fetchone()
     if found is None:
         return None
@@ -376,30 +310,19 @@ def update_row(
     """
     if connection is None:
         connection = db.connection()
+    dialect = sql.dialect(connection)
     params: list[Any] = []
     if state is not None:
         params.append(state)
     if event_seq is not None:
         params.append(event_seq)
-    params.append(now_param(connection))
+    params.append(dialect.now_param(connection, clock.now_datetime()))
     pk = ActorRow._meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(actor_id, connection))
-    cache_key = ("update", connection.vendor, state is not None, event_seq is not None)
-    sql = _SQL.get(cache_key)
-    if sql is None:
-        sql = _SQL[cache_key] = _build_update_sql(
-            connection, state is not None, event_seq is not None
-        )
+    statement = dialect.actor_update_sql(state is not None, event_seq is not None)
     with _cursor(connection, cursor) as cursor:
-        if before and connection.vendor == "postgresql":
-            clauses = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(before))
-            first: list[Any] = [p for _, statement in before for p in statement]
-            cursor.execute(f"WITH {clauses} {sql}", first + params)
-            return
-        for statement, statement_params in before:
-            cursor.execute(statement, statement_params)
-        cursor.execute(sql, params)
+        dialect.execute_after(cursor, before, statement, params)
 
 
 def _cursor(
@@ -415,34 +338,7 @@ def _cursor(
 def now_param(connection: BaseDatabaseWrapper) -> Any:
     """Return the current time as a ``DateTimeField`` parameter of ``connection``.
 
-    ``connection.ops.adapt_datetimefield_value(clock.now_datetime())``: on
-    SQLite with ``USE_TZ`` and a UTC connection (the usual case), the same
-    text built directly: every invocation's write needs it, and Django's
-    conversion (``make_naive``, settings reads) costs half as much again.
+    ``connection.ops.adapt_datetimefield_value(clock.now_datetime())``, or
+    the same value built faster (:meth:`.sql.Dialect.now_param`).
     """
-    now = clock.now_datetime()
-    if (
-        connection.vendor == "sqlite"
-        and connection.timezone is not None  # None: USE_TZ is off
-        and connection.timezone_name == "UTC"
-    ):
-        return str(now.replace(tzinfo=None))
-    return connection.ops.adapt_datetimefield_value(now)
-
-
-def _build_update_sql(
-    connection: BaseDatabaseWrapper, with_state: bool, with_event_seq: bool
-) -> str:
-    ops = connection.ops
-    assignments: list[str] = []
-    if with_state:
-        assignments.append("{state} = %s, {version} = {version} + 1")
-    if with_event_seq:
-        assignments.append("{event_seq} = %s")
-    assignments.append("{updated_at} = %s")
-    names = {
-        name: ops.quote_name(name)
-        for name in ("state", "version", "event_seq", "updated_at", "id")
-    }
-    sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
-    return sql.format(table=ops.quote_name(ActorRow._meta.db_table), **names)
+    return sql.dialect(connection).now_param(connection, clock.now_datetime())

@@ -70,7 +70,7 @@ from ..exceptions import (
     ReentrantCall,
 )
 from ..models import Actor as ActorRow
-from ..models import db
+from ..models import db, sql
 from . import cache, registry, rows
 from .definition import Actor
 from .errors import (
@@ -346,9 +346,9 @@ def _lock_wait_ms(
     ``LOCK_TIMEOUT``, but never past the invocation's own time limit; set
     with ``SET LOCAL`` semantics, so it ends with the transaction. Only the
     outermost invocation sets it: a nested one must not change the bound of
-    a transaction it does not own. ``None`` elsewhere than on PostgreSQL.
+    a transaction it does not own. ``None`` where the database cannot.
     """
-    if connection.vendor != "postgresql":
+    if not sql.dialect(connection).bounds_lock_waits:
         return None
     limit = rivet_settings.LOCK_TIMEOUT
     seconds = action_timeout(definition) - (time.monotonic() - started)
@@ -364,10 +364,8 @@ def bound_lock_wait(milliseconds: int) -> None:
     Usually the locking statement sets it in the same round trip
     (:func:`.rows.fetch_locked`); this is for when no row matched.
     """
-    with db.connection().cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"]
-        )
+    connection = db.connection()
+    sql.dialect(connection).bound_lock_wait(connection, milliseconds)
 
 
 def _run(

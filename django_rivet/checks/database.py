@@ -5,7 +5,6 @@ Messages are module constants so tests compare them by equality.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from typing import Any
 
@@ -15,7 +14,7 @@ from django.core.management.commands.migrate import Command as MigrateCommand
 from django.db import DatabaseError, connections, router
 from django.db.migrations.executor import MigrationExecutor
 
-from ..models import db
+from ..models import db, sql
 
 # -- the database ----------------------------------------------------------------------
 E401 = (
@@ -45,8 +44,6 @@ W401 = (
     "are missing or out of date, and every call will fail."
 )
 W401_HINT = "Run `manage.py migrate` (add --database {alias} for a routed alias)."
-MIN_SQLITE = (3, 35)
-SUPPORTED_VENDORS = ("postgresql", "sqlite")
 
 
 @register(Tags.compatibility)
@@ -68,7 +65,7 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         )
     alias = db.alias()
     connection = connections[alias]
-    if connection.vendor not in SUPPORTED_VENDORS:
+    if not sql.supports(connection.vendor):
         errors.append(
             Error(
                 E401.format(alias=alias, vendor=connection.vendor),
@@ -77,10 +74,9 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="rivet.E401",
             )
         )
-    elif connection.vendor == "sqlite":
-        # The library Django's backend uses (it imports sqlite3 too).
-        version = tuple(sqlite3.sqlite_version_info)
-        if version < MIN_SQLITE:
+    else:
+        version = sql.dialect(connection).too_old()
+        if version is not None:
             errors.append(
                 Error(
                     E402.format(alias=alias, version=".".join(str(n) for n in version)),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from django.db import NotSupportedError, models
+from django.db import models
 from django.db.models.lookups import Lookup
 
 from ..engine import schema
-from . import base
+from . import base, sql
 
 # -- workflows: the durable runtime (docs/workflows.md, docs/storage-format.md) -----
 # The engine's history lives in WorkflowKV (its private KV namespace); the
@@ -112,8 +111,7 @@ class HasName(_Lookup):
     """``waiting_for__has_name="approve"``: the JSON list contains the name.
 
     Django's ``contains`` on a JSONField is not available on SQLite, so this
-    speaks each backend's JSON: ``@>`` on PostgreSQL, ``json_each`` on
-    SQLite, ``JSON_CONTAINS`` on MySQL and MariaDB.
+    speaks each database's JSON (:meth:`.sql.Dialect.json_list_contains`).
     """
 
     lookup_name = "has_name"
@@ -121,15 +119,7 @@ class HasName(_Lookup):
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         lhs, lhs_params = self.process_lhs(compiler, connection)
-        vendor = connection.vendor
-        if vendor == "postgresql":
-            return f"{lhs} @> %s::jsonb", (*lhs_params, json.dumps([self.rhs]))
-        if vendor == "sqlite":
-            sql = f"EXISTS (SELECT 1 FROM json_each({lhs}) WHERE json_each.value = %s)"
-            return sql, (*lhs_params, str(self.rhs))
-        if vendor == "mysql":
-            return f"JSON_CONTAINS({lhs}, %s)", (*lhs_params, json.dumps(self.rhs))
-        raise NotSupportedError(f"waiting_for__has_name is not supported on {vendor}")
+        return sql.dialect(connection).json_list_contains(lhs, lhs_params, self.rhs)
 
 
 class Workflow(models.Model):

@@ -44,7 +44,7 @@ from ..actors.invocation import Origin, longest_action_timeout
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
 from ..exceptions import ActionNotFound, InvalidArgs, RivetError, UserError
-from ..models import db
+from ..models import db, sql
 from ..signals import work_failed
 from . import retries
 
@@ -104,15 +104,14 @@ def claim_lease() -> float:
 
 def skip_locked() -> bool:
     """Tell whether the database can pick claim batches with SKIP LOCKED."""
-    connection = db.connection()
-    return bool(connection.features.has_select_for_update_skip_locked)
+    return sql.dialect(db.connection()).skip_locked
 
 
 @contextlib.contextmanager
 def claim_transaction() -> Iterator[None]:
     """Open the short transaction of a claim.
 
-    On PostgreSQL its commit need not wait for the disk: a claim lost in a
+    Its commit need not wait for the disk (on PostgreSQL): a claim lost in a
     crash leaves the row pending, which is safe, and the later durable commit
     of the handler flushes the WAL past it anyway. That saves one fsync per
     firing. Only for a transaction of its own, never inside a caller's.
@@ -120,9 +119,8 @@ def claim_transaction() -> Iterator[None]:
     connection = db.connection()
     outermost = not connection.in_atomic_block
     with db.atomic():
-        if outermost and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        if outermost:
+            sql.dialect(connection).defer_commit_flush(connection)
         yield
 
 

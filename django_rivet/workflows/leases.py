@@ -28,7 +28,7 @@ from django.db.models import F, Q
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db
+from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -96,7 +96,7 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
         )
     with db.atomic():
         rows = Workflow.objects.filter(pk=workflow_id)
-        if db.connection().features.has_select_for_update_skip_locked:
+        if sql.dialect(db.connection()).skip_locked:
             picked = rows.filter(claimable).select_for_update(skip_locked=True)
             if not picked.values_list("pk", flat=True):
                 return None

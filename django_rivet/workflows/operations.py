@@ -39,6 +39,7 @@ from ..models import (
     WorkflowMessage,
     WorkflowStatus,
     db,
+    sql,
 )
 from . import leases, queues, registry
 from .children import deadline_for
@@ -102,10 +103,11 @@ def start(
     placed = where.fields() if where is not None else wake_fields(now)
     own_transaction = not db.in_atomic_block()
     with db.atomic():
-        if db.connection().vendor == "sqlite":
-            # A write first takes the database write lock, so the lookup and
-            # the insert below see one snapshot; a read first fails with
-            # "database is locked" if another writer commits in between.
+        if sql.dialect(db.connection()).locks_by_writing_first:
+            # A write first takes the database write lock (SQLite), so the
+            # lookup and the insert below see one snapshot; a read first
+            # fails with "database is locked" if another writer commits in
+            # between.
             Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
         try:
             row, created = Workflow.objects.get_or_create(

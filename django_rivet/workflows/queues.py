@@ -29,7 +29,6 @@ A ``dedup_key`` is unique among a queue's workflows that have not finished
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from ..models import (
     WorkflowQueue,
     WorkflowStatus,
     db,
+    sql,
 )
 from .wakeups import schedule_wake, wake_fields
 
@@ -183,7 +183,7 @@ def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicate
 def _admission_transaction(name: str, now: datetime) -> Iterator[None]:
     """Open an admission pass's transaction and take the queue's lock.
 
-    Its commit need not wait for the disk on PostgreSQL: an admission lost
+    Its commit need not wait for the disk (on PostgreSQL): an admission lost
     in a crash leaves its workflows queued (and their rate-limit starts
     uncounted), and the next pass admits them again.
     """
@@ -192,9 +192,8 @@ def _admission_transaction(name: str, now: datetime) -> Iterator[None]:
     # Inside a start's transaction, no savepoint: a failing pass fails the
     # start, which is rolled back whole.
     with db.atomic(savepoint=False):
-        if outermost and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        if outermost:
+            sql.dialect(connection).defer_commit_flush(connection)
         # The write is the lock: the row's on PostgreSQL, the database's
         # write lock on SQLite (taken before anything is read).
         if not _execute(_sql().lock, [_when(now), name]):
@@ -234,41 +233,10 @@ def _of_queue(name: str) -> Any:
 
 # -- the admission pass's statements ----------------------------------------------
 # A pass runs with every queued start, so its statements are written once
-# as SQL rather than compiled by the ORM each time (that compilation was
-# most of a queued start's extra cost). Both databases take the same SQL:
-# PostgreSQL, and SQLite >= 3.35 (RETURNING; rivet.E402).
-@dataclass(frozen=True, slots=True)
-class _Statements:
-    lock: str
-    running: str
-    started: str
-    admit: str  # format with the SET clause of wake_fields' columns
-
-
-@functools.cache
-def _statements(vendor: str) -> _Statements:
-    connection = db.connection()
-    quote = connection.ops.quote_name
-    workflows = quote(Workflow._meta.db_table)
-    admitted = ", ".join(f"'{status}'" for status in WORKFLOW_ADMITTED)
-    of_queue = f"FROM {workflows} WHERE NOT ({quote('queue')} = '') AND queue = %s"
-    return _Statements(
-        lock=f"UPDATE {quote(WorkflowQueue._meta.db_table)} "
-        f"SET {quote('admitted_at')} = %s WHERE {quote('name')} = %s",
-        running=f"SELECT COUNT(*) {of_queue} AND {quote('status')} IN ({admitted})",
-        started=f"SELECT COUNT(*) {of_queue} AND {quote('started_at')} > %s",
-        admit=f"UPDATE {workflows} SET {quote('status')} = 'pending', "
-        f"{quote('wake_at')} = %s, {quote('started_at')} = %s, "
-        f"{quote('updated_at')} = %s{{extra}} "
-        f"WHERE {quote('status')} = 'queued' AND {quote('id')} IN ("
-        f"SELECT {quote('id')} FROM {workflows} WHERE {quote('queue')} = %s "
-        f"AND {quote('status')} = 'queued' ORDER BY {quote('priority')}, "
-        f"{quote('created_at')}, {quote('id')} LIMIT %s) RETURNING {quote('id')}",
-    )
-
-
-def _sql() -> _Statements:
-    return _statements(db.connection().vendor)
+# as SQL (:meth:`.sql.Dialect.admission_sql`) rather than compiled by the
+# ORM each time (that compilation was most of a queued start's extra cost).
+def _sql() -> sql.AdmissionSQL:
+    return sql.dialect(db.connection()).admission_sql(WORKFLOW_ADMITTED)
 
 
 def _when(moment: datetime) -> Any:
@@ -276,15 +244,15 @@ def _when(moment: datetime) -> Any:
     return db.connection().ops.adapt_datetimefield_value(moment)
 
 
-def _execute(sql: str, params: list[Any]) -> int:
+def _execute(statement: str, params: list[Any]) -> int:
     with db.connection().cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         return int(cursor.rowcount)
 
 
-def _count(sql: str, params: list[Any]) -> int:
+def _count(statement: str, params: list[Any]) -> int:
     with db.connection().cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         return int(cursor.fetchone()[0])
 
 
@@ -309,11 +277,11 @@ def _start_queued(name: str, now: datetime, free: int) -> list[str]:
     extra = wake_fields(now)
     quote = db.connection().ops.quote_name
     columns = "".join(f", {quote(column)} = %s" for column in extra)
-    sql = _sql().admit.format(extra=columns)
+    statement = _sql().admit.format(extra=columns)
     moment = _when(now)
     params = [moment, moment, moment, *(_when(v) for v in extra.values())]
     with db.connection().cursor() as cursor:
-        cursor.execute(sql, [*params, name, free])
+        cursor.execute(statement, [*params, name, free])
         return [str(row[0]) for row in cursor.fetchall()]
 
 

@@ -1,0 +1,310 @@
+"""What every database's dialect answers, and the SQL the databases share.
+
+A :class:`Dialect` holds each statement and decision of django-rivet that
+depends on the database, as Django's ``DatabaseOperations`` does per
+backend: the layers above ask it for a statement or a capability instead of
+testing ``connection.vendor``. The hand-written statements are the hot
+paths' (an invocation's lock and write, a workflow step's KV write, an
+admission pass): the ORM's query compilation cost more than running them.
+
+Statements are built once per dialect and shape, then cached (quoting and
+formatting them cost more than running them on SQLite). Tables are looked
+up in the app registry when a statement is first built, not imported: the
+model modules ask their dialect for SQL too (``waiting_for__has_name``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from django.apps import apps
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+__all__ = ["AdmissionSQL", "Dialect", "Statement"]
+
+# One statement and its parameters.
+Statement = tuple[str, list[Any]]
+
+# The columns the actor statements read, in this order.
+ACTOR_COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
+# By name and key, the row's name and key are the ones asked for: not read.
+ACTOR_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq")
+CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
+
+
+def quote(name: str) -> str:
+    """Quote a table or column name (as both backends' ``quote_name`` do)."""
+    if name.startswith('"') and name.endswith('"'):
+        return name
+    return f'"{name}"'
+
+
+def table(model: str) -> str:
+    """Return the quoted table of django_rivet's model ``model``."""
+    return quote(apps.get_model("django_rivet", model)._meta.db_table)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSQL:
+    """The statements of a workflow queue's admission pass."""
+
+    lock: str
+    running: str
+    started: str
+    admit: str  # format with the SET clause of wake_fields' columns
+
+
+class Dialect(ABC):
+    """The SQL and the decisions of one database (one instance per vendor)."""
+
+    vendor: ClassVar[str]
+    # Claims pick their batches with SELECT ... FOR UPDATE SKIP LOCKED.
+    skip_locked: ClassVar[bool] = False
+    # A transaction can bound its lock waits (lock_timeout).
+    bounds_lock_waits: ClassVar[bool] = False
+    # The statement locking an actor row also reads the caller's connection.
+    reads_conn_with_lock: ClassVar[bool] = False
+    # A transaction that reads, then writes, must write first: its read
+    # would not take the write lock, and a writer committing in between
+    # fails it.
+    locks_by_writing_first: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self._sql: dict[tuple[Any, ...], Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+    def _cached(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+        found = self._sql.get(key)
+        if found is None:
+            found = self._sql[key] = build()
+        return found
+
+    # -- the database ------------------------------------------------------------------
+    def too_old(self) -> tuple[int, ...] | None:
+        """Return the database library's version if django-rivet cannot use it."""
+        return None
+
+    # -- transactions ------------------------------------------------------------------
+    @abstractmethod
+    def defer_commit_flush(self, connection: BaseDatabaseWrapper) -> None:
+        """Let the open transaction commit without waiting for the disk.
+
+        For transactions whose loss in a crash is harmless (a claim, an
+        admission pass); a database that cannot does nothing.
+        """
+
+    @abstractmethod
+    def bound_lock_wait(
+        self, connection: BaseDatabaseWrapper, milliseconds: int
+    ) -> None:
+        """Bound the open transaction's lock waits (see ``bounds_lock_waits``)."""
+
+    def now_param(self, connection: BaseDatabaseWrapper, now: Any) -> Any:
+        """Return the datetime ``now`` as a ``DateTimeField`` parameter."""
+        return connection.ops.adapt_datetimefield_value(now)
+
+    # -- the actor row -----------------------------------------------------------------
+    def actor_lock_sql(self, by_id: bool, bounded: bool, with_conn: bool) -> str:
+        """Return the one statement that locks and reads an actor row.
+
+        Its parameters: the connection id (``with_conn``), the actor's id
+        (``by_id``) or its name and key, the lock bound (``bounded``).
+        """
+        return self._cached(  # type: ignore[no-any-return]
+            ("lock", by_id, bounded, with_conn),
+            lambda: self._actor_lock_sql(by_id, bounded, with_conn),
+        )
+
+    @abstractmethod
+    def _actor_lock_sql(self, by_id: bool, bounded: bool, with_conn: bool) -> str: ...
+
+    def conn_sql(self) -> str:
+        """Return the read of one connection row of an actor (id, actor id)."""
+
+        def build() -> str:
+            columns = ", ".join(quote(c) for c in CONN_COLUMNS)
+            return (
+                f"SELECT {columns} FROM {table('Connection')} WHERE {quote('id')} = %s "
+                f"AND {quote('actor_id')} = %s"
+            )
+
+        return self._cached(("conn",), build)  # type: ignore[no-any-return]
+
+    def actor_update_sql(self, with_state: bool, with_event_seq: bool) -> str:
+        """Return the write of an actor row's state and/or event seq.
+
+        Its parameters: the state, the event seq, ``updated_at``, the id.
+        """
+
+        def build() -> str:
+            assignments: list[str] = []
+            if with_state:
+                assignments.append("{state} = %s, {version} = {version} + 1")
+            if with_event_seq:
+                assignments.append("{event_seq} = %s")
+            assignments.append("{updated_at} = %s")
+            names = {
+                name: quote(name)
+                for name in ("state", "version", "event_seq", "updated_at", "id")
+            }
+            sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
+            return sql.format(table=table("Actor"), **names)
+
+        return self._cached(  # type: ignore[no-any-return]
+            ("update", with_state, with_event_seq), build
+        )
+
+    def execute_after(
+        self,
+        cursor: CursorWrapper,
+        before: Sequence[Statement],
+        sql: str,
+        params: list[Any],
+    ) -> None:
+        """Run ``before`` (none reads another's writes), then ``sql``."""
+        for statement, statement_params in before:
+            cursor.execute(statement, statement_params)
+        cursor.execute(sql, params)
+
+    # -- the workflow lease ------------------------------------------------------------
+    def _held_by_us(self, stop_on_cancel: bool) -> str:
+        """The WHERE clause matching the workflow row while a run holds it.
+
+        Its parameters: the workflow id, the lease token.
+        """
+        sql = f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
+        if stop_on_cancel:
+            sql += f" AND NOT {quote('cancel_requested')}"
+        return sql
+
+    def lease_renew_sql(self, stop_on_cancel: bool) -> str:
+        """Return the lease's renewal (expiry, workflow id, token); rowcount 0: lost."""
+        return self._cached(  # type: ignore[no-any-return]
+            ("renew", stop_on_cancel),
+            lambda: (
+                f"UPDATE {table('Workflow')} SET {quote('lease_expires_at')} = %s "
+                f"{self._held_by_us(stop_on_cancel)}"
+            ),
+        )
+
+    def lease_check_sql(self, stop_on_cancel: bool) -> str:
+        """Return the lease's check (workflow id, token); no row: lost."""
+        return self._cached(  # type: ignore[no-any-return]
+            ("check", stop_on_cancel),
+            lambda: (
+                f"SELECT 1 FROM {table('Workflow')} {self._held_by_us(stop_on_cancel)}"
+                + self._lease_check_lock
+            ),
+        )
+
+    # What the lease check appends to lock the row it found.
+    _lease_check_lock: ClassVar[str] = ""
+
+    # -- workflow KV rows --------------------------------------------------------------
+    def _kv_insert_parts(self, rows: int, upsert: bool) -> tuple[str, str, str]:
+        """Return ``INSERT INTO <kv> (<columns>)``, ``rows`` tuples, ``ON CONFLICT``.
+
+        The pieces of every write of rows: plain or lease-checked, an upsert
+        or (``upsert`` False) a plain insert, whose conflict clause is empty.
+        """
+        value = quote("value")
+        conflict = ""
+        if upsert:
+            conflict = (
+                f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) "
+                f"DO UPDATE SET {value} = excluded.{value}"
+            )
+        return (
+            f"INSERT INTO {table('WorkflowKV')} "
+            f"({quote('workflow_id')}, {quote('key')}, {value})",
+            ", ".join(["(%s, %s, %s)"] * rows),
+            conflict,
+        )
+
+    def kv_insert_sql(self, rows: int, upsert: bool) -> str:
+        """Return the insert (or upsert) of ``rows`` KV rows (id, key, value each)."""
+
+        def build() -> str:
+            insert, values, conflict = self._kv_insert_parts(rows, upsert)
+            return f"{insert} VALUES {values} {conflict}"
+
+        return self._cached(("insert", rows, upsert), build)  # type: ignore[no-any-return]
+
+    @abstractmethod
+    def insert_kv_checked(
+        self,
+        cursor: CursorWrapper,
+        stop_on_cancel: bool,
+        rows: int,
+        upsert: bool,
+        params: list[Any],
+        lease: list[Any],
+    ) -> bool:
+        """Insert ``rows`` KV rows in the statement checking the lease; tell if it held.
+
+        ``params``: the rows' (id, key, value each); ``lease``: the check's
+        (workflow id, token). The rows are written only if the lease
+        row is found, and the check locks it as the renewal would.
+        """
+
+    def kv_list_sql(self, lower: bool, upper: bool) -> str:
+        """Return the read of a workflow's KV rows by key (id, then the bounds)."""
+
+        def build() -> str:
+            key = quote("key")
+            sql = (
+                f"SELECT {key}, {quote('value')} FROM {table('WorkflowKV')} "
+                f"WHERE {quote('workflow_id')} = %s"
+            )
+            if lower:
+                sql += f" AND {key} >= %s"
+            if upper:
+                sql += f" AND {key} < %s"
+            return sql + f" ORDER BY {key}"
+
+        return self._cached(("list", lower, upper), build)  # type: ignore[no-any-return]
+
+    # -- workflow queues ---------------------------------------------------------------
+    def admission_sql(self, admitted: Sequence[str]) -> AdmissionSQL:
+        """Return an admission pass's statements.
+
+        ``admitted``: the statuses of a workflow that holds a slot of its
+        queue (admitted and not finished). Both databases take the same SQL:
+        PostgreSQL, and SQLite >= 3.35 (RETURNING; rivet.E402).
+        """
+
+        def build() -> AdmissionSQL:
+            workflows = table("Workflow")
+            statuses = ", ".join(f"'{status}'" for status in admitted)
+            of_queue = (
+                f"FROM {workflows} WHERE NOT ({quote('queue')} = '') AND queue = %s"
+            )
+            status, id_ = quote("status"), quote("id")
+            return AdmissionSQL(
+                lock=f"UPDATE {table('WorkflowQueue')} "
+                f"SET {quote('admitted_at')} = %s WHERE {quote('name')} = %s",
+                running=f"SELECT COUNT(*) {of_queue} AND {status} IN ({statuses})",
+                started=f"SELECT COUNT(*) {of_queue} AND {quote('started_at')} > %s",
+                admit=f"UPDATE {workflows} SET {status} = 'pending', "
+                f"{quote('wake_at')} = %s, {quote('started_at')} = %s, "
+                f"{quote('updated_at')} = %s{{extra}} "
+                f"WHERE {status} = 'queued' AND {id_} IN ("
+                f"SELECT {id_} FROM {workflows} WHERE {quote('queue')} = %s "
+                f"AND {status} = 'queued' ORDER BY {quote('priority')}, "
+                f"{quote('created_at')}, {id_} LIMIT %s) RETURNING {id_}",
+            )
+
+        return self._cached(("admission", *admitted), build)  # type: ignore[no-any-return]
+
+    # -- JSON --------------------------------------------------------------------------
+    @abstractmethod
+    def json_list_contains(
+        self, lhs: str, lhs_params: Sequence[Any], item: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        """Return the condition "the JSON list ``lhs`` holds ``item``"."""

@@ -1,0 +1,125 @@
+"""PostgreSQL (production): row locks, bounded lock waits, one round trip."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from .base import (
+    ACTOR_COLUMNS,
+    ACTOR_COLUMNS_BY_KEY,
+    CONN_COLUMNS,
+    Dialect,
+    Statement,
+    quote,
+    table,
+)
+
+__all__ = ["PostgreSQLDialect"]
+
+
+class PostgreSQLDialect(Dialect):
+    """PostgreSQL: ``FOR UPDATE`` locks, ``lock_timeout``, data-modifying ``WITH``."""
+
+    vendor = "postgresql"
+    skip_locked = True
+    bounds_lock_waits = True
+    reads_conn_with_lock = True
+    # Lock the row as the renewal's UPDATE would, without a new version of
+    # it: a claim or a cancel waits for this transaction.
+    _lease_check_lock = " FOR NO KEY UPDATE"
+
+    def defer_commit_flush(self, connection: BaseDatabaseWrapper) -> None:
+        """Commit without waiting for the WAL flush (``synchronous_commit``).
+
+        A later durable commit flushes the WAL past it anyway.
+        """
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+    def bound_lock_wait(
+        self, connection: BaseDatabaseWrapper, milliseconds: int
+    ) -> None:
+        """Set ``lock_timeout`` for the rest of the transaction (``SET LOCAL``)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"]
+            )
+
+    def _actor_lock_sql(self, by_id: bool, bounded: bool, with_conn: bool) -> str:
+        names = ACTOR_COLUMNS if by_id else ACTOR_COLUMNS_BY_KEY
+        columns = ", ".join(f"a.{quote(c)}" for c in names)
+        where = "a.id = %s" if by_id else "a.name = %s AND a.key = %s"
+        if bounded:
+            # Set lock_timeout for the rest of the transaction (SET LOCAL)
+            # in the same round trip: the filter runs on the matching row
+            # before FOR UPDATE waits for its lock, so the bound applies to
+            # that wait too. set_config() is volatile: evaluated per row,
+            # never folded away.
+            where += " AND set_config('lock_timeout', %s, true) IS NOT NULL"
+        joined = ""
+        if with_conn:
+            # A WebSocket call's own connection row, read in the same round
+            # trip (not locked: only invocations of this actor, which wait
+            # for the lock taken here, write or delete it).
+            columns += ", " + ", ".join(f"c.{quote(c)}" for c in CONN_COLUMNS)
+            joined = (
+                f" LEFT JOIN {table('Connection')} c ON c.id = %s AND c.actor_id = a.id"
+            )
+        return (
+            f"SELECT {columns} FROM {table('Actor')} a{joined} WHERE {where} "
+            "FOR UPDATE OF a"
+        )
+
+    def execute_after(
+        self,
+        cursor: CursorWrapper,
+        before: Sequence[Statement],
+        sql: str,
+        params: list[Any],
+    ) -> None:
+        """Run ``before`` and ``sql`` as one statement (data-modifying ``WITH``)."""
+        if not before:
+            cursor.execute(sql, params)
+            return
+        clauses = ", ".join(f"w{i} AS ({first})" for i, (first, _) in enumerate(before))
+        first_params = [param for _, statement in before for param in statement]
+        cursor.execute(f"WITH {clauses} {sql}", first_params + params)
+
+    def insert_kv_checked(
+        self,
+        cursor: CursorWrapper,
+        stop_on_cancel: bool,
+        rows: int,
+        upsert: bool,
+        params: list[Any],
+        lease: list[Any],
+    ) -> bool:
+        """Lock the lease row in a CTE; the statement answers how many it found."""
+        cursor.execute(self._checked_sql(stop_on_cancel, rows, upsert), lease + params)
+        return bool(cursor.fetchone()[0])
+
+    def _checked_sql(self, stop_on_cancel: bool, rows: int, upsert: bool) -> str:
+        def build() -> str:
+            insert, values, conflict = self._kv_insert_parts(rows, upsert)
+            return (
+                f"WITH lease AS ({self.lease_check_sql(stop_on_cancel)}), "
+                f"written AS ({insert} "
+                f"SELECT * FROM (VALUES {values}) AS v "
+                f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
+                "SELECT count(*) FROM lease"
+            )
+
+        return self._cached(  # type: ignore[no-any-return]
+            ("checked", stop_on_cancel, rows, upsert), build
+        )
+
+    def json_list_contains(
+        self, lhs: str, lhs_params: Sequence[Any], item: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        """Use jsonb containment (``@>``)."""
+        return f"{lhs} @> %s::jsonb", (*lhs_params, json.dumps([item]))
