@@ -2,30 +2,18 @@
 
 One driver serves one workflow (the engine's rule): its KV methods address
 the ``WorkflowKV`` rows of that workflow, its message methods the workflow's
-``WorkflowMessage`` inbox. The module is one piece: one class implementing
-the engine's whole driver protocol on one connection and one lease.
-
-Threads and transactions. The runtime runs each workflow on an event loop of
-its own in the worker's thread (the Celery task's, the in-process worker's)
-and builds its driver with ``private_loop=True``: database calls and
-synchronous step functions then run right there, blocking only that private
-loop. The whole run uses the worker thread's connection, a
-``transaction=True`` step's ORM code shares the transaction of its history
-entry, and no step pays for a hand-off between threads (which costs
-scheduler latency on a busy machine, several times per step). With
-``private_loop=False`` (the default, for a driver used from a shared event
-loop) the same calls go through ``sync_to_async(thread_sensitive=True)``.
+``WorkflowMessage`` inbox. One class implements the engine's whole driver
+protocol on one connection and one lease; its database work runs where
+:mod:`.blocking` says (inline on a run's private loop).
 
 Fencing. A driver built for a run holds the run's lease token; every write
-transaction checks it under a lock: it renews the lease with ``UPDATE ...
-WHERE lease_token = <ours>`` (the first statement, so on SQLite it takes the
-write lock and on PostgreSQL it locks the row) at most every third of the
-lease time, and in between checks the token in the statement of its first
-insert of rows (see ``_fenced``). If the lease moved on -- it expired and another
-worker claimed the workflow, or a cancel was requested -- the check matches
-nothing and the write fails with :class:`LeaseLost`, with nothing written.
-So a worker that lost its lease can never write history over its
-successor's.
+goes through the run's :class:`~.fencing.LeaseFence`, which renews or
+checks the lease in the write's transaction (or in its one statement), so
+a worker that lost its lease (:class:`LeaseLost`) writes nothing.
+
+KV rows. The hot path writes prepared SQL (the database's dialect,
+:mod:`django_rivet.models.sql`), no model instances: one statement per
+step.
 
 Batching. ``atomic_batch`` follows ``RIVET["KV_ATOMIC_FLUSH"]``: False (the
 default) lets the engine split flushes into chunks of at most 128 writes,
@@ -39,17 +27,13 @@ applies them to the ``Workflow`` row when it releases the lease.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import contextlib
 import functools
-import inspect
 import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import Error as DatabaseError
 from django.db import IntegrityError
 
 from .. import clock
@@ -59,13 +43,13 @@ from ..engine import (
     ChildStart,
     KVDeletions,
     Message,
-    StorageError,
     StorageLimitError,
     encode_message_body,
     schema,
 )
-from ..models import Workflow, WorkflowKV, WorkflowMessage, db
-from . import children
+from ..models import WorkflowKV, WorkflowMessage, db, sql
+from . import blocking, children
+from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
 
 if TYPE_CHECKING:
     from ..engine import EngineDriver
@@ -89,110 +73,8 @@ ATOMIC_FLUSH_MAX_WRITES = 10_000
 ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 
 
-# Backends whose SQL the hot path writes by hand (others use the ORM).
-_RAW_SQL_VENDORS = ("sqlite", "postgresql")
-# Rows per INSERT statement: 3 parameters each, far below SQLite's limit.
-_UPSERT_ROWS = 256
 # Keys per DELETE ... IN (...) statement, below every backend's parameter cap.
 _DELETE_KEYS = 500
-
-
-def _held_by_us(stop_on_cancel: bool) -> str:
-    """The WHERE clause matching the workflow row while this run holds it.
-
-    Its parameters: the workflow id, the lease token.
-    """
-    quote = db.connection().ops.quote_name
-    sql = f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
-    if stop_on_cancel:
-        sql += f" AND NOT {quote('cancel_requested')}"
-    return sql
-
-
-@functools.cache
-def _renew_sql(vendor: str, stop_on_cancel: bool) -> str:
-    quote = db.connection().ops.quote_name
-    return (
-        f"UPDATE {quote(Workflow._meta.db_table)} "
-        f"SET {quote('lease_expires_at')} = %s {_held_by_us(stop_on_cancel)}"
-    )
-
-
-@functools.cache
-def _check_sql(vendor: str, stop_on_cancel: bool) -> str:
-    quote = db.connection().ops.quote_name
-    sql = (
-        f"SELECT 1 FROM {quote(Workflow._meta.db_table)} {_held_by_us(stop_on_cancel)}"
-    )
-    if vendor == "postgresql":
-        # Lock the row as the renewal's UPDATE would, without a new version
-        # of it: a claim or a cancel waits for this transaction.
-        sql += " FOR NO KEY UPDATE"
-    return sql
-
-
-def _insert_parts(rows: int, upsert: bool) -> tuple[str, str, str]:
-    """Return ``INSERT INTO <kv> (<columns>)``, ``rows`` value tuples, ``ON CONFLICT``.
-
-    The pieces of every write of rows: plain or lease-checked, an upsert or
-    (``upsert`` False) a plain insert, whose conflict clause is empty.
-    """
-    quote = db.connection().ops.quote_name
-    value = quote("value")
-    conflict = ""
-    if upsert:
-        conflict = (
-            f"ON CONFLICT ({quote('workflow_id')}, {quote('key')}) "
-            f"DO UPDATE SET {value} = excluded.{value}"
-        )
-    return (
-        f"INSERT INTO {quote(WorkflowKV._meta.db_table)} "
-        f"({quote('workflow_id')}, {quote('key')}, {value})",
-        ", ".join(["(%s, %s, %s)"] * rows),
-        conflict,
-    )
-
-
-@functools.cache
-def _checked_insert_sql(
-    vendor: str, stop_on_cancel: bool, rows: int, upsert: bool
-) -> str:
-    """The lease check and the rows' insert as one statement (``_fenced``).
-
-    The rows are written only if the lease row is found. On PostgreSQL a CTE
-    locks that row (``FOR NO KEY UPDATE``) and the statement answers how
-    many it found, 0 or 1 (its parameters: the check's, then the rows'); on
-    SQLite the statement holds the write lock from its start, and a lost
-    lease writes no row (``rowcount`` 0; the rows' parameters come first).
-    """
-    insert, values, conflict = _insert_parts(rows, upsert)
-    check = _check_sql(vendor, stop_on_cancel)
-    if vendor == "postgresql":
-        return (
-            f"WITH lease AS ({check}), written AS ({insert} "
-            f"SELECT * FROM (VALUES {values}) AS v "
-            f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
-            "SELECT count(*) FROM lease"
-        )
-    # SQLite names a VALUES subquery's columns column1, column2...; the
-    # WHERE clause also keeps ON CONFLICT from parsing as a join's ON.
-    return (
-        f"{insert} SELECT column1, column2, column3 FROM (VALUES {values}) "
-        f"WHERE EXISTS ({check}) {conflict}"
-    )
-
-
-@functools.cache
-def _insert_sql(vendor: str, rows: int, upsert: bool) -> str:
-    insert, values, conflict = _insert_parts(rows, upsert)
-    return f"{insert} VALUES {values} {conflict}"
-
-
-class LeaseLost(StorageError):
-    """The run no longer holds the workflow's lease; nothing was written."""
-
-    code = "lease_lost"
-    default_message = "The workflow's lease was lost"
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -201,41 +83,6 @@ def prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _storage_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Report database failures as the engine's ``StorageError`` (retry later)."""
-
-    def wrapper(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except StorageError:
-            raise
-        except DatabaseError as exc:
-            raise StorageError(f"Workflow storage failed: {exc}") from exc
-
-    return wrapper
-
-
-@contextlib.contextmanager
-def _off_the_loop() -> Iterator[None]:
-    """Run blocking code on a private loop's thread, outside the loop's run.
-
-    Django refuses synchronous database access from a thread whose event loop
-    is running, to protect shared loops. A run's loop is private to its
-    worker thread, so blocking it is harmless: clear the running-loop marker
-    for the duration of the call, exactly as if the loop had stopped.
-    """
-    loop = asyncio.events._get_running_loop()
-    asyncio.events._set_running_loop(None)
-    try:
-        yield
-    finally:
-        asyncio.events._set_running_loop(loop)
-
-
-async def _identity(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
 
 
 class DjangoDriver:
@@ -257,13 +104,16 @@ class DjangoDriver:
     ) -> None:
         self.workflow_id = workflow_id
         self.private_loop = private_loop
-        self.lease_token = lease_token
-        self.stop_on_cancel = stop_on_cancel
+        self._fence = LeaseFence(
+            workflow_id,
+            lease_token,
+            stop_on_cancel,
+            rivet_settings.WORKFLOW_LEASE_SECONDS,
+        )
         if atomic_batch is None:
             atomic_batch = rivet_settings.KV_ATOMIC_FLUSH
         self.atomic_batch: bool = atomic_batch
         self.worker_poll_interval: float = rivet_settings.WORKFLOW_POLL_INTERVAL
-        self.lease_seconds = rivet_settings.WORKFLOW_LEASE_SECONDS
         # What the engine asked of the alarm during this run: the epoch
         # seconds to wake at, None for "no alarm"; ``alarm_set`` tells whether
         # it asked at all.
@@ -273,11 +123,6 @@ class DjangoDriver:
         # first completion, then every message received is added. A
         # completion of an id not in it is a no-op (see complete_message).
         self._inbox: set[int] | None = None
-        # When this driver last renewed the lease in a committed write
-        # (clock seconds), or None: see _fenced.
-        self._renewed_at: float | None = None
-        # Set while a write transaction still owes its lease check.
-        self._check_pending = False
         # Keys this driver saw stored (listed or written): a write of none
         # of them tries a plain INSERT first (see _upsert).
         self._stored: set[bytes] = set()
@@ -285,46 +130,32 @@ class DjangoDriver:
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
 
+    @property
+    def lease_token(self) -> str | None:
+        """The run's claim on the workflow (None: the writes are not fenced)."""
+        return self._fence.token
+
     async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run synchronous code where this driver's database work runs."""
-        if self.private_loop:
-            with _off_the_loop():
-                return fn(*args)
-        return await sync_to_async(fn, thread_sensitive=True)(*args)
+        return await blocking.run(self.private_loop, fn, *args)
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
-        return await self._blocking(_storage_errors(fn), *args)
+        return await self._blocking(blocking.storage_errors(fn), *args)
 
-    # Fencing -------------------------------------------------------------------
+    # Fenced writes ---------------------------------------------------------------
 
     def renew_lease(self) -> None:
         """Extend the lease, or raise :class:`LeaseLost` (call in a transaction)."""
-        connection = db.connection()
-        if self.lease_token is None:
-            return
-        expires = clock.to_datetime(clock.now() + self.lease_seconds)
-        if connection.vendor in _RAW_SQL_VENDORS:
-            sql, params = (
-                _renew_sql(connection.vendor, self.stop_on_cancel),
-                [
-                    connection.ops.adapt_datetimefield_value(expires),
-                    self.workflow_id,
-                    self.lease_token,
-                ],
-            )
-            with connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                held = cursor.rowcount
-        else:
-            rows = Workflow.objects.filter(
-                pk=self.workflow_id, lease_token=self.lease_token
-            )
-            if self.stop_on_cancel:
-                rows = rows.filter(cancel_requested=False)
-            held = rows.update(lease_expires_at=expires)
-        if not held:
-            raise self._lost()
+        self._fence.renew()
+
+    def _write_rows(self, writes: builtins.list[KVWrite]) -> None:
+        """Write KV rows on the lease's path: their INSERT may carry its check."""
+        self._fence.write(lambda: self._upsert(writes), rows=len(writes))
+
+    def _write(self, write: Callable[[], Any]) -> Any:
+        """Run other writes (deletions, a child's row) on the lease's path."""
+        return self._fence.write(write)
 
     def _rows(self) -> Any:
         return WorkflowKV.objects.filter(workflow_id=self.workflow_id)
@@ -339,7 +170,15 @@ class DjangoDriver:
         return rows
 
     def _upsert(self, writes: Iterable[KVWrite]) -> None:
-        connection = db.connection()
+        """Write ``writes`` (the last value of a key wins) in INSERT statements.
+
+        Rows this driver has not seen stored go in with a plain INSERT, as
+        most writes are new entries: the conflict check (PostgreSQL's
+        speculative insertion) took a long history's write from 1.19x to
+        1.27x of raw inserts (P4). Only as a statement of its own
+        (autocommit): if a key was there after all, the statement fails
+        whole and the upsert (``ON CONFLICT DO UPDATE``) follows.
+        """
         # Last write wins within one batch (PostgreSQL refuses to update one
         # row twice in a single INSERT ... ON CONFLICT). The engine's keys
         # and values are bytes already: dict() takes them as they are.
@@ -349,25 +188,7 @@ class DjangoDriver:
             pairs = {bytes(key): bytes(value) for key, value in writes}
         if not pairs:
             return
-        if connection.vendor not in _RAW_SQL_VENDORS:
-            WorkflowKV.objects.bulk_create(
-                [
-                    WorkflowKV(workflow_id=self.workflow_id, key=key, value=value)
-                    for key, value in pairs.items()
-                ],
-                update_conflicts=True,
-                unique_fields=["workflow", "key"],
-                update_fields=["value"],
-            )
-            return
-        # The hot path (one statement per step): prepared SQL, no model
-        # instances. Both backends speak INSERT ... ON CONFLICT DO UPDATE;
-        # rows this driver has not seen stored go in with a plain INSERT,
-        # as most writes are new entries: the conflict check (PostgreSQL's
-        # speculative insertion) took a long history's write from 1.19x to
-        # 1.27x of raw inserts (P4). Only as a statement of its own
-        # (autocommit): if a key was there after all, the statement fails
-        # whole and the upsert follows.
+        connection = db.connection()
         items = list(pairs.items())
         workflow_id = self.workflow_id
         insert_first = (
@@ -376,108 +197,19 @@ class DjangoDriver:
             and self._stored.isdisjoint(pairs)
         )
         with connection.cursor() as cursor:
-            for start in range(0, len(items), _UPSERT_ROWS):
-                chunk = items[start : start + _UPSERT_ROWS]
+            for start in range(0, len(items), UPSERT_ROWS):
+                chunk = items[start : start + UPSERT_ROWS]
                 params: builtins.list[Any] = [
                     item for key, value in chunk for item in (workflow_id, key, value)
                 ]
                 if insert_first:
                     try:
-                        self._write_rows(cursor, len(chunk), params, upsert=False)
+                        self._fence.insert(cursor, len(chunk), params, upsert=False)
                         continue
                     except IntegrityError:
                         pass  # a key was stored already: upsert them
-                self._write_rows(cursor, len(chunk), params, upsert=True)
+                self._fence.insert(cursor, len(chunk), params, upsert=True)
         self._stored.update(pairs)
-
-    def _write_rows(
-        self, cursor: Any, rows: int, params: builtins.list[Any], upsert: bool
-    ) -> None:
-        """Execute one INSERT of ``rows`` rows, checking the lease if it is due."""
-        vendor = cursor.db.vendor
-        if not self._check_pending:
-            cursor.execute(_insert_sql(vendor, rows, upsert), params)
-            return
-        sql = _checked_insert_sql(vendor, self.stop_on_cancel, rows, upsert)
-        lease: builtins.list[Any] = [self.workflow_id, self.lease_token]
-        if vendor == "postgresql":
-            cursor.execute(sql, lease + params)
-            held = cursor.fetchone()[0]
-        else:
-            cursor.execute(sql, params + lease)
-            held = cursor.rowcount
-        if not held:
-            raise self._lost()
-        self._check_pending = False
-
-    def _fenced(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run the writes ``fn(*args)`` in a transaction fenced by the lease.
-
-        Renewing the lease rewrites the workflow row and its lease index in
-        every write transaction (a new version of a hot row on PostgreSQL;
-        on SQLite two more pages in each commit). So a write within a third
-        of the lease time of this driver's last renewal (the heartbeat's
-        interval; the heartbeat keeps the lease alive meanwhile) only checks
-        the lease row, in the statement of the first insert of rows
-        (:func:`_checked_insert_sql`) or, for other writes, after them: on
-        PostgreSQL locking the row (``FOR NO KEY UPDATE``: a claim or a
-        cancel waits for this transaction, as it waited for the renewal's
-        UPDATE); on SQLite under the write lock that the statement (or the
-        writes before the check) took, so no one can change the row before
-        the commit. A lost lease raises :class:`LeaseLost` and nothing lands.
-        A write that is one upsert statement (a step's two or three rows),
-        outside any transaction, runs in autocommit: the statement is its
-        own transaction, without BEGIN and COMMIT.
-        """
-        if self._renewed_at is not None and self.lease_token is not None:
-            connection = db.connection()
-            if (
-                connection.vendor in _RAW_SQL_VENDORS
-                and clock.now() - self._renewed_at < self.lease_seconds / 3
-            ):
-                if (
-                    not connection.in_atomic_block
-                    and connection.get_autocommit()  # AUTOCOMMIT can be off
-                    and fn == self._upsert
-                    and len(args[0]) <= _UPSERT_ROWS
-                ):
-                    # One statement: the check and the rows commit as one.
-                    self._check_pending = True
-                    try:
-                        return fn(*args)
-                    finally:
-                        self._check_pending = False
-                with db.atomic():
-                    # The first upsert checks it (_upsert); else the end.
-                    self._check_pending = True
-                    try:
-                        output = fn(*args)
-                        if self._check_pending:
-                            self._check_lease(connection)
-                    finally:
-                        self._check_pending = False
-                return output
-        renewing = clock.now()
-        with db.atomic():
-            self.renew_lease()
-            output = fn(*args)
-        self._renewed_at = renewing  # only once it committed
-        return output
-
-    def _check_lease(self, connection: Any) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _check_sql(connection.vendor, self.stop_on_cancel),
-                [self.workflow_id, self.lease_token],
-            )
-            held = cursor.fetchone()
-        if held is None:
-            raise self._lost()
-
-    def _lost(self) -> LeaseLost:
-        return LeaseLost(
-            f"Workflow {self.workflow_id!r} is no longer leased to this run"
-        )
 
     # KV --------------------------------------------------------------------------
 
@@ -493,7 +225,7 @@ class DjangoDriver:
 
     async def set(self, key: bytes, value: bytes) -> None:
         """Write one key."""
-        await self._db(self._fenced, self._upsert, [(key, value)])
+        await self._db(self._write_rows, [(key, value)])
 
     async def delete(self, key: bytes) -> None:
         """Delete one key (no error when absent)."""
@@ -501,7 +233,7 @@ class DjangoDriver:
 
     async def delete_prefix(self, prefix: bytes) -> None:
         """Delete every key starting with ``prefix``."""
-        await self._db(self._fenced, lambda: self._under(prefix).delete())
+        await self._db(self._write, lambda: self._under(prefix).delete())
 
     async def delete_range(self, start: bytes, end: bytes) -> None:
         """Delete every key in ``[start, end)``."""
@@ -509,7 +241,7 @@ class DjangoDriver:
         def delete() -> None:
             self._rows().filter(key__gte=start, key__lt=end).delete()
 
-        await self._db(self._fenced, delete)
+        await self._db(self._write, delete)
 
     async def list(self, prefix: bytes) -> builtins.list[KVWrite]:
         """Return every ``(key, value)`` under ``prefix``, sorted by key bytes."""
@@ -518,24 +250,16 @@ class DjangoDriver:
             # Raw SQL: a run loads its whole history with this read, and the
             # ORM's per-row work cost as much as the query (P6).
             connection = db.connection()
-            ops = connection.ops
-            workflow = WorkflowKV._meta.get_field("workflow")
-            sql = (
-                f"SELECT {ops.quote_name('key')}, {ops.quote_name('value')} "
-                f"FROM {ops.quote_name(WorkflowKV._meta.db_table)} "
-                f"WHERE {ops.quote_name(workflow.column)} = %s"
-            )
             params: builtins.list[Any] = [self.workflow_id]
+            upper = prefix_end(prefix) if prefix else None
             if prefix:
-                sql += f" AND {ops.quote_name('key')} >= %s"
                 params.append(prefix)
-                upper = prefix_end(prefix)
-                if upper is not None:
-                    sql += f" AND {ops.quote_name('key')} < %s"
-                    params.append(upper)
-            sql += f" ORDER BY {ops.quote_name('key')}"
+            if upper is not None:
+                params.append(upper)
+            dialect = sql.dialect(connection)
+            statement = dialect.kv_list_sql(bool(prefix), upper is not None)
             with connection.cursor() as cursor:
-                cursor.execute(sql, params)
+                cursor.execute(statement, params)
                 rows = cursor.fetchall()
             if rows and not (type(rows[0][0]) is bytes and type(rows[0][1]) is bytes):
                 # SQLite and psycopg 3 give bytes already (a column's values
@@ -552,7 +276,7 @@ class DjangoDriver:
             return
         if self.atomic_batch:
             self._check_atomic_unit(writes)
-        await self._db(self._fenced, self._upsert, writes)
+        await self._db(self._write_rows, writes)
 
     async def batch_delete(self, keys: builtins.list[bytes]) -> None:
         """Delete every key in one transaction."""
@@ -562,7 +286,7 @@ class DjangoDriver:
         def delete() -> None:
             self._rows().filter(key__in=[bytes(key) for key in keys]).delete()
 
-        await self._db(self._fenced, delete)
+        await self._db(self._write, delete)
 
     async def atomic_flush(
         self, writes: builtins.list[KVWrite], deletions: KVDeletions
@@ -585,7 +309,7 @@ class DjangoDriver:
                 self._rows().filter(key__in=[bytes(key) for key in chunk]).delete()
             self._upsert(writes)
 
-        await self._db(self._fenced, apply)
+        await self._db(self._write, apply)
 
     def _check_atomic_unit(self, writes: builtins.list[KVWrite]) -> None:
         size = sum(len(key) + len(value) for key, value in writes)
@@ -614,21 +338,21 @@ class DjangoDriver:
 
         def work(make_writes_on_loop: bool) -> Any:
             with db.atomic():
-                _storage_errors(self.renew_lease)()
-                output = _call_sync_or_async(fn)
+                blocking.storage_errors(self.renew_lease)()
+                output = blocking.call_sync_or_async(fn)
                 if make_writes_on_loop:
-                    writes = async_to_sync(_identity)(make_writes, output)
+                    writes = async_to_sync(blocking.call)(make_writes, output)
                 else:
                     writes = make_writes(output)
                 if self.atomic_batch:
                     self._check_atomic_unit(writes)
-                _storage_errors(self._upsert)(writes)
+                blocking.storage_errors(self._upsert)(writes)
             return output
 
         if self.private_loop:
             # The engine's loop is blocked on this very call: nothing races
             # make_writes.
-            with _off_the_loop():
+            with blocking.off_the_loop():
                 return work(False)
         # In the database thread, while the loop runs: make_writes goes back
         # to the loop.
@@ -738,29 +462,11 @@ class DjangoDriver:
         by another workflow (``ValueError``) or an unknown name
         (``workflow/not_found``) is the parent's failure, not storage trouble.
         """
-        await self._db(self._fenced, children.create_child, start)
+        await self._db(self._write, functools.partial(children.create_child, start))
 
     async def child_outcome(self, child_id: str) -> ChildOutcome | None:
         """Return how the child ended, or None while it is active."""
         return await self._db(children.outcome, child_id)  # type: ignore[no-any-return]
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _call_sync_or_async(fn: Callable[[], Any]) -> Any:
-    """Call ``fn`` from synchronous code, running it to completion if async.
-
-    An async function runs on a loop of asgiref's; its thread-sensitive ORM
-    calls come back to this thread, into the caller's transaction.
-    """
-    if inspect.iscoroutinefunction(fn):
-        return async_to_sync(fn)()
-    output = fn()
-    if inspect.isawaitable(output):
-        output = async_to_sync(_await)(output)
-    return output
 
 
 def encode_body(data: Any) -> bytes:

@@ -1,0 +1,205 @@
+"""The lease fence: how a run's writes prove it still holds its workflow.
+
+A driver built for a run holds the run's lease token; every write
+transaction checks it under a lock, or nothing is written. If the lease
+moved on -- it expired and another worker claimed the workflow, or a cancel
+was requested -- the check matches nothing and the write fails with
+:class:`LeaseLost`. So a worker that lost its lease can never write history
+over its successor's.
+
+Renewing the lease (``UPDATE ... WHERE lease_token = <ours>``, the first
+statement, so on SQLite it takes the write lock and on PostgreSQL it locks
+the row) rewrites the workflow row and its lease index: a new version of a
+hot row on PostgreSQL, two more pages in each commit on SQLite. So a write
+renews it only a third of the lease time after the last renewal (the
+heartbeat's interval; the heartbeat keeps the lease alive meanwhile), and in
+between only checks it. A write takes one of three paths
+(:meth:`LeaseFence.write`):
+
+- :attr:`WritePath.RENEWING`: a transaction whose first statement renews
+  the lease (also every write of a driver without a lease: unfenced).
+- :attr:`WritePath.AUTOCOMMIT_CHECKED`: a write that is one INSERT of KV
+  rows (a step's two or three), outside any transaction: the lease check
+  rides in that statement, which commits as its own transaction, without
+  BEGIN and COMMIT.
+- :attr:`WritePath.CHECKED_IN_TRANSACTION`: any other write, in a
+  transaction whose first INSERT of KV rows carries the check or, for
+  other writes, which checks the lease after them.
+
+The check locks the lease row as the renewal would: ``FOR NO KEY UPDATE``
+on PostgreSQL (a claim or a cancel waits for this transaction); on SQLite
+the write lock that the statement (or the writes before the check) took,
+so no one can change the row before the commit. The statements are the
+database's (:mod:`django_rivet.models.sql`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from django.db.backends.utils import CursorWrapper
+
+from .. import clock
+from ..engine import StorageError
+from ..models import db, sql
+
+__all__ = ["UPSERT_ROWS", "LeaseFence", "LeaseLost", "WritePath"]
+
+T = TypeVar("T")
+
+# Rows per INSERT statement: 3 parameters each, far below SQLite's limit.
+UPSERT_ROWS = 256
+
+
+class LeaseLost(StorageError):
+    """The run no longer holds the workflow's lease; nothing was written."""
+
+    code = "lease_lost"
+    default_message = "The workflow's lease was lost"
+
+
+class WritePath(enum.Enum):
+    """How one fenced write reaches the database (see the module docstring)."""
+
+    RENEWING = "renewing"
+    AUTOCOMMIT_CHECKED = "autocommit_checked"
+    CHECKED_IN_TRANSACTION = "checked_in_transaction"
+
+
+class LeaseFence:
+    """One run's lease on its workflow, as the run's writes renew and check it.
+
+    ``token`` None: no lease, the writes are not fenced (tests, tools).
+    ``stop_on_cancel`` makes a requested cancel fence the run out too.
+    """
+
+    def __init__(
+        self,
+        workflow_id: str,
+        token: str | None,
+        stop_on_cancel: bool,
+        lease_seconds: float,
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.token = token
+        self.stop_on_cancel = stop_on_cancel
+        self.lease_seconds = lease_seconds
+        # When a write last renewed the lease and committed (clock seconds).
+        self.renewed_at: float | None = None
+        # True while a checked write's transaction still owes its check: the
+        # next INSERT of KV rows carries it (insert()).
+        self.check_owed = False
+
+    # -- choosing the path -------------------------------------------------------------
+    def path(self, rows: int | None = None) -> WritePath:
+        """Return the path of a write; ``rows``: it is one INSERT of that many rows."""
+        if (
+            self.token is None
+            or self.renewed_at is None
+            or clock.now() - self.renewed_at >= self.lease_seconds / 3
+        ):
+            return WritePath.RENEWING
+        if rows is not None and rows <= UPSERT_ROWS:
+            connection = db.connection()
+            if not connection.in_atomic_block and connection.get_autocommit():
+                return WritePath.AUTOCOMMIT_CHECKED  # (AUTOCOMMIT can be off)
+        return WritePath.CHECKED_IN_TRANSACTION
+
+    def write(self, write: Callable[[], T], rows: int | None = None) -> T:
+        """Run ``write()`` on the path the lease allows; return its result.
+
+        ``rows``: the write is one INSERT of that many KV rows (through
+        :meth:`insert`). A lost lease raises :class:`LeaseLost` and nothing
+        lands.
+        """
+        path = self.path(rows)
+        if path is WritePath.RENEWING:
+            return self._write_in_renewal(write)
+        if path is WritePath.AUTOCOMMIT_CHECKED:
+            return self._write_autocommit_checked(write)
+        return self._write_checked_in_transaction(write)
+
+    # -- the three paths ---------------------------------------------------------------
+    def _write_in_renewal(self, write: Callable[[], T]) -> T:
+        renewing = clock.now()
+        with db.atomic():
+            self.renew()
+            output = write()
+        self.renewed_at = renewing  # only once it committed
+        return output
+
+    def _write_autocommit_checked(self, write: Callable[[], T]) -> T:
+        # One statement: the check and the rows commit as one.
+        with self._owing_check():
+            return write()
+
+    def _write_checked_in_transaction(self, write: Callable[[], T]) -> T:
+        with db.atomic(), self._owing_check():
+            output = write()
+            if self.check_owed:  # no INSERT of rows carried it
+                self.check()
+        return output
+
+    @contextlib.contextmanager
+    def _owing_check(self) -> Iterator[None]:
+        self.check_owed = True
+        try:
+            yield
+        finally:
+            self.check_owed = False
+
+    # -- the statements ----------------------------------------------------------------
+    def renew(self) -> None:
+        """Extend the lease, or raise :class:`LeaseLost` (call in a transaction)."""
+        if self.token is None:
+            return
+        connection = db.connection()
+        expires = clock.to_datetime(clock.now() + self.lease_seconds)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.dialect(connection).lease_renew_sql(self.stop_on_cancel),
+                [
+                    connection.ops.adapt_datetimefield_value(expires),
+                    self.workflow_id,
+                    self.token,
+                ],
+            )
+            held = cursor.rowcount
+        if not held:
+            raise self.lost()
+
+    def check(self) -> None:
+        """Check and lock the lease row, or raise :class:`LeaseLost`."""
+        connection = db.connection()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.dialect(connection).lease_check_sql(self.stop_on_cancel),
+                [self.workflow_id, self.token],
+            )
+            held = cursor.fetchone()
+        if held is None:
+            raise self.lost()
+
+    def insert(
+        self, cursor: CursorWrapper, rows: int, params: list[Any], upsert: bool
+    ) -> None:
+        """Execute one INSERT of ``rows`` KV rows, carrying the check if owed."""
+        dialect = sql.dialect(cursor.db)
+        if not self.check_owed:
+            cursor.execute(dialect.kv_insert_sql(rows, upsert), params)
+            return
+        lease = [self.workflow_id, self.token]
+        if not dialect.insert_kv_checked(
+            cursor, self.stop_on_cancel, rows, upsert, params, lease
+        ):
+            raise self.lost()
+        self.check_owed = False
+
+    def lost(self) -> LeaseLost:
+        """Return the error of a write that found the lease gone."""
+        return LeaseLost(
+            f"Workflow {self.workflow_id!r} is no longer leased to this run"
+        )
