@@ -9,6 +9,9 @@
   ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``;
 - :mod:`.overview`: ``Overview``, a proxy giving the admin's overview page
   its place and permission.
+- :mod:`.sql`: what differs per database, one dialect object per supported
+  database (the hand-written statements of the hot paths, locks,
+  capabilities); :mod:`.db`: the database those tables live in.
 
 Runtime records are written by the runtime and shown read-only in the admin.
 Values are CBOR bytes (see :mod:`django_rivet.encoding`); KV keys are raw

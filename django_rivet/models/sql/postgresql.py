@@ -90,33 +90,26 @@ class PostgreSQLDialect(Dialect):
         first_params = [param for _, statement in before for param in statement]
         cursor.execute(f"WITH {clauses} {sql}", first_params + params)
 
-    def insert_kv_checked(
+    def _checked_insert(
+        self, check: str, insert: str, values: str, conflict: str
+    ) -> str:
+        # A CTE locks the lease row; the statement answers how many it found.
+        return (
+            f"WITH lease AS ({check}), written AS ({insert} "
+            f"SELECT * FROM (VALUES {values}) AS v "
+            f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
+            "SELECT count(*) FROM lease"
+        )
+
+    def _run_checked(
         self,
         cursor: CursorWrapper,
-        stop_on_cancel: bool,
-        rows: int,
-        upsert: bool,
+        statement: str,
         params: list[Any],
         lease: list[Any],
     ) -> bool:
-        """Lock the lease row in a CTE; the statement answers how many it found."""
-        cursor.execute(self._checked_sql(stop_on_cancel, rows, upsert), lease + params)
+        cursor.execute(statement, lease + params)
         return bool(cursor.fetchone()[0])
-
-    def _checked_sql(self, stop_on_cancel: bool, rows: int, upsert: bool) -> str:
-        def build() -> str:
-            insert, values, conflict = self._kv_insert_parts(rows, upsert)
-            return (
-                f"WITH lease AS ({self.lease_check_sql(stop_on_cancel)}), "
-                f"written AS ({insert} "
-                f"SELECT * FROM (VALUES {values}) AS v "
-                f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
-                "SELECT count(*) FROM lease"
-            )
-
-        return self._cached(  # type: ignore[no-any-return]
-            ("checked", stop_on_cancel, rows, upsert), build
-        )
 
     def json_list_contains(
         self, lhs: str, lhs_params: Sequence[Any], item: Any

@@ -66,36 +66,26 @@ class SQLiteDialect(Dialect):
             f"RETURNING {columns}"
         )
 
-    def insert_kv_checked(
+    def _checked_insert(
+        self, check: str, insert: str, values: str, conflict: str
+    ) -> str:
+        # The statement holds the write lock from its start. SQLite names a
+        # VALUES subquery's columns column1, column2...; the WHERE clause
+        # also keeps ON CONFLICT from parsing as a join's ON.
+        return (
+            f"{insert} SELECT column1, column2, column3 FROM (VALUES {values}) "
+            f"WHERE EXISTS ({check}) {conflict}"
+        )
+
+    def _run_checked(
         self,
         cursor: CursorWrapper,
-        stop_on_cancel: bool,
-        rows: int,
-        upsert: bool,
+        statement: str,
         params: list[Any],
         lease: list[Any],
     ) -> bool:
-        """Insert under the write lock the statement holds from its start.
-
-        A lost lease writes no row: ``rowcount`` 0.
-        """
-        cursor.execute(self._checked_sql(stop_on_cancel, rows, upsert), params + lease)
-        return bool(cursor.rowcount)
-
-    def _checked_sql(self, stop_on_cancel: bool, rows: int, upsert: bool) -> str:
-        def build() -> str:
-            insert, values, conflict = self._kv_insert_parts(rows, upsert)
-            # SQLite names a VALUES subquery's columns column1, column2...;
-            # the WHERE clause also keeps ON CONFLICT from parsing as a
-            # join's ON.
-            return (
-                f"{insert} SELECT column1, column2, column3 FROM (VALUES {values}) "
-                f"WHERE EXISTS ({self.lease_check_sql(stop_on_cancel)}) {conflict}"
-            )
-
-        return self._cached(  # type: ignore[no-any-return]
-            ("checked", stop_on_cancel, rows, upsert), build
-        )
+        cursor.execute(statement, params + lease)
+        return bool(cursor.rowcount)  # a lost lease writes no row
 
     def json_list_contains(
         self, lhs: str, lhs_params: Sequence[Any], item: Any
