@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from django_rivet import clock
 
-from . import keys, schema
+from . import history, keys, schema
 from .context import WorkflowContext
 from .driver import EngineDriver, call_maybe_async
 from .errors import (
@@ -59,7 +59,7 @@ logger = logging.getLogger("django_rivet.workflow")
 
 Mode = Literal["yield", "live"]
 WorkflowFn = Callable[[WorkflowContext, Any], Awaitable[Any]]
-HistoryHook = Callable[[list[schema.HistoryEntry]], Any]
+HistoryHook = Callable[[list[history.HistoryEntry]], Any]
 ReplyHook = Callable[[str], None]
 
 
@@ -482,9 +482,9 @@ async def _call_handler(
     return await result if inspect.isawaitable(result) else result
 
 
-def _history(storage: Storage) -> list[schema.HistoryEntry]:
+def _history(storage: Storage) -> list[history.HistoryEntry]:
     entries = sorted(storage.entries.values(), key=lambda entry: entry.seq)
     return [
-        schema.history_entry(entry, storage.metadata.get(entry.id), storage.names)
+        history.history_entry(entry, storage.metadata.get(entry.id), storage.names)
         for entry in entries
     ]

@@ -17,7 +17,7 @@ flight (a parallel join branch) stays dirty.
 
 Durability. Deletions are idempotent and may be lost with a crash (or fail)
 after the writes that made them due: loading drops entries a recorded loop
-or race has disowned (``schema.disowned_at``) and orphaned metadata, and
+or race has disowned (``history.disowned_at``) and orphaned metadata, and
 schedules their deletion again with the next flush.
 
 The module is one piece: the dirty set, the scope index, the name registry
@@ -38,7 +38,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import keys, observe, schema
+from . import history, keys, loading, observe, schema
 from .driver import EngineDriver, KVWrite
 from .flush import Plan, apply, chunk_writes, doomed, driver_call
 from .limits import (
@@ -142,7 +142,7 @@ class Storage:
     def _load_entries(self, rows: list[KVWrite]) -> None:
         start = len(_ENTRIES)
         locations = [keys.unpack_location(key, start) for key, _ in rows]
-        decoded = schema.decode_entries([value for _, value in rows], locations)
+        decoded = loading.decode_entries([value for _, value in rows], locations)
         entries, dirty = self.entries, self._dirty
         stale: list[tuple[keys.Location, Entry]] = []
         for (key, _), location, entry in zip(rows, locations, decoded, strict=True):
@@ -170,7 +170,7 @@ class Storage:
                 # The metadata of an entry that is gone (its delete was lost).
                 self.pending_keys[key] = None
                 continue
-            record = schema.lazy_metadata(value)
+            record = loading.lazy_metadata(value)
             record.key = key
             record.sink = dirty
             metadata[entry_id] = record
@@ -193,7 +193,7 @@ class Storage:
         self._flushed_names = size
 
     def _disowned(self, location: keys.Location) -> bool:
-        return len(location) > 1 and schema.superseded(
+        return len(location) > 1 and history.superseded(
             location, self.entries, self._name_index
         )
 
@@ -203,7 +203,7 @@ class Storage:
         prefixes: dict[bytes, None] = {}
         for location, entry in stale:
             self.pending_keys[keys.metadata_key(entry.id)] = None
-            depth = schema.disowned_at(location, self.entries, self._name_index)
+            depth = history.disowned_at(location, self.entries, self._name_index)
             assert depth is not None
             parent = self.entries[location[:depth]]
             if parent.kind == "loop":
@@ -242,7 +242,7 @@ class Storage:
 
     def location_string(self, location: keys.Location) -> str:
         """Render ``location`` as ``loop/~3/step``."""
-        return schema.location_string(location, self.names)
+        return history.location_string(location, self.names)
 
     def _index(self, location: keys.Location) -> None:
         under = self._under
