@@ -4,8 +4,8 @@
 :func:`history_entry` builds the view of one entry of a loaded
 :class:`~.storage.Storage`. :func:`disowned_at` finds the entries a recorded
 loop or race disowned before a lost deletion: they are not history (loading
-drops them and deletes them again). The records themselves are decoded by
-:mod:`.schema`.
+drops them, and deletes them again with :func:`redeletions`). The records
+themselves are decoded by :mod:`.schema`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
+from .driver import KVDeletions
 from .schema import Entry, EntryMetadata, decode_entry, decode_metadata, decode_name
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "disowned_at",
     "history_entry",
     "location_string",
+    "redeletions",
     "superseded",
 ]
 
@@ -148,6 +150,40 @@ def disowned_at(
             if winner is not None and location[depth] != name_index.get(str(winner)):
                 return depth
     return None
+
+
+def redeletions(
+    stale: Iterable[tuple[keys.Location, Entry]],
+    entries: Mapping[keys.Location, Entry],
+    name_index: Mapping[str, int],
+) -> KVDeletions:
+    """Return the deletions that remove again what a lost deletion left.
+
+    ``stale`` holds the left-over entries (:func:`disowned_at` finds their
+    loop or race in ``entries``): each one's metadata key, one range per
+    pruned loop and one prefix per race's losing branch.
+    """
+    again = KVDeletions()
+    spans: dict[tuple[bytes, bytes], None] = {}
+    prefixes: dict[bytes, None] = {}
+    for location, entry in stale:
+        again.keys.append(keys.metadata_key(entry.id))
+        depth = disowned_at(location, entries, name_index)
+        assert depth is not None
+        parent = entries[location[:depth]]
+        if parent.kind == "loop":
+            loop_index = location[depth - 1]
+            assert isinstance(loop_index, int)
+            scope = location[:depth]
+            pruned_before = int(parent.data["pruned_before"])
+            start = keys.entry_key((*scope, (loop_index, 0)))
+            end = keys.entry_key((*scope, (loop_index, pruned_before)))
+            spans[(start, end)] = None
+        else:  # a race's losing branch
+            prefixes[keys.entry_key(location[: depth + 1])] = None
+    again.ranges = [span for span in spans if span[0] < span[1]]
+    again.prefixes = list(prefixes)
+    return again
 
 
 def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:

@@ -16,7 +16,8 @@ from django_rivet import clock
 from . import history, keys, schema
 from .driver import EngineDriver
 from .errors import EntryNotFoundError, ReplayRefusedError, error_from_info
-from .storage import UNSET, Storage
+from .fields import UNSET
+from .storage import Storage
 from .values import WorkflowOutcome
 
 __all__ = [

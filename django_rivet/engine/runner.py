@@ -36,6 +36,7 @@ from .errors import (
     was_reported,
 )
 from .execution import RollbackStop, Run, emit
+from .fields import UNSET
 from .messages import ANY_MESSAGE
 from .ops import (
     WorkflowSnapshot,
@@ -44,7 +45,7 @@ from .ops import (
     read_workflow,
     recover_workflow,
 )
-from .storage import UNSET, Storage, driver_call
+from .storage import Storage, driver_call
 from .values import (
     ErrorHook,
     RollbackContext,
