@@ -64,7 +64,7 @@ from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..conf import rivet_settings
 from ..encoding import Encoded, cbor_loads, run_decoder
-from ..events import LoggedEvent
+from ..events import LoggedEvent, channel_receive
 from ..exceptions import (
     ConnectionExpired,
     EventLogTruncated,
@@ -75,7 +75,6 @@ from ..exceptions import (
     TooManyFrames,
 )
 from .delivery import Stream
-from .feeds import channel_receive
 from .flow import Inbound, Outbound
 from .frames import (
     CLOSE_EXPIRED,
