@@ -80,7 +80,6 @@ __all__ = [
     "cbor_head",
     "cbor_loads",
     "check_depth",
-    "check_value",
     "cbor_map",
     "decode",
     "decode_message",

@@ -38,11 +38,9 @@ def close_db_connections() -> None:
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from .actors.spine import close_worker_connections
-    from .transport import feeds
+    from .models import db
 
-    close_worker_connections()
-    feeds.close_worker_connections()
+    db.close_worker_connections()
     # With no event loop running here, thread-sensitive code runs in
     # asgiref's single shared thread: close that thread's connection too.
     asyncio.run(sync_to_async(connections.close_all)())

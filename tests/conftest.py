@@ -33,11 +33,9 @@ def _background_sessions_closed(request):
     """
     yield
     if request.node.get_closest_marker("django_db") is not None:
-        from django_rivet.actors.spine import close_worker_connections
-        from django_rivet.transport import feeds
+        from django_rivet.models import db
 
-        close_worker_connections()
-        feeds.close_worker_connections()
+        db.close_worker_connections()
 
 
 @pytest.fixture(autouse=True)

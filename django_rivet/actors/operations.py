@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..encoding import Encoded, check_value
+from ..domain import check_value
+from ..encoding import Encoded
 from ..exceptions import (
     ActionNotFound,
     InvalidArgs,

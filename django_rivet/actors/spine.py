@@ -41,22 +41,19 @@ thread-sensitive thread, so one actor awaiting I/O does not stall the rest
 (:func:`~django_rivet.actors.lanes.ainvoke`, above this module: it queues
 one actor's async calls and serves them through :func:`invoke_since`).
 Each job there starts and ends with Django's ``close_old_connections()``, as
-a request does (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``).
+a request does (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``:
+:class:`~django_rivet.models.db.WorkerThreads`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from django.db import Error as DatabaseError
-from django.db import close_old_connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock, observability
@@ -96,7 +93,6 @@ logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "bound_lock_wait",
-    "close_worker_connections",
     "evict_idle",
     "executor",
     "invoke",
@@ -105,35 +101,8 @@ __all__ = [
 
 INVOKE_THREADS = 16
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _with_clean_connections(job: Callable[[], T]) -> T:
-    # What Django does around a request, and Channels around each
-    # database_sync_to_async call: close connections older than CONN_MAX_AGE
-    # or left unusable by an error (they reconnect on next use), and re-arm
-    # CONN_HEALTH_CHECKS.
-    close_old_connections()
-    try:
-        return job()
-    finally:
-        close_old_connections()
-
-
-class InvokeExecutor(ThreadPoolExecutor):
-    """Worker threads that follow Django's connection rules around every job."""
-
-    def submit(
-        self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> Future[T]:
-        """Schedule ``fn``, with ``close_old_connections()`` before and after."""
-        job = functools.partial(fn, *args, **kwargs)
-        return super().submit(_with_clean_connections, job)
-
-
 # Threads for invocations started from async code (see module docstring).
-executor = InvokeExecutor(max_workers=INVOKE_THREADS, thread_name_prefix="rivet-invoke")
+executor = db.WorkerThreads(INVOKE_THREADS, "rivet-invoke")
 
 # Times a call starts over after another process created its actor first.
 MAX_CREATE_RACES = 3
@@ -463,14 +432,3 @@ def evict_idle(max_idle: float | None = None) -> int:
         cache.drop(actor_id, entry)
         evicted += 1
     return evicted
-
-
-def close_worker_connections() -> None:
-    """Close the database connections of every invocation worker thread.
-
-    Worker threads keep their connection between invocations as long as
-    ``CONN_MAX_AGE`` allows (``None`` or a number of seconds; Django's
-    default 0 reconnects for every job, as it does for every request). Call
-    this before dropping a database, e.g. at the end of a test session.
-    """
-    db.close_thread_connections(executor, INVOKE_THREADS)

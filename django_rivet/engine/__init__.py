@@ -41,6 +41,7 @@ from .errors import (
     WorkflowRequestTimeout,
     WorkflowTimeout,
 )
+from .history import HistoryEntry, decode_history
 from .limits import (
     MAX_CONCURRENT_DELETES,
     MAX_KV_BATCH_ENTRIES,
@@ -63,7 +64,7 @@ from .ops import (
 )
 from .replay_check import check_replay
 from .runner import CANCEL_REASONS, WorkflowRun, run_workflow, start_workflow
-from .schema import SCHEMA_VERSION, HistoryEntry, decode_history
+from .upgrades import SCHEMA_VERSION
 from .values import (
     ChildOutcome,
     ChildStart,

@@ -8,7 +8,7 @@ UUIDs and :class:`Message`; :func:`roundtrip` checks that and returns the value
 as a replay will see it (tuples come back as lists, naive datetimes as aware
 UTC ones, messages as ``{id, name, body, created_at}`` maps). The records
 built from these values are defined in :mod:`.schema`, which re-exports
-these functions.
+``dumps``, ``loads`` and ``roundtrip``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..encoding import MAX_DEPTH, READ_DEPTH, check_depth
 from .errors import SchemaError, StepOutputError
 from .values import Message
 
-__all__ = ["check_storable", "check_value", "dumps", "loads", "roundtrip"]
+__all__ = ["check_storable", "dumps", "loads", "roundtrip", "text_at", "uint_at"]
 
 _ALLOWED_TAGS = frozenset({0, 1, 2, 3, 37})
 
@@ -109,30 +109,30 @@ def check_storable(value: Any, what: str = "value") -> None:
     """Raise ``TypeError`` unless ``value`` can be stored and read back.
 
     The nesting limit of actor state first (iteratively, so a bomb cannot
-    recurse), then the types (:func:`check_value`).
+    recurse), then the types (:func:`_check_types`).
     """
     check_depth(value, MAX_DEPTH)
-    check_value(value, what)
+    _check_types(value, what)
 
 
-def check_value(value: Any, path: str = "value") -> None:
+def _check_types(value: Any, path: str = "value") -> None:
     """Raise ``TypeError`` unless ``value`` is made of storable types only."""
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return
     if isinstance(value, datetime | uuid.UUID):
         return
     if isinstance(value, Message):
-        check_value(value.body, f"{path}.body")
+        _check_types(value.body, f"{path}.body")
         return
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            check_value(item, f"{path}[{index}]")
+            _check_types(item, f"{path}[{index}]")
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not (key is None or isinstance(key, str | int | bytes | float)):
                 raise TypeError(f"{path} has a {type(key).__name__} key")
-            check_value(item, f"{path}[{key!r}]")
+            _check_types(item, f"{path}[{key!r}]")
         return
     raise TypeError(f"{path} is a {type(value).__name__}, which cannot be stored")
 
@@ -157,3 +157,35 @@ def roundtrip(value: Any, what: str = "value") -> Any:
 # infinities too; ints of any size, big ones as bignum tags). Not str: a
 # lone surrogate cannot be encoded.
 _SCALARS = frozenset({bool, int, float, bytes})
+
+
+# Reading a CBOR head without a decoder: the hot paths that peek at a record.
+
+
+def text_at(data: bytes, pos: int) -> tuple[str, int] | None:
+    """Read a definite CBOR text string at ``pos``: ``(text, next pos)``."""
+    head = data[pos]
+    if 0x60 <= head <= 0x77:
+        size, pos = head - 0x60, pos + 1
+    elif head == 0x78 and pos + 1 < len(data):
+        size, pos = data[pos + 1], pos + 2
+    else:
+        return None
+    end = pos + size
+    if end > len(data):
+        return None
+    try:
+        return data[pos:end].decode("utf-8"), end
+    except UnicodeDecodeError:
+        return None
+
+
+def uint_at(data: bytes, pos: int) -> tuple[int, int] | None:
+    """Read a CBOR unsigned integer at ``pos``: ``(value, next pos)``."""
+    head = data[pos]
+    if head < 0x18:
+        return head, pos + 1
+    width = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}.get(head)
+    if width is None or pos + 1 + width > len(data):
+        return None
+    return int.from_bytes(data[pos + 1 : pos + 1 + width], "big"), pos + 1 + width

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import schema
+from . import cbor
 from .errors import StorageLimitError
 
 __all__ = [
@@ -56,8 +56,8 @@ def encode_message_body(body: Any) -> bytes:
     Raises ``TypeError`` for values that cannot be stored and
     :class:`StorageLimitError` for bodies over ``MAX_MESSAGE_BODY_BYTES``.
     """
-    schema.check_storable(body, "Message body")
-    data = schema.dumps(body)
+    cbor.check_storable(body, "Message body")
+    data = cbor.dumps(body)
     if len(data) > MAX_MESSAGE_BODY_BYTES:
         raise StorageLimitError(
             f"Message body is too large to send: {len(data)} bytes encoded, over "

@@ -13,10 +13,11 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import keys, schema
+from . import history, keys, schema
 from .driver import EngineDriver
 from .errors import EntryNotFoundError, ReplayRefusedError, error_from_info
-from .storage import UNSET, Storage
+from .fields import UNSET
+from .storage import Storage
 from .values import WorkflowOutcome
 
 __all__ = [
@@ -58,9 +59,9 @@ async def read_workflow(driver: EngineDriver) -> WorkflowSnapshot:
     )
 
 
-async def read_history(driver: EngineDriver) -> list[schema.HistoryEntry]:
+async def read_history(driver: EngineDriver) -> list[history.HistoryEntry]:
     """Return the decoded history of the driver's workflow, in creation order."""
-    return schema.decode_history(await driver.list(b""))
+    return history.decode_history(await driver.list(b""))
 
 
 async def read_event(driver: EngineDriver, key: str) -> tuple[bool, Any]:
@@ -161,7 +162,7 @@ async def replay_from(
     entry_id: str | None = None,
     *,
     schedule: bool = True,
-) -> list[schema.HistoryEntry]:
+) -> list[history.HistoryEntry]:
     """Delete a step and every entry created after it, so they run again.
 
     A step inside a loop rewinds its innermost enclosing loop (the loop entry
@@ -204,7 +205,7 @@ async def replay_from(
         await driver.set_alarm(workflow_id, clock.now())
     remaining = sorted(storage.entries.values(), key=lambda entry: entry.seq)
     return [
-        schema.history_entry(e, storage.metadata.get(e.id), storage.names)
+        history.history_entry(e, storage.metadata.get(e.id), storage.names)
         for e in remaining
     ]
 

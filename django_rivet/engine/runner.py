@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from django_rivet import clock
 
-from . import keys, schema
+from . import history, keys, schema
 from .context import WorkflowContext
 from .driver import EngineDriver, call_maybe_async
 from .errors import (
@@ -36,6 +36,7 @@ from .errors import (
     was_reported,
 )
 from .execution import RollbackStop, Run, emit
+from .fields import UNSET
 from .messages import ANY_MESSAGE
 from .ops import (
     WorkflowSnapshot,
@@ -44,7 +45,7 @@ from .ops import (
     read_workflow,
     recover_workflow,
 )
-from .storage import UNSET, Storage, driver_call
+from .storage import Storage, driver_call
 from .values import (
     ErrorHook,
     RollbackContext,
@@ -59,7 +60,7 @@ logger = logging.getLogger("django_rivet.workflow")
 
 Mode = Literal["yield", "live"]
 WorkflowFn = Callable[[WorkflowContext, Any], Awaitable[Any]]
-HistoryHook = Callable[[list[schema.HistoryEntry]], Any]
+HistoryHook = Callable[[list[history.HistoryEntry]], Any]
 ReplyHook = Callable[[str], None]
 
 
@@ -482,9 +483,9 @@ async def _call_handler(
     return await result if inspect.isawaitable(result) else result
 
 
-def _history(storage: Storage) -> list[schema.HistoryEntry]:
+def _history(storage: Storage) -> list[history.HistoryEntry]:
     entries = sorted(storage.entries.values(), key=lambda entry: entry.seq)
     return [
-        schema.history_entry(entry, storage.metadata.get(entry.id), storage.names)
+        history.history_entry(entry, storage.metadata.get(entry.id), storage.names)
         for entry in entries
     ]

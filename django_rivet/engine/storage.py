@@ -3,11 +3,11 @@
 ``Storage`` loads everything once per run with one ordered range read
 (names, entries, workflow fields, metadata), lets the context change it, and
 writes the changes back with :meth:`Storage.flush` (docs/storage-format.md,
-"Flush"): one write
-list of new names, dirty entries, dirty metadata and changed workflow fields
-(compared with their flushed shadows), plus the pending deletions, sent by
-:mod:`.flush`; dirty markers and shadows are cleared only once everything
-succeeded, so a failed flush is redone in full by the next one.
+"Flush"): one write list of new names, dirty entries, dirty metadata and
+changed workflow fields (compared with their flushed shadows: :mod:`.fields`),
+plus the pending deletions, sent by :mod:`.flush`; dirty markers and shadows
+are cleared only once everything succeeded, so a failed flush is redone in
+full by the next one.
 
 Cost. Changed records sit in a dirty set (a record reports itself when
 touched) and every entry is indexed under each scope that contains it, so a
@@ -17,29 +17,23 @@ flight (a parallel join branch) stays dirty.
 
 Durability. Deletions are idempotent and may be lost with a crash (or fail)
 after the writes that made them due: loading drops entries a recorded loop
-or race has disowned (``schema.disowned_at``) and orphaned metadata, and
+or race has disowned (``history.disowned_at``) and orphaned metadata, and
 schedules their deletion again with the next flush.
-
-The module is one piece: the dirty set, the scope index, the name registry
-and the pending deletions are one state that every method keeps consistent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import contextlib
-import gc
 import logging
-import operator
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_rivet import clock
 
-from . import keys, observe, schema
+from . import history, keys, loading, observe, schema
 from .driver import EngineDriver, KVWrite
+from .fields import WorkflowFields
 from .flush import Plan, apply, chunk_writes, doomed, driver_call
 from .limits import (
     MAX_CONCURRENT_DELETES,
@@ -53,28 +47,12 @@ __all__ = [
     "MAX_CONCURRENT_DELETES",
     "MAX_KV_BATCH_ENTRIES",
     "MAX_KV_BATCH_PAYLOAD_BYTES",
-    "UNSET",
     "Storage",
     "chunk_writes",
     "driver_call",
 ]
 
 logger = logging.getLogger("django_rivet.workflow")
-
-UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
-
-_FIELDS = (
-    keys.WORKFLOW_STATE,
-    keys.WORKFLOW_OUTPUT,
-    keys.WORKFLOW_ERROR,
-    keys.WORKFLOW_INPUT,
-)
-_FIELD_NAMES = {
-    keys.WORKFLOW_STATE: "Workflow state",
-    keys.WORKFLOW_OUTPUT: "Workflow output",
-    keys.WORKFLOW_ERROR: "Workflow error",
-    keys.WORKFLOW_INPUT: "Workflow input",
-}
 
 # Key prefixes of the four record families, in key order.
 _NAMES = keys.pack((keys.NAMES,))
@@ -99,10 +77,7 @@ class Storage:
         self._under: dict[keys.Location, dict[keys.Location, None]] = {}
         # Records changed since their last successful flush (an ordered set).
         self._dirty: dict[Entry | EntryMetadata, None] = {}
-        self._fields: dict[int, Any] = dict.fromkeys(_FIELDS, UNSET)
-        self._encoded_fields: dict[int, bytes | None] = dict.fromkeys(_FIELDS)
-        self._shadows: dict[int, bytes | None] = dict.fromkeys(_FIELDS)
-        self._dirty_fields: set[int] = set()
+        self.fields = WorkflowFields()
         self.pending_prefixes: list[bytes] = []
         self.pending_keys: dict[bytes, None] = {}
         self.pending_ranges: list[tuple[bytes, bytes]] = []
@@ -119,7 +94,7 @@ class Storage:
         """Read the driver's whole namespace with one ordered range read."""
         storage = cls(driver)
         rows = await driver_call(driver.list(b""), "load")
-        with _collector_paused():
+        with loading.collector_paused():
             storage._build(rows)
         return storage
 
@@ -128,21 +103,16 @@ class Storage:
         # The driver returns the rows sorted by key, so each record family is
         # one run of them: found by bisection, each handled at once.
         # Names first: an entry may need them (a race's winner is a name).
-        self._load_names(_family(rows, _NAMES))
-        self._load_entries(_family(rows, _ENTRIES))
-        for key, value in _family(rows, _WORKFLOW):
-            field_id = keys.unpack(key)[1]
-            if field_id in self._fields:
-                self._fields[field_id] = schema.decode_workflow_field(field_id, value)
-                self._shadows[field_id] = bytes(value)
-                self._encoded_fields[field_id] = bytes(value)
-        self._load_metadata(_family(rows, _METADATA))
+        self._load_names(loading.family(rows, _NAMES))
+        self._load_entries(loading.family(rows, _ENTRIES))
+        self.fields.load(loading.family(rows, _WORKFLOW))
+        self._load_metadata(loading.family(rows, _METADATA))
         self.loaded_locations = frozenset(self.entries)
 
     def _load_entries(self, rows: list[KVWrite]) -> None:
         start = len(_ENTRIES)
         locations = [keys.unpack_location(key, start) for key, _ in rows]
-        decoded = schema.decode_entries([value for _, value in rows], locations)
+        decoded = loading.decode_entries([value for _, value in rows], locations)
         entries, dirty = self.entries, self._dirty
         stale: list[tuple[keys.Location, Entry]] = []
         for (key, _), location, entry in zip(rows, locations, decoded, strict=True):
@@ -170,7 +140,7 @@ class Storage:
                 # The metadata of an entry that is gone (its delete was lost).
                 self.pending_keys[key] = None
                 continue
-            record = schema.lazy_metadata(value)
+            record = loading.lazy_metadata(value)
             record.key = key
             record.sink = dirty
             metadata[entry_id] = record
@@ -193,31 +163,16 @@ class Storage:
         self._flushed_names = size
 
     def _disowned(self, location: keys.Location) -> bool:
-        return len(location) > 1 and schema.superseded(
+        return len(location) > 1 and history.superseded(
             location, self.entries, self._name_index
         )
 
     def _delete_again(self, stale: list[tuple[keys.Location, Entry]]) -> None:
         """Schedule again the lost deletion of each left-over entry."""
-        spans: dict[tuple[bytes, bytes], None] = {}
-        prefixes: dict[bytes, None] = {}
-        for location, entry in stale:
-            self.pending_keys[keys.metadata_key(entry.id)] = None
-            depth = schema.disowned_at(location, self.entries, self._name_index)
-            assert depth is not None
-            parent = self.entries[location[:depth]]
-            if parent.kind == "loop":
-                loop_index = location[depth - 1]
-                assert isinstance(loop_index, int)
-                scope = location[:depth]
-                pruned_before = int(parent.data["pruned_before"])
-                start = keys.entry_key((*scope, (loop_index, 0)))
-                end = keys.entry_key((*scope, (loop_index, pruned_before)))
-                spans[(start, end)] = None
-            else:  # a race's losing branch
-                prefixes[keys.entry_key(location[: depth + 1])] = None
-        self.pending_ranges += [span for span in spans if span[0] < span[1]]
-        self.pending_prefixes += list(prefixes)
+        again = history.redeletions(stale, self.entries, self._name_index)
+        self.pending_keys.update(dict.fromkeys(again.keys))
+        self.pending_ranges += again.ranges
+        self.pending_prefixes += again.prefixes
         if stale:
             logger.info(
                 "workflow history had %s entries left over from a lost deletion",
@@ -242,7 +197,7 @@ class Storage:
 
     def location_string(self, location: keys.Location) -> str:
         """Render ``location`` as ``loop/~3/step``."""
-        return schema.location_string(location, self.names)
+        return history.location_string(location, self.names)
 
     def _index(self, location: keys.Location) -> None:
         under = self._under
@@ -387,27 +342,15 @@ class Storage:
 
     def get_field(self, field_id: int, default: Any = None) -> Any:
         """Return a workflow field, or ``default`` when it is unset."""
-        value = self._fields[field_id]
-        return default if value is UNSET else value
+        return self.fields.get(field_id, default)
 
     def has_field(self, field_id: int) -> bool:
         """Return whether a workflow field is set."""
-        return self._fields[field_id] is not UNSET
+        return self.fields.has(field_id)
 
     def set_field(self, field_id: int, value: Any) -> None:
-        """Set a workflow field (``UNSET`` deletes it on the next flush).
-
-        The value is encoded and measured now: over the record limit this
-        raises :class:`StorageLimitError` and the field keeps its value.
-        """
-        if value is UNSET:
-            encoded = None
-        else:
-            encoded = schema.encode_workflow_field(field_id, value)
-            check_record(keys.workflow_key(field_id), encoded, _FIELD_NAMES[field_id])
-        self._fields[field_id] = value
-        self._encoded_fields[field_id] = encoded
-        self._dirty_fields.add(field_id)
+        """Set a workflow field (:meth:`WorkflowFields.set`)."""
+        self.fields.set(field_id, value)
 
     @property
     def state(self) -> str:
@@ -429,9 +372,7 @@ class Storage:
             return True
         if self.pending_prefixes or self.pending_keys or self.pending_ranges:
             return True
-        return any(
-            self._encoded_fields[f] != self._shadows[f] for f in self._dirty_fields
-        )
+        return self.fields.dirty
 
     def _plan(self, *, with_deletions: bool, only_fields: bool = False) -> Plan:
         plan = Plan(names_upto=self._flushed_names)
@@ -447,17 +388,7 @@ class Storage:
                 writes += plan.published
             if self._dirty:
                 self._plan_records(plan)
-        for field_id in sorted(self._dirty_fields):
-            encoded = self._encoded_fields[field_id]
-            if encoded == self._shadows[field_id]:
-                continue
-            if encoded is None:
-                if not with_deletions:
-                    continue
-                plan.deletions.keys.append(keys.workflow_key(field_id))
-            else:
-                writes.append((keys.workflow_key(field_id), encoded))
-            plan.fields[field_id] = encoded
+        self.fields.plan(plan, with_deletions=with_deletions)
         if with_deletions and not only_fields:
             deletions = plan.deletions
             deletions.prefixes = list(self.pending_prefixes)
@@ -513,10 +444,7 @@ class Storage:
         for key, value in plan.published:
             if self._published.get(key) == value:
                 del self._published[key]
-        for field_id, encoded in plan.fields.items():
-            self._shadows[field_id] = encoded
-            if self._encoded_fields[field_id] == encoded:
-                self._dirty_fields.discard(field_id)
+        self.fields.commit(plan.fields)
         deletions = plan.deletions
         if deletions.prefixes:
             done = set(deletions.prefixes)
@@ -541,7 +469,7 @@ class Storage:
         a run whose other changes the driver refused as too large.
         """
         async with self._lock:
-            with _collector_paused():
+            with loading.collector_paused():
                 plan = self._plan(with_deletions=True, only_fields=only_fields)
             if plan.empty:
                 return
@@ -554,7 +482,7 @@ class Storage:
         The caller hands the writes to ``driver.run_transactional`` and calls
         :meth:`acknowledge` once it returned; deletions wait for the next flush.
         """
-        with _collector_paused():
+        with loading.collector_paused():
             plan = self._plan(with_deletions=False)
         chunk_writes(plan.writes)  # the same single-write limit as any flush
         return plan.writes, plan
@@ -562,37 +490,3 @@ class Storage:
     def acknowledge(self, plan: Plan) -> None:
         """Clear the dirty markers a successful transactional write covered."""
         self._commit(plan)
-
-
-_first = operator.itemgetter(0)
-
-
-def _family(rows: list[KVWrite], prefix: bytes) -> list[KVWrite]:
-    """Return the rows whose keys start with ``prefix`` (``rows`` sorted)."""
-    start = bisect.bisect_left(rows, prefix, key=_first)
-    end = bisect.bisect_left(rows, keys.strinc(prefix), lo=start, key=_first)
-    return rows[start:end]
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a history is built or planned.
-
-    Building a long history makes tens of thousands of container objects
-    at once (entries, their data, locations, metadata), none of them
-    garbage, and their allocations set off collector passes that walk them
-    -- the oldest generation's passes walk every object of the process --
-    for nothing: a fifth of a 10,000-entry load (P6). Planning a flush
-    makes one tuple per write, and those passes walk the whole history
-    held in memory: half of planning 10,000 new entries (P4). The collector is
-    process-wide: meanwhile another thread's garbage cycles wait for the
-    next pass after it. It is switched back on only if it was on.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

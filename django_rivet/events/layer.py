@@ -5,9 +5,10 @@ tells this process's listeners at once (:func:`add_listener`: the
 transport's event feeds) and sends one channel-layer message per invocation
 to the actor's group, which every web process's feed has joined. A message
 the layer drops is not lost: feeds notice the gap and read the events from
-the log. Connection-only messages go through :func:`send_to_channel`. A
-channel layer that fails is logged once at ERROR when the failures start
-and once when they stop, never per message.
+the log. Connection-only messages go through :func:`send_to_channel`. The
+feeds and every connection consumer read their channels with
+:func:`channel_receive`. A channel layer that fails is logged once at ERROR
+when the failures start and once when they stop, never per message.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -37,6 +38,7 @@ __all__ = [
     "LayerHealth",
     "actor_group",
     "add_listener",
+    "channel_receive",
     "events_message",
     "get_layer",
     "layer_health",
@@ -311,3 +313,45 @@ async def _asend(layer: Any, what: str, method: Any, target: str, message: Any) 
         layer_health.failed(what, exc)
         return
     layer_health.ok()
+
+
+# -- receiving ---------------------------------------------------------------------
+def _is_idle_timeout(exc: BaseException) -> bool:
+    return type(exc).__name__ == "TimeoutError" and type(exc).__module__.startswith(
+        "redis"
+    )
+
+
+async def channel_receive(
+    layer: Any,
+    channel: str,
+    recover: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
+    """``layer.receive(channel)``, retried through read timeouts and outages.
+
+    A consumer whose receive raises ends, and daphne closes its socket with
+    1011 without running ``websocket_disconnect``; redis-py's default read
+    timeout (5 s) races channels_redis' blocking read (5 s), so an idle
+    socket would die every few seconds, and every socket when Redis
+    restarts. Failures are logged once per outage (``events.layer_health``);
+    ``recover`` runs before each retry after a failure (the hub rejoins its
+    groups there).
+    """
+    delay = 0.05
+    while True:
+        try:
+            message: dict[str, Any] = await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if _is_idle_timeout(exc):
+                # redis-py's socket timeout ended channels_redis' blocking
+                # read (both 5 s by default): nothing arrived, not an error.
+                continue
+            layer_health.failed("receive", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            if recover is not None:
+                await recover()
+            continue
+        return message

@@ -10,19 +10,32 @@ locks, state, KV, schedules, events and workflows in one transaction there.
 System check ``rivet.E403`` refuses routers that split django-rivet's models
 over several aliases (or read them from another alias than they write),
 which no transaction could make atomic.
+
+The worker threads that reach that database outside a request (the
+invocation threads, the WebSocket side's reads) are :class:`WorkerThreads`
+pools: each job follows Django's connection rules, and
+:func:`close_worker_connections` closes every pool's connections.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
-from django.db import OperationalError, connections, router, transaction
+from asgiref.sync import sync_to_async
+from django.db import (
+    OperationalError,
+    close_old_connections,
+    connections,
+    router,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
 from django.db.transaction import Atomic
@@ -30,16 +43,22 @@ from django.db.transaction import Atomic
 from .actors import Actor
 
 __all__ = [
+    "EVENT_THREADS",
+    "WorkerThreads",
     "alias",
     "atomic",
-    "close_thread_connections",
+    "close_worker_connections",
     "connection",
     "in_atomic_block",
     "in_invocation",
     "invoking",
     "on_commit",
+    "run_db",
     "wait_for_shared_cache_locks",
 ]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # True while an actor invocation's transaction is open in this context. That
 # transaction belongs to the invoking thread; async handlers run on an event
@@ -82,23 +101,85 @@ def in_invocation() -> bool:
     return invoking.get()
 
 
-def close_thread_connections(pool: ThreadPoolExecutor, threads: int) -> None:
-    """Close the database connections of each of the ``threads`` threads of ``pool``.
+# -- the worker threads django-rivet owns -------------------------------------------
+# Every pool of them, so that close_worker_connections() reaches them all.
+_pools: list[WorkerThreads] = []
 
-    Django's connections belong to the thread that opened them, so each
-    thread must close its own. Jobs already running finish first; call this
-    before dropping a database (e.g. at the end of a test session).
+
+def _with_clean_connections(job: Callable[[], T]) -> T:
+    # What Django does around a request, and Channels around each
+    # database_sync_to_async call: close connections older than CONN_MAX_AGE
+    # or left unusable by an error (they reconnect on next use), and re-arm
+    # CONN_HEALTH_CHECKS.
+    close_old_connections()
+    try:
+        return job()
+    finally:
+        close_old_connections()
+
+
+class WorkerThreads(ThreadPoolExecutor):
+    """Worker threads that follow Django's connection rules around every job.
+
+    Each job starts and ends with ``close_old_connections()``, as a request
+    does. A pool registers itself: :func:`close_worker_connections` closes
+    its threads' connections.
     """
-    # Every job waits for all the others, so each runs in a thread of its own.
-    barrier = threading.Barrier(threads, timeout=10)
 
-    def close() -> None:
-        connections.close_all()
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait()
+    def __init__(self, threads: int, name: str) -> None:
+        super().__init__(max_workers=threads, thread_name_prefix=name)
+        self.threads = threads
+        _pools.append(self)
 
-    for future in [pool.submit(close) for _ in range(threads)]:
-        future.result()
+    def submit(
+        self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Future[T]:
+        """Schedule ``fn``, with ``close_old_connections()`` before and after."""
+        job = functools.partial(fn, *args, **kwargs)
+        return super().submit(_with_clean_connections, job)
+
+    def close_connections(self) -> None:
+        """Close the database connection of each thread of the pool.
+
+        Django's connections belong to the thread that opened them, so each
+        thread must close its own. Jobs already running finish first.
+        """
+        # Every job waits for all the others, so each runs in a thread of its own.
+        barrier = threading.Barrier(self.threads, timeout=10)
+
+        def close() -> None:
+            connections.close_all()
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+
+        for future in [self.submit(close) for _ in range(self.threads)]:
+            future.result()
+
+
+def close_worker_connections() -> None:
+    """Close the database connections of every worker thread django-rivet owns.
+
+    Worker threads keep their connection between jobs as long as
+    ``CONN_MAX_AGE`` allows (``None`` or a number of seconds; Django's
+    default 0 reconnects for every job, as it does for every request). Call
+    this before dropping a database, e.g. at the end of a test session.
+    """
+    for pool in list(_pools):
+        pool.close_connections()
+
+
+# Database work of the WebSocket side (event-log reads of the streams and
+# feeds, the heartbeat), with the same connection hygiene; in threads of
+# their own, in parallel, so a slow read does not hold up the others.
+EVENT_THREADS = 4
+_event_threads = WorkerThreads(EVENT_THREADS, "rivet-events")
+
+
+async def run_db(func: Callable[..., T], *args: Any) -> T:
+    """Run ``func(*args)`` in a database thread (connections are checked first)."""
+    call = sync_to_async(func, thread_sensitive=False, executor=_event_threads)
+    result: T = await call(*args)
+    return result
 
 
 # -- SQLite in memory: wait for table locks as SQLite waits for file locks ----------

@@ -28,7 +28,8 @@ import uuid
 from .. import events, observability
 from ..events import LoggedEvent
 from ..exceptions import EventsMissed, RivetError
-from .feeds import LOG_BATCH, EventSink, current_hub, run_db
+from ..models.db import run_db
+from .feeds import LOG_BATCH, EventSink, current_hub
 
 logger = logging.getLogger("django_rivet.transport")
 

@@ -16,9 +16,6 @@ every ``EVENT_CHECK_INTERVAL`` the hub reads the latest seq of its actors
 its group (Redis may have been restarted and forgotten it). A feed keeps an
 event only while a local stream (:mod:`.delivery`) still needs it, within a
 byte and count bound, with its encoded frames.
-
-The module is one piece on purpose (about 520 lines): the hub and its feeds
-share the gap and head bookkeeping that makes the guarantee hold.
 """
 
 from __future__ import annotations
@@ -28,18 +25,14 @@ import collections
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
-
-from channels.db import DatabaseSyncToAsync
+from typing import Any, Protocol
 
 from .. import events
 from ..conf import rivet_settings
 from ..events import LoggedEvent
 from ..exceptions import RivetError
-from ..models import db
+from ..models.db import run_db
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -52,13 +45,8 @@ __all__ = [
     "Feed",
     "Follower",
     "Hub",
-    "channel_receive",
-    "close_worker_connections",
     "current_hub",
-    "run_db",
 ]
-
-T = TypeVar("T")
 
 # A feed keeps at most this many events, and this many bytes of arguments
 # and encoded frames, for streams that have not sent them yet.
@@ -76,31 +64,6 @@ REJOIN_INTERVAL = 5.0
 LOG_BATCH = 100
 # Bytes of event arguments one fill reads at a time (at least one event).
 FILL_BYTES = 1024 * 1024
-
-# Event-log reads of the streams and feeds, with Django's connection
-# hygiene (channels' database_sync_to_async does the same in one thread;
-# these run in parallel so a slow read does not hold up the others).
-EVENT_THREADS = 4
-_db_executor = ThreadPoolExecutor(
-    max_workers=EVENT_THREADS, thread_name_prefix="rivet-events"
-)
-
-
-def close_worker_connections() -> None:
-    """Close the database connections of the event-read threads.
-
-    Call it before dropping a database, as
-    :func:`django_rivet.actors.spine.close_worker_connections` for the
-    invocation threads.
-    """
-    db.close_thread_connections(_db_executor, EVENT_THREADS)
-
-
-async def run_db(func: Callable[..., T], *args: Any) -> T:
-    """Run ``func(*args)`` in a database thread (connections are checked first)."""
-    call = DatabaseSyncToAsync(func, thread_sensitive=False, executor=_db_executor)
-    result: T = await call(*args)
-    return result
 
 
 def check_interval() -> float:
@@ -458,7 +421,7 @@ class Hub:
         while True:
             if self._rejoin:
                 await self._rejoin_all()
-            message = await channel_receive(
+            message = await events.channel_receive(
                 self.layer, self.channel, recover=self._after_outage
             )
             self.handle(message)
@@ -521,47 +484,6 @@ class Hub:
                     self._spawn(self._join(feed))
             elif feed.filled < feed.head:
                 feed.schedule_fill()  # an earlier fill failed
-
-
-def _is_idle_timeout(exc: BaseException) -> bool:
-    return type(exc).__name__ == "TimeoutError" and type(exc).__module__.startswith(
-        "redis"
-    )
-
-
-async def channel_receive(
-    layer: Any,
-    channel: str,
-    recover: Callable[[], Awaitable[None]] | None = None,
-) -> dict[str, Any]:
-    """``layer.receive(channel)``, retried through read timeouts and outages.
-
-    A consumer whose receive raises ends, and daphne closes its socket with
-    1011 without running ``websocket_disconnect``; redis-py's default read
-    timeout (5 s) races channels_redis' blocking read (5 s), so an idle
-    socket would die every few seconds, and every socket when Redis
-    restarts. Failures are logged once per outage (``events.layer_health``);
-    ``recover`` runs before each retry after a failure (the hub rejoins its
-    groups there).
-    """
-    delay = 0.05
-    while True:
-        try:
-            message: dict[str, Any] = await layer.receive(channel)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if _is_idle_timeout(exc):
-                # redis-py's socket timeout ended channels_redis' blocking
-                # read (both 5 s by default): nothing arrived, not an error.
-                continue
-            events.layer_health.failed("receive", exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-            if recover is not None:
-                await recover()
-            continue
-        return message
 
 
 _hubs: dict[asyncio.AbstractEventLoop, Hub] = {}

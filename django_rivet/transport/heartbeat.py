@@ -27,7 +27,7 @@ from ..actors.connections import (
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..exceptions import ActorNotFound
-from .feeds import run_db
+from ..models.db import run_db
 
 logger = logging.getLogger("django_rivet.transport")
 

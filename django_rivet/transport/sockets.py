@@ -4,12 +4,12 @@
 Channels' ``JsonWebsocketConsumer`` specialises its base: this class owns
 everything about the connection, and a flavour (:mod:`.consumer`, django-
 rivet's own protocol; :mod:`.rivetkit.consumer`, the official RivetKit
-client's) supplies the codec only -- reading the handshake
-(:meth:`~ConnectionConsumer.read_connect`), decoding a frame
-(:meth:`~ConnectionConsumer.decode_frame`) and encoding what the server
-sends (``encode_init``, ``encode_output``, ``encode_error``,
-``encode_event``). A flavour overrides nothing else without a comment
-saying why (docs/protocol.md lists the differences). What the base owns:
+client's) supplies the codec only (:class:`~.codec.FrameCodec`) -- reading
+the handshake (``read_connect``), decoding a frame (``decode_frame``) and
+encoding what the server sends (``encode_init``, ``encode_output``,
+``encode_error``, ``encode_event``). A flavour overrides nothing else
+without a comment saying why (docs/protocol.md lists the differences). What
+the base owns:
 
 * **Admission** through the runtime (the ``Connect`` operation: ``on_auth``,
   ``on_before_connect``, ``create_conn_state``, ``on_connect`` and the row),
@@ -19,7 +19,8 @@ saying why (docs/protocol.md lists the differences). What the base owns:
   decoded and handled one at a time, in the order sent: actions through the
   runtime (``on_auth`` per action), subscriptions through ``can_subscribe``.
 * **Events exactly once, in order, or a coded notice**
-  (:class:`.delivery.Stream`), with replay after ``since``.
+  (:class:`.delivery.Stream`), with replay after ``since``: the connection's
+  :class:`~.subscriptions.Subscriptions` follow the actor's events.
 * **Flow control** (:mod:`.flow`): a socket that does not take a frame for
   ``SLOW_CONSUMER_TIMEOUT`` is closed with 4408.
 * **Answers before closes**, and **cleanup on every exit path**: the row is
@@ -27,10 +28,8 @@ saying why (docs/protocol.md lists the differences). What the base owns:
   channel-layer read (a Redis restart) is retried instead of ending the
   consumer, which daphne would report as a 1011 close.
 
-The consumer is one piece on purpose (about 640 lines): the frame queue,
-subscriptions, delivery and the close rules share one connection's state,
-and their ordering (answers before closes, replays under the stream's lock)
-is what the guarantees rest on.
+The guarantees rest on their order: answers before closes, replays under
+the stream's lock.
 """
 
 from __future__ import annotations
@@ -44,38 +43,27 @@ import uuid
 from typing import Any, ClassVar
 
 from channels.consumer import AsyncConsumer, get_handler_name
-from channels.db import aclose_old_connections, database_sync_to_async
+from channels.db import aclose_old_connections
 from channels.exceptions import StopConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
-from ..actors import registry
-from ..actors.connections import (
-    WILDCARD,
-    ConnAction,
-    Connect,
-    ConnectResult,
-    Subscribe,
-    save_subscriptions,
-)
+from ..actors.connections import ConnAction, Connect
 from ..actors.errors import public_error
 from ..actors.invocation import Origin
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..conf import rivet_settings
-from ..encoding import Encoded, cbor_loads, run_decoder
-from ..events import LoggedEvent
+from ..encoding import run_decoder
+from ..events import channel_receive
 from ..exceptions import (
     ConnectionExpired,
     EventLogTruncated,
-    InternalError,
-    MalformedRequest,
     RequestTooLarge,
     RivetError,
     TooManyFrames,
 )
-from .delivery import Stream
-from .feeds import channel_receive
+from .codec import FrameCodec
 from .flow import Inbound, Outbound
 from .frames import (
     CLOSE_EXPIRED,
@@ -86,21 +74,14 @@ from .frames import (
     CLOSE_TOO_MANY,
     DISCONNECT_REASONS,
     ActionFrame,
-    ConnectPlan,
     FrameError,
-    SubscriptionFrame,
     close_code_for,
     close_reason,
 )
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
-from .parsing import (
-    MAX_SUBSCRIPTIONS,
-    SUBPROTOCOL,
-    event_name,
-    handshake_request,
-    loggable_path,
-)
+from .parsing import SUBPROTOCOL, event_name, handshake_request, loggable_path
+from .subscriptions import Subscriptions
 
 logger = logging.getLogger("django_rivet.transport")
 
@@ -111,7 +92,7 @@ CLOSE_TIMEOUT = 1.0
 
 
 # -- the consumer -----------------------------------------------------------------
-class ConnectionConsumer(AsyncConsumer):
+class ConnectionConsumer(FrameCodec, AsyncConsumer):
     """One WebSocket connection to one actor; a flavour supplies the codec."""
 
     #: Names the flavour in logs and in the cache of encoded event frames.
@@ -124,12 +105,8 @@ class ConnectionConsumer(AsyncConsumer):
         self.conn_id: uuid.UUID | None = None
         self.ref: ActorRef | None = None
         self.origin = Origin(transport="websocket")
-        self.subscriptions: set[str] = set()
-        self.wildcard = False
-        self.since: int | None = None
-        self.replayed: set[str] = set()
         self.closed = False
-        self.stream: Stream | None = None
+        self.subscriptions = Subscriptions(self)
         self.outbound: Outbound | None = None
         self.inbound = Inbound(
             rivet_settings.MAX_PENDING_FRAMES,
@@ -137,9 +114,6 @@ class ConnectionConsumer(AsyncConsumer):
         )
         self._reader: asyncio.Task[None] | None = None
         self._refusal: asyncio.Task[None] | None = None
-        self._save_task: asyncio.Task[None] | None = None
-        self._subscriptions_dirty = False
-        self._guarded: type[Any] | None = None
         # While an action runs, a close the server asked for (ctx.destroy(),
         # conn.disconnect()) waits for its answer, so the caller learns the
         # outcome of the action that closed its own socket.
@@ -148,46 +122,9 @@ class ConnectionConsumer(AsyncConsumer):
         self._cleanup: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
-    # -- the codec (each flavour) ------------------------------------------------------
-    def read_connect(self) -> ConnectPlan:
-        """Read the handshake (``self.scope``); raise a ``RivetError`` to refuse."""
-        raise NotImplementedError
-
-    def decode_frame(self, data: bytes | str) -> ActionFrame | SubscriptionFrame:
-        """Decode a client frame; raise ``RivetError`` or :class:`FrameError`."""
-        raise NotImplementedError
-
-    def encode_init(self, result: ConnectResult) -> bytes:
-        """Encode the frame that tells the client it is admitted."""
-        raise NotImplementedError
-
-    def encode_value(self, value: Any) -> bytes:
-        """Check an action's output against the value domain and encode it.
-
-        Runs inside the invocation, before its transaction commits
-        (``InvalidValue``: the action rolls back with ``actor/invalid_output``).
-        """
-        raise NotImplementedError
-
-    def encode_output(self, action_id: Any, output: Encoded) -> bytes:
-        """Encode an action's answer around its already-encoded output."""
-        raise NotImplementedError
-
-    def encode_error(self, error: RivetError, action_id: Any) -> bytes:
-        """Encode an error frame (``action_id`` None: connection-level)."""
-        raise NotImplementedError
-
-    def encode_event(self, name: str, seq: int | None, args: list[Any]) -> bytes:
-        """Encode an event frame (``seq`` None: a ``conn.send``)."""
-        raise NotImplementedError
-
-    def text_frames(self) -> bool:
-        """Whether frames travel as text (else binary)."""
-        return self.encoding == "json"
-
     async def event_undeliverable(self, error: RivetError) -> None:
         """Tell the client an event could not be sent to it (too large...)."""
-        await self._send_error(error)
+        await self.send_error_frame(error)
 
     # -- serving ------------------------------------------------------------------
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -269,25 +206,29 @@ class ConnectionConsumer(AsyncConsumer):
         self.actor_id, self.conn_id = result.actor_id, result.conn_id
         self.ref = ActorRef(name=result.name, actor_id=result.actor_id)
         self.origin = dataclasses.replace(self.origin, conn_id=result.conn_id)
-        self.since = plan.since
-        admitted = set(connect.subscriptions) - set(result.refused)
-        self.wildcard = WILDCARD in admitted
-        self.subscriptions = admitted - {WILDCARD}
         heartbeat.add(result.conn_id, result.actor_id, self._row_gone)
         # The stream joins the process's feed of the actor now, so nothing
         # committed after the admission (result.head) can slip past it.
-        self.stream = Stream(result.actor_id, result.head, self)
+        self.subscriptions.follow(
+            self.ref,
+            self.origin,
+            result.conn_id,
+            result.head,
+            set(connect.subscriptions) - set(result.refused),
+            plan.since,
+            f"{self.flavour}.{self.encoding}",
+        )
         logger.debug(
             "connected flavour=%s actor_id=%s conn_id=%s",
             self.flavour,
             result.actor_id,
             result.conn_id,
         )
-        await self._send_raw(self.encode_init(result))
+        await self.send_frame(self.encode_init(result))
         for refusal in result.refused.values():
-            await self._send_error(refusal)
+            await self.send_error_frame(refusal)
         if result.truncated:
-            await self._send_error(
+            await self.send_error_frame(
                 EventLogTruncated(
                     "The event log no longer reaches back to the requested seq; "
                     "refetch the state",
@@ -298,10 +239,7 @@ class ConnectionConsumer(AsyncConsumer):
                     },
                 )
             )
-        if self.since is not None and (self.wildcard or self.subscriptions):
-            self.replayed.update(self.subscriptions)
-            await self.stream.replay(self.since, self.event_names())
-        self.stream.start()
+        await self.subscriptions.start()
         self._reader = asyncio.create_task(self._read_frames())
 
     async def _accept(self) -> None:
@@ -325,7 +263,7 @@ class ConnectionConsumer(AsyncConsumer):
         # Accepted first: a close before accepting reaches browsers as 1006
         # with no reason, so the client could not tell why.
         await self._accept()
-        await self._send_error(error)
+        await self.send_error_frame(error)
         await self._close(code, close_reason(error))
 
     # -- frames from the client -----------------------------------------------------
@@ -379,7 +317,7 @@ class ConnectionConsumer(AsyncConsumer):
         self._refusal = asyncio.create_task(self._send_refusal(error, code))
 
     async def _send_refusal(self, error: RivetError, code: int) -> None:
-        await self._send_error(error)
+        await self.send_error_frame(error)
         await self._close_when_answered(code, close_reason(error))
 
     async def _read_frames(self) -> None:
@@ -391,30 +329,30 @@ class ConnectionConsumer(AsyncConsumer):
                 if isinstance(frame, ActionFrame):
                     await self._run_action(frame)
                 elif frame.subscribe:
-                    await self._subscribe(event_name(frame.event))
+                    await self.subscriptions.subscribe(event_name(frame.event))
                 else:
-                    self._unsubscribe(frame.event)
+                    self.subscriptions.unsubscribe(frame.event)
             except FrameError as exc:
-                await self._send_error(exc.error, exc.action_id)
+                await self.send_error_frame(exc.error, exc.action_id)
             except Exception as exc:  # a bad frame must not end the connection
-                await self._send_error(public_error(exc))
+                await self.send_error_frame(public_error(exc))
 
     async def _run_action(self, frame: ActionFrame) -> None:
         assert self.ref is not None
         self._in_action = True
         try:
-            call = ConnAction(frame.name, frame.args, encoder=self._output_encoder)
+            call = ConnAction(frame.name, frame.args, encoder=self.checked_output)
             output = await ainvoke(self.ref, call, self.origin)
             data = self.encode_output(frame.id, output)
             too_large = outgoing_too_large(data)
             if too_large is not None:
                 raise FrameError(too_large, frame.id)
-            await self._send_raw(data)
+            await self.send_frame(data)
         except FrameError as exc:
-            await self._send_error(exc.error, exc.action_id)
+            await self.send_error_frame(exc.error, exc.action_id)
         except Exception as exc:
             error = public_error(exc)
-            await self._send_error(error, frame.id)
+            await self.send_error_frame(error, frame.id)
             if isinstance(exc, ConnectionExpired):
                 self._close_after_action = (CLOSE_EXPIRED, close_reason(error))
         finally:
@@ -422,128 +360,17 @@ class ConnectionConsumer(AsyncConsumer):
         if self._close_after_action is not None:
             await self._close(*self._close_after_action)
 
-    def _output_encoder(self, value: Any) -> bytes:
-        # Called in the invocation's thread, before commit: an output outside
-        # the domain, or too large to send, rolls the action back.
-        data = self.encode_value(value)
-        too_large = outgoing_too_large(data)
-        if too_large is not None:
-            raise too_large
-        return data
-
-    # -- subscriptions ------------------------------------------------------------
-    async def _subscribe(self, event: str) -> None:
-        """Subscribe after ``can_subscribe`` allowed it (``*``: every event)."""
-        if event in self.subscriptions or (event == WILDCARD and self.wildcard):
-            return
-        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
-            raise MalformedRequest(f"At most {MAX_SUBSCRIPTIONS} subscriptions")
-        assert self.ref is not None and self.stream is not None
-        if self._definition().overrides("can_subscribe"):
-            refusal = await ainvoke(self.ref, Subscribe(event), self.origin)
-            if refusal is not None:
-                raise refusal
-        async with self.stream.lock:  # live delivery waits: a stable cursor
-            if event == WILDCARD:
-                # Live events only: a replay of every name would repeat the
-                # ones already delivered for this connection's names.
-                self.wildcard = True
-            else:
-                if self.since is not None and event not in self.replayed:
-                    # Missed events of this name, up to where live delivery is.
-                    self.replayed.add(event)
-                    if not self.wildcard:
-                        await self.stream.replay(self.since, [event])
-                self.subscriptions.add(event)
-        self._save_subscriptions()
-
-    def _unsubscribe(self, event: str) -> None:
-        if event == WILDCARD and self.wildcard:
-            self.wildcard = False
-        elif event in self.subscriptions:
-            self.subscriptions.discard(event)
-        else:
-            return
-        self._save_subscriptions()
-
-    def _definition(self) -> type[Any]:
-        if self._guarded is None:
-            assert self.ref is not None and self.ref.name is not None
-            self._guarded = registry.get(self.ref.name)
-        return self._guarded
-
-    def _save_subscriptions(self) -> None:
-        # Bursts of subscribe frames (a client resubscribing after a
-        # reconnect) collapse into one UPDATE.
-        self._subscriptions_dirty = True
-        if self._save_task is None or self._save_task.done():
-            self._save_task = asyncio.create_task(self._write_subscriptions())
-
-    async def _write_subscriptions(self) -> None:
-        while self._subscriptions_dirty and not self.closed:
-            self._subscriptions_dirty = False
-            names = sorted(self.subscriptions) + ([WILDCARD] if self.wildcard else [])
-            assert self.conn_id is not None
-            try:
-                await database_sync_to_async(save_subscriptions)(self.conn_id, names)
-            except Exception:
-                logger.exception("saving subscriptions failed conn_id=%s", self.conn_id)
-
-    # -- events: the EventSink side of self.stream (transport/feeds.py) -----------
-    @property
-    def frame_key(self) -> str:
-        """Cache key of this connection's encoded event frames."""
-        return f"{self.flavour}.{self.encoding}"
-
-    def wants_event(self, name: str) -> bool:
-        """Whether this connection is subscribed to ``name``."""
-        return self.wildcard or name in self.subscriptions
-
-    def event_names(self) -> list[str] | None:
-        """The subscribed names, for log queries (``None``: all)."""
-        return None if self.wildcard else sorted(self.subscriptions)
-
-    def encode_logged(self, event: LoggedEvent) -> bytes:
-        """Encode a logged event's frame; an oversized one becomes an error."""
-        return self._event_frame(event.name, event.seq, event.args)
-
-    async def send_data(self, data: bytes) -> None:
-        """Send an encoded frame (the stream's events)."""
-        await self._send_raw(data)
-
-    async def send_error(self, error: RivetError) -> None:
-        """Tell the client about an event it cannot get (the stream's errors)."""
-        if isinstance(error, RequestTooLarge | InternalError):
-            await self.event_undeliverable(error)
-        else:
-            await self._send_error(error)
-
-    def _event_frame(self, name: str, seq: int | None, args: bytes) -> bytes:
-        try:
-            data = self.encode_event(name, seq, cbor_loads(bytes(args)))
-        except Exception as exc:
-            logger.exception("undeliverable event name=%r seq=%s", name, seq)
-            raise InternalError(
-                "An event could not be encoded", metadata={"event": name, "seq": seq}
-            ) from exc
-        limit = rivet_settings.MAX_OUTGOING_MESSAGE_BYTES
-        if len(data) > limit:
-            raise RequestTooLarge(
-                f"Event {name!r} is {len(data)} bytes; the limit is {limit}",
-                metadata={"event": name, "seq": seq, "limit": limit},
-            )
-        return data
-
+    # -- events ---------------------------------------------------------------------
     async def rivet_send(self, message: dict[str, Any]) -> None:
         """Deliver ``conn.send(...)``: to this connection only, no seq."""
         if self.closed:
             return
         try:
-            data = self._event_frame(message["name"], None, message["args"])
+            data = self.event_frame(message["name"], None, message["args"])
         except RivetError as error:
             await self.event_undeliverable(error)
             return
-        await self._send_raw(data)
+        await self.send_frame(data)
 
     async def rivet_disconnect(self, message: dict[str, Any]) -> None:
         """Close on ``conn.disconnect()``, destruction or a stale sweep."""
@@ -561,16 +388,16 @@ class ConnectionConsumer(AsyncConsumer):
         )
 
     # -- sending ------------------------------------------------------------------
-    async def _send_error(self, error: RivetError, action_id: Any = None) -> None:
+    async def send_error_frame(self, error: RivetError, action_id: Any = None) -> None:
         try:
             data = self.encode_error(error, action_id)
         except (TypeError, ValueError):  # unencodable metadata
             error = copy.copy(error)
             error.metadata = None
             data = self.encode_error(error, action_id)
-        await self._send_raw(data)
+        await self.send_frame(data)
 
-    async def _send_raw(self, data: bytes) -> None:
+    async def send_frame(self, data: bytes) -> None:
         if self.closed:
             return
         message: dict[str, Any] = (
@@ -619,8 +446,7 @@ class ConnectionConsumer(AsyncConsumer):
         if not (await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT))[0]:
             logger.info("close frame not taken, ending conn_id=%s", self.conn_id)
             self._stopped.set()
-        if self.stream is not None:
-            await self.stream.close()  # nothing more to send
+        await self.subscriptions.stop()  # nothing more to send
 
     async def _send_close(self, code: int, reason: str) -> None:
         assert self.outbound is not None
@@ -661,10 +487,7 @@ class ConnectionConsumer(AsyncConsumer):
                 await self._reader
             except Exception:
                 logger.exception("frame reader failed conn_id=%s", self.conn_id)
-        if self._save_task is not None:
-            await asyncio.gather(self._save_task, return_exceptions=True)
-        if self.stream is not None:
-            await self.stream.close()
+        await self.subscriptions.close()
         if self.conn_id is None or self.ref is None:
             return
         await disconnect_cleanup(self.ref, self.conn_id)

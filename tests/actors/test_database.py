@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -30,7 +31,7 @@ from django_rivet import checks as rivet_checks
 from django_rivet.actors import spine
 from django_rivet.actors.errors import public_error
 from django_rivet.models import Actor as ActorRow
-from django_rivet.models import ActorKV, Connection
+from django_rivet.models import ActorKV, Connection, db
 from django_rivet.testing import RivetCommunicator
 from tests.servers import ROOT, free_port, server_env, stop_process, wait_for_port
 from tests.support.polling import await_for
@@ -106,9 +107,7 @@ def each_invoke_thread(probe):
 
     # ThreadPoolExecutor.submit: the probe sees each thread as the last job
     # left it, without the close_old_connections() jobs get around them.
-    futures = [
-        spine.ThreadPoolExecutor.submit(spine.executor, job) for _ in range(size)
-    ]
+    futures = [ThreadPoolExecutor.submit(spine.executor, job) for _ in range(size)]
     return [future.result() for future in futures]
 
 
@@ -127,7 +126,7 @@ def open_connections():
 async def test_invocation_threads_follow_conn_max_age(monkeypatch):
     """Django's default CONN_MAX_AGE=0 closes after each job; None keeps them."""
     settings = connections.settings["default"]
-    await asyncio.to_thread(spine.close_worker_connections)
+    await asyncio.to_thread(db.close_worker_connections)
     try:
         monkeypatch.setitem(settings, "CONN_MAX_AGE", 0)
         await many_calls()
@@ -137,14 +136,14 @@ async def test_invocation_threads_follow_conn_max_age(monkeypatch):
         assert await asyncio.to_thread(open_connections) > 0
     finally:
         monkeypatch.undo()
-        await asyncio.to_thread(spine.close_worker_connections)
+        await asyncio.to_thread(db.close_worker_connections)
 
 
 @postgresql_only
 async def test_a_dead_connection_in_an_invocation_thread_is_replaced(monkeypatch):
     """What a PostgreSQL restart does to idle threads, without the restart."""
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", None)
-    await asyncio.to_thread(spine.close_worker_connections)
+    await asyncio.to_thread(db.close_worker_connections)
 
     def backend_pid():
         with connection.cursor() as cursor:
@@ -184,7 +183,7 @@ async def test_a_dead_connection_in_an_invocation_thread_is_replaced(monkeypatch
         assert await many_calls(48) == sorted(n // 8 + 1 for n in range(48))
     finally:
         monkeypatch.undo()
-        await asyncio.to_thread(spine.close_worker_connections)
+        await asyncio.to_thread(db.close_worker_connections)
 
 
 # -- lock waits ----------------------------------------------------------------------

@@ -20,11 +20,11 @@ from django.db import connection, connections
 
 from django_rivet import Actor, action, actors
 from django_rivet.actors.kv import ActorKVStore
-from django_rivet.actors.spine import close_worker_connections
 from django_rivet.encoding import cbor_loads
 from django_rivet.exceptions import UserError
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent
+from django_rivet.models.db import close_worker_connections
 from django_rivet.testing import register_temporarily
 from tests.testapp.models import Note
 

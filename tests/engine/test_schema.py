@@ -13,7 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_rivet.encoding import MAX_DEPTH
-from django_rivet.engine import Message, SchemaError, StepOutputError, keys, schema
+from django_rivet.engine import (
+    Message,
+    SchemaError,
+    StepOutputError,
+    decode_history,
+    keys,
+    loading,
+    schema,
+    upgrades,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -119,7 +128,7 @@ def test_v1_name_fixture_decodes():
 
 def test_v1_kv_rows_decode_into_history():
     rows = schema.loads(fixture(1, "kv_rows"))
-    history = schema.decode_history((bytes(k), bytes(v)) for k, v in rows)
+    history = decode_history((bytes(k), bytes(v)) for k, v in rows)
     assert [(h.kind, h.location, h.seq) for h in history] == [
         ("step", "charge", 1),
         ("loop", "sum", 4),
@@ -199,7 +208,7 @@ def test_v2_cancellation_error_decodes_into_its_exception():
 
 def test_v2_kv_rows_decode_into_history_without_the_published_values():
     rows = schema.loads(fixture(2, "kv_rows"))
-    history = schema.decode_history((bytes(k), bytes(v)) for k, v in rows)
+    history = decode_history((bytes(k), bytes(v)) for k, v in rows)
     assert [(h.kind, h.location, h.seq) for h in history] == [
         ("step", "charge", 1),
         ("loop", "sum", 4),
@@ -212,7 +221,7 @@ def test_v2_kv_rows_decode_into_history_without_the_published_values():
 
 
 def test_every_entry_kind_has_a_fixture_in_the_current_version():
-    version = schema.SCHEMA_VERSION
+    version = upgrades.SCHEMA_VERSION
     kinds = {
         schema.decode_entry(path.read_bytes()).kind
         for path in (FIXTURES / f"v{version}").glob("entry_*.cbor")
@@ -224,7 +233,7 @@ def test_the_current_version_still_writes_its_fixtures_byte_for_byte():
     from .fixtures.make_fixtures import records
 
     for name, data in records().items():
-        assert data == fixture(schema.SCHEMA_VERSION, name), name
+        assert data == fixture(upgrades.SCHEMA_VERSION, name), name
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -254,7 +263,7 @@ def test_a_name_slot_is_cbor2s_encoding_of_the_version_and_the_name(name):
     # encode_name writes the bytes itself (a flush writes one per new name):
     # they must be the ones cbor2 writes, or old readers would not decode them.
     try:
-        expected = cbor2.dumps([schema.SCHEMA_VERSION, name])
+        expected = cbor2.dumps([upgrades.SCHEMA_VERSION, name])
     except Exception as refused:  # a lone surrogate
         with pytest.raises(type(refused)):
             schema.encode_name(name)
@@ -276,20 +285,20 @@ def test_every_version_decodes_the_same_records(version):
 
 def test_lazy_records_decode_on_first_use_and_keep_what_was_assigned():
     data = fixture(3, "entry_loop")
-    entry = schema.lazy_entry(data, (2,))
+    entry = loading.lazy_entry(data, (2,))
     assert (entry.id, entry.seq, entry.kind) == ("e-loop", 4, "loop")
     assert entry.raw == data  # the data is not decoded yet
     assert entry.data["iteration"] == 40
     assert entry.raw is None  # decoded once
-    metadata = schema.lazy_metadata(fixture(3, "metadata"))
+    metadata = loading.lazy_metadata(fixture(3, "metadata"))
     metadata.status = "running"  # assigned before anything was read
     assert metadata.attempts == 2
     assert metadata.status == "running"
     # A record the peek cannot vouch for is decoded at once, with its error.
     with pytest.raises(SchemaError, match="kind"):
-        schema.lazy_entry(cbor2.dumps([3, "e", 1, "nope", {}]), (0,))
+        loading.lazy_entry(cbor2.dumps([3, "e", 1, "nope", {}]), (0,))
     # Older records have no compact header: decoded at once, same result.
-    old = schema.lazy_entry(fixture(2, "entry_loop"), (2,))
+    old = loading.lazy_entry(fixture(2, "entry_loop"), (2,))
     assert old.raw is None and old.data == entry.data
 
 
@@ -317,7 +326,7 @@ def test_decoding_a_loaded_history_at_once_gives_each_record_alone():
     found = _entry_fixtures()
     records = [fixture(version, name) for version, name in found]
     locations = [(index,) for index in range(len(records))]
-    entries = schema.decode_entries(records, locations)
+    entries = loading.decode_entries(records, locations)
     assert len(entries) == len(records) > 40
     for entry, data, location in zip(entries, records, locations, strict=True):
         assert _same(entry, schema.decode_entry(data, location))
@@ -347,10 +356,10 @@ def test_one_broken_record_among_many_decodes_as_it_does_alone(bad):
 
     alone = outcome(
         lambda: [
-            schema.lazy_entry(d, at) for d, at in zip(records, locations, strict=True)
+            loading.lazy_entry(d, at) for d, at in zip(records, locations, strict=True)
         ]
     )
-    assert outcome(lambda: schema.decode_entries(records, locations)) == alone
+    assert outcome(lambda: loading.decode_entries(records, locations)) == alone
 
 
 def test_unknown_versions_and_wrong_record_types_are_refused():

@@ -2,7 +2,7 @@
 
 ``fixtures/test_v0/`` holds records of a version 0 that never shipped (see
 ``fixtures/make_test_v0.py`` for how it differs from version 1). With its
-upgrade function registered in ``schema.UPGRADES`` -- exactly what a real
+upgrade function registered in ``upgrades.UPGRADES`` -- exactly what a real
 version bump adds -- the real decoding path reads those bytes: the record
 decoders, ``Storage.load``, ``decode_history``, and a workflow resumed from
 a version 0 history by replay. Records the run changes are written back in
@@ -20,11 +20,13 @@ from django_rivet.engine import (
     InMemoryDriver,
     Loop,
     SchemaError,
+    decode_history,
     keys,
     read_history,
     read_workflow,
     run_workflow,
     schema,
+    upgrades,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "test_v0"
@@ -50,7 +52,7 @@ def upgrade_v0(record: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def with_v0(monkeypatch):
-    monkeypatch.setitem(schema.UPGRADES, 0, upgrade_v0)
+    monkeypatch.setitem(upgrades.UPGRADES, 0, upgrade_v0)
 
 
 def fixture(name: str) -> bytes:
@@ -67,13 +69,15 @@ def test_without_its_upgrade_an_old_version_is_refused():
 
 
 def test_a_newer_version_is_refused_with_a_clear_error():
-    newer = schema.dumps({"v": schema.SCHEMA_VERSION + 1, "type": "name", "name": "x"})
+    newer = schema.dumps(
+        {"v": upgrades.SCHEMA_VERSION + 1, "type": "name", "name": "x"}
+    )
     with pytest.raises(SchemaError, match="newer than this django-rivet"):
         schema.decode_name(newer)
 
 
 def test_an_upgrade_must_produce_the_next_version(monkeypatch):
-    monkeypatch.setitem(schema.UPGRADES, 0, lambda record: record)
+    monkeypatch.setitem(upgrades.UPGRADES, 0, lambda record: record)
     with pytest.raises(SchemaError, match="did not produce version 1"):
         schema.decode_entry(fixture("entry_step"))
 
@@ -87,7 +91,7 @@ def test_version_0_records_decode_through_the_upgrade(with_v0):
 
 
 def test_version_0_history_decodes(with_v0):
-    history = schema.decode_history(rows())
+    history = decode_history(rows())
     assert [(h.kind, h.location, h.status, h.output) for h in history] == [
         ("step", "charge", "completed", {"id": "ch_1"}),
         ("loop", "pages", "running", None),
@@ -122,10 +126,10 @@ async def test_a_workflow_recorded_in_version_0_resumes_by_replay(clock, with_v0
     assert (await read_workflow(driver)).input == {"n": 4}
     # Changed records were written back in the current version, the
     # untouched ones are still version 0 -- and both decode.
-    versions = {key: schema.record_version(value) for key, value in driver.kv.items()}
+    versions = {key: upgrades.record_version(value) for key, value in driver.kv.items()}
     assert versions[keys.entry_key((0,))] == 0  # the charge: untouched
-    assert versions[keys.entry_key((1,))] == schema.SCHEMA_VERSION  # the loop
-    assert versions[keys.workflow_key(keys.WORKFLOW_STATE)] == schema.SCHEMA_VERSION
+    assert versions[keys.entry_key((1,))] == upgrades.SCHEMA_VERSION  # the loop
+    assert versions[keys.workflow_key(keys.WORKFLOW_STATE)] == upgrades.SCHEMA_VERSION
     history = await read_history(driver)
     assert [h.location for h in history] == [
         "charge",

@@ -14,6 +14,7 @@ from django_rivet.engine import (
     StorageError,
     StorageLimitError,
     keys,
+    loading,
     schema,
 )
 from django_rivet.engine.storage import (
@@ -391,13 +392,13 @@ async def test_loading_pauses_the_garbage_collector_and_leaves_it_as_it_was(
     import gc
 
     seen = []
-    decode = schema.decode_entries
+    decode = loading.decode_entries
 
     def spy(records, locations):
         seen.append(gc.isenabled())
         return decode(records, locations)
 
-    monkeypatch.setattr(schema, "decode_entries", spy)
+    monkeypatch.setattr(loading, "decode_entries", spy)
     name = schema.encode_name("s")
     entry = schema.Entry("e1", "step", (0,), 1, {"output": 1})
     kv = {keys.name_key(0): name, keys.entry_key((0,)): schema.encode_entry(entry)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from django_rivet import workflows
-from django_rivet.engine import keys, schema, workflow
+from django_rivet.engine import keys, schema, upgrades, workflow
 from django_rivet.models import WorkflowKV
 from django_rivet.testing import run_until_idle
 from django_rivet.workflows import registry
@@ -84,13 +84,13 @@ def test_a_version_2_history_resumes_under_version_3():
         assert run_until_idle(handle) == "sleeping"  # waits for "go"
         assert RAN == ["add", "add", "add"]
         written = stored(handle.workflow_id)
-        assert {schema.record_version(v) for v in written.values()} == {3}
+        assert {upgrades.record_version(v) for v in written.values()} == {3}
         # The history as version 2 left it.
         for row in WorkflowKV.objects.filter(workflow_id=handle.workflow_id):
             row.value = as_version_2(bytes(row.key), bytes(row.value))
             row.save(update_fields=["value"])
         before = stored(handle.workflow_id)
-        assert {schema.record_version(v) for v in before.values()} == {2}
+        assert {upgrades.record_version(v) for v in before.values()} == {2}
 
         handle.send("go", {"ok": True})
         assert run_until_idle(handle) == "completed"
@@ -102,9 +102,9 @@ def test_a_version_2_history_resumes_under_version_3():
     add0 = keys.entry_key((before_index(before, "add0"),))
     # Untouched records keep version 2 and still decode; what changed (the
     # message wait, the workflow state) and what is new is version 3.
-    assert schema.record_version(after[add0]) == 2
-    assert schema.record_version(after[keys.workflow_key(keys.WORKFLOW_STATE)]) == 3
-    versions = {schema.record_version(v) for v in after.values()}
+    assert upgrades.record_version(after[add0]) == 2
+    assert upgrades.record_version(after[keys.workflow_key(keys.WORKFLOW_STATE)]) == 3
+    versions = {upgrades.record_version(v) for v in after.values()}
     assert versions == {2, 3}
     history = handle.history()
     assert [(h.location, h.status) for h in history] == [

@@ -1,0 +1,53 @@
+"""The ``workflow/*`` errors: starting, finding and messaging workflows."""
+
+from __future__ import annotations
+
+from .base import RivetError
+
+__all__ = [
+    "UnknownWorkflowQueue",
+    "WorkflowDeduplicated",
+    "WorkflowInboxFull",
+    "WorkflowNotFound",
+]
+
+
+class WorkflowNotFound(RivetError):
+    """No workflow (or workflow definition) has that id or name."""
+
+    group = "workflow"
+    code = "not_found"
+    http_status = 404
+    default_message = "Workflow not found"
+
+
+class WorkflowDeduplicated(RivetError):
+    """A queued or running workflow of the queue holds that deduplication key."""
+
+    group = "workflow"
+    code = "duplicate"
+    http_status = 409
+    default_message = "A workflow with this deduplication key is in the queue"
+
+    @property
+    def workflow_id(self) -> str | None:
+        """Return the id of the workflow holding the key."""
+        found = (self.metadata or {}).get("workflow_id")
+        return None if found is None else str(found)
+
+
+class WorkflowInboxFull(RivetError):
+    """The workflow holds as many unreceived messages as it may."""
+
+    group = "workflow"
+    code = "inbox_full"
+    http_status = 429
+    default_message = "The workflow's inbox is full"
+
+
+class UnknownWorkflowQueue(RivetError):
+    """No queue of that name is configured in ``RIVET["WORKFLOW_QUEUES"]``."""
+
+    group = "workflow"
+    code = "unknown_queue"
+    http_status = 400
