@@ -1,7 +1,7 @@
 """django-rivet: stateful actors and durable workflows for Django.
 
 The public names are imported lazily (PEP 562) so that importing a light
-module such as :mod:`django_rivet.engine` or ``django_rivet.clock``
+module such as ``django_rivet.engine`` or ``django_rivet.clock``
 never drags in Django's model layer.
 """
 

@@ -3,40 +3,41 @@
 ``from django_rivet import workflows`` (or ``from django_rivet.workflows
 import ...``) gives everything a project writes and runs workflows with:
 
-- writing them: :func:`workflow` (the decorator), :class:`WorkflowContext`
-  (``ctx``), the values ``ctx`` hands back (:class:`Loop`,
-  :class:`Message`, :class:`ChildOutcome`, ...) and the errors a workflow
-  raises or catches (:class:`CriticalError`, :class:`RollbackError`,
-  :class:`ChildWorkflowError`, ...), all defined by the engine
-  (:mod:`django_rivet.engine`, pure Python);
-- running them: :func:`start`, :func:`get`, :func:`filter`, :func:`count`,
-  their async twins and :class:`WorkflowHandle` (see :mod:`.client`).
+- writing them: ``workflow`` (the decorator), ``WorkflowContext``
+  (``ctx``), the values ``ctx`` hands back (``Loop``,
+  ``Message``, ``ChildOutcome``, ...) and the errors a workflow
+  raises or catches (``CriticalError``, ``RollbackError``,
+  ``ChildWorkflowError``, ...), all defined by the engine
+  (``django_rivet.engine``, pure Python);
+- running them: ``start``, ``get``, ``filter``, ``count``,
+  their async twins and ``WorkflowHandle`` (see ``client``).
 
 The package is everything Django about workflows; the engine stays free of
 Django:
 
-- :mod:`.client`: the facade (handles, start, search);
-- :mod:`.registry`: workflow name -> definition, discovered from apps;
-- :mod:`.driver`: :class:`~.driver.DjangoDriver`, the engine driver on the
-  ``WorkflowKV`` / ``WorkflowMessage`` tables, fenced by the run's lease;
-- :mod:`.leases`: claim, renew (heartbeat) and release a ``Workflow`` row;
-- :mod:`.execution`: run a workflow until it pauses (the Celery task, the
+- ``client``: the facade (handles, start, search);
+- ``registry``: workflow name -> definition, discovered from apps;
+- ``driver``: ``driver.DjangoDriver``, the engine driver on the
+  ``WorkflowKV`` / ``WorkflowMessage`` tables, fenced by the run's lease
+  (``fencing``), its blocking work run off the loop (``blocking``);
+- ``leases``: claim, renew (heartbeat) and release a ``Workflow`` row;
+- ``execution``: run a workflow until it pauses (the Celery task, the
   in-process worker, ``run_until_idle``);
-- :mod:`.wakeups`: dispatch for due workflows and their sweep step;
-- :mod:`.queues`: workflow queues (admission with flow control), and
-  :mod:`.scheduled`: ``@workflow(cron=...)`` ticks;
-- :mod:`.operations`, :mod:`.control`: cancel, recover, replay, resume,
-  send, wake (handles, admin); :mod:`.children` (parents and children),
-  :mod:`.published` (events and replies), :mod:`.queries` (search).
+- ``wakeups``: dispatch for due workflows and their sweep step;
+- ``queues``: workflow queues (admission with flow control), and
+  ``scheduled``: ``@workflow(cron=...)`` ticks;
+- ``operations``, ``control``: cancel, recover, replay, resume,
+  send, wake (handles, admin); ``children`` (parents and children),
+  ``published`` (events and replies), ``queries`` (search).
 
 It may import dispatch, observability, storage and the foundation; never
 the actor runtime (``ctx.workflows`` reaches it through the interfaces in
-:mod:`django_rivet.actors.services`), the scheduler, upkeep or the
+``django_rivet.actors.handles``), the scheduler, upkeep or the
 transport, which build on it.
 
 The client is imported on first use (PEP 562), as the actors' is: the
 runtime's modules (the registry, which the checks import) stay cheap to
-import, and a project's ``workflows.py`` imports :func:`workflow` before
+import, and a project's ``workflows.py`` imports ``workflow`` before
 Django's models are ready.
 """
 
