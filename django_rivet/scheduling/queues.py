@@ -73,7 +73,7 @@ __all__ = [
     "MAX_PENDING_MESSAGES",
     "EnqueueMessage",
     "MessageClaim",
-    "QueueAPI",
+    "ActorQueue",
     "asend",
     "claim_next_message",
     "deliver_claimed_message",
@@ -158,8 +158,11 @@ class EnqueueMessage:
         return invocation.actor_id, _store(invocation, self.queue, self.data)
 
 
-class QueueAPI:
-    """``ctx.queue``: send to this actor's own queues."""
+class ActorQueue:
+    """``ctx.queue`` (:class:`~django_rivet.actors.services.QueueAPI`).
+
+    Send to this actor's own queues.
+    """
 
     def __init__(self, invocation: Invocation) -> None:
         self._invocation = invocation

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PENDING_SCHEDULES",
-    "ScheduleAPI",
+    "ActorSchedules",
     "ScheduleClaim",
     "claim_schedules",
     "encode_call",
@@ -90,8 +90,11 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
         return None
 
 
-class ScheduleAPI:
-    """One-shot schedules: call an action of this actor later."""
+class ActorSchedules:
+    """``ctx.schedule`` (:class:`~django_rivet.actors.services.ScheduleAPI`).
+
+    One-shot schedules: call an action of this actor later.
+    """
 
     def __init__(self, invocation: Invocation) -> None:
         self._invocation = invocation
