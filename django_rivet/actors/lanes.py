@@ -29,14 +29,9 @@ from .. import events, observability
 from ..conf import rivet_settings
 from ..exceptions import ActorBusy
 from ..models import db
+from .calls import INTERNAL, Origin
 from .errors import database_error, is_connection_failure
-from .invocation import (
-    INTERNAL,
-    Operation,
-    Origin,
-    action_timeout,
-    current_invocation,
-)
+from .invocation import Operation, action_timeout, current_invocation
 from .rows import ActorRef
 from .spine import bound_lock_wait, executor, invoke, invoke_since
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..encoding import Encoded, check_value
+from ..domain import check_value
+from ..encoding import Encoded
 from ..exceptions import (
     ActionNotFound,
     InvalidArgs,
@@ -22,8 +23,8 @@ from ..exceptions import (
     InvalidValue,
     RivetError,
 )
+from .calls import AuthRequest
 from .definition import Actor, HandlerSpec
-from .invocation import AuthRequest
 
 if TYPE_CHECKING:
     from .invocation import Invocation

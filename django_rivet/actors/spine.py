@@ -72,6 +72,7 @@ from ..exceptions import (
 from ..models import Actor as ActorRow
 from ..models import db
 from . import cache, registry, rows
+from .calls import INTERNAL, Origin
 from .definition import Actor
 from .errors import (
     database_error,
@@ -80,10 +81,8 @@ from .errors import (
     log_missing_table,
 )
 from .invocation import (
-    INTERNAL,
     Invocation,
     Operation,
-    Origin,
     action_timeout,
     active_ids,
     current,

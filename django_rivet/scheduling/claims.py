@@ -39,8 +39,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import clock, observability
+from ..actors.calls import Origin
 from ..actors.definition import Actor, HandlerSpec
-from ..actors.invocation import Origin, longest_action_timeout
+from ..actors.invocation import longest_action_timeout
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
 from ..exceptions import ActionNotFound, InvalidArgs, RivetError, UserError

@@ -3,7 +3,8 @@
 A message is stored in the sender's transaction (``ctx.queue.send``) or in an
 invocation of the receiving actor (``handle.send``), which locks the actor so
 the pending-count limit is exact. Delivery runs each handler once, in order,
-through the invocation path (:func:`deliver_queue`), following :mod:`.claims`.
+through the invocation path
+(:func:`~.queue_delivery.deliver_queue`), following :mod:`.claims`.
 
 A sender that waits (``wait=True``) has the queue delivered up to its own
 message right after the commit, in a worker thread of the invocation
@@ -16,9 +17,9 @@ handler, an atomic block) delivers in its own thread instead: its message
 is not committed, so no other thread can see it; ``timeout`` then only
 bounds the polling.
 
-Delivery, retries and failures are :mod:`.queue_delivery` (re-exported
-here). A waiting sender is answered ``{"status": "failed", "error": {...}}``
-as soon as its message failed for good.
+Delivery, retries and failures are :mod:`.queue_delivery`. A waiting
+sender is answered ``{"status": "failed", "error": {...}}`` as soon as its
+message failed for good.
 
 Limits: at most ``MAX_PENDING_MESSAGES`` unprocessed messages per actor and
 ``MAX_MESSAGE_BYTES`` per encoded body, unless the actor class sets
@@ -39,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from .. import observability
+from ..actors.calls import INTERNAL, AuthRequest, Origin
 from ..actors.definition import Actor
-from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
+from ..actors.invocation import current_invocation
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..actors.spine import executor, invoke
@@ -53,15 +55,7 @@ from ..exceptions import (
     QueueMessageTooLarge,
 )
 from ..models import QueueMessage, QueueMessageStatus, db
-from .queue_delivery import (
-    MessageClaim,
-    claim_next_message,
-    deliver_claimed_message,
-    deliver_due_queues,
-    deliver_queue,
-    retry_messages,
-    wake_queue,
-)
+from .queue_delivery import deliver_queue, wake_queue
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -72,16 +66,9 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_PENDING_MESSAGES",
     "EnqueueMessage",
-    "MessageClaim",
     "ActorQueue",
     "asend",
-    "claim_next_message",
-    "deliver_claimed_message",
-    "deliver_due_queues",
-    "deliver_queue",
-    "retry_messages",
     "send",
-    "wake_queue",
 ]
 
 MAX_PENDING_MESSAGES = 1000

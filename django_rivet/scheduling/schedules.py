@@ -3,7 +3,7 @@
 ``ctx.schedule.after/at`` writes a ``Schedule`` row in the invocation's
 transaction, so a rolled-back action schedules nothing; the dispatch backend
 is woken only after commit. How schedules fire, fail, are retried and are
-run again from ``failed`` is :mod:`.schedule_runs` (re-exported here).
+run again from ``failed`` is :mod:`.schedule_runs`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,7 @@ from ..encoding import cbor_dumps
 from ..exceptions import ActionNotFound, TooManySchedules
 from ..models import Schedule, ScheduleStatus
 from . import retries
-from .schedule_runs import (
-    ScheduleClaim,
-    claim_schedules,
-    fire_claimed_schedule,
-    fire_due_schedules,
-    fire_schedule,
-    retry_schedules,
-    wake_schedule,
-)
+from .schedule_runs import retry_schedules, wake_schedule
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -37,14 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_PENDING_SCHEDULES",
     "ActorSchedules",
-    "ScheduleClaim",
-    "claim_schedules",
     "encode_call",
-    "fire_claimed_schedule",
-    "fire_due_schedules",
-    "fire_schedule",
-    "retry_schedules",
-    "wake_schedule",
 ]
 
 MAX_PENDING_SCHEDULES = 1000

@@ -50,6 +50,7 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
 from ..actors import registry
+from ..actors.calls import Origin
 from ..actors.connections import (
     WILDCARD,
     ConnAction,
@@ -59,7 +60,6 @@ from ..actors.connections import (
     save_subscriptions,
 )
 from ..actors.errors import public_error
-from ..actors.invocation import Origin
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..conf import rivet_settings

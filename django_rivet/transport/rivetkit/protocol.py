@@ -18,7 +18,8 @@ import json as _json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...encoding import cbor_map, check_value, decode, encode, json_dumps
+from ...domain import check_value
+from ...encoding import cbor_map, decode, encode, json_dumps
 from ...exceptions import InvalidArgs, InvalidEncoding, MalformedRequest, RivetError
 from . import bare
 from .values import prepare, revive
