@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import events, observability
+from .. import events
 from ..conf import rivet_settings
 from ..exceptions import ActorBusy
 from ..models import db
@@ -261,13 +261,10 @@ def _bound_batch_lock_wait(connection: BaseDatabaseWrapper, queued: float) -> No
 def _run_call(call: _Call, loop: asyncio.AbstractEventLoop, started: float) -> _Outcome:
     """Run one call in its caller's context; return its outcome."""
 
-    def attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
-        return invoke_since(ref, operation, origin, started)
-
     def run() -> Any:
         # publish() hands the channel-layer message to the caller's loop.
         events.serving_loop.set(loop)
-        return observability.invocation(attempts, call.ref, call.operation, call.origin)
+        return invoke_since(call.ref, call.operation, call.origin, started)
 
     try:
         return (call, True, call.context.run(run))
