@@ -32,6 +32,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -227,28 +228,32 @@ def _wait_for_reply(
     actor_id: uuid.UUID, message_id: int, deadline: float
 ) -> dict[str, Any]:
     """Deliver in a worker thread; stop waiting for it at ``deadline``."""
-    while True:
+
+    def deliver() -> dict[str, Any] | None:
         delivery = executor.submit(_deliver_and_check, actor_id, message_id)
         try:
-            outcome = delivery.result(timeout=max(deadline - time.monotonic(), 0.0))
+            return delivery.result(timeout=max(deadline - time.monotonic(), 0.0))
         except FutureTimeout:
             # The handler is still running: it finishes without us.
             delivery.add_done_callback(_log_late_failure)
             return {"status": "timed_out"}
-        if outcome is not None:
-            return outcome
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return {"status": "timed_out"}
-        time.sleep(min(WAIT_POLL_INTERVAL, remaining))
+
+    return _poll(deliver, deadline)
 
 
 def _wait_inline(
     actor_id: uuid.UUID, message_id: int, deadline: float
 ) -> dict[str, Any]:
     """Deliver in this thread and transaction (the message is not committed)."""
+    return _poll(lambda: _deliver_and_check(actor_id, message_id), deadline)
+
+
+def _poll(
+    deliver: Callable[[], dict[str, Any] | None], deadline: float
+) -> dict[str, Any]:
+    """Call ``deliver`` until it answers, or ``deadline`` passes."""
     while True:
-        outcome = _deliver_and_check(actor_id, message_id)
+        outcome = deliver()
         if outcome is not None:
             return outcome
         remaining = deadline - time.monotonic()
