@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
@@ -61,6 +62,36 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def apply_each(
+        self,
+        request: HttpRequest,
+        keys: Iterable[Any],
+        verb: str,
+        operation: Callable[[Any], Any],
+        refused: str,
+    ) -> list[tuple[Any, Any]]:
+        """Run ``operation`` on each key; return ``(key, result)`` where it acted.
+
+        An error is reported per key; so is a ``False`` result, with
+        ``refused`` (formatted with ``key`` and ``verb``).
+        """
+        done = []
+        for key in keys:
+            try:
+                result = operation(key)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not {verb} {key}: {exc}", messages.ERROR
+                )
+                continue
+            if result is False:
+                self.message_user(
+                    request, refused.format(key=key, verb=verb), messages.WARNING
+                )
+            else:
+                done.append((key, result))
+        return done
 
 
 def _when(timestamp: float | None) -> str:

@@ -9,7 +9,7 @@ Every firing has two steps:
    the update is the first statement, which takes the write lock. Whoever
    loses the race updates nothing and stops; the winner holds a
    :class:`Claim` of the row.
-2. **Fire** (:func:`fire`) through :func:`~django_rivet.actors.spine.invoke`,
+2. **Fire** (:meth:`Firing.fire`) through :func:`~django_rivet.actors.spine.invoke`,
    the one invocation path: in the actor's transaction the
    :class:`Firing` operation consumes the claim only if the token still
    matches, runs the handler and records the outcome. The claim, the
@@ -35,7 +35,7 @@ import enum
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -69,7 +69,6 @@ __all__ = [
     "claim_lease",
     "claim_transaction",
     "describe",
-    "fire",
     "next_attempt_at",
     "release_failed",
     "retryable",
@@ -225,11 +224,13 @@ C = TypeVar("C", bound=Claim)
 class Firing(ABC, Generic[C]):
     """The operation of a firing: consume the claim, run the handler, record.
 
-    Subclasses say how the claim is consumed (:meth:`consume`), the
-    handler's arguments and what is recorded after it returned
-    (:meth:`finish`), and which handler runs when it is not the claim's
-    action (:meth:`find_handler`); all of it runs in the actor's
-    transaction.
+    :meth:`fire` runs it through the invocation path. Subclasses say how the
+    claim is consumed (:meth:`consume`), the handler's arguments and what is
+    recorded after it returned (:meth:`finish`), which handler runs when it
+    is not the claim's action (:meth:`find_handler`) -- all of it in the
+    actor's transaction -- and, in a transaction of their own, how a
+    failed attempt is recorded (:meth:`record_error`) and whether work whose
+    handler is gone is deleted (:meth:`forget`).
     """
 
     # Fired by the actor's own schedule or queue: on_auth guards callers
@@ -261,6 +262,27 @@ class Firing(ABC, Generic[C]):
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Record the outcome, in the same transaction."""
 
+    @property
+    @abstractmethod
+    def what(self) -> str:
+        """Describe the work for log lines."""
+
+    @abstractmethod
+    def record_error(self, exc: BaseException) -> bool:
+        """Record a failed attempt; tell whether the work failed for good.
+
+        In a transaction of its own, fenced by the claim token: a lost claim
+        records nothing (and is no failure for good). For good means no
+        retry left, or :func:`retryable` says none would help.
+        """
+
+    def forget(self) -> bool:
+        """Delete work whose handler is gone; tell whether it did.
+
+        By default it does not: the missing handler is a failure.
+        """
+        return False
+
     def prepare(self, definition: type[Actor]) -> None:
         """Find the handler; a removed one raises :class:`HandlerGone`."""
         self.definition = definition
@@ -281,6 +303,75 @@ class Firing(ABC, Generic[C]):
         result = invocation.run_handler(self.spec, args)
         self.finish(invocation, result)
         return result
+
+    def fire(self) -> Fired:
+        """Run this firing through the invocation path; record failures.
+
+        Every failed attempt logs a WARNING with its traceback; a failure
+        for good also logs an ERROR and sends ``work_failed``.
+        """
+        actor_id = self.claim.actor_id
+        try:
+            invoke(ActorRef.by_id(actor_id), self, self.origin)
+        except HandlerGone as exc:
+            if not self.forget():
+                return self._failed(exc)
+            logger.warning(
+                "deleted %s: its handler no longer exists actor_id=%s",
+                self.what,
+                actor_id,
+            )
+            return Fired.DELETED
+        except ClaimLost:
+            return Fired.LOST
+        except Exception as exc:
+            return self._failed(exc)
+        if not self.consumed:
+            return Fired.LOST
+        logger.info(
+            "fired %s actor_id=%s attempt=%s late_ms=%.0f",
+            self.what,
+            actor_id,
+            self.claim.attempt,
+            _lateness_ms(self.origin),
+        )
+        return Fired.OK
+
+    def _failed(self, exc: BaseException) -> Fired:
+        """Log a failed attempt, record it, and report a failure for good."""
+        claim = self.claim
+        logger.warning(
+            "%s attempt failed actor_id=%s attempt=%s error=%s",
+            self.what,
+            claim.actor_id,
+            claim.attempt,
+            describe(exc),
+            exc_info=exc,
+        )
+        if not self.record_error(exc):
+            return Fired.RETRYING
+        logger.error(
+            "%s failed for good actor_id=%s attempts=%s error=%s",
+            self.what,
+            claim.actor_id,
+            claim.attempt,
+            describe(exc),
+        )
+        observability.work_failed(claim.work)
+        responses = work_failed.send_robust(
+            sender=self.definition,
+            kind=claim.work,
+            actor_id=claim.actor_id,
+            action=claim.handler,
+            id=claim.work_id,
+            error=exc,
+        )
+        for receiver, response in responses:
+            if isinstance(response, Exception):
+                logger.error(
+                    "work_failed receiver %r raised", receiver, exc_info=response
+                )
+        return Fired.ERROR
 
 
 def release_failed(
@@ -310,91 +401,6 @@ def release_failed(
 def stored_args(data: bytes) -> list[Any]:
     """Decode the arguments stored with a schedule or a cron job."""
     return cbor_loads(data) if data else []
-
-
-def fire(
-    operation: Firing[Any],
-    *,
-    what: str,
-    on_error: Callable[[BaseException], bool],
-    on_gone: Callable[[], None] | None = None,
-) -> Fired:
-    """Run a claimed firing through the invocation path; record failures.
-
-    ``on_error`` records a raising handler (in a transaction of its own,
-    fenced by the claim token) and returns whether the work failed for good
-    (no retry left, or :func:`retryable` says none would help); ``on_gone``
-    deletes work whose handler was removed from the code (without it, that
-    is a failure). Every failed attempt logs a WARNING with its traceback; a
-    failure for good also logs an ERROR and sends ``work_failed``.
-    """
-    claim = operation.claim
-    actor_id = claim.actor_id
-    try:
-        invoke(ActorRef.by_id(actor_id), operation, operation.origin)
-    except HandlerGone as exc:
-        if on_gone is None:
-            return _failed(actor_id, operation, what, exc, on_error)
-        logger.warning(
-            "deleted %s: its handler no longer exists actor_id=%s", what, actor_id
-        )
-        on_gone()
-        return Fired.DELETED
-    except ClaimLost:
-        return Fired.LOST
-    except Exception as exc:
-        return _failed(actor_id, operation, what, exc, on_error)
-    if not operation.consumed:
-        return Fired.LOST
-    logger.info(
-        "fired %s actor_id=%s attempt=%s late_ms=%.0f",
-        what,
-        actor_id,
-        claim.attempt,
-        _lateness_ms(operation.origin),
-    )
-    return Fired.OK
-
-
-def _failed(
-    actor_id: uuid.UUID,
-    operation: Firing[Any],
-    what: str,
-    exc: BaseException,
-    on_error: Callable[[BaseException], bool],
-) -> Fired:
-    """Log a failed attempt, record it, and report a failure for good."""
-    claim = operation.claim
-    logger.warning(
-        "%s attempt failed actor_id=%s attempt=%s error=%s",
-        what,
-        actor_id,
-        claim.attempt,
-        describe(exc),
-        exc_info=exc,
-    )
-    if not on_error(exc):
-        return Fired.RETRYING
-    logger.error(
-        "%s failed for good actor_id=%s attempts=%s error=%s",
-        what,
-        actor_id,
-        claim.attempt,
-        describe(exc),
-    )
-    observability.work_failed(claim.work)
-    responses = work_failed.send_robust(
-        sender=operation.definition,
-        kind=claim.work,
-        actor_id=actor_id,
-        action=claim.handler,
-        id=claim.work_id,
-        error=exc,
-    )
-    for receiver, response in responses:
-        if isinstance(response, Exception):
-            logger.error("work_failed receiver %r raised", receiver, exc_info=response)
-    return Fired.ERROR
 
 
 def _lateness_ms(origin: Origin) -> float:

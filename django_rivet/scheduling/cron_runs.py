@@ -31,7 +31,6 @@ from .claims import (
     Firing,
     claim_transaction,
     describe,
-    fire,
     next_attempt_at,
     stored_args,
 )
@@ -167,6 +166,11 @@ class RunCron(Firing[CronClaim]):
     released at the end, in the same transaction.
     """
 
+    @property
+    def what(self) -> str:
+        """Name the job and its action."""
+        return f"cron job={self.claim.name} action={self.claim.handler}"
+
     def consume(self, invocation: Invocation) -> bool:
         """Tell whether our claim still holds the job."""
         return self.claim.still_held().exists()
@@ -183,6 +187,34 @@ class RunCron(Firing[CronClaim]):
                 raise ClaimLost()
             return  # the action deleted its own job
         _record(claim, self.fired_at, CronRunResult.OK)
+
+    def record_error(self, exc: BaseException) -> bool:
+        """Release the job waiting for the run's retry, or record it failed."""
+        claim = self.claim
+        # Read before the transaction: on SQLite its first statement must
+        # be the write that takes the lock.
+        retry_at = _retry_at(claim, exc)
+        with db.atomic():
+            if retry_at is None:
+                if not _release(claim, attempts=0):
+                    return False
+                _record(
+                    claim,
+                    self.fired_at,
+                    CronRunResult.ERROR,
+                    describe(exc),
+                    retries.traceback_text(exc),
+                )
+                return True
+            waiting = clock.to_datetime(retry_at)
+            if _release(claim, retry_at=waiting, retry_for=claim.scheduled_at):
+                db.on_commit(lambda: wake_cron(claim.id, retry_at), robust=True)
+        return False
+
+    def forget(self) -> bool:
+        """Delete the job: its action is gone."""
+        CronJob.objects.filter(pk=self.claim.id).delete()
+        return True
 
 
 def _record(
@@ -224,38 +256,7 @@ def _retry_at(claim: CronClaim, exc: BaseException) -> float | None:
 
 def fire_claimed_cron(claim: CronClaim) -> Fired:
     """Fire one claimed cron run through the invocation path."""
-    fired_at = clock.now_datetime()
-
-    def record_error(exc: BaseException) -> bool:
-        # Read before the transaction: on SQLite its first statement must
-        # be the write that takes the lock.
-        retry_at = _retry_at(claim, exc)
-        with db.atomic():
-            if retry_at is None:
-                if not _release(claim, attempts=0):
-                    return False
-                _record(
-                    claim,
-                    fired_at,
-                    CronRunResult.ERROR,
-                    describe(exc),
-                    retries.traceback_text(exc),
-                )
-                return True
-            waiting = clock.to_datetime(retry_at)
-            if _release(claim, retry_at=waiting, retry_for=claim.scheduled_at):
-                db.on_commit(lambda: wake_cron(claim.id, retry_at), robust=True)
-        return False
-
-    def delete() -> None:
-        CronJob.objects.filter(pk=claim.id).delete()
-
-    return fire(
-        RunCron(claim, fired_at),
-        what=f"cron job={claim.name} action={claim.handler}",
-        on_error=record_error,
-        on_gone=delete,
-    )
+    return RunCron(claim, clock.now_datetime()).fire()
 
 
 def run_cron_job(job: CronJob) -> Fired:

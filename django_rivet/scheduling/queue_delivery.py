@@ -33,7 +33,6 @@ from .claims import (
     Firing,
     claim_transaction,
     describe,
-    fire,
     next_attempt_at,
     release_failed,
 )
@@ -122,6 +121,11 @@ def claim_next_message(actor_id: uuid.UUID | str) -> MessageClaim | None:
 class DeliverMessage(Firing[MessageClaim]):
     """Operation: consume a message claim, run its handler, store the reply."""
 
+    @property
+    def what(self) -> str:
+        """Name the message and its queue."""
+        return f"queue message={self.claim.id} queue={self.claim.handler}"
+
     def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
         """Return the handler of the message's queue."""
         return definition.queue_handlers.get(self.claim.handler)
@@ -140,6 +144,23 @@ class DeliverMessage(Firing[MessageClaim]):
             response=cbor_dumps(result, "response"), finished_at=clock.now_datetime()
         )
 
+    def record_error(self, exc: BaseException) -> bool:
+        """Keep the message at the head for its retry, or fail it for good."""
+        claim, spec = self.claim, self.spec
+        retry_at = next_attempt_at(
+            exc, claim.attempt, spec.max_retries if spec else None
+        )
+        error = _wire_error(exc).to_dict()
+        error["detail"] = describe(exc)
+        retry = None if retry_at is None else {"retry_at": clock.to_datetime(retry_at)}
+        with db.atomic():
+            recorded = release_failed(claim, exc, retry, error=error)
+            if recorded:
+                # The next message (now) or this one's retry (later).
+                eta = retry_at
+                db.on_commit(lambda: wake_queue(claim.actor_id, eta), robust=True)
+        return retry_at is None and recorded
+
 
 def _wire_error(exc: BaseException) -> RivetError:
     """Return what a waiting sender may see of ``exc`` (nothing logged here)."""
@@ -155,30 +176,7 @@ def _wire_error(exc: BaseException) -> RivetError:
 
 def deliver_claimed_message(claim: MessageClaim) -> Fired:
     """Run the queue handler for one claimed message."""
-    fired_at = clock.now_datetime()
-    operation = DeliverMessage(claim, fired_at)
-
-    def record_error(exc: BaseException) -> bool:
-        spec = operation.spec
-        retry_at = next_attempt_at(
-            exc, claim.attempt, spec.max_retries if spec else None
-        )
-        error = _wire_error(exc).to_dict()
-        error["detail"] = describe(exc)
-        retry = None if retry_at is None else {"retry_at": clock.to_datetime(retry_at)}
-        with db.atomic():
-            recorded = release_failed(claim, exc, retry, error=error)
-            if recorded:
-                # The next message (now) or this one's retry (later).
-                eta = retry_at
-                db.on_commit(lambda: wake_queue(claim.actor_id, eta), robust=True)
-        return retry_at is None and recorded
-
-    return fire(
-        operation,
-        what=f"queue message={claim.id} queue={claim.handler}",
-        on_error=record_error,
-    )
+    return DeliverMessage(claim, clock.now_datetime()).fire()
 
 
 def deliver_queue(

@@ -28,7 +28,6 @@ from .claims import (
     Firing,
     claim_transaction,
     describe,
-    fire,
     next_attempt_at,
     release_failed,
     skip_locked,
@@ -133,6 +132,11 @@ def claim_schedules(
 class FireSchedule(Firing[ScheduleClaim]):
     """Operation: consume a schedule claim and run its action."""
 
+    @property
+    def what(self) -> str:
+        """Name the schedule and its action."""
+        return f"schedule id={self.claim.id} action={self.claim.handler}"
+
     def consume(self, invocation: Invocation) -> bool:
         """Mark the schedule done if our claim still holds it."""
         return bool(
@@ -151,12 +155,9 @@ class FireSchedule(Firing[ScheduleClaim]):
             finished_at=clock.now_datetime()
         )
 
-
-def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
-    """Fire one claimed schedule through the invocation path."""
-    fired_at = clock.now_datetime()
-
-    def record_error(exc: BaseException) -> bool:
+    def record_error(self, exc: BaseException) -> bool:
+        """Make the schedule pending again at its retry time, or failed."""
+        claim = self.claim
         retry_at = next_attempt_at(exc, claim.attempt, claim.max_retries)
         retry = None
         wake = False
@@ -166,22 +167,23 @@ def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
             wake = enqueue or not dispatch.backend().eta_tasks
         with db.atomic():
             recorded = release_failed(
-                claim, exc, retry, fired_at=fired_at, error=describe(exc)
+                claim, exc, retry, fired_at=self.fired_at, error=describe(exc)
             )
             if recorded and retry_at is not None and wake:
                 due = retry_at
                 db.on_commit(lambda: wake_schedule(claim.id, due), robust=True)
         return retry is None and recorded
 
-    def delete() -> None:
+    def forget(self) -> bool:
+        """Delete the schedule: its action is gone."""
+        claim = self.claim
         Schedule.objects.filter(pk=claim.id, claim_token=claim.token).delete()
+        return True
 
-    return fire(
-        FireSchedule(claim, fired_at),
-        what=f"schedule id={claim.id} action={claim.handler}",
-        on_error=record_error,
-        on_gone=delete,
-    )
+
+def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
+    """Fire one claimed schedule through the invocation path."""
+    return FireSchedule(claim, clock.now_datetime()).fire()
 
 
 def fire_schedule(schedule_id: uuid.UUID | str, *, force: bool = False) -> Fired:
