@@ -12,7 +12,14 @@ from django.utils.html import format_html, format_html_join
 from .. import clock
 from ..encoding import cbor_loads, json_dumps
 
-__all__ = ["ReadOnlyAdmin", "pretty", "pretty_cbor", "render_history", "render_key"]
+__all__ = [
+    "ReadOnlyAdmin",
+    "cbor_display",
+    "pretty",
+    "pretty_cbor",
+    "render_history",
+    "render_key",
+]
 
 
 def pretty(value: Any) -> str:
@@ -33,6 +40,16 @@ def pretty_cbor(data: Any) -> str:
         return pretty(cbor_loads(raw))
     except Exception as exc:  # show the bytes rather than break the page
         return format_html("<pre>undecodable ({}): {}</pre>", exc, raw[:200].hex())
+
+
+def cbor_display(field: str) -> Callable[[Any, Any], str]:
+    """Return an admin column showing the CBOR bytes of ``field``, decoded."""
+
+    @admin.display(description=field)
+    def display(page: Any, obj: Any) -> str:
+        return pretty_cbor(getattr(obj, field))
+
+    return display
 
 
 def render_key(data: Any) -> str:
