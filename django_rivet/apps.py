@@ -47,9 +47,9 @@ class RivetConfig(AppConfig):
 
         services.bind(
             actors=client,
-            schedule=schedules.ScheduleAPI,
-            cron=cron.CronAPI,
-            queue=queues.QueueAPI,
+            schedule=schedules.ActorSchedules,
+            cron=cron.ActorCron,
+            queue=queues.ActorQueue,
             queue_sender=queues,
             workflows=workflows,
         )

@@ -10,11 +10,13 @@ Two kinds of input, two kinds of decoding:
   bignums, UUIDs, byte strings). Map keys of any other type are refused
   while decoding (cbor2's ``strict_hashable_types``), before a dict is
   built, so crafted keys whose hashes collide cannot make decoding
-  quadratic. A message holds at most :data:`MAX_ENTRIES` list items and map
-  entries and nests at most :data:`MAX_DEPTH` containers. NaN, infinities,
-  CBOR ``undefined`` and other simple values are refused. Decoding bodies
-  over :data:`OFFLOAD_BYTES` runs in a worker thread (:func:`adecode`), so
-  one slow body cannot stall the event loop that serves other connections.
+  quadratic. A message holds at most
+  :data:`~django_rivet.domain.MAX_ENTRIES` list items and map entries and
+  nests at most :data:`~django_rivet.domain.MAX_DEPTH` containers. NaN,
+  infinities, CBOR ``undefined`` and other simple values are refused.
+  Decoding bodies over :data:`OFFLOAD_BYTES` runs in a worker thread
+  (:func:`adecode`), so one slow body cannot stall the event loop that
+  serves other connections.
 * **Stored data** (:func:`cbor_loads`): what this process wrote. Tags stay on
   the allow-list and nesting is bounded, nothing more.
 
@@ -26,9 +28,9 @@ refused. Every decoding failure is
 
 Writing (:func:`cbor_dumps`, what state, KV, events, queues, schedules and
 workflow values go through) refuses values nested deeper than
-:data:`MAX_DEPTH` with :class:`~django_rivet.exceptions.ValueTooDeep`: what
-is stored can always be read back, and nothing a client can send is too deep
-to be stored.
+:data:`~django_rivet.domain.MAX_DEPTH` with
+:class:`~django_rivet.exceptions.ValueTooDeep`: what is stored can always
+be read back, and nothing a client can send is too deep to be stored.
 
 This module imports nothing from Django.
 """
@@ -52,24 +54,11 @@ from typing import Any, Literal, TypeVar
 
 import cbor2
 
-from .domain import (
-    INT_MAX,
-    INT_MIN,
-    MAX_DEPTH,
-    MAX_ENTRIES,
-    check_depth,
-    check_value,
-    paced,
-    value_problem,
-)
+from .domain import MAX_DEPTH, MAX_ENTRIES, check_value, paced, value_problem
 from .exceptions import InvalidEncoding, MalformedRequest
 
 __all__ = [
     "ALLOWED_CBOR_TAGS",
-    "INT_MAX",
-    "INT_MIN",
-    "MAX_DEPTH",
-    "MAX_ENTRIES",
     "OFFLOAD_BYTES",
     "READ_DEPTH",
     "Encoded",
@@ -79,7 +68,6 @@ __all__ = [
     "cbor_dumps",
     "cbor_head",
     "cbor_loads",
-    "check_depth",
     "cbor_map",
     "decode",
     "decode_message",
@@ -92,7 +80,6 @@ __all__ = [
     "parse_encoding",
     "run_decoder",
     "splice",
-    "value_problem",
 ]
 
 Encoding = Literal["json", "cbor"]
@@ -203,7 +190,7 @@ def cbor_dumps(value: Any, where: str = "value") -> bytes:
 
     Naive datetimes are taken as UTC. Raises :class:`InvalidValue` (also a
     ``TypeError``) naming the path from ``where`` for a value outside the
-    domain, :class:`ValueTooDeep` past :data:`MAX_DEPTH`.
+    domain, :class:`ValueTooDeep` past :data:`~django_rivet.domain.MAX_DEPTH`.
     """
     check_value(value, where)
     return _cbor_checked(value)

@@ -10,7 +10,7 @@ at module level.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .actors.registry import register_temporarily
 from .clock import VirtualClock, freeze_time
@@ -224,21 +224,15 @@ class RivetCommunicator(WebsocketCommunicator):
         """Return the output of action ``action_id``; raise its error."""
         from .exceptions import error_from_dict
 
-        aside: list[dict[str, _Any]] = []
-        try:
-            while True:
-                frame = (
-                    self._frames.pop(0)
-                    if self._frames
-                    else await self._next_frame(timeout)
-                )
-                if frame.get("type") == "action_response" and frame["id"] == action_id:
-                    return frame.get("output")
-                if frame.get("type") == "error" and frame.get("action_id") == action_id:
-                    raise error_from_dict(frame)
-                aside.append(frame)
-        finally:
-            self._frames[:0] = aside
+        def answers(frame: dict[str, _Any]) -> bool:
+            if frame.get("type") == "action_response":
+                return bool(frame["id"] == action_id)
+            return frame.get("type") == "error" and frame.get("action_id") == action_id
+
+        frame = await self._first(answers, timeout)
+        if frame.get("type") == "error":
+            raise error_from_dict(frame)
+        return frame.get("output")
 
     async def call(self, action: str, *args: _Any, timeout: float = 10) -> _Any:
         """Run an action over the socket and return its output."""
@@ -256,15 +250,21 @@ class RivetCommunicator(WebsocketCommunicator):
         self, name: str | None = None, timeout: float = 10
     ) -> dict[str, _Any]:
         """Return the next ``event`` frame (named ``name``), skipping others."""
+
+        def wanted(frame: dict[str, _Any]) -> bool:
+            return frame.get("type") == "event" and name in (None, frame["name"])
+
+        return await self._first(wanted, timeout)
+
+    async def _first(
+        self, wanted: Callable[[dict[str, _Any]], bool], timeout: float
+    ) -> dict[str, _Any]:
+        """Return the first frame ``wanted`` accepts; keep the others for later."""
         aside: list[dict[str, _Any]] = []
         try:
             while True:
-                frame = (
-                    self._frames.pop(0)
-                    if self._frames
-                    else await self._next_frame(timeout)
-                )
-                if frame.get("type") == "event" and name in (None, frame["name"]):
+                frame = await self.receive_frame(timeout)
+                if wanted(frame):
                     return frame
                 aside.append(frame)
         finally:

@@ -43,9 +43,9 @@ from ..exceptions import (
     TooManyConnections,
 )
 from ..models import Connection, db, sql
+from .calls import AuthRequest
 from .context import Conn
 from .definition import Actor
-from .invocation import AuthRequest
 from .operations import CallAction, OutputEncoder
 from .rows import ActorRef
 from .spine import invoke

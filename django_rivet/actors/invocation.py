@@ -40,7 +40,7 @@ from ..exceptions import (
 from ..models import Actor as ActorRow
 from ..models import Connection, db
 from . import registry, rows
-from .calls import INTERNAL, AuthInfo, AuthRequest, Origin
+from .calls import AuthInfo, AuthRequest, Origin
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
 from .rows import ConnRow, LockedRow
@@ -49,12 +49,8 @@ if TYPE_CHECKING:
     from .cache import CachedActor
 
 __all__ = [
-    "INTERNAL",
-    "AuthInfo",
-    "AuthRequest",
     "Invocation",
     "Operation",
-    "Origin",
     "active_ids",
     "current_invocation",
 ]

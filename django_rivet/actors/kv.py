@@ -26,6 +26,7 @@ from ..exceptions import (
     KVPayloadTooLarge,
     KVTooManyKeys,
     KVValueTooLarge,
+    RivetError,
 )
 from ..models import Actor, ActorKV, db
 
@@ -57,12 +58,7 @@ def _key_bytes(key: Key) -> bytes:
         data = bytes(key)
     else:
         raise TypeError(f"KV keys are bytes or str, not {type(key).__name__}")
-    if len(data) > MAX_KEY_BYTES:
-        raise KVKeyTooLarge(
-            f"KV key is {len(data)} bytes; the limit is {MAX_KEY_BYTES}",
-            metadata={"size": len(data), "limit": MAX_KEY_BYTES},
-        )
-    return data
+    return _within(data, MAX_KEY_BYTES, KVKeyTooLarge, "key")
 
 
 def _encode_value(value: Any, codec: Codec) -> bytes:
@@ -74,10 +70,15 @@ def _encode_value(value: Any, codec: Codec) -> bytes:
         data = cbor_dumps(value, "kv value")
     else:
         raise ValueError(f"Unknown KV codec {codec!r}")
-    if len(data) > MAX_VALUE_BYTES:
-        raise KVValueTooLarge(
-            f"KV value is {len(data)} bytes; the limit is {MAX_VALUE_BYTES}",
-            metadata={"size": len(data), "limit": MAX_VALUE_BYTES},
+    return _within(data, MAX_VALUE_BYTES, KVValueTooLarge, "value")
+
+
+def _within(data: bytes, limit: int, error: type[RivetError], what: str) -> bytes:
+    """Return ``data``, or raise ``error`` if it is over ``limit`` bytes."""
+    if len(data) > limit:
+        raise error(
+            f"KV {what} is {len(data)} bytes; the limit is {limit}",
+            metadata={"size": len(data), "limit": limit},
         )
     return data
 

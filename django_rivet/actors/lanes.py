@@ -25,18 +25,13 @@ from asgiref.sync import sync_to_async
 from django.db import Error as DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import events, observability
+from .. import events
 from ..conf import rivet_settings
 from ..exceptions import ActorBusy
 from ..models import db, sql
+from .calls import INTERNAL, Origin
 from .errors import database_error, is_connection_failure
-from .invocation import (
-    INTERNAL,
-    Operation,
-    Origin,
-    action_timeout,
-    current_invocation,
-)
+from .invocation import Operation, action_timeout, current_invocation
 from .rows import ActorRef
 from .spine import bound_lock_wait, executor, invoke, invoke_since
 
@@ -266,13 +261,10 @@ def _bound_batch_lock_wait(connection: BaseDatabaseWrapper, queued: float) -> No
 def _run_call(call: _Call, loop: asyncio.AbstractEventLoop, started: float) -> _Outcome:
     """Run one call in its caller's context; return its outcome."""
 
-    def attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
-        return invoke_since(ref, operation, origin, started)
-
     def run() -> Any:
         # publish() hands the channel-layer message to the caller's loop.
         events.serving_loop.set(loop)
-        return observability.invocation(attempts, call.ref, call.operation, call.origin)
+        return invoke_since(call.ref, call.operation, call.origin, started)
 
     try:
         return (call, True, call.context.run(run))

@@ -23,8 +23,8 @@ from ..exceptions import (
     InvalidValue,
     RivetError,
 )
+from .calls import AuthRequest
 from .definition import Actor, HandlerSpec
-from .invocation import AuthRequest
 
 if TYPE_CHECKING:
     from .invocation import Invocation

@@ -69,6 +69,7 @@ from ..exceptions import (
 from ..models import Actor as ActorRow
 from ..models import db, sql
 from . import cache, registry, rows
+from .calls import INTERNAL, Origin
 from .definition import Actor
 from .errors import (
     database_error,
@@ -77,10 +78,8 @@ from .errors import (
     log_missing_table,
 )
 from .invocation import (
-    INTERNAL,
     Invocation,
     Operation,
-    Origin,
     action_timeout,
     active_ids,
     current,
@@ -186,10 +185,6 @@ def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> An
     Actions, connects and fired work are traced, counted and logged
     (:mod:`django_rivet.observability`).
     """
-    return observability.invocation(_invoke_attempts, ref, operation, origin)
-
-
-def _invoke_attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
     # The time limit counts from here, including the wait for the lock.
     return invoke_since(ref, operation, origin, time.monotonic())
 
@@ -197,7 +192,22 @@ def _invoke_attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any
 def invoke_since(
     ref: ActorRef, operation: Operation, origin: Origin, started: float
 ) -> Any:
-    """:func:`invoke`, its time limit counting from ``started`` (monotonic)."""
+    """:func:`invoke`, its time limit counting from ``started`` (monotonic).
+
+    Every entry point ends here (directly, or through the lanes of
+    :func:`~django_rivet.actors.lanes.ainvoke`), so this is the one place
+    that observes invocations.
+    """
+
+    def attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
+        return _attempts(ref, operation, origin, started)
+
+    return observability.invocation(attempts, ref, operation, origin)
+
+
+def _attempts(
+    ref: ActorRef, operation: Operation, origin: Origin, started: float
+) -> Any:
     connection = db.connection()
     outermost = not connection.in_atomic_block
     retried = False

@@ -10,7 +10,7 @@ from ..actors.operations import RunHook
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
 from ..models import Actor, ActorEvent, ActorKV, Connection
-from .rendering import ReadOnlyAdmin, pretty_cbor, render_key
+from .rendering import ReadOnlyAdmin, cbor_display, render_key
 
 
 @admin.register(Actor)
@@ -33,9 +33,7 @@ class ActorAdmin(ReadOnlyAdmin):
     fields = readonly_fields
     actions = ["destroy_actors"]
 
-    @admin.display(description="state")
-    def decoded_state(self, obj: Actor) -> str:
-        return pretty_cbor(obj.state)
+    decoded_state = cbor_display("state")
 
     @admin.action(description="Destroy selected actors (runs on_destroy)")
     def destroy_actors(self, request: HttpRequest, queryset: QuerySet[Actor]) -> None:
@@ -74,9 +72,7 @@ class ActorKVAdmin(ReadOnlyAdmin):
     def size(self, obj: ActorKV) -> int:
         return len(bytes(obj.key)) + len(bytes(obj.value))
 
-    @admin.display(description="value")
-    def decoded_value(self, obj: ActorKV) -> str:
-        return pretty_cbor(obj.value)
+    decoded_value = cbor_display("value")
 
 
 @admin.register(Connection)
@@ -105,13 +101,9 @@ class ConnectionAdmin(ReadOnlyAdmin):
     )
     fields = readonly_fields
 
-    @admin.display(description="params")
-    def decoded_params(self, obj: Connection) -> str:
-        return pretty_cbor(obj.params)
+    decoded_params = cbor_display("params")
 
-    @admin.display(description="state")
-    def decoded_state(self, obj: Connection) -> str:
-        return pretty_cbor(obj.state)
+    decoded_state = cbor_display("state")
 
 
 @admin.register(ActorEvent)
@@ -122,9 +114,7 @@ class ActorEventAdmin(ReadOnlyAdmin):
     readonly_fields = ("actor", "seq", "name", "decoded_args", "created_at")
     fields = readonly_fields
 
-    @admin.display(description="args")
-    def decoded_args(self, obj: ActorEvent) -> str:
-        return pretty_cbor(obj.args)
+    decoded_args = cbor_display("args")
 
 
 # -- workflows (the workflow runtime) ---------------------------------------------

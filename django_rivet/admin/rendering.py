@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from .. import clock
 from ..encoding import cbor_loads, json_dumps
 
-__all__ = ["ReadOnlyAdmin", "pretty", "pretty_cbor", "render_history", "render_key"]
+__all__ = [
+    "ReadOnlyAdmin",
+    "cbor_display",
+    "pretty",
+    "pretty_cbor",
+    "render_history",
+    "render_key",
+]
 
 
 def pretty(value: Any) -> str:
@@ -32,6 +40,16 @@ def pretty_cbor(data: Any) -> str:
         return pretty(cbor_loads(raw))
     except Exception as exc:  # show the bytes rather than break the page
         return format_html("<pre>undecodable ({}): {}</pre>", exc, raw[:200].hex())
+
+
+def cbor_display(field: str) -> Callable[[Any, Any], str]:
+    """Return an admin column showing the CBOR bytes of ``field``, decoded."""
+
+    @admin.display(description=field)
+    def display(page: Any, obj: Any) -> str:
+        return pretty_cbor(getattr(obj, field))
+
+    return display
 
 
 def render_key(data: Any) -> str:
@@ -61,6 +79,36 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def apply_each(
+        self,
+        request: HttpRequest,
+        keys: Iterable[Any],
+        verb: str,
+        operation: Callable[[Any], Any],
+        refused: str,
+    ) -> list[tuple[Any, Any]]:
+        """Run ``operation`` on each key; return ``(key, result)`` where it acted.
+
+        An error is reported per key; so is a ``False`` result, with
+        ``refused`` (formatted with ``key`` and ``verb``).
+        """
+        done = []
+        for key in keys:
+            try:
+                result = operation(key)
+            except Exception as exc:
+                self.message_user(
+                    request, f"Could not {verb} {key}: {exc}", messages.ERROR
+                )
+                continue
+            if result is False:
+                self.message_user(
+                    request, refused.format(key=key, verb=verb), messages.WARNING
+                )
+            else:
+                done.append((key, result))
+        return done
 
 
 def _when(timestamp: float | None) -> str:

@@ -6,6 +6,8 @@ error and traceback; "Retry now" runs them again through the scheduler.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -16,11 +18,13 @@ from ..scheduling import retries
 from ..scheduling.cron import history_limit
 from ..scheduling.queue_delivery import retry_messages
 from ..scheduling.schedule_runs import fire_schedule, retry_schedules
-from .rendering import ReadOnlyAdmin, pretty, pretty_cbor
+from .rendering import ReadOnlyAdmin, cbor_display, pretty
 from .retention import RetentionAdmin
 
 
-def _traceback(text: str) -> str:
+@admin.display(description="traceback")
+def _shown_traceback(page: Any, obj: Any) -> str:
+    text = obj.traceback
     return format_html("<pre>{}</pre>", text) if text else "-"
 
 
@@ -70,9 +74,7 @@ class ScheduleAdmin(RetentionAdmin):
     fields = readonly_fields
     actions = ["fire_now", "retry_now"]
 
-    @admin.display(description="args")
-    def decoded_args(self, obj: Schedule) -> str:
-        return pretty_cbor(obj.args)
+    decoded_args = cbor_display("args")
 
     @admin.display(description="last error")
     def short_error(self, obj: Schedule) -> str:
@@ -83,9 +85,7 @@ class ScheduleAdmin(RetentionAdmin):
         allowed = retries.retries_allowed(obj.max_retries)
         return str(allowed) if obj.max_retries is not None else f"{allowed} (setting)"
 
-    @admin.display(description="traceback")
-    def shown_traceback(self, obj: Schedule) -> str:
-        return _traceback(obj.traceback)
+    shown_traceback = _shown_traceback
 
     @admin.action(description="Retry selected failed schedules now")
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
@@ -156,9 +156,7 @@ class CronJobAdmin(ReadOnlyAdmin):
     def cadence(self, obj: CronJob) -> str:
         return obj.expression or f"every {obj.interval:g} s"
 
-    @admin.display(description="args")
-    def decoded_args(self, obj: CronJob) -> str:
-        return pretty_cbor(obj.args)
+    decoded_args = cbor_display("args")
 
     @admin.display(description="max history")
     def kept_history(self, obj: CronJob) -> str:
@@ -224,9 +222,7 @@ class CronRunAdmin(RetentionAdmin):
     )
     fields = readonly_fields
 
-    @admin.display(description="traceback")
-    def shown_traceback(self, obj: CronRun) -> str:
-        return _traceback(obj.traceback)
+    shown_traceback = _shown_traceback
 
 
 @admin.register(QueueMessage)
@@ -263,13 +259,9 @@ class QueueMessageAdmin(RetentionAdmin):
     fields = readonly_fields
     actions = ["retry_now"]
 
-    @admin.display(description="body")
-    def decoded_body(self, obj: QueueMessage) -> str:
-        return pretty_cbor(obj.body)
+    decoded_body = cbor_display("body")
 
-    @admin.display(description="response")
-    def decoded_response(self, obj: QueueMessage) -> str:
-        return pretty_cbor(obj.response)
+    decoded_response = cbor_display("response")
 
     @admin.display(description="error")
     def shown_error(self, obj: QueueMessage) -> str:
@@ -279,9 +271,7 @@ class QueueMessageAdmin(RetentionAdmin):
     def short_error(self, obj: QueueMessage) -> str:
         return str((obj.error or {}).get("detail", "-"))[:120]
 
-    @admin.display(description="traceback")
-    def shown_traceback(self, obj: QueueMessage) -> str:
-        return _traceback(obj.traceback)
+    shown_traceback = _shown_traceback
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_rivet.change_queuemessage")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
@@ -175,21 +175,16 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
             "resume": scheduled.resume,
             "run": scheduled.run_now,
         }[verb]
-        done = []
-        for name in queryset.values_list("name", flat=True):
-            try:
-                result = operation(name)
-            except Exception as exc:
-                self.message_user(
-                    request, f"Could not {verb} {name}: {exc}", messages.ERROR
-                )
-                continue
-            if result is False:
-                self.message_user(
-                    request, f"{name} was not {verb}d: nothing to do.", messages.WARNING
-                )
-            else:
-                done.append(result if isinstance(result, str) else name)
+        done = [
+            result if isinstance(result, str) else name
+            for name, result in self.apply_each(
+                request,
+                queryset.values_list("name", flat=True),
+                verb,
+                operation,
+                "{key} was not {verb}d: nothing to do.",
+            )
+        ]
         if done:
             self.message_user(request, f"{verb.capitalize()}: {', '.join(done)}.")
 

@@ -175,24 +175,14 @@ class WorkflowAdmin(RetentionAdmin):
         verb: str,
         operation: Any,
     ) -> None:
-        done = 0
-        for workflow_id in queryset.values_list("id", flat=True):
-            try:
-                changed = operation(workflow_id)
-            except Exception as exc:
-                self.message_user(
-                    request, f"Could not {verb} {workflow_id}: {exc}", messages.ERROR
-                )
-                continue
-            if changed is False:
-                self.message_user(
-                    request,
-                    f"Did not {verb} {workflow_id} (its status does not allow it).",
-                    messages.WARNING,
-                )
-            else:
-                done += 1
-        self.message_user(request, f"{verb.capitalize()}: {done} workflow(s).")
+        done = self.apply_each(
+            request,
+            queryset.values_list("id", flat=True),
+            verb,
+            operation,
+            "Did not {verb} {key} (its status does not allow it).",
+        )
+        self.message_user(request, f"{verb.capitalize()}: {len(done)} workflow(s).")
 
     @admin.action(description="Cancel selected workflows")
     def cancel_workflows(

@@ -10,20 +10,13 @@ from typing import Any
 
 from django.core.checks import Error, Tags, Warning, register
 
-from ..conf import (
-    CRON_HISTORY,
-    MAX_RETENTION_SECONDS,
-    RETENTION,
-    docs_url,
-    rivet_settings,
-)
+from ..conf import CRON_HISTORY, RETENTION, docs_url, rivet_settings
 
 __all__ = [
     "E301",
     "E301_HINT",
     "E302",
     "E302_HINT",
-    "MAX_RETENTION_SECONDS",
     "RETENTION_SETTINGS",
     "W301",
     "W301_HINT",

@@ -12,6 +12,7 @@ from .children import ChildHost
 from .context import WorkflowContext
 from .driver import EngineDriver, InMemoryDriver, KVDeletions
 from .errors import (
+    CANCEL_REASONS,
     ChildWorkflowError,
     CriticalError,
     EntryInProgressError,
@@ -63,7 +64,7 @@ from .ops import (
     wake_workflow,
 )
 from .replay_check import check_replay
-from .runner import CANCEL_REASONS, WorkflowRun, run_workflow, start_workflow
+from .runner import WorkflowRun, run_workflow, start_workflow
 from .upgrades import SCHEMA_VERSION
 from .values import (
     ChildOutcome,

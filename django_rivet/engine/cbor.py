@@ -20,7 +20,8 @@ from typing import Any
 
 import cbor2
 
-from ..encoding import MAX_DEPTH, READ_DEPTH, check_depth
+from ..domain import MAX_DEPTH, check_depth
+from ..encoding import READ_DEPTH
 from .errors import SchemaError, StepOutputError
 from .values import Message
 

@@ -22,7 +22,6 @@ from . import history, keys, schema
 from .context import WorkflowContext
 from .driver import EngineDriver, call_maybe_async
 from .errors import (
-    CANCEL_REASONS,
     EvictedError,
     RollbackCheckpointError,
     StepOutputError,
@@ -54,7 +53,7 @@ from .values import (
     WorkflowOutcome,
 )
 
-__all__ = ["CANCEL_REASONS", "WorkflowRun", "run_workflow", "start_workflow"]
+__all__ = ["WorkflowRun", "run_workflow", "start_workflow"]
 
 logger = logging.getLogger("django_rivet.workflow")
 

@@ -51,15 +51,13 @@ class Actor(models.Model):
         return cbor_loads(data) if data else None
 
 
-class ActorKV(models.Model):
+class ActorKV(base.KVRow):
     """One key of an actor's KV store."""
 
-    id = models.BigAutoField(primary_key=True)
+    owner_field = "actor"
     actor = models.ForeignKey(
         Actor, on_delete=models.CASCADE, related_name="kv_entries", db_index=False
     )
-    key = models.BinaryField()
-    value = models.BinaryField()
 
     class Meta:
         verbose_name = "actor KV entry"
@@ -70,9 +68,6 @@ class ActorKV(models.Model):
                 fields=["actor", "key"], name="rivet_actorkv_unique_key"
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.actor_id}:{bytes(self.key)!r}"
 
 
 class Connection(models.Model):

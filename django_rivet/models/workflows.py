@@ -248,15 +248,13 @@ class Workflow(models.Model):
 Workflow._meta.get_field("waiting_for").register_lookup(HasName)
 
 
-class WorkflowKV(models.Model):
+class WorkflowKV(base.KVRow):
     """One key of a workflow's private KV namespace (the engine's history)."""
 
-    id = models.BigAutoField(primary_key=True)
+    owner_field = "workflow"
     workflow = models.ForeignKey(
         Workflow, on_delete=models.CASCADE, related_name="kv_entries", db_index=False
     )
-    key = models.BinaryField()
-    value = models.BinaryField()
 
     class Meta:
         verbose_name = "workflow KV entry"
@@ -267,9 +265,6 @@ class WorkflowKV(models.Model):
                 fields=["workflow", "key"], name="rivet_workflowkv_unique_key"
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.workflow_id}:{bytes(self.key)!r}"
 
 
 class WorkflowMessage(models.Model):

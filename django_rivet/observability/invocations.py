@@ -246,20 +246,10 @@ def _stored_traceparent(kind: str, origin: OriginLike) -> str:
     """Return the ``traceparent`` stored with a schedule or queue message."""
     info = origin.fire_info or {}
     pk = info.get("id")
-    if pk is None:
+    model = {"schedule": Schedule, "queue": QueueMessage}.get(kind)
+    if pk is None or model is None:
         return ""
-    stored: str | None = None
-    if kind == "schedule":
-        stored = (
-            Schedule.objects.filter(pk=pk).values_list("traceparent", flat=True).first()
-        )
-    elif kind == "queue":
-        stored = (
-            QueueMessage.objects.filter(pk=pk)
-            .values_list("traceparent", flat=True)
-            .first()
-        )
-    return stored or ""
+    return tracing.stored_traceparent(model, pk)
 
 
 def _start_span(

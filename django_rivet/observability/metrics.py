@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.db import Error as DatabaseError
@@ -134,50 +134,52 @@ class DatabaseCollector:
         except DatabaseError as exc:
             logger.warning("metrics: could not read the database gauges: %s", exc)
             return
-        workflows = GaugeMetricFamily(
+        yield _labelled(
             "rivet_workflows",
             "Workflows by name and state (active states, and failed ones kept"
             " until retention).",
-            labels=["workflow", "state"],
+            ["workflow", "state"],
+            snapshot.workflows,
         )
-        for (name, state), count in sorted(snapshot.workflows.items()):
-            workflows.add_metric([name, state], count)
-        yield workflows
         yield GaugeMetricFamily(
             "rivet_workflows_stuck",
             "Active workflows whose lease expired over two sweep intervals ago and"
             " that no worker resumed (no sweeper runs).",
             value=snapshot.stuck_workflows,
         )
-        depth = GaugeMetricFamily(
+        yield _labelled(
             "rivet_queue_depth",
             "Queue messages not processed yet (pending or being handled).",
-            labels=["actor", "queue"],
+            ["actor", "queue"],
+            snapshot.queue_depth,
         )
-        for (actor, queue), count in sorted(snapshot.queue_depth.items()):
-            depth.add_metric([actor, queue], count)
-        yield depth
-        queued = GaugeMetricFamily(
+        yield _labelled(
             "rivet_workflow_queue_depth",
             "Workflows waiting in a workflow queue (WORKFLOW_QUEUES), not started.",
-            labels=["queue"],
+            ["queue"],
+            snapshot.workflow_queue_depth,
         )
-        for queue, count in sorted(snapshot.workflow_queue_depth.items()):
-            queued.add_metric([queue], count)
-        yield queued
         yield GaugeMetricFamily(
             "rivet_schedules_pending",
             "One-shot schedules waiting for their time.",
             value=snapshot.schedules_pending,
         )
-        connections = GaugeMetricFamily(
+        yield _labelled(
             "rivet_connections",
             "Open WebSocket connections, by actor.",
-            labels=["actor"],
+            ["actor"],
+            snapshot.connections,
         )
-        for actor, count in sorted(snapshot.connections.items()):
-            connections.add_metric([actor], count)
-        yield connections
+
+
+def _labelled(
+    name: str, documentation: str, labels: list[str], counts: Mapping[Any, int]
+) -> GaugeMetricFamily:
+    """Return a gauge of ``counts`` by label values (a tuple, or one value)."""
+    gauge = GaugeMetricFamily(name, documentation, labels=labels)
+    for key, count in sorted(counts.items()):
+        gauge.add_metric(list(key) if isinstance(key, tuple) else [key], count)
+    return gauge
 
 
 class _Registered:

@@ -25,6 +25,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from django.db.models import Model
+
 try:
     from opentelemetry import propagate, trace
     from opentelemetry.context import Context
@@ -46,6 +48,7 @@ __all__ = [
     "parent_from_headers",
     "parent_from_traceparent",
     "start",
+    "stored_traceparent",
 ]
 
 TRACER_NAME = "django_rivet"
@@ -66,6 +69,16 @@ def current_traceparent() -> str:
     carrier: dict[str, str] = {}
     _w3c.inject(carrier)
     return carrier.get("traceparent", "")
+
+
+def stored_traceparent(model: type[Model], pk: Any) -> str:
+    """Return the ``traceparent`` stored with a schedule, message or workflow."""
+    stored = (
+        model._default_manager.filter(pk=pk)
+        .values_list("traceparent", flat=True)
+        .first()
+    )
+    return stored or ""
 
 
 def current_trace_ids() -> tuple[str | None, str | None]:

@@ -44,15 +44,6 @@ class RunLease(Protocol):
     def name(self) -> str: ...
 
 
-def _stored_traceparent(workflow_id: str) -> str:
-    stored = (
-        Workflow.objects.filter(pk=workflow_id)
-        .values_list("traceparent", flat=True)
-        .first()
-    )
-    return stored or ""
-
-
 def workflow_run(
     run: Callable[[L], tuple[str, datetime | None]], lease: L
 ) -> tuple[str, datetime | None]:
@@ -65,7 +56,7 @@ def workflow_run(
         span = tracing.start(
             "rivet.workflow.run",
             {"rivet.workflow.id": lease.workflow_id, "rivet.workflow.name": lease.name},
-            stored=_stored_traceparent(lease.workflow_id),
+            stored=tracing.stored_traceparent(Workflow, lease.workflow_id),
             consumer=True,
         )
     try:

@@ -7,8 +7,9 @@ Every firing has two steps:
    fresh claim token -- on PostgreSQL a batch is picked with ``SELECT ...
    FOR UPDATE SKIP LOCKED`` so concurrent sweepers split the work; on SQLite
    the update is the first statement, which takes the write lock. Whoever
-   loses the race updates nothing and stops.
-2. **Fire** (:func:`fire`) through :func:`~django_rivet.actors.spine.invoke`,
+   loses the race updates nothing and stops; the winner holds a
+   :class:`Claim` of the row.
+2. **Fire** (:meth:`Firing.fire`) through :func:`~django_rivet.actors.spine.invoke`,
    the one invocation path: in the actor's transaction the
    :class:`Firing` operation consumes the claim only if the token still
    matches, runs the handler and records the outcome. The claim, the
@@ -34,15 +35,20 @@ import enum
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from django.db.models import Model, QuerySet
 
 from .. import clock, observability
+from ..actors.calls import Origin
 from ..actors.definition import Actor, HandlerSpec
-from ..actors.invocation import Origin, longest_action_timeout
+from ..actors.invocation import longest_action_timeout
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
+from ..encoding import cbor_loads
 from ..exceptions import ActionNotFound, InvalidArgs, RivetError, UserError
 from ..models import db, sql
 from ..signals import work_failed
@@ -55,6 +61,7 @@ logger = logging.getLogger("django_rivet.scheduler")
 
 __all__ = [
     "CLAIM_BATCH",
+    "Claim",
     "ClaimLost",
     "Fired",
     "Firing",
@@ -62,11 +69,11 @@ __all__ = [
     "claim_lease",
     "claim_transaction",
     "describe",
-    "fire",
-    "fired_by",
     "next_attempt_at",
+    "release_failed",
     "retryable",
     "skip_locked",
+    "stored_args",
 ]
 
 CLAIM_BATCH = 20
@@ -124,33 +131,6 @@ def claim_transaction() -> Iterator[None]:
         yield
 
 
-def fired_by(
-    kind: str,
-    id: Any,
-    name: str,
-    scheduled_at: datetime,
-    fired_at: datetime,
-    attempt: int = 1,
-) -> Origin:
-    """Return the origin of a scheduled, cron or queue invocation.
-
-    Its ``fire_info`` is what handlers read as ``ctx.fire_info``
-    (docs/scheduling.md, "What fired me");
-    ``attempt`` is 1 for the first run, 2 for the first retry...
-    """
-    return Origin(
-        transport=kind,
-        fire_info={
-            "kind": kind,
-            "id": id,
-            "name": name,
-            "scheduled_at": scheduled_at,
-            "fired_at": fired_at,
-            "attempt": attempt,
-        },
-    )
-
-
 def next_attempt_at(
     exc: BaseException, attempt: int, max_retries: int | None
 ) -> float | None:
@@ -180,36 +160,93 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class Firing(ABC):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A row this process claimed: what every firing of it shares.
+
+    Subclasses (:class:`~.schedule_runs.ScheduleClaim`,
+    :class:`~.cron_runs.CronClaim`, :class:`~.queue_delivery.MessageClaim`)
+    name the row's model and kind, and add what their handler and their
+    bookkeeping need.
+    """
+
+    # The claimed row's model, and what marks it claimed besides the token.
+    model: ClassVar[type[Model]]
+    held: ClassVar[Mapping[str, Any]]
+    # "schedule", "cron" or "queue": the origin's transport, fire_info's kind.
+    transport: ClassVar[str]
+    # "schedule", "cron" or "message": what work_failed reports as its kind.
+    work: ClassVar[str]
+
+    id: Any  # the row's primary key
+    actor_id: uuid.UUID
+    token: uuid.UUID
+    handler: str  # the action, or the queue, whose handler runs
+    name: str  # what fire_info names: the action, the cron job, the queue
+    scheduled_at: datetime  # when it was due (a message: when it was sent)
+    attempt: int = 1  # this claim's attempt (1 = the first)
+
+    @property
+    def work_id(self) -> Any:
+        """Return the row's id as ``fire_info`` and ``work_failed`` give it."""
+        return self.id
+
+    def still_held(self) -> QuerySet[Any]:
+        """Return the claimed row, if this claim still holds it."""
+        return self.model._default_manager.filter(
+            pk=self.id, claim_token=self.token, **self.held
+        )
+
+    def origin(self, fired_at: datetime) -> Origin:
+        """Return the origin of this claim's firing at ``fired_at``.
+
+        Its ``fire_info`` is what handlers read as ``ctx.fire_info``
+        (docs/scheduling.md, "What fired me").
+        """
+        return Origin(
+            transport=self.transport,
+            fire_info={
+                "kind": self.transport,
+                "id": self.work_id,
+                "name": self.name,
+                "scheduled_at": self.scheduled_at,
+                "fired_at": fired_at,
+                "attempt": self.attempt,
+            },
+        )
+
+
+C = TypeVar("C", bound=Claim)
+
+
+class Firing(ABC, Generic[C]):
     """The operation of a firing: consume the claim, run the handler, record.
 
-    Subclasses say which handler runs (:meth:`find_handler`), how the claim
-    is consumed (:meth:`consume`), the handler's arguments and what is
-    recorded after it returned (:meth:`finish`); all of it runs in the
-    actor's transaction.
+    :meth:`fire` runs it through the invocation path. Subclasses say how the
+    claim is consumed (:meth:`consume`), the handler's arguments and what is
+    recorded after it returned (:meth:`finish`), which handler runs when it
+    is not the claim's action (:meth:`find_handler`) -- all of it in the
+    actor's transaction -- and, in a transaction of their own, how a
+    failed attempt is recorded (:meth:`record_error`) and whether work whose
+    handler is gone is deleted (:meth:`forget`).
     """
 
     # Fired by the actor's own schedule or queue: on_auth guards callers
     # from outside, and this work was accepted when it was created.
     auth = None
 
-    def __init__(
-        self, label: str, *, kind: str, work_id: Any, action: str, attempt: int
-    ) -> None:
-        self.label: str | None = label
+    def __init__(self, claim: C, fired_at: datetime) -> None:
+        self.claim = claim
+        self.fired_at = fired_at
+        self.origin = claim.origin(fired_at)
+        self.label: str | None = f"{claim.transport} {claim.name}"
         self.spec: HandlerSpec | None = None
         self.definition: type[Actor] | None = None
         self.consumed = False
-        # What work_failed reports: "schedule", "cron" or "message", the
-        # row's id, the action (or queue) and which attempt this is.
-        self.kind = kind
-        self.work_id = work_id
-        self.action = action
-        self.attempt = attempt
 
-    @abstractmethod
     def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
         """Return the handler to run, or ``None`` if the code no longer has it."""
+        return definition.actions.get(self.claim.handler)
 
     @abstractmethod
     def consume(self, invocation: Invocation) -> bool:
@@ -222,6 +259,27 @@ class Firing(ABC):
     @abstractmethod
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Record the outcome, in the same transaction."""
+
+    @property
+    @abstractmethod
+    def what(self) -> str:
+        """Describe the work for log lines."""
+
+    @abstractmethod
+    def record_error(self, exc: BaseException) -> bool:
+        """Record a failed attempt; tell whether the work failed for good.
+
+        In a transaction of its own, fenced by the claim token: a lost claim
+        records nothing (and is no failure for good). For good means no
+        retry left, or :func:`retryable` says none would help.
+        """
+
+    def forget(self) -> bool:
+        """Delete work whose handler is gone; tell whether it did.
+
+        By default it does not: the missing handler is a failure.
+        """
+        return False
 
     def prepare(self, definition: type[Actor]) -> None:
         """Find the handler; a removed one raises :class:`HandlerGone`."""
@@ -244,89 +302,103 @@ class Firing(ABC):
         self.finish(invocation, result)
         return result
 
+    def fire(self) -> Fired:
+        """Run this firing through the invocation path; record failures.
 
-def fire(
-    actor_id: uuid.UUID,
-    operation: Firing,
-    origin: Origin,
-    *,
-    what: str,
-    on_error: Callable[[BaseException], bool],
-    on_gone: Callable[[], None] | None = None,
-) -> Fired:
-    """Run a claimed firing through the invocation path; record failures.
-
-    ``on_error`` records a raising handler (in a transaction of its own,
-    fenced by the claim token) and returns whether the work failed for good
-    (no retry left, or :func:`retryable` says none would help); ``on_gone``
-    deletes work whose handler was removed from the code (without it, that
-    is a failure). Every failed attempt logs a WARNING with its traceback; a
-    failure for good also logs an ERROR and sends ``work_failed``.
-    """
-    try:
-        invoke(ActorRef.by_id(actor_id), operation, origin)
-    except HandlerGone as exc:
-        if on_gone is None:
-            return _failed(actor_id, operation, what, exc, on_error)
-        logger.warning(
-            "deleted %s: its handler no longer exists actor_id=%s", what, actor_id
+        Every failed attempt logs a WARNING with its traceback; a failure
+        for good also logs an ERROR and sends ``work_failed``.
+        """
+        actor_id = self.claim.actor_id
+        try:
+            invoke(ActorRef.by_id(actor_id), self, self.origin)
+        except HandlerGone as exc:
+            if not self.forget():
+                return self._failed(exc)
+            logger.warning(
+                "deleted %s: its handler no longer exists actor_id=%s",
+                self.what,
+                actor_id,
+            )
+            return Fired.DELETED
+        except ClaimLost:
+            return Fired.LOST
+        except Exception as exc:
+            return self._failed(exc)
+        if not self.consumed:
+            return Fired.LOST
+        logger.info(
+            "fired %s actor_id=%s attempt=%s late_ms=%.0f",
+            self.what,
+            actor_id,
+            self.claim.attempt,
+            _lateness_ms(self.origin),
         )
-        on_gone()
-        return Fired.DELETED
-    except ClaimLost:
-        return Fired.LOST
-    except Exception as exc:
-        return _failed(actor_id, operation, what, exc, on_error)
-    if not operation.consumed:
-        return Fired.LOST
-    logger.info(
-        "fired %s actor_id=%s attempt=%s late_ms=%.0f",
-        what,
-        actor_id,
-        operation.attempt,
-        _lateness_ms(origin),
-    )
-    return Fired.OK
+        return Fired.OK
+
+    def _failed(self, exc: BaseException) -> Fired:
+        """Log a failed attempt, record it, and report a failure for good."""
+        claim = self.claim
+        logger.warning(
+            "%s attempt failed actor_id=%s attempt=%s error=%s",
+            self.what,
+            claim.actor_id,
+            claim.attempt,
+            describe(exc),
+            exc_info=exc,
+        )
+        if not self.record_error(exc):
+            return Fired.RETRYING
+        logger.error(
+            "%s failed for good actor_id=%s attempts=%s error=%s",
+            self.what,
+            claim.actor_id,
+            claim.attempt,
+            describe(exc),
+        )
+        observability.work_failed(claim.work)
+        responses = work_failed.send_robust(
+            sender=self.definition,
+            kind=claim.work,
+            actor_id=claim.actor_id,
+            action=claim.handler,
+            id=claim.work_id,
+            error=exc,
+        )
+        for receiver, response in responses:
+            if isinstance(response, Exception):
+                logger.error(
+                    "work_failed receiver %r raised", receiver, exc_info=response
+                )
+        return Fired.ERROR
 
 
-def _failed(
-    actor_id: uuid.UUID,
-    operation: Firing,
-    what: str,
+def release_failed(
+    claim: Claim,
     exc: BaseException,
-    on_error: Callable[[BaseException], bool],
-) -> Fired:
-    """Log a failed attempt, record it, and report a failure for good."""
-    logger.warning(
-        "%s attempt failed actor_id=%s attempt=%s error=%s",
-        what,
-        actor_id,
-        operation.attempt,
-        describe(exc),
-        exc_info=exc,
+    retry: Mapping[str, Any] | None,
+    **fields: Any,
+) -> bool:
+    """Release a schedule or message whose attempt raised ``exc``.
+
+    It is ``pending`` again with the fields of ``retry`` (when it is due
+    again), or without them ``failed`` for good; either way it keeps
+    ``fields`` and the traceback. Tell whether ``claim`` still held it (a
+    lost claim records nothing: whoever took it over decides).
+    """
+    fields.update(
+        traceback=retries.traceback_text(exc), claim_token=None, claimed_at=None
     )
-    if not on_error(exc):
-        return Fired.RETRYING
-    logger.error(
-        "%s failed for good actor_id=%s attempts=%s error=%s",
-        what,
-        actor_id,
-        operation.attempt,
-        describe(exc),
-    )
-    observability.work_failed(operation.kind)
-    responses = work_failed.send_robust(
-        sender=operation.definition,
-        kind=operation.kind,
-        actor_id=actor_id,
-        action=operation.action,
-        id=operation.work_id,
-        error=exc,
-    )
-    for receiver, response in responses:
-        if isinstance(response, Exception):
-            logger.error("work_failed receiver %r raised", receiver, exc_info=response)
-    return Fired.ERROR
+    # The status values ScheduleStatus and QueueMessageStatus share.
+    if retry is None:
+        fields.update(status="failed", finished_at=clock.now_datetime())
+    else:
+        fields.update(status="pending", **retry)
+    return bool(claim.still_held().update(**fields))
+
+
+def stored_args(data: bytes) -> list[Any]:
+    """Decode the arguments stored with a schedule or a cron job."""
+    return cbor_loads(data) if data else []
 
 
 def _lateness_ms(origin: Origin) -> float:

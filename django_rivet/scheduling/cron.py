@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_CRON_JOBS",
     "MAX_HISTORY_LIMIT",
-    "CronAPI",
+    "ActorCron",
     "advance",
     "history_limit",
     "next_run_time",
@@ -187,8 +187,11 @@ def _check_max_history(max_history: int | None) -> int | None:
     return max_history
 
 
-class CronAPI:
-    """Named recurring jobs: cron expressions and fixed intervals."""
+class ActorCron:
+    """``ctx.cron`` (:class:`~django_rivet.actors.services.CronAPI`).
+
+    Named recurring jobs: cron expressions and fixed intervals.
+    """
 
     def __init__(self, invocation: Invocation) -> None:
         self._invocation = invocation

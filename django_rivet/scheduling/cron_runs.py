@@ -14,26 +14,25 @@ succeeds or fails for good.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.models import F
 
 from .. import clock
-from ..actors.definition import Actor, HandlerSpec
-from ..encoding import cbor_loads
 from ..models import CronJob, CronRun, CronRunResult, db
 from . import retries
 from .claims import (
+    Claim,
     ClaimLost,
     Fired,
     Firing,
     claim_transaction,
     describe,
-    fire,
-    fired_by,
     next_attempt_at,
+    stored_args,
 )
 from .cron import (
     advance,
@@ -59,21 +58,41 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class CronClaim:
-    """A cron run this process may fire."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CronClaim(Claim):
+    """A cron run this process may fire.
 
-    job_id: int
-    actor_id: uuid.UUID
-    name: str
-    action: str
+    ``id`` and ``name`` are its job's, ``handler`` the job's action.
+    """
+
+    # The job stays visibly running while its claimed run runs.
+    model = CronJob
+    held: ClassVar[Mapping[str, Any]] = {"running": True}
+    transport = work = "cron"
+
     args: bytes
-    scheduled_at: datetime
-    token: uuid.UUID
     max_history: int | None  # None: follow RIVET["CRON_HISTORY"]
-    attempt: int = 1  # this claim's attempt of the run (1 = the first)
     max_retries: int | None = None  # None: follow SCHEDULE_MAX_RETRIES
     claimed_at: datetime | None = None
+
+
+def _claim_of(
+    job: CronJob, scheduled_at: datetime, token: uuid.UUID, attempt: int, now: datetime
+) -> CronClaim:
+    """Return the claim of ``job``'s run due at ``scheduled_at``."""
+    return CronClaim(
+        id=job.pk,
+        actor_id=job.actor_id,
+        token=token,
+        handler=job.action,
+        name=job.name,
+        scheduled_at=scheduled_at,
+        attempt=attempt,
+        args=bytes(job.args),
+        max_history=job.max_history,
+        max_retries=job.max_retries,
+        claimed_at=now,
+    )
 
 
 def _claim_retry(job: CronJob, now: datetime) -> CronClaim | Fired:
@@ -93,19 +112,7 @@ def _claim_retry(job: CronJob, now: datetime) -> CronClaim | Fired:
         )
     if not claimed:
         return Fired.NOT_CLAIMED
-    return CronClaim(
-        job.pk,
-        job.actor_id,
-        job.name,
-        job.action,
-        bytes(job.args),
-        job.retry_for,
-        token,
-        job.max_history,
-        job.attempts + 1,
-        job.max_retries,
-        now,
-    )
+    return _claim_of(job, job.retry_for, token, job.attempts + 1, now)
 
 
 def claim_cron(job: CronJob) -> CronClaim | Fired:
@@ -142,30 +149,16 @@ def claim_cron(job: CronJob) -> CronClaim | Fired:
         )
         if not claimed:
             return Fired.NOT_CLAIMED
-    return CronClaim(
-        job.pk,
-        job.actor_id,
-        job.name,
-        job.action,
-        bytes(job.args),
-        scheduled,
-        token,
-        job.max_history,
-        1,
-        job.max_retries,
-        now,
-    )
+    return _claim_of(job, scheduled, token, 1, now)
 
 
 def _release(claim: CronClaim, **changes: Any) -> int:
-    return CronJob.objects.filter(
-        pk=claim.job_id, claim_token=claim.token, running=True
-    ).update(
+    return claim.still_held().update(
         running=False, running_for=None, claim_token=None, claimed_at=None, **changes
     )
 
 
-class RunCron(Firing):
+class RunCron(Firing[CronClaim]):
     """Operation: run a claimed cron run and record it in the history.
 
     The claim stays visibly ``running`` while the action runs, so a run
@@ -173,40 +166,55 @@ class RunCron(Firing):
     released at the end, in the same transaction.
     """
 
-    def __init__(self, claim: CronClaim, fired_at: datetime) -> None:
-        super().__init__(
-            f"cron {claim.name}",
-            kind="cron",
-            work_id=claim.job_id,
-            action=claim.action,
-            attempt=claim.attempt,
-        )
-        self.claim = claim
-        self.fired_at = fired_at
-
-    def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
-        """Return the job's action."""
-        return definition.actions.get(self.claim.action)
+    @property
+    def what(self) -> str:
+        """Name the job and its action."""
+        return f"cron job={self.claim.name} action={self.claim.handler}"
 
     def consume(self, invocation: Invocation) -> bool:
         """Tell whether our claim still holds the job."""
-        claim = self.claim
-        return CronJob.objects.filter(
-            pk=claim.job_id, claim_token=claim.token, running=True
-        ).exists()
+        return self.claim.still_held().exists()
 
     def arguments(self) -> list[Any]:
         """Return the arguments stored with the job."""
-        return cbor_loads(self.claim.args) if self.claim.args else []
+        return stored_args(self.claim.args)
 
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Release the claim and record the run."""
         claim = self.claim
         if not _release(claim, attempts=0):
-            if CronJob.objects.filter(pk=claim.job_id).exists():
+            if CronJob.objects.filter(pk=claim.id).exists():
                 raise ClaimLost()
             return  # the action deleted its own job
         _record(claim, self.fired_at, CronRunResult.OK)
+
+    def record_error(self, exc: BaseException) -> bool:
+        """Release the job waiting for the run's retry, or record it failed."""
+        claim = self.claim
+        # Read before the transaction: on SQLite its first statement must
+        # be the write that takes the lock.
+        retry_at = _retry_at(claim, exc)
+        with db.atomic():
+            if retry_at is None:
+                if not _release(claim, attempts=0):
+                    return False
+                _record(
+                    claim,
+                    self.fired_at,
+                    CronRunResult.ERROR,
+                    describe(exc),
+                    retries.traceback_text(exc),
+                )
+                return True
+            waiting = clock.to_datetime(retry_at)
+            if _release(claim, retry_at=waiting, retry_for=claim.scheduled_at):
+                db.on_commit(lambda: wake_cron(claim.id, retry_at), robust=True)
+        return False
+
+    def forget(self) -> bool:
+        """Delete the job: its action is gone."""
+        CronJob.objects.filter(pk=self.claim.id).delete()
+        return True
 
 
 def _record(
@@ -217,8 +225,8 @@ def _record(
     traceback: str = "",
 ) -> None:
     CronRun.objects.create(
-        job_id=claim.job_id,
-        action=claim.action,
+        job_id=claim.id,
+        action=claim.handler,
         scheduled_at=claim.scheduled_at,
         fired_at=fired_at,
         finished_at=clock.now_datetime(),
@@ -227,8 +235,8 @@ def _record(
         attempts=claim.attempt,
         traceback=traceback,
     )
-    skip_overdue(claim.job_id, claim.claimed_at)
-    trim_history(claim.job_id, history_limit(claim.max_history))
+    skip_overdue(claim.id, claim.claimed_at)
+    trim_history(claim.id, history_limit(claim.max_history))
 
 
 def _retry_at(claim: CronClaim, exc: BaseException) -> float | None:
@@ -237,7 +245,7 @@ def _retry_at(claim: CronClaim, exc: BaseException) -> float | None:
     if retry_at is None:
         return None
     following = (
-        CronJob.objects.filter(pk=claim.job_id)
+        CronJob.objects.filter(pk=claim.id)
         .values_list("next_run_at", flat=True)
         .first()
     )
@@ -248,47 +256,7 @@ def _retry_at(claim: CronClaim, exc: BaseException) -> float | None:
 
 def fire_claimed_cron(claim: CronClaim) -> Fired:
     """Fire one claimed cron run through the invocation path."""
-    fired_at = clock.now_datetime()
-
-    def record_error(exc: BaseException) -> bool:
-        # Read before the transaction: on SQLite its first statement must
-        # be the write that takes the lock.
-        retry_at = _retry_at(claim, exc)
-        with db.atomic():
-            if retry_at is None:
-                if not _release(claim, attempts=0):
-                    return False
-                _record(
-                    claim,
-                    fired_at,
-                    CronRunResult.ERROR,
-                    describe(exc),
-                    retries.traceback_text(exc),
-                )
-                return True
-            waiting = clock.to_datetime(retry_at)
-            if _release(claim, retry_at=waiting, retry_for=claim.scheduled_at):
-                db.on_commit(lambda: wake_cron(claim.job_id, retry_at), robust=True)
-        return False
-
-    def delete() -> None:
-        CronJob.objects.filter(pk=claim.job_id).delete()
-
-    return fire(
-        claim.actor_id,
-        RunCron(claim, fired_at),
-        fired_by(
-            "cron",
-            claim.job_id,
-            claim.name,
-            claim.scheduled_at,
-            fired_at,
-            claim.attempt,
-        ),
-        what=f"cron job={claim.name} action={claim.action}",
-        on_error=record_error,
-        on_gone=delete,
-    )
+    return RunCron(claim, clock.now_datetime()).fire()
 
 
 def run_cron_job(job: CronJob) -> Fired:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.models import F, QuerySet
 
@@ -27,15 +27,14 @@ from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import InternalError, RivetError
 from ..models import QueueMessage, QueueMessageStatus, db
-from . import retries
 from .claims import (
+    Claim,
     Fired,
     Firing,
     claim_transaction,
     describe,
-    fire,
-    fired_by,
     next_attempt_at,
+    release_failed,
 )
 
 if TYPE_CHECKING:
@@ -58,17 +57,16 @@ def wake_queue(actor_id: uuid.UUID | str, eta: float | None = None) -> None:
     dispatch.wake("deliver_queue", [str(actor_id)], eta=eta)
 
 
-@dataclass(frozen=True, slots=True)
-class MessageClaim:
-    """A queue message this process may deliver."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageClaim(Claim):
+    """A queue message this process may deliver (its queue is handler and name)."""
 
-    id: int
-    actor_id: uuid.UUID
-    queue: str
+    model = QueueMessage
+    held: ClassVar[Mapping[str, Any]] = {"status": QueueMessageStatus.RUNNING}
+    transport = "queue"
+    work = "message"
+
     body: bytes
-    created_at: datetime
-    token: uuid.UUID
-    attempt: int = 1  # this claim's attempt (1 = the first delivery)
 
 
 def claim_next_message(actor_id: uuid.UUID | str) -> MessageClaim | None:
@@ -109,42 +107,32 @@ def claim_next_message(actor_id: uuid.UUID | str) -> MessageClaim | None:
         return None
     msg_id, queue, body, created_at, attempt = row
     return MessageClaim(
-        msg_id,
-        uuid.UUID(str(actor_id)),
-        queue,
-        bytes(body),
-        created_at,
-        token,
-        attempt,
+        id=msg_id,
+        actor_id=uuid.UUID(str(actor_id)),
+        token=token,
+        handler=queue,
+        name=queue,
+        scheduled_at=created_at,
+        attempt=attempt,
+        body=bytes(body),
     )
 
 
-class DeliverMessage(Firing):
+class DeliverMessage(Firing[MessageClaim]):
     """Operation: consume a message claim, run its handler, store the reply."""
 
-    def __init__(self, claim: MessageClaim, fired_at: datetime) -> None:
-        super().__init__(
-            f"queue {claim.queue}",
-            kind="message",
-            work_id=claim.id,
-            action=claim.queue,
-            attempt=claim.attempt,
-        )
-        self.claim = claim
-        self.fired_at = fired_at
+    @property
+    def what(self) -> str:
+        """Name the message and its queue."""
+        return f"queue message={self.claim.id} queue={self.claim.handler}"
 
     def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
         """Return the handler of the message's queue."""
-        return definition.queue_handlers.get(self.claim.queue)
+        return definition.queue_handlers.get(self.claim.handler)
 
     def consume(self, invocation: Invocation) -> bool:
         """Mark the message done if our claim still holds it."""
-        claim = self.claim
-        return bool(
-            QueueMessage.objects.filter(
-                pk=claim.id, claim_token=claim.token, status=QueueMessageStatus.RUNNING
-            ).update(status=QueueMessageStatus.DONE)
-        )
+        return bool(self.claim.still_held().update(status=QueueMessageStatus.DONE))
 
     def arguments(self) -> list[Any]:
         """The handler receives the message body."""
@@ -155,6 +143,23 @@ class DeliverMessage(Firing):
         QueueMessage.objects.filter(pk=self.claim.id).update(
             response=cbor_dumps(result, "response"), finished_at=clock.now_datetime()
         )
+
+    def record_error(self, exc: BaseException) -> bool:
+        """Keep the message at the head for its retry, or fail it for good."""
+        claim, spec = self.claim, self.spec
+        retry_at = next_attempt_at(
+            exc, claim.attempt, spec.max_retries if spec else None
+        )
+        error = _wire_error(exc).to_dict()
+        error["detail"] = describe(exc)
+        retry = None if retry_at is None else {"retry_at": clock.to_datetime(retry_at)}
+        with db.atomic():
+            recorded = release_failed(claim, exc, retry, error=error)
+            if recorded:
+                # The next message (now) or this one's retry (later).
+                eta = retry_at
+                db.on_commit(lambda: wake_queue(claim.actor_id, eta), robust=True)
+        return retry_at is None and recorded
 
 
 def _wire_error(exc: BaseException) -> RivetError:
@@ -171,51 +176,7 @@ def _wire_error(exc: BaseException) -> RivetError:
 
 def deliver_claimed_message(claim: MessageClaim) -> Fired:
     """Run the queue handler for one claimed message."""
-    fired_at = clock.now_datetime()
-    operation = DeliverMessage(claim, fired_at)
-
-    def record_error(exc: BaseException) -> bool:
-        spec = operation.spec
-        retry_at = next_attempt_at(
-            exc, claim.attempt, spec.max_retries if spec else None
-        )
-        final = retry_at is None
-        error = _wire_error(exc).to_dict()
-        error["detail"] = describe(exc)
-        fields: dict[str, Any] = {
-            "error": error,
-            "traceback": retries.traceback_text(exc),
-            "claim_token": None,
-            "claimed_at": None,
-        }
-        if retry_at is None:
-            fields.update(
-                status=QueueMessageStatus.FAILED, finished_at=clock.now_datetime()
-            )
-        else:
-            fields.update(
-                status=QueueMessageStatus.PENDING,
-                retry_at=clock.to_datetime(retry_at),
-            )
-        with db.atomic():
-            recorded = QueueMessage.objects.filter(
-                pk=claim.id, claim_token=claim.token, status=QueueMessageStatus.RUNNING
-            ).update(**fields)
-            if recorded:
-                # The next message (now) or this one's retry (later).
-                eta = retry_at
-                db.on_commit(lambda: wake_queue(claim.actor_id, eta), robust=True)
-        return final and bool(recorded)
-
-    return fire(
-        claim.actor_id,
-        operation,
-        fired_by(
-            "queue", claim.id, claim.queue, claim.created_at, fired_at, claim.attempt
-        ),
-        what=f"queue message={claim.id} queue={claim.queue}",
-        on_error=record_error,
-    )
+    return DeliverMessage(claim, clock.now_datetime()).fire()
 
 
 def deliver_queue(

@@ -3,7 +3,8 @@
 A message is stored in the sender's transaction (``ctx.queue.send``) or in an
 invocation of the receiving actor (``handle.send``), which locks the actor so
 the pending-count limit is exact. Delivery runs each handler once, in order,
-through the invocation path (:func:`deliver_queue`), following :mod:`.claims`.
+through the invocation path
+(:func:`~.queue_delivery.deliver_queue`), following :mod:`.claims`.
 
 A sender that waits (``wait=True``) has the queue delivered up to its own
 message right after the commit, in a worker thread of the invocation
@@ -16,9 +17,9 @@ handler, an atomic block) delivers in its own thread instead: its message
 is not committed, so no other thread can see it; ``timeout`` then only
 bounds the polling.
 
-Delivery, retries and failures are :mod:`.queue_delivery` (re-exported
-here). A waiting sender is answered ``{"status": "failed", "error": {...}}``
-as soon as its message failed for good.
+Delivery, retries and failures are :mod:`.queue_delivery`. A waiting
+sender is answered ``{"status": "failed", "error": {...}}`` as soon as its
+message failed for good.
 
 Limits: at most ``MAX_PENDING_MESSAGES`` unprocessed messages per actor and
 ``MAX_MESSAGE_BYTES`` per encoded body, unless the actor class sets
@@ -31,6 +32,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -39,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from .. import observability
+from ..actors.calls import INTERNAL, AuthRequest, Origin
 from ..actors.definition import Actor
-from ..actors.invocation import INTERNAL, AuthRequest, Origin, current_invocation
+from ..actors.invocation import current_invocation
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..actors.spine import executor, invoke
@@ -53,15 +56,7 @@ from ..exceptions import (
     QueueMessageTooLarge,
 )
 from ..models import QueueMessage, QueueMessageStatus, db
-from .queue_delivery import (
-    MessageClaim,
-    claim_next_message,
-    deliver_claimed_message,
-    deliver_due_queues,
-    deliver_queue,
-    retry_messages,
-    wake_queue,
-)
+from .queue_delivery import deliver_queue, wake_queue
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
@@ -72,16 +67,9 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_PENDING_MESSAGES",
     "EnqueueMessage",
-    "MessageClaim",
-    "QueueAPI",
+    "ActorQueue",
     "asend",
-    "claim_next_message",
-    "deliver_claimed_message",
-    "deliver_due_queues",
-    "deliver_queue",
-    "retry_messages",
     "send",
-    "wake_queue",
 ]
 
 MAX_PENDING_MESSAGES = 1000
@@ -158,8 +146,11 @@ class EnqueueMessage:
         return invocation.actor_id, _store(invocation, self.queue, self.data)
 
 
-class QueueAPI:
-    """``ctx.queue``: send to this actor's own queues."""
+class ActorQueue:
+    """``ctx.queue`` (:class:`~django_rivet.actors.services.QueueAPI`).
+
+    Send to this actor's own queues.
+    """
 
     def __init__(self, invocation: Invocation) -> None:
         self._invocation = invocation
@@ -237,28 +228,32 @@ def _wait_for_reply(
     actor_id: uuid.UUID, message_id: int, deadline: float
 ) -> dict[str, Any]:
     """Deliver in a worker thread; stop waiting for it at ``deadline``."""
-    while True:
+
+    def deliver() -> dict[str, Any] | None:
         delivery = executor.submit(_deliver_and_check, actor_id, message_id)
         try:
-            outcome = delivery.result(timeout=max(deadline - time.monotonic(), 0.0))
+            return delivery.result(timeout=max(deadline - time.monotonic(), 0.0))
         except FutureTimeout:
             # The handler is still running: it finishes without us.
             delivery.add_done_callback(_log_late_failure)
             return {"status": "timed_out"}
-        if outcome is not None:
-            return outcome
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return {"status": "timed_out"}
-        time.sleep(min(WAIT_POLL_INTERVAL, remaining))
+
+    return _poll(deliver, deadline)
 
 
 def _wait_inline(
     actor_id: uuid.UUID, message_id: int, deadline: float
 ) -> dict[str, Any]:
     """Deliver in this thread and transaction (the message is not committed)."""
+    return _poll(lambda: _deliver_and_check(actor_id, message_id), deadline)
+
+
+def _poll(
+    deliver: Callable[[], dict[str, Any] | None], deadline: float
+) -> dict[str, Any]:
+    """Call ``deliver`` until it answers, or ``deadline`` passes."""
     while True:
-        outcome = _deliver_and_check(actor_id, message_id)
+        outcome = deliver()
         if outcome is not None:
             return outcome
         remaining = deadline - time.monotonic()

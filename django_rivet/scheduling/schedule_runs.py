@@ -12,28 +12,26 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.models import F, QuerySet
 
 from .. import clock, dispatch
-from ..actors.definition import Actor, HandlerSpec
-from ..encoding import cbor_loads
 from ..models import Schedule, ScheduleStatus, db
-from . import retries
 from .claims import (
     CLAIM_BATCH,
+    Claim,
     Fired,
     Firing,
     claim_transaction,
     describe,
-    fire,
-    fired_by,
     next_attempt_at,
+    release_failed,
     skip_locked,
+    stored_args,
 )
 
 if TYPE_CHECKING:
@@ -56,18 +54,21 @@ def wake_schedule(schedule_id: uuid.UUID | str, run_at: float) -> None:
     dispatch.wake("fire_schedule", [str(schedule_id)], eta=run_at)
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleClaim:
-    """A schedule this process may fire."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleClaim(Claim):
+    """A schedule this process may fire (its action is handler and name)."""
 
-    id: uuid.UUID
-    actor_id: uuid.UUID
-    action: str
+    model = Schedule
+    held: ClassVar[Mapping[str, Any]] = {"status": ScheduleStatus.RUNNING}
+    transport = work = "schedule"
+
     args: bytes
-    run_at: datetime
-    token: uuid.UUID
-    attempt: int = 1  # this claim's attempt (1 = the first run)
     max_retries: int | None = None  # None: follow SCHEDULE_MAX_RETRIES
+
+    @property
+    def work_id(self) -> str:
+        """Return the schedule's id as text."""
+        return str(self.id)
 
 
 def claim_schedules(
@@ -113,41 +114,40 @@ def claim_schedules(
             "id", "actor_id", "action", "args", "run_at", "attempts", "max_retries"
         )
         return [
-            ScheduleClaim(*row[:3], bytes(row[3]), row[4], token, *row[5:])
-            for row in rows
+            ScheduleClaim(
+                id=pk,
+                actor_id=actor_id,
+                token=token,
+                handler=action,
+                name=action,
+                scheduled_at=run_at,
+                attempt=attempt,
+                args=bytes(args),
+                max_retries=max_retries,
+            )
+            for pk, actor_id, action, args, run_at, attempt, max_retries in rows
         ]
 
 
-class FireSchedule(Firing):
+class FireSchedule(Firing[ScheduleClaim]):
     """Operation: consume a schedule claim and run its action."""
 
-    def __init__(self, claim: ScheduleClaim, fired_at: datetime) -> None:
-        super().__init__(
-            f"schedule {claim.action}",
-            kind="schedule",
-            work_id=str(claim.id),
-            action=claim.action,
-            attempt=claim.attempt,
-        )
-        self.claim = claim
-        self.fired_at = fired_at
-
-    def find_handler(self, definition: type[Actor]) -> HandlerSpec | None:
-        """Return the scheduled action."""
-        return definition.actions.get(self.claim.action)
+    @property
+    def what(self) -> str:
+        """Name the schedule and its action."""
+        return f"schedule id={self.claim.id} action={self.claim.handler}"
 
     def consume(self, invocation: Invocation) -> bool:
         """Mark the schedule done if our claim still holds it."""
-        claim = self.claim
         return bool(
-            Schedule.objects.filter(
-                pk=claim.id, claim_token=claim.token, status=ScheduleStatus.RUNNING
-            ).update(status=ScheduleStatus.DONE, fired_at=self.fired_at)
+            self.claim.still_held().update(
+                status=ScheduleStatus.DONE, fired_at=self.fired_at
+            )
         )
 
     def arguments(self) -> list[Any]:
         """Return the arguments stored with the schedule."""
-        return cbor_loads(self.claim.args) if self.claim.args else []
+        return stored_args(self.claim.args)
 
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Record when the action finished."""
@@ -155,61 +155,35 @@ class FireSchedule(Firing):
             finished_at=clock.now_datetime()
         )
 
-
-def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
-    """Fire one claimed schedule through the invocation path."""
-    fired_at = clock.now_datetime()
-
-    def record_error(exc: BaseException) -> bool:
+    def record_error(self, exc: BaseException) -> bool:
+        """Make the schedule pending again at its retry time, or failed."""
+        claim = self.claim
         retry_at = next_attempt_at(exc, claim.attempt, claim.max_retries)
-        final = retry_at is None
-        fields: dict[str, Any] = {
-            "fired_at": fired_at,
-            "error": describe(exc),
-            "traceback": retries.traceback_text(exc),
-            "claim_token": None,
-            "claimed_at": None,
-        }
-        enqueue = retry_at is not None and dispatch.within_eta_horizon(retry_at)
-        if retry_at is None:
-            fields.update(
-                status=ScheduleStatus.FAILED, finished_at=clock.now_datetime()
-            )
-        else:
-            fields.update(
-                status=ScheduleStatus.PENDING,
-                run_at=clock.to_datetime(retry_at),
-                enqueued=enqueue,
-            )
-        wake = retry_at is not None and (enqueue or not dispatch.backend().eta_tasks)
+        retry = None
+        wake = False
+        if retry_at is not None:
+            enqueue = dispatch.within_eta_horizon(retry_at)
+            retry = {"run_at": clock.to_datetime(retry_at), "enqueued": enqueue}
+            wake = enqueue or not dispatch.backend().eta_tasks
         with db.atomic():
-            recorded = Schedule.objects.filter(
-                pk=claim.id, claim_token=claim.token, status=ScheduleStatus.RUNNING
-            ).update(**fields)
+            recorded = release_failed(
+                claim, exc, retry, fired_at=self.fired_at, error=describe(exc)
+            )
             if recorded and retry_at is not None and wake:
                 due = retry_at
                 db.on_commit(lambda: wake_schedule(claim.id, due), robust=True)
-        # A lost claim recorded nothing: whoever took it over decides.
-        return final and bool(recorded)
+        return retry is None and recorded
 
-    def delete() -> None:
+    def forget(self) -> bool:
+        """Delete the schedule: its action is gone."""
+        claim = self.claim
         Schedule.objects.filter(pk=claim.id, claim_token=claim.token).delete()
+        return True
 
-    return fire(
-        claim.actor_id,
-        FireSchedule(claim, fired_at),
-        fired_by(
-            "schedule",
-            str(claim.id),
-            claim.action,
-            claim.run_at,
-            fired_at,
-            claim.attempt,
-        ),
-        what=f"schedule id={claim.id} action={claim.action}",
-        on_error=record_error,
-        on_gone=delete,
-    )
+
+def fire_claimed_schedule(claim: ScheduleClaim) -> Fired:
+    """Fire one claimed schedule through the invocation path."""
+    return FireSchedule(claim, clock.now_datetime()).fire()
 
 
 def fire_schedule(schedule_id: uuid.UUID | str, *, force: bool = False) -> Fired:

@@ -3,7 +3,7 @@
 ``ctx.schedule.after/at`` writes a ``Schedule`` row in the invocation's
 transaction, so a rolled-back action schedules nothing; the dispatch backend
 is woken only after commit. How schedules fire, fail, are retried and are
-run again from ``failed`` is :mod:`.schedule_runs` (re-exported here).
+run again from ``failed`` is :mod:`.schedule_runs`.
 """
 
 from __future__ import annotations
@@ -21,30 +21,15 @@ from ..encoding import cbor_dumps
 from ..exceptions import ActionNotFound, TooManySchedules
 from ..models import Schedule, ScheduleStatus
 from . import retries
-from .schedule_runs import (
-    ScheduleClaim,
-    claim_schedules,
-    fire_claimed_schedule,
-    fire_due_schedules,
-    fire_schedule,
-    retry_schedules,
-    wake_schedule,
-)
+from .schedule_runs import retry_schedules, wake_schedule
 
 if TYPE_CHECKING:
     from ..actors.invocation import Invocation
 
 __all__ = [
     "MAX_PENDING_SCHEDULES",
-    "ScheduleAPI",
-    "ScheduleClaim",
-    "claim_schedules",
+    "ActorSchedules",
     "encode_call",
-    "fire_claimed_schedule",
-    "fire_due_schedules",
-    "fire_schedule",
-    "retry_schedules",
-    "wake_schedule",
 ]
 
 MAX_PENDING_SCHEDULES = 1000
@@ -90,8 +75,11 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
         return None
 
 
-class ScheduleAPI:
-    """One-shot schedules: call an action of this actor later."""
+class ActorSchedules:
+    """``ctx.schedule`` (:class:`~django_rivet.actors.services.ScheduleAPI`).
+
+    One-shot schedules: call an action of this actor later.
+    """
 
     def __init__(self, invocation: Invocation) -> None:
         self._invocation = invocation

@@ -26,8 +26,9 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from ..actors import registry
+from ..actors.calls import Origin
 from ..actors.errors import public_error
-from ..actors.invocation import Operation, Origin
+from ..actors.invocation import Operation
 from ..actors.lanes import ainvoke
 from ..actors.operations import CallAction, EnsureActor, OutputEncoder
 from ..actors.rows import ActorRef, Mode

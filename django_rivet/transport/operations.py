@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.middleware.csrf import CsrfViewMiddleware
 
-from ..actors.invocation import AuthRequest
+from ..actors.calls import AuthRequest
 from ..actors.operations import ACTOR_AUTH
 from ..exceptions import ActionNotFound
 from ..models import Actor as ActorRow

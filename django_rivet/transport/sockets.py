@@ -48,9 +48,9 @@ from channels.exceptions import StopConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
+from ..actors.calls import Origin
 from ..actors.connections import ConnAction, Connect
 from ..actors.errors import public_error
-from ..actors.invocation import Origin
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..conf import rivet_settings

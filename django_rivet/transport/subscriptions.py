@@ -26,8 +26,8 @@ from typing import Any, Protocol
 from channels.db import database_sync_to_async
 
 from ..actors import registry
+from ..actors.calls import Origin
 from ..actors.connections import WILDCARD, Subscribe, save_subscriptions
-from ..actors.invocation import Origin
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
 from ..events import LoggedEvent

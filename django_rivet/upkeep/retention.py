@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 from django.db.models import F, QuerySet, Value, Window
 from django.db.models.functions import Coalesce, RowNumber
@@ -116,25 +116,33 @@ def purge_at(workflow: Workflow) -> datetime | None:
 
 
 # -- what is eligible ------------------------------------------------------------------
+class _Retained(Protocol):
+    """A queryset of rows retention deletes once finished long enough."""
+
+    def none(self) -> Self: ...
+
+    def finished_before(self, when: datetime) -> Self: ...
+
+
+R = TypeVar("R", bound=_Retained)
+
+
+def _finished_before(rows: R, setting: str) -> R:
+    """Return the ``rows`` that finished longer ago than ``setting`` keeps them."""
+    cutoff = _cutoff(setting)
+    return rows.none() if cutoff is None else rows.finished_before(cutoff)
+
+
 def _workflows() -> QuerySet[Workflow]:
-    cutoff = _cutoff("WORKFLOW_RETENTION")
-    if cutoff is None:
-        return Workflow.objects.none()
-    return Workflow.objects.finished_before(cutoff)
+    return _finished_before(Workflow.objects.all(), "WORKFLOW_RETENTION")
 
 
 def _schedules() -> QuerySet[Schedule]:
-    cutoff = _cutoff("SCHEDULE_RETENTION")
-    if cutoff is None:
-        return Schedule.objects.none()
-    return Schedule.objects.finished_before(cutoff)
+    return _finished_before(Schedule.objects.all(), "SCHEDULE_RETENTION")
 
 
 def _queue_messages() -> QuerySet[QueueMessage]:
-    cutoff = _cutoff("QUEUE_RETENTION")
-    if cutoff is None:
-        return QueueMessage.objects.none()
-    return QueueMessage.objects.finished_before(cutoff)
+    return _finished_before(QueueMessage.objects.all(), "QUEUE_RETENTION")
 
 
 def _excess_cron_runs() -> QuerySet[CronRun]:

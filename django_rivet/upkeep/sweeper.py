@@ -47,10 +47,7 @@ logger = logging.getLogger("django_rivet.sweeper")
 __all__ = [
     "STEPS",
     "SweepStep",
-    "enqueue_upcoming",
-    "fire_lost",
     "purge_finished",
-    "recover_stale_claims",
     "steps",
     "sweep",
 ]

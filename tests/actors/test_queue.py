@@ -7,7 +7,7 @@ from django_rivet import ActionNotFound, QueueFull, actors
 from django_rivet.encoding import cbor_dumps
 from django_rivet.exceptions import QueueMessageTooLarge
 from django_rivet.models import QueueMessage, QueueMessageStatus
-from django_rivet.scheduling import claims, queues
+from django_rivet.scheduling import claims, queue_delivery
 from django_rivet.scheduling.queues import MAX_MESSAGE_BYTES, MAX_PENDING_MESSAGES
 from django_rivet.testing import freeze_time, run_due
 
@@ -61,11 +61,11 @@ def test_a_waiting_sender_times_out_while_another_deliverer_holds_the_queue():
     box = actors.get_or_create("mailbox", "busy")
     box.send("jobs", "held")
     # Another process claimed the head of the queue and is still working.
-    held = queues.claim_next_message(box.actor_id)
+    held = queue_delivery.claim_next_message(box.actor_id)
     assert held is not None
     assert box.send("jobs", "mine", wait=True, timeout=0.2) == {"status": "timed_out"}
     assert run_due() == 0  # the head is claimed: nothing may overtake it
-    assert queues.deliver_claimed_message(held) == claims.Fired.OK
+    assert queue_delivery.deliver_claimed_message(held) == claims.Fired.OK
     assert run_due() == 1
     assert seen(box) == ["held", "mine"]
 
@@ -151,6 +151,6 @@ def test_at_most_1000_pending_messages_per_actor():
     with pytest.raises(QueueFull) as refused:
         box.send("jobs", "one too many")
     assert refused.value.qualified_code == "queue/full"
-    assert queues.deliver_queue(box.actor_id, limit=1) == 1
+    assert queue_delivery.deliver_queue(box.actor_id, limit=1) == 1
     box.send("jobs", "room again")
     assert QueueMessage.objects.count() == MAX_PENDING_MESSAGES + 1

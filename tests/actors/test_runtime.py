@@ -27,7 +27,7 @@ from django_rivet import (
     clock,
 )
 from django_rivet.actors import cache, errors, rows, spine
-from django_rivet.actors.invocation import Origin
+from django_rivet.actors.calls import Origin
 from django_rivet.actors.kv import ActorKVStore
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_rivet.encoding import MAX_DEPTH
+from django_rivet.domain import MAX_DEPTH
 from django_rivet.engine import (
     Message,
     SchemaError,

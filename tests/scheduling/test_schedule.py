@@ -15,10 +15,9 @@ from django_rivet import (
     actors,
 )
 from django_rivet.models import CronJob, QueueMessage, Schedule, ScheduleStatus
-from django_rivet.scheduling import claims, schedules
+from django_rivet.scheduling import claims, due, schedule_runs
 from django_rivet.scheduling.schedules import MAX_PENDING_SCHEDULES
 from django_rivet.testing import freeze_time, register_temporarily, run_due
-from django_rivet.upkeep import sweeper
 
 # pg: the PostgreSQL leg runs this module (claims of due schedules (SKIP LOCKED)).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
@@ -246,10 +245,10 @@ def test_duplicate_deliveries_fire_once():
     with freeze_time(START) as clock:
         alarm = actors.get_or_create("alarmClock", "dupes")
         schedule_id = alarm.call("set_alarm", 1, "once")
-        assert schedules.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
+        assert schedule_runs.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
         clock.advance(1)
-        assert schedules.fire_schedule(schedule_id) == claims.Fired.OK
-        assert schedules.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
+        assert schedule_runs.fire_schedule(schedule_id) == claims.Fired.OK
+        assert schedule_runs.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
         assert run_due() == 0
     assert rings(alarm) == ["once"]
 
@@ -260,12 +259,12 @@ def test_a_claim_taken_over_after_its_lease_fires_once():
         alarm.call("set_alarm", 1, "once")
         clock.advance(1)
         # A firer claims the schedule, then stalls past its lease.
-        (stalled,) = schedules.claim_schedules(due_before=clock.datetime())
+        (stalled,) = schedule_runs.claim_schedules(due_before=clock.datetime())
         clock.advance(claims.claim_lease() + 1)
-        assert sweeper.recover_stale_claims() == 1
+        assert due.recover_stale_claims() == 1
         assert run_due() == 1
         # The stalled firer wakes up: its claim is gone, nothing happens.
-        assert schedules.fire_claimed_schedule(stalled) == claims.Fired.LOST
+        assert schedule_runs.fire_claimed_schedule(stalled) == claims.Fired.LOST
     assert rings(alarm) == ["once"]
 
 
@@ -280,9 +279,9 @@ def test_a_pending_schedule_can_be_fired_now_on_demand():
     with freeze_time(START):
         alarm = actors.get_or_create("alarmClock", "force")
         schedule_id = alarm.call("set_alarm", 3600, "early")
-        assert schedules.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
-        assert schedules.fire_schedule(schedule_id, force=True) == claims.Fired.OK
-        assert schedules.fire_schedule(schedule_id, force=True) == (
+        assert schedule_runs.fire_schedule(schedule_id) == claims.Fired.NOT_CLAIMED
+        assert schedule_runs.fire_schedule(schedule_id, force=True) == claims.Fired.OK
+        assert schedule_runs.fire_schedule(schedule_id, force=True) == (
             claims.Fired.NOT_CLAIMED
         )
     assert rings(alarm) == ["early"]

@@ -15,7 +15,8 @@ from django_rivet.models import (
     Schedule,
     ScheduleStatus,
 )
-from django_rivet.scheduling import claims, cron_runs, queues, schedules
+from django_rivet.scheduling import claims, cron_runs, queue_delivery, schedule_runs
+from django_rivet.scheduling.due import enqueue_upcoming, recover_stale_claims
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.upkeep import sweeper
 
@@ -70,22 +71,22 @@ def test_stale_claims_return_to_pending_and_fire_once():
         box.send("jobs", "message")
         clock.advance(10)
         # A worker claims everything, then dies before committing.
-        (schedule_claim,) = schedules.claim_schedules(due_before=clock.datetime())
+        (schedule_claim,) = schedule_runs.claim_schedules(due_before=clock.datetime())
         cron_claim = cron_runs.claim_cron(CronJob.objects.get())
-        message_claim = queues.claim_next_message(box.actor_id)
+        message_claim = queue_delivery.claim_next_message(box.actor_id)
         assert run_due() == 0
         clock.advance(claims.claim_lease() - 10)
-        assert sweeper.recover_stale_claims() == 0
+        assert recover_stale_claims() == 0
         clock.advance(11)
-        assert sweeper.recover_stale_claims() == 3
+        assert recover_stale_claims() == 3
         job = CronJob.objects.get()
         assert job.running is False
         assert job.next_run_at == START + timedelta(seconds=10)  # the lost run
         assert run_due() == 3
         for late in (
-            schedules.fire_claimed_schedule(schedule_claim),
+            schedule_runs.fire_claimed_schedule(schedule_claim),
             cron_runs.fire_claimed_cron(cron_claim),
-            queues.deliver_claimed_message(message_claim),
+            queue_delivery.deliver_claimed_message(message_claim),
         ):
             assert late == claims.Fired.LOST
     assert rings(alarm) == ["alarm"]
@@ -101,10 +102,10 @@ def test_work_entering_the_eta_horizon_gets_one_celery_task(recording_dispatch):
         alarm.call("set_every", "hourly", 3600)
         assert Schedule.objects.get().enqueued is False
         assert CronJob.objects.get().enqueued_for is None
-        assert sweeper.enqueue_upcoming() == 0
+        assert enqueue_upcoming() == 0
         clock.advance(3600 - dispatch.ETA_HORIZON)
-        assert sweeper.enqueue_upcoming() == 2
-        assert sweeper.enqueue_upcoming() == 0
+        assert enqueue_upcoming() == 2
+        assert enqueue_upcoming() == 0
     due = (START + timedelta(hours=1)).timestamp()
     sent = [(job, eta) for job, _args, eta in recording_dispatch.sent]
     assert sorted(sent) == [("fire_schedule", due), ("run_cron", due)]

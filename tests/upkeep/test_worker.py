@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from django_rivet import actors, dispatch, workflows
 from django_rivet.models import CronJob, Schedule, ScheduleStatus
-from django_rivet.scheduling import queues
+from django_rivet.scheduling import queue_delivery
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.upkeep import worker
 from tests.support.polling import wait_for
@@ -186,7 +186,7 @@ def test_rivet_worker_shows_its_log_when_the_project_configured_none(
 def test_worker_does_not_spin_on_due_work_it_cannot_run():
     box = actors.get_or_create("mailbox", "held")
     box.send("jobs", "held elsewhere")
-    assert queues.claim_next_message(box.actor_id) is not None
+    assert queue_delivery.claim_next_message(box.actor_id) is not None
     loop = worker.Worker(poll_interval=1.0)
     assert loop.run_once() == 0
     assert loop._idle_delay() >= worker.MIN_IDLE_DELAY

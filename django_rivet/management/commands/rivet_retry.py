@@ -8,8 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet.models import QueueMessage, Schedule
-from django_rivet.scheduling.queues import retry_messages
-from django_rivet.scheduling.schedules import retry_schedules
+from django_rivet.scheduling.queue_delivery import retry_messages
+from django_rivet.scheduling.schedule_runs import retry_schedules
 
 
 class Command(BaseCommand):

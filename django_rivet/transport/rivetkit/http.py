@@ -37,8 +37,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ... import __version__
 from ...actors import registry
+from ...actors.calls import Origin
 from ...actors.errors import public_error
-from ...actors.invocation import Origin
 from ...actors.lanes import ainvoke
 from ...actors.operations import CallAction, OutputEncoder
 from ...actors.rows import ActorRef

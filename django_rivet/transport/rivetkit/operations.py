@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...actors import registry
-from ...actors.invocation import AuthRequest
+from ...actors.calls import AuthRequest
 from ...exceptions import ActorNotFound, Forbidden
 from ...models import Actor as ActorRow
 

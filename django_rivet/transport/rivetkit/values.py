@@ -34,7 +34,7 @@ from typing import Any
 
 import cbor2
 
-from ...encoding import INT_MAX, INT_MIN
+from ...domain import INT_MAX, INT_MIN
 from ...exceptions import MalformedRequest
 
 __all__ = ["MAX_SAFE_INTEGER", "prepare", "revive"]
