@@ -136,7 +136,7 @@ def _dispatch_follows_the_settings():
 @pytest.fixture(scope="session")
 def redis_url():
     """A real redis-server on loopback for the whole session."""
-    from tests.servers import redis_server
+    from tests.support.servers import redis_server
 
     with redis_server() as url:
         yield url
@@ -146,16 +146,16 @@ def redis_url():
 # Celery tasks sent after commit (schedule wake-ups) go to the test app's
 # broker -- memory:// here -- instead of Celery's default AMQP app, which
 # would try to connect to localhost:5672.
-import tests.celery_app  # noqa: E402, F401
+import tests.support.celery_app  # noqa: E402, F401
 
 
 # -- hostile input (tests/transport/test_hostile.py and test_e2e_hostile.py) --------
 def pytest_terminal_summary(terminalreporter):
     import sys
 
-    if "tests.hostile" not in sys.modules:  # no hostile test was collected
+    if "tests.support.hostile" not in sys.modules:  # no hostile test was collected
         return
-    from tests.hostile import TOTALS
+    from tests.support.hostile import TOTALS
 
     if TOTALS.cases:
         codes = ", ".join(f"{code} {n}" for code, n in sorted(TOTALS.codes.items()))

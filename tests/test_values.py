@@ -5,7 +5,7 @@ the app's own model) and then returns a value outside the domain commits
 nothing and answers ``actor/invalid_output`` -- over HTTP (JSON, CBOR and
 the RivetKit gateway's three encodings), over WebSocket (the own protocol
 and the RivetKit flavour in JSON, CBOR and BARE), through one daphne serving
-``tests.asgi`` (the quickstart's stack), and from ``handle.call``. Writes
+``tests.support.asgi`` (the quickstart's stack), and from ``handle.call``. Writes
 outside the domain are refused where they are made, naming the path.
 """
 
@@ -26,7 +26,11 @@ from hypothesis import strategies as st
 from django_rivet import InvalidArgs, InvalidOutput, InvalidValue, actors
 from django_rivet.models import Actor, ActorEvent, ActorKV, Schedule
 from django_rivet.transport.rivetkit import bare
-from tests.servers import daphne_process, server_env, wait_until_no_connection_rows
+from tests.support.servers import (
+    daphne_process,
+    server_env,
+    wait_until_no_connection_rows,
+)
 from tests.testapp.models import Note
 from tests.transport.test_transport_matrix import open_socket
 

@@ -32,8 +32,14 @@ from django_rivet.actors.errors import public_error
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorKV, Connection
 from django_rivet.testing import RivetCommunicator
-from tests.servers import ROOT, free_port, server_env, stop_process, wait_for_port
 from tests.support.polling import await_for
+from tests.support.servers import (
+    ROOT,
+    free_port,
+    server_env,
+    stop_process,
+    wait_for_port,
+)
 from tests.testapp.models import Note
 
 # pg: the PostgreSQL leg runs this module (locks, lock timeouts, connections and raw
@@ -316,7 +322,7 @@ def test_a_server_without_migrations_says_to_run_migrate(tmp_path):
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "tests.asgi:application"],
+             "tests.support.asgi:application"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
@@ -428,15 +434,15 @@ def test_bad_state_and_lock_limits_are_e004(rivet):
 # -- a router sending django-rivet to its own database -------------------------------
 @pytest.mark.django_db(transaction=False)
 def test_routed_to_another_database_everything_stays_there():
-    """tests/router_scenario.py in a pytest of its own (two databases)."""
+    """tests/support/router_scenario.py in a pytest of its own (two databases)."""
     env = {
         name: value
         for name, value in server_env().items()
         if name not in ("RIVET_SERVER_DB_NAME", "DJANGO_SETTINGS_MODULE")
     }
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--ds", "tests.router_settings",
-         "tests/router_scenario.py"],
+        [sys.executable, "-m", "pytest", "-q", "--ds", "tests.settings.router",
+         "tests/support/router_scenario.py"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

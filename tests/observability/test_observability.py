@@ -32,7 +32,7 @@ from django_rivet.testing import (  # noqa: E402
     run_due,
     run_until_idle,
 )
-from tests.otel import as_dict, memory_exporter  # noqa: E402
+from tests.support.otel import as_dict, memory_exporter  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +43,7 @@ TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 @pytest.fixture
 def spans():
-    """The spans this test ends, as dicts (tests/otel.py)."""
+    """The spans this test ends, as dicts (tests/support/otel.py)."""
     exporter, processor = memory_exporter()
     exporter.clear()
     processor.armed = True

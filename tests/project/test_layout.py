@@ -11,7 +11,7 @@ import ast
 
 import grimp
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 PACKAGE = ROOT / "django_rivet"
 MAX_LINES = 500

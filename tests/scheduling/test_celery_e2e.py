@@ -16,10 +16,10 @@ import redis
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Schedule, ScheduleStatus
-from tests.celery_app import app
-from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.support.celery_app import app
 from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
+from tests.support.servers import celery_broker, celery_worker, kill9, server_env
 
 # Several worker processes on one database: PostgreSQL only.
 pytestmark = [*SEVERAL_PROCESSES, pytest.mark.django_db(transaction=True)]

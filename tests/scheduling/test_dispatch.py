@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 SCRIPT = textwrap.dedent(
     """

@@ -21,7 +21,7 @@ from websockets.sync.client import connect as ws_connect
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Connection
-from tests.servers import daphne_server, server_env
+from tests.support.servers import daphne_server, server_env
 from tests.testapp.models import Note
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]

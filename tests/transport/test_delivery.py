@@ -28,7 +28,7 @@ from django_rivet.testing import RivetCommunicator
 from django_rivet.transport import consumer as consumer_module
 from django_rivet.transport import feeds
 from django_rivet.transport.heartbeat import heartbeat
-from tests.servers import wait_until_no_connection_rows
+from tests.support.servers import wait_until_no_connection_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -262,7 +262,7 @@ def layer_errors(caplog):
 
 
 def test_publishing_to_a_failing_layer_logs_one_error_and_the_recovery(caplog):
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     down = {
         "default": {

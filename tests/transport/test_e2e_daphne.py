@@ -1,6 +1,6 @@
 """End to end: a real daphne process, driven by the Python client.
 
-HTTP and WebSocket go over real sockets to ``daphne tests.asgi:application``
+HTTP and WebSocket go over real sockets to ``daphne tests.support.asgi:application``
 running against the test database; nothing is mocked.
 """
 
@@ -20,7 +20,8 @@ from django_rivet import (
 )
 from django_rivet.client import Client, ConnectionLost
 from django_rivet.exceptions import EventLogTruncated, InternalError
-from tests.servers import (
+from tests.support.polling import await_for
+from tests.support.servers import (
     daphne_process,
     daphne_server,
     free_port,
@@ -28,7 +29,6 @@ from tests.servers import (
     server_env,
     wait_until_no_connection_rows,
 )
-from tests.support.polling import await_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

@@ -1,7 +1,7 @@
 """The edges through a real daphne process (issues 12 and 17).
 
 Adversarial bodies, oversized uploads, close codes and oversized frames go
-over real sockets to ``daphne tests.asgi:application`` on loopback; nothing
+over real sockets to ``daphne tests.support.asgi:application`` on loopback; nothing
 is mocked. Bounds on time are generous (a loaded machine), and far below
 what the bugs cost (a 1 MiB colliding-keys body took 56 s).
 """
@@ -22,8 +22,12 @@ from websockets.exceptions import ConnectionClosed
 from django_rivet.client import Client
 from django_rivet.exceptions import RequestTooLarge
 from django_rivet.models import Connection
-from tests.servers import daphne_process, server_env, wait_until_no_connection_rows
 from tests.support.polling import await_for
+from tests.support.servers import (
+    daphne_process,
+    server_env,
+    wait_until_no_connection_rows,
+)
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,9 @@ import redis
 
 from django_rivet import workflows
 from django_rivet.models import Workflow
-from tests.servers import (
+from tests.support.database import SEVERAL_PROCESSES
+from tests.support.polling import wait_for
+from tests.support.servers import (
     PYTHON,
     ROOT,
     celery_broker,
@@ -27,8 +29,6 @@ from tests.servers import (
     server_env,
     stop_process,
 )
-from tests.support.database import SEVERAL_PROCESSES
-from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
 # Several worker processes on one database: PostgreSQL only.
@@ -47,10 +47,10 @@ def broker(redis_url):
 
 @pytest.fixture
 def env(redis_url):
-    # Short leases and sweeps (tests/workflow_settings.py).
+    # Short leases and sweeps (tests/settings/workflow.py).
     return server_env(
         RIVET_TEST_REDIS_URL=redis_url,
-        DJANGO_SETTINGS_MODULE="tests.workflow_settings",
+        DJANGO_SETTINGS_MODULE="tests.settings.workflow",
     )
 
 
@@ -58,7 +58,7 @@ def env(redis_url):
 def celery_beat(env, folder):
     """Run ``celery beat`` (the sweep) alone; stop it by pid on exit."""
     proc = subprocess.Popen(
-        [PYTHON, "-m", "celery", "-A", "tests.celery_app", "beat",
+        [PYTHON, "-m", "celery", "-A", "tests.support.celery_app", "beat",
          "-s", str(folder / "beat-schedule"), "--loglevel", "WARNING"],
         cwd=ROOT,
         env=env,

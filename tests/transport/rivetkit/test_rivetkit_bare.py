@@ -16,7 +16,7 @@ import pytest
 from django_rivet.exceptions import MalformedRequest, UserError
 from django_rivet.transport.rivetkit import bare, protocol
 from django_rivet.transport.rivetkit.protocol import ActionCall, Subscription
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 FIXTURE = ROOT / "tests" / "rivetkit" / "fixtures" / "traffic.json"
 TRAFFIC = json.loads(FIXTURE.read_text())["traffic"]

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.rivetkit_node import SCRIPTS, install_rivetkit, run_node
-from tests.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
 from tests.support.browser import chromium, needs_chromium
+from tests.support.rivetkit_node import SCRIPTS, install_rivetkit, run_node
+from tests.support.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
 
 pytestmark = pytest.mark.servers
 EXAMPLE = ROOT / "example_project"

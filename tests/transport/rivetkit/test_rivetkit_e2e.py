@@ -2,8 +2,8 @@
 
 ``rivetkit`` is installed from npm at the pinned versions (the one
 ``@rivetkit/react`` pins and the newest 2.3.x; cached per machine, see
-tests/rivetkit_node.py) and its node scripts in tests/rivetkit/ drive a
-daphne serving tests.asgi, in each encoding. The scripts assert what the
+tests/support/rivetkit_node.py) and its node scripts in tests/rivetkit/ drive a
+daphne serving tests.support.asgi, in each encoding. The scripts assert what the
 client sees; these tests also check what the server stored.
 """
 
@@ -17,7 +17,8 @@ import pytest
 
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Connection
-from tests.rivetkit_node import (
+from tests.support.polling import wait_for
+from tests.support.rivetkit_node import (
     SCRIPTS,
     VERSIONS,
     install_rivetkit,
@@ -25,7 +26,6 @@ from tests.rivetkit_node import (
     restartable_daphne,
     run_node,
 )
-from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

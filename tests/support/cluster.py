@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
 from tests.support.polling import wait_for
+from tests.support.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
 
-SETTINGS = "tests.load_settings"
+SETTINGS = "tests.settings.load"
 
 
 def _as_postgres(args: list[str]) -> list[str]:
@@ -143,7 +143,7 @@ class Web:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
             [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "tests.asgi:application"],
+             "tests.support.asgi:application"],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
@@ -249,10 +249,10 @@ class Cluster:
         return int(self.sql("SELECT count(*) FROM django_rivet_connection")[0][0])
 
     def celery(self, *args: str, name: str) -> subprocess.Popen[bytes]:
-        """Start ``celery -A tests.celery_app <args>``; stopped with the cluster."""
+        """Start ``celery -A tests.support.celery_app``; stopped with the cluster."""
         log = open(os.path.join(self.folder, f"celery-{name}.log"), "ab")  # noqa: SIM115
         proc = subprocess.Popen(
-            [PYTHON, "-m", "celery", "-A", "tests.celery_app", *args],
+            [PYTHON, "-m", "celery", "-A", "tests.support.celery_app", *args],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()

@@ -1,7 +1,7 @@
 """Test settings for servers whose spans a test reads (``RIVET_TEST_SPAN_FILE``).
 
 The suite's settings, plus an OpenTelemetry SDK provider exporting every
-span of the process as JSON lines to that file (tests/otel.py).
+span of the process as JSON lines to that file (tests/support/otel.py).
 """
 
 import os
@@ -9,7 +9,7 @@ import os
 from tests.settings import *  # noqa: F403
 
 if os.environ.get("RIVET_TEST_SPAN_FILE"):
-    from tests.otel import export_to_file
+    from tests.support.otel import export_to_file
 
     export_to_file(os.environ["RIVET_TEST_SPAN_FILE"])
 

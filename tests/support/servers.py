@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tests.support.polling import await_for, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
 
@@ -125,7 +125,7 @@ def server_env(**extra: str) -> dict[str, str]:
 def daphne_server(
     env: dict[str, str] | None = None, port: int | None = None
 ) -> Iterator[str]:
-    """Run ``daphne tests.asgi:application``; yield ``http://127.0.0.1:port``."""
+    """Run ``daphne tests.support.asgi:application``; yield ``http://127.0.0.1:port``."""
     port = port or free_port()
     proc = subprocess.Popen(
         [
@@ -136,7 +136,7 @@ def daphne_server(
             "127.0.0.1",
             "-p",
             str(port),
-            "tests.asgi:application",
+            "tests.support.asgi:application",
         ],
         cwd=ROOT,
         env=env or server_env(),
@@ -153,11 +153,11 @@ SERVER_KINDS = ("daphne", "uvicorn")
 
 
 def uvicorn_command(port: int, ws: str = "websockets-sansio") -> list[str]:
-    """The command line of ``uvicorn tests.asgi:application`` on ``port``."""
+    """The command line of ``uvicorn tests.support.asgi:application`` on ``port``."""
     return [
         PYTHON, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
         "--ws", ws, "--lifespan", "off", "--log-level", "warning",
-        "tests.asgi:application",
+        "tests.support.asgi:application",
     ]  # fmt: skip
 
 
@@ -167,7 +167,7 @@ def uvicorn_server(
     port: int | None = None,
     ws: str = "websockets-sansio",
 ) -> Iterator[str]:
-    """Run ``uvicorn tests.asgi:application``; yield ``http://127.0.0.1:port``.
+    """Run ``uvicorn tests.support.asgi:application``; yield ``http://127.0.0.1:port``.
 
     ``ws``: uvicorn's WebSocket implementation (``websockets-sansio``, its
     default, or ``wsproto``).
@@ -187,14 +187,14 @@ def uvicorn_server(
 def asgi_process(
     kind: str, env: dict[str, str] | None = None, log: str | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Run ``tests.asgi`` under ``kind`` (``daphne``, ``uvicorn``, ``uvicorn-wsproto``).
+    """Run ``tests.support.asgi`` under ``kind``: daphne, uvicorn or uvicorn-wsproto.
 
     Yields ``(url, process)``; the process's output goes to ``log`` if given.
     """
     port = free_port()
     if kind == "daphne":
         command = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                   "tests.asgi:application"]  # fmt: skip
+                   "tests.support.asgi:application"]  # fmt: skip
     else:
         ws = "wsproto" if kind.endswith("wsproto") else "websockets-sansio"
         command = uvicorn_command(port, ws)
@@ -233,10 +233,10 @@ def celery_worker(
     concurrency: int = 1,
     name: str = "worker",
 ) -> Iterator[subprocess.Popen]:
-    """Run a Celery worker of ``tests.celery_app`` (``RIVET_TEST_REDIS_URL``)."""
+    """Run a Celery worker of ``tests.support.celery_app`` on RIVET_TEST_REDIS_URL."""
     folder = tempfile.mkdtemp(prefix="rivet-celery-")
     args = [
-        PYTHON, "-m", "celery", "-A", "tests.celery_app", "worker",
+        PYTHON, "-m", "celery", "-A", "tests.support.celery_app", "worker",
         "--pool", pool, "--concurrency", str(concurrency),
         "--without-mingle", "--without-gossip", "--loglevel", "INFO",
         "-n", f"{name}-{os.getpid()}-{time.monotonic_ns()}@%h",
@@ -259,7 +259,7 @@ def daphne_process(
     port = port or free_port()
     proc = subprocess.Popen(
         [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "tests.asgi:application"],
+         "tests.support.asgi:application"],
         cwd=ROOT,
         env=env or server_env(),
     )  # fmt: skip
@@ -273,7 +273,7 @@ def daphne_process(
 @contextlib.contextmanager
 def celery_broker(url: str) -> Iterator[None]:
     """Point this process's Celery app at ``url`` (tasks sent after commit)."""
-    from tests.celery_app import app
+    from tests.support.celery_app import app
 
     def reset_pools() -> None:
         # Connection and producer pools are cached per broker URL.

@@ -1,4 +1,4 @@
-"""Settings of tests/router_scenario.py: django-rivet routed to its own database.
+"""Settings of tests/support/router_scenario.py: django-rivet in its own database.
 
 Two databases, ``default`` (the project's) and ``rivet``; a router sends
 every django_rivet model to ``rivet`` and migrates it only there, so a
@@ -45,4 +45,4 @@ class RivetRouter:
         return db == "default"
 
 
-DATABASE_ROUTERS = ["tests.router_settings.RivetRouter"]
+DATABASE_ROUTERS = ["tests.settings.router.RivetRouter"]

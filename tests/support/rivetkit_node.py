@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ROOT, kill9, server_env, stop_process
 from tests.support.polling import wait_for
+from tests.support.servers import ROOT, kill9, server_env, stop_process
 
 # The version @rivetkit/react 2.3.11 pins, and the newest 2.3.x.
 VERSIONS = ("2.3.11", "2.3.19")
@@ -123,7 +123,7 @@ def last_json_line(output: str) -> dict:
 # -- a daphne that can restart without refusing connections --------------------------
 @dataclass
 class Server:
-    """A daphne process serving ``tests.asgi`` on a socket the test owns."""
+    """A daphne process serving ``tests.support.asgi`` on a socket the test owns."""
 
     url: str
     sock: socket.socket
@@ -139,7 +139,14 @@ class Server:
         """Start daphne on the shared socket and wait until it answers."""
         fd = self.sock.fileno()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "--fd", str(fd), "tests.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "--fd",
+                str(fd),
+                "tests.support.asgi:application",
+            ],
             cwd=ROOT,
             env=self.env,
             pass_fds=(fd,),
@@ -173,7 +180,7 @@ def restartable_daphne(**extra_env: str) -> Iterator[Server]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    env = server_env(DJANGO_SETTINGS_MODULE="tests.rivetkit_settings", **extra_env)
+    env = server_env(DJANGO_SETTINGS_MODULE="tests.settings.rivetkit", **extra_env)
     server = Server(f"http://127.0.0.1:{sock.getsockname()[1]}", sock, env)
     try:
         server.start()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-BASE_DIR = Path(__file__).resolve().parent
+BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
@@ -41,8 +41,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 
-ROOT_URLCONF = "tests.urls"
-ASGI_APPLICATION = "tests.asgi.application"
+ROOT_URLCONF = "tests.support.urls"
+ASGI_APPLICATION = "tests.support.asgi.application"
 STATIC_URL = "/static/"
 
 TEMPLATES = [

@@ -18,7 +18,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
-import tests.celery_app  # noqa: E402, F401
+import tests.support.celery_app  # noqa: E402, F401
 from django_rivet.routing import (  # noqa: E402
     BodyLimitMiddleware,
     websocket_urlpatterns,

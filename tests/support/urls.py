@@ -11,7 +11,7 @@ urlpatterns = [
 from django.contrib.staticfiles.views import serve as _serve_static  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from tests import e2e_views  # noqa: E402
+from tests.support import e2e_views  # noqa: E402
 
 urlpatterns += [
     path("rivet-test/browser/", e2e_views.browser_page),

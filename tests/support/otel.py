@@ -4,7 +4,7 @@ In the pytest process, one tracer provider (set once: OpenTelemetry allows
 that per process) records spans in memory only while a test holds the
 ``spans`` fixture, so the rest of the suite neither fills memory nor pays
 more than span creation. In servers started by the tests,
-``tests.otel_settings`` exports every span as one JSON line to the file
+``tests.settings.otel`` exports every span as one JSON line to the file
 named by ``RIVET_TEST_SPAN_FILE``, which the test reads back.
 """
 
