@@ -1,4 +1,4 @@
-"""Run by tests/actors/test_database.py in a pytest of its own (tests.settings.router).
+"""Run by tests/models/test_db.py in a pytest of its own (tests.settings.router).
 
 django-rivet's models are routed to the ``rivet`` database; the ``default``
 database has none of their tables. Every part of the runtime that runs raw

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 
-from django_rivet import Actor, action, actors, clock, workflows
+from django_rivet import Actor, WorkflowInboxFull, action, actors, clock, workflows
 from django_rivet.engine import (
     ChildWorkflowError,
     WorkflowCancelled,
@@ -30,6 +30,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
+from django_rivet.workflows import operations as workflow_operations
 from tests.testapp.models import StepRow
 
 # pg: the PostgreSQL leg runs this module (JSON-field lookups (filter by wait),
@@ -345,3 +346,17 @@ def test_a_failed_steps_traceback_is_in_history_and_in_the_log(caplog):
     assert record.levelno == logging.WARNING
     assert "workflow=ratio step=ratio attempt=1" in record.getMessage()
     assert "return 1 / input.get" in caplog.text  # the traceback is printed
+
+
+# -- inboxes --------------------------------------------------------------------------
+def test_a_workflow_inbox_is_bounded(monkeypatch):
+    monkeypatch.setattr(workflow_operations, "MAX_INBOX_MESSAGES", 5)
+    handle = workflows.start("approval", {}, id="inbox-bound")
+    run_until_idle(handle)
+    for n in range(5):
+        handle.send("noise", n)
+    with pytest.raises(WorkflowInboxFull) as info:
+        handle.send("noise", 5)
+    assert info.value.qualified_code == "workflow/inbox_full"
+    # The refused message was not stored.
+    assert WorkflowMessage.objects.filter(workflow_id="inbox-bound").count() == 5

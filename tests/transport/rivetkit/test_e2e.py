@@ -91,7 +91,7 @@ def test_capture_of_client_traffic_matches_the_fixtures(server, modules):
     """Re-record the client's bytes: they must be the committed fixtures."""
     from collections import Counter
 
-    from tests.transport.rivetkit.test_rivetkit_bare import TRAFFIC
+    from tests.transport.rivetkit.test_bare import TRAFFIC
 
     proc = run_node(
         "capture.mjs", server.endpoint, uuid.uuid4().hex[:12], modules=modules

@@ -1,7 +1,7 @@
 """The RivetKit WebSocket flavour through channels' WebsocketCommunicator.
 
 What daphne hides: close reasons (daphne 4 drops them; uvicorn sends them)
-and the exact frames. The real client over daphne is in test_rivetkit_e2e.py.
+and the exact frames. The real client over daphne is in test_e2e.py.
 """
 
 import json

@@ -1,12 +1,12 @@
 """The workflow side of the admin inspector: decoded, read-only, actions."""
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from django_rivet import workflows
 from django_rivet.models import Workflow, WorkflowMessage
 from django_rivet.testing import run_until_idle
+from tests.support.admin import log_in_staff
 from tests.testapp.models import StepRow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -14,25 +14,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CHANGELIST = "admin:django_rivet_workflow_changelist"
 
 
-def staff(client, *codenames):
-    user = User.objects.create_user("staff", password="pw", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="django_rivet", codename__in=codenames
-        )
-    )
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def viewer(client):
-    return staff(client, "view_workflow", "view_workflowmessage")
-
-
 @pytest.fixture
 def operator(client):
-    return staff(client, "view_workflow", "change_workflow")
+    return log_in_staff(client, "view_workflow", "change_workflow")
 
 
 def act(client, action, *ids, **extra):

@@ -2,7 +2,7 @@
 
 Everything here runs in-process on the virtual clock (``run_due`` is what the
 worker loop and ``rivet_worker`` run); the real Celery worker tests are in
-``test_workflow_celery.py``.
+``test_celery.py``.
 """
 
 from __future__ import annotations

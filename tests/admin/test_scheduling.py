@@ -1,86 +1,81 @@
-"""The admin inspector: read-only, decoded, staff only, actions via the runtime."""
+"""The admin for schedules, cron jobs and queue messages.
+
+Decoded arguments and histories; failed work with its traceback and "Retry
+now"; "Fire now" through the scheduler. Every action is permission-checked.
+"""
+
+from datetime import UTC, datetime
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_rivet import actors
-from django_rivet.actors.kv import ActorKVStore
 from django_rivet.models import Actor as ActorRow
+from django_rivet.models import (
+    QueueMessage,
+    QueueMessageStatus,
+    Schedule,
+    ScheduleStatus,
+)
+from django_rivet.testing import freeze_time, run_due
+from tests.support.admin import act
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-
-@pytest.fixture
-def counter():
-    handle = actors.get_or_create("counter", ["acme", "admin"])
-    handle.call("increment", 41)
-    ActorKVStore(handle.actor_id).put("profile", {"name": "Ann"})
-    ActorKVStore(handle.actor_id).put(b"\xff\x00", b"raw", codec="raw")
-    return handle
+START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def viewer(client):
-    user = User.objects.create_user("viewer", password="pw", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="django_rivet", codename__startswith="view_"
-        )
-    )
-    client.force_login(user)
-    return client
+@pytest.fixture(autouse=True)
+def no_retries(settings):
+    settings.RIVET = {"SCHEDULE_MAX_RETRIES": 0}
 
 
-def test_staff_sees_state_decoded_as_json(viewer, counter):
-    url = reverse("admin:django_rivet_actor_change", args=[counter.actor_id])
-    page = viewer.get(url).content.decode()
-    assert "&quot;count&quot;: 41" in page
-    assert "acme" in page
+def failed_work():
+    with freeze_time(START) as clock:
+        alarm = actors.get_or_create("alarmClock", "admin-failed")
+        schedule_id = alarm.call("schedule_call", 1, "boom")
+        box = actors.get_or_create("mailbox", "admin-failed")
+        box.send("jobs", "crash")
+        clock.advance(1)
+        run_due()
+    return schedule_id, QueueMessage.objects.get().pk
 
 
-def test_kv_values_and_binary_keys_are_shown(viewer, counter):
-    page = viewer.get(reverse("admin:django_rivet_actorkv_changelist")).content.decode()
-    assert "profile" in page
-    assert "0xff00" in page
+def test_failed_schedules_show_their_error_and_traceback_and_can_be_retried(root):
+    schedule_id, _ = failed_work()
+    listing = root.get(
+        reverse("admin:django_rivet_schedule_changelist") + "?status__exact=failed"
+    ).content.decode()
+    assert "RuntimeError: boom on purpose" in listing
+    page = root.get(
+        reverse("admin:django_rivet_schedule_change", args=[schedule_id])
+    ).content.decode()
+    assert "<pre>Traceback (most recent call last):" in page
+    response = act(root, "schedule", "retry_now", [schedule_id])
+    assert "Retrying 1; 0 not failed." in response.content.decode()
+    row = Schedule.objects.get(pk=schedule_id)
+    assert (row.status, row.attempts, row.traceback) == (ScheduleStatus.PENDING, 0, "")
 
 
-def test_runtime_records_are_read_only(viewer, counter):
-    assert viewer.get(reverse("admin:django_rivet_actor_add")).status_code == 403
-    url = reverse("admin:django_rivet_actor_change", args=[counter.actor_id])
-    viewer.post(url, {"name": "hacked"})
-    assert ActorRow.objects.get(pk=counter.actor_id).name == "counter"
-    delete = reverse("admin:django_rivet_actor_delete", args=[counter.actor_id])
-    assert viewer.post(delete, {"post": "yes"}).status_code == 403
-    assert ActorRow.objects.filter(pk=counter.actor_id).exists()
+def test_failed_messages_show_their_traceback_and_can_be_retried(root):
+    _, message_id = failed_work()
+    page = root.get(
+        reverse("admin:django_rivet_queuemessage_change", args=[message_id])
+    ).content.decode()
+    assert "RuntimeError: secret detail" in page  # the detail, server-side only
+    assert "<pre>Traceback" in page
+    response = act(root, "queuemessage", "retry_now", [message_id])
+    assert "Retrying 1; 0 not failed." in response.content.decode()
+    assert QueueMessage.objects.get().status == QueueMessageStatus.PENDING
 
 
-def test_non_staff_users_are_sent_to_login(client, counter):
-    user = User.objects.create_user("plain", password="pw")
-    client.force_login(user)
-    response = client.get(reverse("admin:django_rivet_actor_changelist"))
-    assert response.status_code == 302
-    assert "/login/" in response["Location"]
-
-
-def test_destroy_action_goes_through_the_runtime(client, counter):
-    admin_user = User.objects.create_superuser("root", password="pw")
-    client.force_login(admin_user)
-    response = client.post(
-        reverse("admin:django_rivet_actor_changelist"),
-        {"action": "destroy_actors", "_selected_action": [str(counter.actor_id)]},
-        follow=True,
-    )
-    assert "Destroyed 1 actor(s)." in response.content.decode()
-    assert not ActorRow.objects.exists()
-
-
-def test_viewers_cannot_destroy(viewer, counter):
-    viewer.post(
-        reverse("admin:django_rivet_actor_changelist"),
-        {"action": "destroy_actors", "_selected_action": [str(counter.actor_id)]},
-    )
-    assert ActorRow.objects.filter(pk=counter.actor_id).exists()
+def test_viewers_see_failed_work_but_cannot_retry_it(viewer):
+    schedule_id, message_id = failed_work()
+    act(viewer, "schedule", "retry_now", [schedule_id])
+    act(viewer, "queuemessage", "retry_now", [message_id])
+    assert Schedule.objects.get().status == ScheduleStatus.FAILED
+    assert QueueMessage.objects.get().status == QueueMessageStatus.FAILED
 
 
 # -- schedules, cron and queues ---------------------------------------------------

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_rivet import actors, workflows
+from django_rivet.models import Actor
 from django_rivet.testing import run_until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,3 +72,18 @@ def test_unknown_ids_are_command_errors(world):
         inspect("actor", "counter", "nobody")
     with pytest.raises(CommandError):
         inspect("workflow")
+
+
+@pytest.mark.pg
+def test_rivet_inspect_does_not_print_terminal_escapes_from_stored_values():
+    counter = actors.get_or_create("counter", ["\x1b[31mred", "\x9b2J"])
+    counter.call("increment", 1)
+    Actor.objects.filter(pk=counter.actor_id).update(name="counter")
+    out = StringIO()
+    call_command("rivet_inspect", "actor", str(counter.actor_id), stdout=out)
+    call_command("rivet_inspect", "actors", stdout=out)
+    call_command("rivet_inspect", "actors", "--json", stdout=out)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x9b" not in text
+    # Still shown, escaped.
+    assert "\\u001b[31mred" in text

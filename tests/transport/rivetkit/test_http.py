@@ -1,11 +1,12 @@
 """The RivetKit-client HTTP endpoints in process: REST API, gateway, CORS.
 
-The node tests (test_rivetkit_e2e.py) show the real client works; these pin
+The node tests (test_e2e.py) show the real client works; these pin
 the edges it does not reach: limits, refusals, CORS, DELETE, the check.
 """
 
 import base64
 import json
+import logging
 import uuid
 
 import cbor2
@@ -331,3 +332,34 @@ def test_a_string_instead_of_a_list_fails_the_check():
 )
 def test_key_strings_round_trip(key):
     assert parse_key(serialize_key(key)) == key
+
+
+# -- what the gateway logs and tells a caller who holds only an actor id -------------
+def post(path, body="{}", **extra):
+    return Client().post(path, body, content_type="application/json", **extra)
+
+
+@pytest.mark.pg
+def test_a_gateway_token_in_the_path_is_not_logged(caplog):
+    room = actors.get_or_create("chatRoom", "private")
+    caplog.set_level(logging.INFO)
+    response = post(
+        f"/rivet/gateway/{room.actor_id}@not-the-secret/action/history",
+        '{"args": []}',
+        headers={"x-rivet-encoding": "json"},
+    )
+    assert response.status_code == 403
+    assert "not-the-secret" not in caplog.text
+    assert "@***" in caplog.text
+
+
+@pytest.mark.pg
+def test_an_answer_by_actor_id_does_not_name_the_class():
+    room = actors.get_or_create("chatRoom", "private")
+    response = post(
+        f"/rivet/gateway/{room.actor_id}/action/nope",
+        '{"args": []}',
+        headers={"x-rivet-encoding": "json"},
+    )
+    assert response.status_code == 404
+    assert "chatRoom" not in response.content.decode()
