@@ -1,4 +1,4 @@
-"""Actor queues (SPEC 3.7): FIFO per actor, once each, replies for waiting senders."""
+"""Actor queues: FIFO per actor, each message handled once, replies to senders."""
 
 import pytest
 from django.test import override_settings

@@ -1,4 +1,4 @@
-"""The WebSocket protocol (SPEC 4.2) through channels' WebsocketCommunicator.
+"""django-rivet's WebSocket protocol through channels' WebsocketCommunicator.
 
 The consumer, the runtime and the database are real; only the socket is the
 in-memory communicator. End-to-end runs over daphne live in test_e2e_*.py.

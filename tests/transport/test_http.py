@@ -1,4 +1,4 @@
-"""The HTTP routes of SPEC 4.1 through Django's test client (async views)."""
+"""The HTTP routes (actors, actions, raw requests, queues) through Django's Client."""
 
 import json
 import uuid
