@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django_rivet.crontab import next_cron_time, next_every_time
+from tests.support.clock import START
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 PARIS = ZoneInfo("Europe/Paris")
 
 

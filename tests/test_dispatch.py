@@ -6,15 +6,12 @@ published task. Every socket connection the process attempts is recorded
 with an audit hook.
 """
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.support.servers import ROOT
+from tests.support.servers import ROOT, run_python
 
 SCRIPT = textwrap.dedent(
     """
@@ -70,15 +67,7 @@ def test_without_a_broker_scheduling_publishes_nothing_and_w004_says_so(
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
     if with_celery_app:
         env["WITH_CELERY_APP"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_python(SCRIPT, env)
     assert report["backend"] == "none"
     assert "rivet.W004" in report["checks"]
     assert report["connects"] == []  # no broker connection was even tried

@@ -29,6 +29,7 @@ from django_rivet.testing import RivetCommunicator
 from tests.support.polling import await_for
 from tests.support.servers import (
     ROOT,
+    daphne_command,
     free_port,
     server_env,
     stop_process,
@@ -264,8 +265,7 @@ def test_a_server_without_migrations_says_to_run_migrate(tmp_path):
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "tests.support.asgi:application"],
+            daphne_command(port),
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:

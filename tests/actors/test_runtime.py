@@ -3,7 +3,6 @@
 import asyncio
 import datetime
 import re
-import threading
 import time
 import zoneinfo
 
@@ -36,6 +35,7 @@ from django_rivet.exceptions import InvalidKey, ReentrantCall
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent, db
 from django_rivet.testing import freeze_time, register_temporarily, reset_actor_cache
+from tests.support.threads import in_threads
 from tests.testapp.models import Note
 
 # pg: the PostgreSQL leg runs this module (the invocation spine: row locks, raw SQL,
@@ -612,30 +612,17 @@ def test_rolled_back_state_is_never_reused_by_the_next_invocation():
 
 
 def test_invocations_from_many_threads_keep_one_cache_consistent():
-    from django.db import connections
-
     counter = actors.get_or_create("counter", "mt")
-    errors = []
 
     def work():
-        try:
-            for i in range(20):
-                if i % 5 == 0:
-                    with pytest.raises(RuntimeError):
-                        counter.call("crash")
-                else:
-                    counter.call("increment")
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for i in range(20):
+            if i % 5 == 0:
+                with pytest.raises(RuntimeError):
+                    counter.call("crash")
+            else:
+                counter.call("increment")
 
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert in_threads(work, 3) == []
     assert counter.call("getCount") == 48
 
 

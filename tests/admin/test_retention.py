@@ -9,7 +9,8 @@ from django.urls import reverse
 
 from django_rivet import actors, workflows
 from django_rivet.testing import freeze_time, run_until_idle
-from tests.upkeep.test_retention import HOUR, START, finished_workflow, rivet, tick
+from tests.support.clock import START
+from tests.upkeep.test_retention import HOUR, finished_workflow, rivet, tick
 
 # pg: the PostgreSQL leg runs this module (the counts use the retention's
 # window functions).

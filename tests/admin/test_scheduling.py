@@ -4,8 +4,6 @@ Decoded arguments and histories; failed work with its traceback and "Retry
 now"; "Fire now" through the scheduler. Every action is permission-checked.
 """
 
-from datetime import UTC, datetime
-
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
@@ -20,10 +18,9 @@ from django_rivet.models import (
 )
 from django_rivet.testing import freeze_time, run_due
 from tests.support.admin import act
+from tests.support.clock import START
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,6 @@ workflows can be paused, resumed and run now. Every action is
 permission-checked.
 """
 
-from datetime import UTC, datetime
-
 import pytest
 from django.test import override_settings
 from django.urls import reverse
@@ -17,10 +15,9 @@ from django_rivet.testing import freeze_time
 from django_rivet.workflows import queues, workflow
 from django_rivet.workflows.registry import register_temporarily
 from tests.support.admin import act
+from tests.support.clock import START
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,6 @@ import os
 
 import httpx
 import pytest
-import redis
 
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("prometheus_client")
@@ -21,7 +20,6 @@ from django_rivet.models import Workflow  # noqa: E402
 from tests.support.otel import read_spans  # noqa: E402
 from tests.support.polling import wait_for  # noqa: E402
 from tests.support.servers import (  # noqa: E402
-    celery_broker,
     celery_worker,
     daphne_server,
     server_env,
@@ -32,16 +30,6 @@ pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-@pytest.fixture
-def broker(redis_url):
-    """A clean Redis as this process's and the servers' broker."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    with celery_broker(redis_url):
-        yield client
-    client.close()
 
 
 def call(base, name, action, *args, key="k", headers=None):

@@ -11,7 +11,6 @@ with generous deadlines.
 
 import contextlib
 import json
-import subprocess
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -31,12 +30,10 @@ from tests.support.celery_app import app
 from tests.support.database import SEVERAL_PROCESSES, module_database
 from tests.support.polling import wait_for
 from tests.support.servers import (
-    PYTHON,
-    ROOT,
+    celery_beat,
     celery_broker,
     celery_worker,
     server_env,
-    stop_process,
 )
 from tests.testapp.models import StepRow
 
@@ -163,21 +160,6 @@ def test_a_rate_limited_queue_starts_at_most_2_per_second(recorded):
         window = [s for s in starts if start - timedelta(seconds=1) < s <= start]
         assert len(window) <= 2
     assert starts[-1] - starts[0] >= timedelta(seconds=2)
-
-
-@contextlib.contextmanager
-def celery_beat(env, schedule_file):
-    """Run ``celery beat`` (the sweep every second) alone; stop it by pid."""
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "celery", "-A", "tests.support.celery_app", "beat",
-         "-s", str(schedule_file), "--loglevel", "WARNING"],
-        cwd=ROOT,
-        env=env,
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        stop_process(proc)
 
 
 def test_a_scheduled_workflow_starts_once_per_tick_with_two_beats(

@@ -11,7 +11,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis
 
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
@@ -33,16 +32,6 @@ def rings(actor_id):
 def done(*schedule_ids):
     fired = Schedule.objects.filter(pk__in=schedule_ids, status=ScheduleStatus.DONE)
     return fired.count() == len(schedule_ids)
-
-
-@pytest.fixture
-def broker(redis_url):
-    """A clean Redis as this process's and the workers' broker."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    with celery_broker(redis_url):
-        yield client
-    client.close()
 
 
 def wait_until_consuming(client):

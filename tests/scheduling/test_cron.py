@@ -1,4 +1,9 @@
-"""Recurring jobs (SPEC 3.6): ctx.cron, cron expressions, anchored intervals."""
+"""Recurring jobs of an actor: ctx.cron by expression or interval, runs, history.
+
+Firing in the job's zone, coalescing missed runs, skipping runs that fall due
+while one runs, and refusing bad definitions; the rules of the expressions
+themselves (zones, DST, anchored intervals) are in tests/test_crontab.py.
+"""
 
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -10,11 +15,11 @@ from django_rivet import Actor, InvalidCron, action, actors
 from django_rivet.models import CronJob, CronRun
 from django_rivet.scheduling import claims, cron_runs
 from django_rivet.testing import freeze_time, register_temporarily, run_due
+from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (claims of due cron runs (SKIP LOCKED)).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 PARIS = ZoneInfo("Europe/Paris")
 
 

@@ -1,6 +1,6 @@
-"""One-shot schedules (SPEC 3.6): ctx.schedule, firing, exactly once in effect."""
+"""One-shot schedules: ctx.schedule, firing when due, exactly once in effect."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
@@ -19,11 +19,10 @@ from django_rivet.scheduling import claims, schedules
 from django_rivet.scheduling.schedules import MAX_PENDING_SCHEDULES
 from django_rivet.testing import freeze_time, register_temporarily, run_due
 from django_rivet.upkeep import sweeper
+from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (claims of due schedules (SKIP LOCKED)).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
-
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 def rings(handle):

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.polling import wait_for
-from tests.support.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
+from tests.support.servers import (
+    PYTHON,
+    ROOT,
+    daphne_command,
+    free_port,
+    stop_process,
+    wait_for_port,
+)
 
 SETTINGS = "tests.settings.load"
 
@@ -142,8 +149,7 @@ class Web:
         """Start daphne on this web's port and wait until it listens."""
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "tests.support.asgi:application"],
+            daphne_command(self.port),
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()

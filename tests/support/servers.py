@@ -7,6 +7,7 @@ stopped by pid when the block exits, even when the test fails.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.support.polling import await_for, wait_for
 
@@ -106,6 +108,19 @@ def redis_server() -> Iterator[str]:
         )
 
 
+def run_python(code: str, env: dict[str, str], timeout: float = 120) -> Any:
+    """Run ``python -c code`` in a fresh process; return its last line, as JSON.
+
+    For what only a fresh process shows (imports, settings read at start-up):
+    the script prints a JSON report last.
+    """
+    done = subprocess.run(
+        [PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def server_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess server sharing this test's database."""
     from django.db import connection
@@ -126,26 +141,8 @@ def daphne_server(
     env: dict[str, str] | None = None, port: int | None = None
 ) -> Iterator[str]:
     """Run ``daphne tests.support.asgi:application``; yield ``http://127.0.0.1:port``."""
-    port = port or free_port()
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "tests.support.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env or server_env(),
-    )
-    try:
-        wait_for_port(port, proc=proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process(proc)
+    with daphne_process(env, port) as (url, _proc):
+        yield url
 
 
 # The servers (and WebSocket implementations) docs/production.md supports.
@@ -193,8 +190,7 @@ def asgi_process(
     """
     port = free_port()
     if kind == "daphne":
-        command = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                   "tests.support.asgi:application"]  # fmt: skip
+        command = daphne_command(port)
     else:
         ws = "wsproto" if kind.endswith("wsproto") else "websockets-sansio"
         command = uvicorn_command(port, ws)
@@ -252,17 +248,33 @@ def celery_worker(
 
 
 @contextlib.contextmanager
+def celery_beat(env: dict[str, str], schedule_file: str | os.PathLike[str]):
+    """Run ``celery beat`` (the sweep) alone, without a worker; stop it on exit."""
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "celery", "-A", "tests.support.celery_app", "beat",
+         "-s", str(schedule_file), "--loglevel", "WARNING"],
+        cwd=ROOT,
+        env=env,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        stop_process(proc)
+
+
+def daphne_command(port: int) -> list[str]:
+    """The command line of ``daphne tests.support.asgi:application`` on ``port``."""
+    return [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            "tests.support.asgi:application"]  # fmt: skip
+
+
+@contextlib.contextmanager
 def daphne_process(
     env: dict[str, str] | None = None, port: int | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """Like :func:`daphne_server`, yielding ``(url, process)`` for crash tests."""
     port = port or free_port()
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "tests.support.asgi:application"],
-        cwd=ROOT,
-        env=env or server_env(),
-    )  # fmt: skip
+    proc = subprocess.Popen(daphne_command(port), cwd=ROOT, env=env or server_env())
     try:
         wait_for_port(port, proc=proc)
         yield f"http://127.0.0.1:{port}", proc

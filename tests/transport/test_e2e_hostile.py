@@ -19,19 +19,10 @@ from websockets.sync.client import connect as ws_connect
 from django_rivet.models import Actor as ActorRow
 from tests.support.hostile import TOTALS, check_error, examples, payloads
 from tests.support.polling import wait_for
-from tests.support.servers import daphne_server, server_env
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
 CONTENT_TYPES = {"json": "application/json", "cbor": "application/cbor"}
-
-
-@pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        env = server_env()
-    with daphne_server(env) as url:
-        yield url
 
 
 def entries(key):

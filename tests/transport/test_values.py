@@ -27,8 +27,6 @@ from django_rivet import InvalidArgs, InvalidOutput, InvalidValue, actors
 from django_rivet.models import Actor, ActorEvent, ActorKV, Schedule
 from django_rivet.transport.rivetkit import bare
 from tests.support.servers import (
-    daphne_process,
-    server_env,
     wait_until_no_connection_rows,
 )
 from tests.testapp.models import Note
@@ -46,15 +44,6 @@ KINDS = {
 }
 HTTP_WAYS = ["json", "cbor", "rivetkit-json", "rivetkit-cbor", "rivetkit-bare"]
 SOCKETS = ["rivet", "rivetkit-json", "rivetkit-cbor", "rivetkit-bare"]
-
-
-@pytest.fixture(scope="module")
-def daphne(django_db_setup, django_db_blocker):
-    """One daphne for the module, sharing the test database."""
-    with django_db_blocker.unblock():
-        env = server_env()
-    with daphne_process(env) as (url, _proc):
-        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -138,9 +127,9 @@ def _bare_error_code(data):
 @pytest.mark.servers
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("way", HTTP_WAYS)
-def test_an_http_action_returning_outside_the_domain_changes_nothing(daphne, way, kind):
+def test_an_http_action_returning_outside_the_domain_changes_nothing(server, way, kind):
     key, before = new_till()
-    status, code, metadata = http_call(daphne, way, key, "add_and_return", kind)
+    status, code, metadata = http_call(server, way, key, "add_and_return", kind)
     assert (status, code) == (500, "invalid_output")
     if metadata is not None:
         assert metadata["action"] == "add_and_return"
@@ -152,12 +141,12 @@ def test_an_http_action_returning_outside_the_domain_changes_nothing(daphne, way
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("flavour", SOCKETS)
 async def test_a_websocket_action_returning_outside_the_domain_changes_nothing(
-    daphne, flavour, kind
+    server, flavour, kind
 ):
     key, before = await sync_to_async(new_till)()
 
     class Server:
-        url = daphne
+        url = server
 
     sock = await open_socket(Server, flavour, "till", key)
     assert (await sock.read())[0] == "init"

@@ -6,7 +6,7 @@ as its retention period and deleted one second later.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.apps import apps
@@ -34,11 +34,11 @@ from django_rivet.testing import (
     run_until_idle,
 )
 from django_rivet.upkeep import retention, sweeper
+from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (window functions and SKIP LOCKED deletes).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 HOUR = 3600
 YEAR = 365 * 86400
 

@@ -10,39 +10,24 @@ import collections
 import contextlib
 import json
 import random
-import subprocess
 import time
 
 import pytest
-import redis
 
 from django_rivet import workflows
 from django_rivet.models import Workflow
 from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
 from tests.support.servers import (
-    PYTHON,
-    ROOT,
-    celery_broker,
+    celery_beat,
     celery_worker,
     kill9,
     server_env,
-    stop_process,
 )
 from tests.testapp.models import StepRow
 
 # Several worker processes on one database: PostgreSQL only.
 pytestmark = [*SEVERAL_PROCESSES, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def broker(redis_url):
-    """A clean Redis as this process's and the workers' broker."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    with celery_broker(redis_url):
-        yield client
-    client.close()
 
 
 @pytest.fixture
@@ -52,21 +37,6 @@ def env(redis_url):
         RIVET_TEST_REDIS_URL=redis_url,
         DJANGO_SETTINGS_MODULE="tests.settings.workflow",
     )
-
-
-@contextlib.contextmanager
-def celery_beat(env, folder):
-    """Run ``celery beat`` (the sweep) alone; stop it by pid on exit."""
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "celery", "-A", "tests.support.celery_app", "beat",
-         "-s", str(folder / "beat-schedule"), "--loglevel", "WARNING"],
-        cwd=ROOT,
-        env=env,
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        stop_process(proc)
 
 
 def waits_for_go(workflow_id):
@@ -156,7 +126,7 @@ def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
     with contextlib.ExitStack() as stack:
         # The sweep runs in a beat of its own: a worker's embedded beat is a
         # child process that a SIGKILL of the worker would leave running.
-        stack.enter_context(celery_beat(env, tmp_path))
+        stack.enter_context(celery_beat(env, tmp_path / "beat-schedule"))
         workers = [
             stack.enter_context(celery_worker(env, name=f"w{n}")) for n in range(2)
         ]

@@ -5,8 +5,6 @@ the admitted workflows, round after round; ``queues.admit`` is one
 admission pass, as the runtime makes after a start or a finish commits.
 """
 
-from datetime import UTC, datetime
-
 import pytest
 from django.test import override_settings
 
@@ -28,11 +26,11 @@ from django_rivet.testing import (
     run_until_idle,
 )
 from django_rivet.workflows import queues
+from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (queue admission in raw SQL, under locks).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 QUEUES = {
     "pair": {"concurrency": 2},
     "single": {"concurrency": 1},
