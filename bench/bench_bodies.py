@@ -1,6 +1,6 @@
 """What large request bodies cost the other clients of one server process.
 
-Serves the quickstart's ``asgi.py`` shape (``tests.asgi``: BodyLimitMiddleware,
+Serves the quickstart's ``asgi.py`` shape (``tests.support.asgi``: BodyLimitMiddleware,
 AuthMiddlewareStack) with daphne on a fresh SQLite database. A *bystander*
 calls a trivial action (``counter.getCount``) in a loop, one request at a
 time, and records each round trip. Meanwhile *attackers* post bodies of about
@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import write_results  # noqa: E402
-from tests.servers import daphne_process  # noqa: E402
+from tests.support.servers import daphne_process  # noqa: E402
 
 ATTACKERS = 3
 ROUNDS = int(os.environ.get("ROUNDS", "5"))

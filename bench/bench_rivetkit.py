@@ -13,7 +13,7 @@ database; from one Node process, interleaved in rounds
 Then, from Python on the same server, ``py_http`` / ``py_ws``: the own
 protocol with httpx and websockets (as bench_transport.py measures it).
 Sequential, one caller: round-trip latencies inverted, not throughput.
-rivetkit is installed from npm into the test cache (tests/rivetkit_node.py).
+rivetkit is installed from npm into the test cache (tests/support/rivetkit_node.py).
 Results go to ``bench/results/rivetkit.json``.
 """
 
@@ -47,7 +47,7 @@ def leg() -> dict:
     from django.db import connections
     from websockets.sync.client import connect
 
-    from tests.rivetkit_node import install_rivetkit
+    from tests.support.rivetkit_node import install_rivetkit
 
     connections.close_all()
     modules = install_rivetkit(VERSION)

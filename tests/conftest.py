@@ -131,29 +131,76 @@ def _dispatch_follows_the_settings():
     dispatch.use(None)
 
 
+# -- real servers ---------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def redis_url():
     """A real redis-server on loopback for the whole session."""
-    from tests.servers import redis_server
+    from tests.support.servers import redis_server
 
     with redis_server() as url:
         yield url
+
+
+@pytest.fixture
+def broker(redis_url):
+    """A clean Redis as this process's and the servers' Celery broker."""
+    import redis
+
+    from tests.support.servers import celery_broker
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    with celery_broker(redis_url):
+        yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def server_kind():
+    """The ASGI server ``server_process`` runs: daphne, unless a module says."""
+    return "daphne"
+
+
+@pytest.fixture(scope="module")
+def server_env_extra():
+    """What ``server_process`` adds to ``server_env()``: a module may override it."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def server_process(django_db_setup, django_db_blocker, server_kind, server_env_extra):
+    """One server process for the module, serving tests.support.asgi on the
+    test database: ``(url, process)``. Started once per module (it costs
+    about a second); its kind and environment come from the fixtures above.
+    """
+    from tests.support.servers import asgi_process, server_env
+
+    with django_db_blocker.unblock():
+        env = server_env(**server_env_extra)
+    with asgi_process(server_kind, env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(server_process):
+    """The URL of the module's server (``server_process``)."""
+    return server_process[0]
 
 
 # -- scheduling -----------------------------------------------------------------------
 # Celery tasks sent after commit (schedule wake-ups) go to the test app's
 # broker -- memory:// here -- instead of Celery's default AMQP app, which
 # would try to connect to localhost:5672.
-import tests.celery_app  # noqa: E402, F401
+import tests.support.celery_app  # noqa: E402, F401
 
 
 # -- hostile input (tests/transport/test_hostile.py and test_e2e_hostile.py) --------
 def pytest_terminal_summary(terminalreporter):
     import sys
 
-    if "tests.hostile" not in sys.modules:  # no hostile test was collected
+    if "tests.support.hostile" not in sys.modules:  # no hostile test was collected
         return
-    from tests.hostile import TOTALS
+    from tests.support.hostile import TOTALS
 
     if TOTALS.cases:
         codes = ", ".join(f"{code} {n}" for code, n in sorted(TOTALS.codes.items()))

@@ -10,7 +10,7 @@ from django.db import connection, connections
 from django_rivet import Actor, action, actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.testing import register_temporarily
-from tests import workers
+from tests.support import workers
 
 # pg: the PostgreSQL leg runs this module (row locks across OS processes).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]

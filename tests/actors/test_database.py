@@ -1,15 +1,15 @@
 """The invocation spine and its database (issue 12): limits, locks, connections.
 
-State size, lock waits, the invocation threads' connections, missing tables
-and the checks on the database django-rivet's models are routed to. The
-PostgreSQL-only tests run in the PostgreSQL leg of ``make test``; a whole
-PostgreSQL restart under load is in test_database_outage.py.
+State size, lock waits, the invocation threads' connections and missing
+tables. The PostgreSQL-only tests run in the PostgreSQL leg of ``make
+test``; a whole PostgreSQL restart under load is in
+tests/deployment/test_database_outage.py, the checks on the database in
+tests/checks/test_database.py, SQLite's shared cache and routers in
+tests/models/test_db.py.
 """
 
 import asyncio
-import io
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,23 +18,24 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from django.core import checks
-from django.core.management import call_command
-from django.db import OperationalError, connection, connections, transaction
-from django.db.migrations.loader import MigrationLoader
-from django.db.migrations.recorder import MigrationRecorder
-from django.db.utils import ConnectionHandler
+from django.db import connection, connections, transaction
 from django.test import Client, override_settings
 
 from django_rivet import ActorBusy, StateTooLarge, actors
-from django_rivet import checks as rivet_checks
 from django_rivet.actors import spine
 from django_rivet.actors.errors import public_error
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorKV, Connection, db
 from django_rivet.testing import RivetCommunicator
-from tests.servers import ROOT, free_port, server_env, stop_process, wait_for_port
 from tests.support.polling import await_for
+from tests.support.servers import (
+    ROOT,
+    daphne_command,
+    free_port,
+    server_env,
+    stop_process,
+    wait_for_port,
+)
 from tests.testapp.models import Note
 
 # pg: the PostgreSQL leg runs this module (locks, lock timeouts, connections and raw
@@ -236,57 +237,6 @@ def test_the_lock_bound_never_leaks_into_a_callers_own_transaction():
         assert cursor.fetchone()[0] == "0"
 
 
-# -- SQLite's shared cache: Django's in-memory test database --------------------------
-def shared_cache_database(name, timeout):
-    """A Django connection handler for one in-memory, shared-cache SQLite database."""
-    uri = f"file:{name}?mode=memory&cache=shared"
-    handler = ConnectionHandler(
-        {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": uri,
-                 "OPTIONS": {"timeout": timeout}}}
-    )  # fmt: skip
-    # Another connection to the same memory, holding the write lock when asked.
-    holder = sqlite3.connect(
-        uri, uri=True, isolation_level=None, check_same_thread=False
-    )
-    holder.execute("CREATE TABLE note (text TEXT)")
-    return handler, holder
-
-
-def test_in_a_shared_cache_a_statement_waits_for_the_table_lock():
-    handler, holder = shared_cache_database("rivet_waits", timeout=10)
-    holder.execute("BEGIN IMMEDIATE")
-    holder.execute("INSERT INTO note VALUES ('first')")
-    release = threading.Timer(0.3, holder.execute, ["COMMIT"])
-    release.start()
-    try:
-        with handler["default"].cursor() as cursor:
-            # Without the wait: "database table is locked" at once.
-            cursor.execute("INSERT INTO note VALUES ('second')")
-            cursor.execute("SELECT text FROM note ORDER BY rowid")
-            assert cursor.fetchall() == [("first",), ("second",)]
-    finally:
-        release.join()
-        handler.close_all()
-        holder.close()
-
-
-def test_in_a_shared_cache_a_lock_held_past_the_timeout_is_actor_busy():
-    handler, holder = shared_cache_database("rivet_busy", timeout=0.2)
-    holder.execute("BEGIN IMMEDIATE")
-    holder.execute("INSERT INTO note VALUES ('first')")
-    try:
-        with pytest.raises(OperationalError) as locked:
-            with handler["default"].cursor() as cursor:
-                cursor.execute("INSERT INTO note VALUES ('second')")
-    finally:
-        handler.close_all()
-        holder.execute("ROLLBACK")
-        holder.close()
-    assert locked.value.__cause__.sqlite_errorname == "SQLITE_LOCKED_SHAREDCACHE"
-    # A lock failure, retryable: not an internal error in actor code.
-    assert public_error(locked.value).qualified_code == "actor/busy"
-
-
 # -- missing tables ------------------------------------------------------------------
 def test_a_missing_table_is_logged_as_a_migration_problem(caplog):
     try:
@@ -314,8 +264,7 @@ def test_a_server_without_migrations_says_to_run_migrate(tmp_path):
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "tests.asgi:application"],
+            daphne_command(port),
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
@@ -353,89 +302,3 @@ def test_the_shell_without_migrations_raises_an_error_that_says_to_migrate(tmp_p
     last_line = shell.stderr.strip().splitlines()[-1]
     assert last_line.startswith("django_rivet.exceptions.ActorUnavailable: ")
     assert "run `manage.py migrate`" in last_line
-
-
-# -- checks --------------------------------------------------------------------------
-def rivet_ids(messages):
-    return sorted(m.id for m in messages if m.id and m.id.startswith("rivet."))
-
-
-def test_unapplied_migrations_are_w401_with_the_database_tag():
-    assert rivet_ids(checks.run_checks(databases=["default"])) == []
-    # The latest migration: an earlier one unrecorded below an applied one
-    # is no plan to run.
-    [(_, latest)] = MigrationLoader(connection).graph.leaf_nodes("django_rivet")
-    MigrationRecorder(connection).migration_qs.filter(
-        app="django_rivet", name=latest
-    ).delete()
-    messages = checks.run_checks(databases=["default"])
-    [warning] = [m for m in messages if m.id == "rivet.W401"]
-    assert warning.msg == rivet_checks.W401.format(alias="default", names=latest)
-    assert rivet_ids(checks.run_checks()) == []  # only with --database
-
-
-def test_migrate_does_not_warn_about_the_migrations_it_applies():
-    [(_, latest)] = MigrationLoader(connection).graph.leaf_nodes("django_rivet")
-    MigrationRecorder(connection).migration_qs.filter(
-        app="django_rivet", name=latest
-    ).delete()
-    out, err = io.StringIO(), io.StringIO()
-    # --fake: the tables are there; only the record is missing.
-    call_command(
-        "migrate", "django_rivet", fake=True, skip_checks=False, stdout=out, stderr=err
-    )
-    assert "rivet.W401" not in out.getvalue() + err.getvalue()
-    assert f"Applying django_rivet.{latest}... FAKED" in out.getvalue()
-    assert rivet_ids(checks.run_checks(databases=["default"])) == []
-
-
-def test_an_unsupported_backend_is_e401(monkeypatch):
-    monkeypatch.setattr(connection, "vendor", "oracle")
-    [error] = [m for m in checks.run_checks() if m.id == "rivet.E401"]
-    assert error.msg == rivet_checks.E401.format(alias="default", vendor="oracle")
-
-
-@pytest.mark.skipif("connection.vendor != 'sqlite'", reason="SQLite only")
-def test_sqlite_older_than_3_35_is_e402(monkeypatch):
-    monkeypatch.setattr("sqlite3.sqlite_version_info", (3, 31, 1))
-    [error] = [m for m in checks.run_checks() if m.id == "rivet.E402"]
-    assert error.msg == rivet_checks.E402.format(alias="default", version="3.31.1")
-
-
-class SplitRouter:
-    """Sends workflows elsewhere: no transaction could span both."""
-
-    def db_for_write(self, model, **hints):
-        return "other" if model._meta.model_name == "workflow" else None
-
-    db_for_read = db_for_write
-
-
-@override_settings(DATABASE_ROUTERS=["tests.actors.test_database.SplitRouter"])
-def test_routers_splitting_the_models_are_e403():
-    [error] = [m for m in checks.run_checks() if m.id == "rivet.E403"]
-    assert "django_rivet.Workflow write -> other" in error.msg
-    assert "django_rivet.Actor write -> default" in error.msg
-
-
-@pytest.mark.parametrize("rivet", [{"MAX_STATE_BYTES": 0}, {"LOCK_TIMEOUT": -1}])
-def test_bad_state_and_lock_limits_are_e004(rivet):
-    with override_settings(RIVET=rivet):
-        assert rivet_ids(checks.run_checks()) == ["rivet.E004"]
-
-
-# -- a router sending django-rivet to its own database -------------------------------
-@pytest.mark.django_db(transaction=False)
-def test_routed_to_another_database_everything_stays_there():
-    """tests/router_scenario.py in a pytest of its own (two databases)."""
-    env = {
-        name: value
-        for name, value in server_env().items()
-        if name not in ("RIVET_SERVER_DB_NAME", "DJANGO_SETTINGS_MODULE")
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--ds", "tests.router_settings",
-         "tests/router_scenario.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr

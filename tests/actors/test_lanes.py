@@ -12,6 +12,7 @@ went away before its call started does not get it run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
 import pytest
@@ -130,13 +131,23 @@ class Turnstile(Actor):
         return len(connection.savepoint_ids)
 
 
-async def test_a_call_whose_caller_left_before_it_started_does_not_run():
+@contextlib.asynccontextmanager
+async def turnstile_held(key):
+    """Yield a turnstile's handle and its running ``hold`` call (a task).
+
+    Calls made meanwhile queue behind it until ``Turnstile.release`` is set.
+    """
     Turnstile.holding.clear()
     Turnstile.release.clear()
     with register_temporarily(Turnstile):
-        handle = await actors.aget_or_create("turnstile", "left")
+        handle = await actors.aget_or_create("turnstile", key)
         holder = asyncio.create_task(handle.acall("hold"))
         assert await asyncio.to_thread(Turnstile.holding.wait, 30)
+        yield handle, holder
+
+
+async def test_a_call_whose_caller_left_before_it_started_does_not_run():
+    async with turnstile_held("left") as (handle, holder):
         waiting = asyncio.create_task(handle.acall("bump"))
         for _ in range(20):  # it queues behind the running call
             await asyncio.sleep(0)
@@ -153,12 +164,7 @@ async def test_a_call_whose_caller_left_before_it_started_does_not_run():
 
 
 async def test_calls_served_in_one_transaction_answer_alone_when_a_neighbour_fails():
-    Turnstile.holding.clear()
-    Turnstile.release.clear()
-    with register_temporarily(Turnstile):
-        handle = await actors.aget_or_create("turnstile", "shared")
-        holder = asyncio.create_task(handle.acall("hold"))
-        assert await asyncio.to_thread(Turnstile.holding.wait, 30)
+    async with turnstile_held("shared") as (handle, holder):
         # Queued behind the running call: the next round serves them together.
         names = [("depth",), ("bump",), ("spoil", "lane-spoil"), ("bump",), ("bump",)]
         calls = [asyncio.create_task(handle.acall(*call)) for call in names]

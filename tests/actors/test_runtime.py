@@ -3,7 +3,6 @@
 import asyncio
 import datetime
 import re
-import threading
 import time
 import zoneinfo
 
@@ -36,6 +35,7 @@ from django_rivet.exceptions import InvalidKey, ReentrantCall
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent, db
 from django_rivet.testing import freeze_time, register_temporarily, reset_actor_cache
+from tests.support.threads import in_threads
 from tests.testapp.models import Note
 
 # pg: the PostgreSQL leg runs this module (the invocation spine: row locks, raw SQL,
@@ -601,48 +601,6 @@ def test_on_auth_guards_external_callers_only():
     assert Guarded.seen == [("http", "bump", None), ("http", "bump", "ok")]
 
 
-# -- broadcasts ----
-async def test_broadcasts_are_logged_and_delivered_only_after_commit():
-    from channels.layers import get_channel_layer
-
-    from django_rivet.encoding import cbor_loads
-    from django_rivet.events import actor_group
-
-    layer = get_channel_layer()
-    counter = await actors.aget_or_create("counter", "events")
-    channel = await layer.new_channel()
-    await layer.group_add(actor_group(counter.actor_id), channel)
-    await counter.acall("increment", 5)
-    message = await asyncio.wait_for(layer.receive(channel), 5)
-    # One message per invocation, carrying its events.
-    assert (message["type"], message["actor"], message["last"]) == (
-        "rivet.events",
-        counter.actor_id.hex,
-        1,
-    )
-    [(seq, name, args)] = message["events"]
-    assert (seq, name, cbor_loads(args)) == (1, "changed", [5])
-    with pytest.raises(UserError):
-        await counter.acall("add_note_then_fail", "x")
-    await counter.acall("increment")
-    message = await asyncio.wait_for(layer.receive(channel), 5)
-    [(seq, name, args)] = message["events"]
-    assert (seq, cbor_loads(args)) == (2, [6])
-
-
-def test_event_log_is_bounded():
-    counter = actors.get_or_create("counter", "log")
-    with override_settings(RIVET={"EVENT_LOG_SIZE": 3}):
-        for _ in range(5):
-            counter.call("increment")
-    assert list(ActorEvent.objects.order_by("seq").values_list("seq", flat=True)) == [
-        3,
-        4,
-        5,
-    ]
-    assert ActorRow.objects.get(pk=counter.actor_id).event_seq == 5
-
-
 # -- threads ----
 def test_rolled_back_state_is_never_reused_by_the_next_invocation():
     counter = actors.get_or_create("counter", "rollback")
@@ -654,30 +612,17 @@ def test_rolled_back_state_is_never_reused_by_the_next_invocation():
 
 
 def test_invocations_from_many_threads_keep_one_cache_consistent():
-    from django.db import connections
-
     counter = actors.get_or_create("counter", "mt")
-    errors = []
 
     def work():
-        try:
-            for i in range(20):
-                if i % 5 == 0:
-                    with pytest.raises(RuntimeError):
-                        counter.call("crash")
-                else:
-                    counter.call("increment")
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for i in range(20):
+            if i % 5 == 0:
+                with pytest.raises(RuntimeError):
+                    counter.call("crash")
+            else:
+                counter.call("increment")
 
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert in_threads(work, 3) == []
     assert counter.call("getCount") == 48
 
 

@@ -10,7 +10,7 @@ from django_rivet import Actor, action
 from django_rivet import checks as rivet_checks
 from django_rivet.actors import registry
 from django_rivet.conf import docs_url
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 
 def run_checks(deploy=False):

@@ -13,15 +13,11 @@ from django.core.wsgi import get_wsgi_application
 from django_rivet import (
     ActionNotFound,
     ActorAlreadyExists,
-    ActorNotFound,
-    Forbidden,
-    InvalidArgs,
-    UserError,
 )
 from django_rivet.client import AsyncConnection, Client, HTTPError
-from django_rivet.exceptions import InternalError
 from django_rivet.testing import conn_params_protocol
 from django_rivet.transport.parsing import parse_conn_params
+from tests.support.client import assert_errors_are_rebuilt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,28 +43,7 @@ def test_call_and_lifecycle(client):
 
 
 def test_errors_are_rebuilt_as_their_classes(client):
-    counter = client.actor("counter", "errors")
-    with pytest.raises(UserError) as error:
-        counter.call("add_note_then_fail", "x")
-    assert (error.value.group, error.value.code, error.value.metadata) == (
-        "user",
-        "refused",
-        {"text": "x"},
-    )
-    for action, args, cls in [
-        ("nope", (), ActionNotFound),
-        ("increment", ("x",), InvalidArgs),
-        ("crash", (), InternalError),
-    ]:
-        with pytest.raises(cls):
-            counter.call(action, *args)
-    with pytest.raises(ActorNotFound):
-        client.actor("counter", "absent", create=False).call("getCount")
-    with pytest.raises(UserError) as refused:
-        client.actor("chatRoom", "private").call("history")
-    assert refused.value.code == "token_required"
-    with pytest.raises(Forbidden):
-        client.actor("vault", "closed").call("open")
+    assert_errors_are_rebuilt(client)
 
 
 def test_non_rivet_errors_raise_http_error(client):

@@ -1,7 +1,7 @@
 """PostgreSQL stopped and started under load (issues 12 and 18).
 
 A private PostgreSQL cluster, a daphne on it with persistent connections
-(tests/outage_settings.py), and six clients calling ``increment`` on actors
+(tests/settings/outage.py), and six clients calling ``increment`` on actors
 of their own the whole time -- three over django-rivet's HTTP API, one over
 the RivetKit gateway, one over each WebSocket flavour. While the server is
 down every failed call must say ``actor/unavailable`` (503 with
@@ -28,7 +28,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from tests.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
+from tests.support.servers import PYTHON, ROOT, free_port, stop_process, wait_for_port
 
 pytestmark = pytest.mark.servers
 
@@ -220,7 +220,7 @@ def test_postgresql_restart_under_load(tmp_path):
         for name in ("RIVET_SERVER_DB_NAME", "DJANGO_SETTINGS_MODULE"):
             env.pop(name, None)
         env.update(
-            DJANGO_SETTINGS_MODULE="tests.outage_settings",
+            DJANGO_SETTINGS_MODULE="tests.settings.outage",
             RIVET_TEST_DATABASE_URL=cluster.url,
             RIVET_SERVER_DB_NAME="postgres",
             PYTHONPATH=str(ROOT),
@@ -234,7 +234,7 @@ def test_postgresql_restart_under_load(tmp_path):
         log = open(tmp_path / "daphne.log", "wb")
         server = subprocess.Popen(
             [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "tests.asgi:application"],
+             "tests.support.asgi:application"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_for_port(port, proc=server)

@@ -2,7 +2,7 @@
 
 PostgreSQL (the suite's PostgreSQL leg database) + Redis + 2 daphne + 2
 Celery workers + 1 Celery beat, all started here, as docs/production.md
-describes (short leases and sweeps: tests/workflow_settings.py):
+describes (short leases and sweeps: tests/settings/workflow.py):
 
 * a broadcast made through one web process reaches sockets on both;
 * 200 increments spread over both web processes land exactly once, and
@@ -30,7 +30,9 @@ from django_rivet import actors, workflows
 from django_rivet.client import Client
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Workflow
-from tests.servers import (
+from tests.support.database import SEVERAL_PROCESSES, module_database
+from tests.support.polling import await_for, wait_for
+from tests.support.servers import (
     PYTHON,
     ROOT,
     celery_broker,
@@ -39,8 +41,6 @@ from tests.servers import (
     server_env,
     stop_process,
 )
-from tests.support.database import SEVERAL_PROCESSES, module_database
-from tests.support.polling import await_for, wait_for
 from tests.testapp.models import StepRow
 
 # No django_db mark: the module's servers keep sweeping between tests, so
@@ -49,10 +49,10 @@ pytestmark = SEVERAL_PROCESSES
 
 
 def celery(env, folder, *args, name):
-    """Start ``celery -A tests.celery_app <args>`` logging to ``folder``."""
+    """Start ``celery -A tests.support.celery_app <args>`` logging to ``folder``."""
     log = open(os.path.join(folder, f"{name}.log"), "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [PYTHON, "-m", "celery", "-A", "tests.celery_app", *args],
+        [PYTHON, "-m", "celery", "-A", "tests.support.celery_app", *args],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()
@@ -74,7 +74,7 @@ def deployment(redis_url, django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         env = server_env(
             RIVET_TEST_REDIS_URL=redis_url,
-            DJANGO_SETTINGS_MODULE="tests.workflow_settings",
+            DJANGO_SETTINGS_MODULE="tests.settings.workflow",
         )
     folder = tempfile.mkdtemp(prefix="rivet-deployment-")
     procs = []

@@ -1,8 +1,8 @@
 """Realtime under load, and under faults, on a production-shaped deployment.
 
-PostgreSQL + Redis + two daphne processes (tests/cluster.py), started once
+PostgreSQL + Redis + two daphne processes (tests/support/cluster.py), started once
 for the module; the channel layer is channels_redis with its defaults.
-Clients (tests/loadgen.py) hold a socket each, subscribed to their actor, and
+Clients (tests/support/loadgen.py) hold a socket each, subscribed to their actor, and
 make idempotent increments over the socket or over HTTP. Each test asserts
 what a user relies on:
 
@@ -31,10 +31,10 @@ import time
 
 import pytest
 
-from tests import loadgen
-from tests.cluster import Cluster, cluster
-from tests.servers import ROOT
+from tests.support import loadgen
+from tests.support.cluster import Cluster, cluster
 from tests.support.polling import await_for
+from tests.support.servers import ROOT
 
 pytestmark = pytest.mark.servers
 

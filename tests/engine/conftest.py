@@ -20,6 +20,15 @@ def _fresh_actor_cache():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _dispatch_follows_the_settings():
+    """Shadow the root autouse fixture: the engine core dispatches nothing.
+
+    The root one imports the dispatch backends, and with them the models.
+    """
+    yield
+
+
 @pytest.fixture
 def clock():
     """A frozen virtual clock starting at ``START``."""

@@ -22,7 +22,7 @@ checks the outcome and history equal the fault-free run's and that nothing
 acknowledged before the fault is lost or redone.
 
 Shared by the in-memory suite (every ``at``) and the Django driver's
-(``tests/workflows/test_workflow_faults.py``, on SQLite and PostgreSQL).
+(``tests/workflows/test_faults.py``, on SQLite and PostgreSQL).
 """
 
 from __future__ import annotations

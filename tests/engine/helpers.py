@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from django_rivet.clock import VirtualClock
@@ -65,6 +66,28 @@ async def execute(
     if mode == "live":
         return await drive(clock, run)
     return await run
+
+
+def raising(
+    attempts: list[Any], error: type[BaseException], message: str
+) -> Callable[[], Any]:
+    """Return a step function that records each call in ``attempts`` and raises."""
+
+    def fail() -> Any:
+        attempts.append(1)
+        raise error(message)
+
+    return fail
+
+
+async def sleep_through_retries(
+    clock: VirtualClock, workflow_id: str, fn: Any, driver: InMemoryDriver, retries: int
+) -> None:
+    """Run a workflow (yield mode) through ``retries`` backoffs, each to its end."""
+    for _ in range(retries):
+        outcome = await run_workflow(workflow_id, fn, None, driver)
+        assert outcome.state == "sleeping"
+        clock.set(outcome.sleep_until)
 
 
 async def run_to_end(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from django_rivet.engine import (
     Loop,
     keys,
@@ -149,32 +151,27 @@ async def test_history_size_keeps_more_iterations_than_the_interval(clock, drive
     assert iterations_left(await Storage.load(driver)) == set(range(3, 10))
 
 
-async def test_a_loop_breaking_before_the_first_interval_prunes_nothing(
-    clock, driver, mode
+@pytest.mark.parametrize(
+    ("last", "interval", "left"),
+    [(2, 10, {0, 1, 2}), (3, 1, {3})],
+    ids=[
+        "breaking-before-the-first-interval-prunes-nothing",
+        "interval-one-keeps-only-the-last-iteration",
+    ],
+)
+async def test_a_loop_keeps_the_iterations_since_its_last_prune(
+    clock, driver, mode, last, interval, left
 ):
     async def body(ctx, state):
         await ctx.step(f"step-{state}", lambda: None)
-        return Loop.break_(state) if state >= 2 else Loop.continue_(state + 1)
+        return Loop.break_(state) if state >= last else Loop.continue_(state + 1)
 
     async def wf(ctx, _):
-        return await ctx.loop("early", body, state=0, history_prune_interval=10)
+        return await ctx.loop("l", body, state=0, history_prune_interval=interval)
 
     outcome = await execute(clock, "wf-1", wf, driver, mode)
-    assert outcome.output == 2
-    assert iterations_left(await Storage.load(driver)) == {0, 1, 2}
-
-
-async def test_interval_one_keeps_only_the_last_iteration(clock, driver, mode):
-    async def body(ctx, state):
-        await ctx.step(f"step-{state}", lambda: None)
-        return Loop.break_(state) if state >= 3 else Loop.continue_(state + 1)
-
-    async def wf(ctx, _):
-        return await ctx.loop("frequent", body, state=0, history_prune_interval=1)
-
-    outcome = await execute(clock, "wf-1", wf, driver, mode)
-    assert outcome.output == 3
-    assert iterations_left(await Storage.load(driver)) == {3}
+    assert outcome.output == last
+    assert iterations_left(await Storage.load(driver)) == left
 
 
 async def test_loop_errors_propagate(clock, driver, mode):

@@ -23,7 +23,14 @@ from django_rivet.engine import (
 )
 
 from .conftest import START
-from .helpers import RecordingDriver, drive, execute, run_to_end
+from .helpers import (
+    RecordingDriver,
+    drive,
+    execute,
+    raising,
+    run_to_end,
+    sleep_through_retries,
+)
 
 
 async def test_simple_step_completes(clock, driver, mode):
@@ -90,10 +97,7 @@ async def test_failed_steps_are_retried_until_they_succeed(clock, driver, mode):
 
 async def test_backoff_yields_and_keeps_the_alarm(clock, driver):
     attempts = []
-
-    def always_fails():
-        attempts.append(1)
-        raise RuntimeError("failure")
+    always_fails = raising(attempts, RuntimeError, "failure")
 
     async def wf(ctx, _):
         return await ctx.step(
@@ -155,65 +159,62 @@ async def test_live_mode_retries_in_process_until_exhausted(clock, driver):
     assert [t - START for t in attempts] == [0, 100, 300, 700]
 
 
+async def fails_alike_on_replay(clock, driver, mode, wf, error_class, attempts, runs):
+    """Run ``wf``: it fails with ``error_class`` after ``runs`` step attempts, and
+    a replay reports the same failure without running the step again."""
+    outcome = await execute(clock, "wf-1", wf, driver, mode)
+    assert outcome.state == "failed"
+    assert isinstance(outcome.error, error_class)
+    assert len(attempts) == runs
+    again = await execute(clock, "wf-1", wf, driver, mode)
+    assert again.state == "failed"
+    assert isinstance(again.error, error_class)
+    assert len(attempts) == runs
+    return outcome
+
+
 @pytest.mark.parametrize("error_class", [CriticalError, RollbackError])
 async def test_critical_and_rollback_errors_are_never_retried(
     clock, driver, mode, error_class
 ):
     attempts = []
-
-    def fail():
-        attempts.append(1)
-        raise error_class("unrecoverable")
+    fail = raising(attempts, error_class, "unrecoverable")
 
     async def wf(ctx, _):
         return await ctx.step("critical", fail)
 
-    outcome = await execute(clock, "wf-1", wf, driver, mode)
-    assert outcome.state == "failed"
-    assert isinstance(outcome.error, error_class)
-    assert len(attempts) == 1
-    again = await execute(clock, "wf-1", wf, driver, mode)
-    assert again.state == "failed"
-    assert isinstance(again.error, error_class)
-    assert len(attempts) == 1
+    await fails_alike_on_replay(clock, driver, mode, wf, error_class, attempts, 1)
 
 
 async def test_max_retries_counts_retries_after_the_first_attempt(clock, driver, mode):
     attempts = []
-
-    def fail():
-        attempts.append(1)
-        raise RuntimeError("always fails")
+    fail = raising(attempts, RuntimeError, "always fails")
 
     async def wf(ctx, _):
         return await ctx.step("s", fail, max_retries=2, retry_backoff_base=1)
 
-    if mode == "yield":
-        for _ in range(2):  # two retries, each after a backoff
-            outcome = await run_workflow("wf-1", wf, None, driver)
-            assert outcome.state == "sleeping"
-            clock.set(outcome.sleep_until)
-    outcome = await execute(clock, "wf-1", wf, driver, mode)
-    assert outcome.state == "failed"
-    assert isinstance(outcome.error, StepExhaustedError)
+    if mode == "yield":  # two retries, each after a backoff
+        await sleep_through_retries(clock, "wf-1", wf, driver, 2)
+    # max_retries=2: up to 3 runs.
+    outcome = await fails_alike_on_replay(
+        clock, driver, mode, wf, StepExhaustedError, attempts, 3
+    )
     assert "always fails" in str(outcome.error)
-    assert len(attempts) == 3  # max_retries=2: up to 3 runs
-    # Replaying the failed workflow reports the same failure without running.
-    again = await execute(clock, "wf-1", wf, driver, mode)
-    assert isinstance(again.error, StepExhaustedError)
-    assert len(attempts) == 3
 
 
-async def test_max_retries_zero_runs_a_step_once(clock, driver, mode):
-    attempts = []
-
-    def fail():
-        attempts.append(1)
-        raise RuntimeError("always fails")
+def failing_once(attempts):
+    """A workflow of one step that always fails and is not retried."""
+    fail = raising(attempts, RuntimeError, "always fails")
 
     async def wf(ctx, _):
         return await ctx.step("s", fail, max_retries=0)
 
+    return wf
+
+
+async def test_max_retries_zero_runs_a_step_once(clock, driver, mode):
+    attempts = []
+    wf = failing_once(attempts)
     outcome = await execute(clock, "wf-1", wf, driver, mode)
     assert outcome.state == "failed"
     assert isinstance(outcome.error, StepExhaustedError)
@@ -240,14 +241,7 @@ async def test_failed_attempts_record_the_error_but_no_output(clock, driver):
 
 async def test_recover_resets_exhausted_steps(clock, driver, mode):
     attempts = []
-
-    def fail():
-        attempts.append(1)
-        raise RuntimeError("always fails")
-
-    async def wf(ctx, _):
-        return await ctx.step("s", fail, max_retries=0)
-
+    wf = failing_once(attempts)
     outcome = await execute(clock, "wf-1", wf, driver, mode)
     assert outcome.state == "failed"
     assert await recover_workflow("wf-1", driver)

@@ -13,7 +13,7 @@ from django_rivet.engine import (
     run_workflow,
 )
 
-from .helpers import drive, execute
+from .helpers import drive, execute, raising, sleep_through_retries
 
 
 def fail(error):
@@ -45,20 +45,14 @@ async def test_try_step_reports_critical_failures(clock, driver, mode):
 
 async def test_try_step_reports_exhaustion_and_replays_it(clock, driver, mode):
     calls = []
-
-    def flaky():
-        calls.append(1)
-        raise RuntimeError("down")
+    flaky = raising(calls, RuntimeError, "down")
 
     async def wf(ctx, _):
         result = await ctx.try_step("s", flaky, max_retries=2, retry_backoff_base=1)
         return [result.failure.kind, result.failure.attempts, str(result.failure.error)]
 
-    if mode == "yield":
-        for _ in range(2):
-            outcome = await run_workflow("wf-1", wf, None, driver)
-            assert outcome.state == "sleeping"  # retries still pause the workflow
-            clock.set(outcome.sleep_until)
+    if mode == "yield":  # retries still pause the workflow
+        await sleep_through_retries(clock, "wf-1", wf, driver, 2)
     outcome = await execute(clock, "wf-1", wf, driver, mode)
     assert outcome.output[:2] == ["exhausted", 3]  # max_retries=2: 3 runs
     assert "down" in outcome.output[2]

@@ -9,8 +9,6 @@ test_observability_servers.py.
 import json
 import logging
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -32,7 +30,8 @@ from django_rivet.testing import (  # noqa: E402
     run_due,
     run_until_idle,
 )
-from tests.otel import as_dict, memory_exporter  # noqa: E402
+from tests.support.otel import as_dict, memory_exporter  # noqa: E402
+from tests.support.servers import run_python  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +42,7 @@ TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 @pytest.fixture
 def spans():
-    """The spans this test ends, as dicts (tests/otel.py)."""
+    """The spans this test ends, as dicts (tests/support/otel.py)."""
     exporter, processor = memory_exporter()
     exporter.clear()
     processor.armed = True
@@ -479,15 +478,7 @@ def test_without_the_extras_everything_runs_and_the_hooks_do_nothing(tmp_path):
         RIVET_TEST_DB_DIR=str(tmp_path),
         PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")])),
     )
-    done = subprocess.run(
-        [sys.executable, "-c", NO_EXTRAS],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = run_python(NO_EXTRAS, env)
     assert found["otel"] is False and found["prometheus"] is False
     assert found["loaded"] == []
     assert found["engine_observer"] is False

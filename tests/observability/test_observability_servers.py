@@ -1,7 +1,7 @@
 """Traces and metrics across real processes (issue 28).
 
 - An HTTP action served by daphne starts a workflow that a real Celery
-  worker runs: both processes export their spans (tests/otel_settings.py,
+  worker runs: both processes export their spans (tests/settings/otel.py,
   one JSON line per span) and the run and step spans are in the trace of
   the request's ``traceparent``, children of the action's span.
 - prometheus_client's multi-process mode: two daphne processes share one
@@ -12,36 +12,24 @@ import os
 
 import httpx
 import pytest
-import redis
 
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("prometheus_client")
 
 from django_rivet.models import Workflow  # noqa: E402
-from tests.otel import read_spans  # noqa: E402
-from tests.servers import (  # noqa: E402
-    celery_broker,
+from tests.support.otel import read_spans  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
+from tests.support.servers import (  # noqa: E402
     celery_worker,
     daphne_server,
     server_env,
 )
-from tests.support.polling import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-@pytest.fixture
-def broker(redis_url):
-    """A clean Redis as this process's and the servers' broker."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    with celery_broker(redis_url):
-        yield client
-    client.close()
 
 
 def call(base, name, action, *args, key="k", headers=None):
@@ -60,7 +48,7 @@ def test_a_workflow_started_over_http_runs_on_a_celery_worker_in_the_same_trace(
     span_file = str(tmp_path / "spans.jsonl")
     env = server_env(
         RIVET_TEST_REDIS_URL=redis_url,
-        DJANGO_SETTINGS_MODULE="tests.otel_settings",
+        DJANGO_SETTINGS_MODULE="tests.settings.otel",
         RIVET_TEST_SPAN_FILE=span_file,
     )
     with daphne_server(env) as base, celery_worker(env) as worker:
@@ -117,7 +105,7 @@ def test_two_processes_in_multiprocess_mode_add_up_in_one_scrape(tmp_path):
     folder = tmp_path / "prometheus"
     folder.mkdir()
     env = server_env(
-        DJANGO_SETTINGS_MODULE="tests.otel_settings",
+        DJANGO_SETTINGS_MODULE="tests.settings.otel",
         PROMETHEUS_MULTIPROC_DIR=str(folder),
         RIVET_TEST_METRICS_FROM="127.0.0.1",
     )

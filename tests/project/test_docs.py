@@ -4,7 +4,7 @@ import dataclasses
 import re
 
 from django_rivet.workflows import HistoryEntry, WorkflowSnapshot
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 DOCS = ROOT / "docs"
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 
 def test_the_example_projects_tests_pass():

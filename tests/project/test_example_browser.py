@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from tests.servers import example_server
 from tests.support.browser import chromium, needs_chromium
+from tests.support.servers import example_server
 
 pytestmark = [
     pytest.mark.servers,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 
-from tests.servers import example_server
+from tests.support.servers import example_server
 
 pytestmark = [pytest.mark.servers]
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import ROOT, free_port, stop_process, wait_for_port
 from tests.support.polling import wait_for
+from tests.support.servers import ROOT, free_port, stop_process, wait_for_port
 
 pytestmark = pytest.mark.servers
 

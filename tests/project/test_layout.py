@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grimp
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 PACKAGE = ROOT / "django_rivet"
 MAX_LINES = 500

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 pytestmark = pytest.mark.servers
 

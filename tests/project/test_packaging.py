@@ -10,7 +10,7 @@ import tomllib
 
 import django
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 

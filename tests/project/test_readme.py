@@ -3,7 +3,7 @@
 import importlib.util
 import re
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 README = ROOT / "README.md"
 

@@ -6,7 +6,7 @@
 // class and fetch() it finds in the global scope, to copy what goes through
 // them. It makes the same calls in each encoding and prints one JSON object
 // mapping encoding -> {sent: [hex...], received: [hex...]} per channel, which
-// tests/transport/rivetkit/test_rivetkit_bare.py compares with the committed fixtures.
+// tests/transport/rivetkit/test_bare.py compares with the committed fixtures.
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { loadClient } from "./client.mjs";

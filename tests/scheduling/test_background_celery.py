@@ -11,7 +11,6 @@ with generous deadlines.
 
 import contextlib
 import json
-import subprocess
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -26,18 +25,16 @@ from django_rivet.testing import register_temporarily
 from django_rivet.workflows import registry as workflow_registry
 from tests.background_app.actors import BackgroundFlaky
 from tests.background_app.workflows import every_minute, queue_probe
-from tests.background_settings import WORKFLOW_QUEUES
-from tests.celery_app import app
-from tests.servers import (
-    PYTHON,
-    ROOT,
+from tests.settings.background import WORKFLOW_QUEUES
+from tests.support.celery_app import app
+from tests.support.database import SEVERAL_PROCESSES, module_database
+from tests.support.polling import wait_for
+from tests.support.servers import (
+    celery_beat,
     celery_broker,
     celery_worker,
     server_env,
-    stop_process,
 )
-from tests.support.database import SEVERAL_PROCESSES, module_database
-from tests.support.polling import wait_for
 from tests.testapp.models import StepRow
 
 # No per-test flush (tests/support/database.py): the workers keep claiming
@@ -56,7 +53,7 @@ def workers(redis_url, django_db_setup, django_db_blocker, tmp_path_factory):
     with module_database(django_db_blocker), contextlib.ExitStack() as stack:
         env = server_env(
             RIVET_TEST_REDIS_URL=redis_url,
-            DJANGO_SETTINGS_MODULE="tests.background_settings",
+            DJANGO_SETTINGS_MODULE="tests.settings.background",
             RIVET_TEST_RECORD=str(record),
         )
         for name in ("a", "b"):
@@ -163,21 +160,6 @@ def test_a_rate_limited_queue_starts_at_most_2_per_second(recorded):
         window = [s for s in starts if start - timedelta(seconds=1) < s <= start]
         assert len(window) <= 2
     assert starts[-1] - starts[0] >= timedelta(seconds=2)
-
-
-@contextlib.contextmanager
-def celery_beat(env, schedule_file):
-    """Run ``celery beat`` (the sweep every second) alone; stop it by pid."""
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "celery", "-A", "tests.celery_app", "beat",
-         "-s", str(schedule_file), "--loglevel", "WARNING"],
-        cwd=ROOT,
-        env=env,
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        stop_process(proc)
 
 
 def test_a_scheduled_workflow_starts_once_per_tick_with_two_beats(

@@ -11,15 +11,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis
 
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Schedule, ScheduleStatus
-from tests.celery_app import app
-from tests.servers import celery_broker, celery_worker, kill9, server_env
+from tests.support.celery_app import app
 from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
+from tests.support.servers import celery_broker, celery_worker, kill9, server_env
 
 # Several worker processes on one database: PostgreSQL only.
 pytestmark = [*SEVERAL_PROCESSES, pytest.mark.django_db(transaction=True)]
@@ -33,16 +32,6 @@ def rings(actor_id):
 def done(*schedule_ids):
     fired = Schedule.objects.filter(pk__in=schedule_ids, status=ScheduleStatus.DONE)
     return fired.count() == len(schedule_ids)
-
-
-@pytest.fixture
-def broker(redis_url):
-    """A clean Redis as this process's and the workers' broker."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    with celery_broker(redis_url):
-        yield client
-    client.close()
 
 
 def wait_until_consuming(client):

@@ -1,4 +1,9 @@
-"""Recurring jobs (SPEC 3.6): ctx.cron, cron expressions, anchored intervals."""
+"""Recurring jobs of an actor: ctx.cron by expression or interval, runs, history.
+
+Firing in the job's zone, coalescing missed runs, skipping runs that fall due
+while one runs, and refusing bad definitions; the rules of the expressions
+themselves (zones, DST, anchored intervals) are in tests/test_crontab.py.
+"""
 
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -7,15 +12,14 @@ import pytest
 from django.test import override_settings
 
 from django_rivet import Actor, InvalidCron, action, actors
-from django_rivet.crontab import next_cron_time, next_every_time
 from django_rivet.models import CronJob, CronRun
 from django_rivet.scheduling import claims, cron_runs
 from django_rivet.testing import freeze_time, register_temporarily, run_due
+from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (claims of due cron runs (SKIP LOCKED)).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 PARIS = ZoneInfo("Europe/Paris")
 
 
@@ -33,61 +37,6 @@ def run_until(clock, when):
 
 def paris(*args):
     return datetime(*args, tzinfo=PARIS)
-
-
-# -- the timing rules ---------------------------------------------------------------
-def times(expression, tz, start, count):
-    found, after = [], start
-    for _ in range(count):
-        after = next_cron_time(expression, tz, after)
-        found.append(after.astimezone(ZoneInfo(tz)).strftime("%m-%d %H:%M%z"))
-    return found
-
-
-def test_cron_time_inside_the_skipped_hour_runs_right_after_spring_forward():
-    assert times("30 2 * * *", "Europe/Paris", paris(2026, 3, 28, 12), 3) == [
-        "03-29 03:00+0200",  # 02:30 does not exist that night
-        "03-30 02:30+0200",
-        "03-31 02:30+0200",
-    ]
-
-
-def test_cron_time_repeated_by_fall_back_runs_once():
-    assert times("30 2 * * *", "Europe/Paris", paris(2026, 10, 24, 12), 3) == [
-        "10-25 02:30+0200",  # not again at 02:30+0100
-        "10-26 02:30+0100",
-        "10-27 02:30+0100",
-    ]
-
-
-def test_hourly_cron_keeps_every_real_hour_across_both_changes():
-    assert times("0 * * * *", "Europe/Paris", paris(2026, 10, 25, 0, 30), 4) == [
-        "10-25 01:00+0200",
-        "10-25 02:00+0200",
-        "10-25 02:00+0100",
-        "10-25 03:00+0100",
-    ]
-    assert times("@hourly", "Europe/Paris", paris(2026, 3, 29, 0, 30), 3) == [
-        "03-29 01:00+0100",
-        "03-29 03:00+0200",
-        "03-29 04:00+0200",
-    ]
-
-
-def test_weekday_cron_skips_the_weekend_in_its_zone():
-    friday = datetime(2026, 6, 5, 14, tzinfo=UTC)  # Friday 10:00 in New York
-    assert times("0 9 * * 1-5", "America/New_York", friday, 2) == [
-        "06-08 09:00-0400",
-        "06-09 09:00-0400",
-    ]
-
-
-def test_every_next_time_is_anchored_on_the_previous_scheduled_time():
-    first = START + timedelta(seconds=60)
-    late_fire = first + timedelta(seconds=7)
-    assert next_every_time(first, 60, late_fire) == START + timedelta(seconds=120)
-    much_later = first + timedelta(seconds=601)
-    assert next_every_time(first, 60, much_later) == START + timedelta(seconds=720)
 
 
 # -- cron jobs of an actor ------------------------------------------------------------

@@ -8,7 +8,7 @@ the stored retry time and runs what is due.
 """
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -26,12 +26,12 @@ from django_rivet.models import (
 from django_rivet.scheduling import retries
 from django_rivet.signals import work_failed
 from django_rivet.testing import freeze_time, register_temporarily, run_due
+from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (failed attempts roll back; counters in
 # SQL).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # (what, attempt, virtual time): survives the rollback of failed attempts.
 CALLS = []
 # Keys of the flakyWork actors whose "fixable" action fails.

@@ -194,7 +194,7 @@ class Webhook(Actor):
         return ctx.state["hits"]
 
 
-# -- scheduling: schedules, cron and queues (tests/scheduling/test_schedule.py & co) ---
+# -- scheduling: schedules, cron and queues (tests/scheduling/test_schedules.py & co) --
 class AlarmClock(Actor):
     """Schedules and cron jobs calling its own actions."""
 

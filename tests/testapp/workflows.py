@@ -251,9 +251,8 @@ async def parent_of_doomed(ctx, input):
     return await ctx.child("boom", "doomed")
 
 
-@workflow(name="refundingChild")
-async def refunding_child(ctx, input):
-    """Charges (with a refund as rollback), then waits for "go"."""
+async def charge_then_wait_for_go(ctx):
+    """Charge (with a refund as rollback), then wait for a "go" message."""
     await ctx.rollback_checkpoint("start")
 
     def refund(rollback_ctx, output):
@@ -261,6 +260,12 @@ async def refunding_child(ctx, input):
 
     await ctx.step("charge", lambda: "ch_1", rollback=refund)
     await ctx.messages.next("wait-go", names=["go"])
+
+
+@workflow(name="refundingChild")
+async def refunding_child(ctx, input):
+    """Charges (with a refund as rollback), then waits for "go"."""
+    await charge_then_wait_for_go(ctx)
     return "charged"
 
 
@@ -300,13 +305,7 @@ async def publisher(ctx, input):
 @workflow(name="deadlined", timeout=timedelta(minutes=5))
 async def deadlined(ctx, input):
     """Charges (refund as rollback) and waits for "go": its deadline is 5 min."""
-    await ctx.rollback_checkpoint("start")
-
-    def refund(rollback_ctx, output):
-        record(ctx.workflow_id, f"refund:{output}")
-
-    await ctx.step("charge", lambda: "ch_1", rollback=refund)
-    await ctx.messages.next("wait-go", names=["go"])
+    await charge_then_wait_for_go(ctx)
     return "in time"
 
 

@@ -21,7 +21,6 @@ from websockets.sync.client import connect as ws_connect
 from django_rivet import actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Connection
-from tests.servers import daphne_server, server_env
 from tests.testapp.models import Note
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
@@ -38,12 +37,9 @@ def effects_file():
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker, effects_file):
-    """One daphne for the module, sharing the test database."""
-    with django_db_blocker.unblock():
-        env = server_env(RIVET_TEST_SIDE_EFFECTS=effects_file)
-    with daphne_server(env) as url:
-        yield url
+def server_env_extra(effects_file):
+    """The module's daphne records lifecycle side effects in ``effects_file``."""
+    return {"RIVET_TEST_SIDE_EFFECTS": effects_file}
 
 
 @pytest.fixture

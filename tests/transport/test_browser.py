@@ -11,8 +11,8 @@ order.
 import httpx
 import pytest
 
-from tests.servers import daphne_process, free_port, kill9, server_env
 from tests.support.browser import chromium, needs_chromium
+from tests.support.servers import daphne_process, free_port, kill9, server_env
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

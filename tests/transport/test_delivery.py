@@ -28,7 +28,7 @@ from django_rivet.testing import RivetCommunicator
 from django_rivet.transport import consumer as consumer_module
 from django_rivet.transport import feeds
 from django_rivet.transport.heartbeat import heartbeat
-from tests.servers import wait_until_no_connection_rows
+from tests.support.servers import wait_until_no_connection_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -250,49 +250,3 @@ async def test_a_failing_group_removal_does_not_keep_the_row(monkeypatch):
     await wait_until_no_connection_rows()
     room = await actors.aget_or_create("chatRoom", "discard")
     assert (await room.acall("log"))[-1] == ["disconnect", "ann"]
-
-
-# -- a failing channel layer is loud, once --------------------------------------------
-def layer_errors(caplog):
-    return [
-        record
-        for record in caplog.records
-        if record.name == "django_rivet.events" and record.levelname == "ERROR"
-    ]
-
-
-def test_publishing_to_a_failing_layer_logs_one_error_and_the_recovery(caplog):
-    from tests.servers import free_port
-
-    down = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
-        }
-    }
-    counter = actors.get_or_create("counter", "loud")
-    events.layer_health.ok()  # no outage left over from an earlier test
-    with caplog.at_level("DEBUG", logger="django_rivet.events"):
-        with override_settings(CHANNEL_LAYERS=down):
-            for _ in range(3):
-                counter.call("increment")  # the calls succeed
-        assert len(layer_errors(caplog)) == 1
-        assert "channel layer failed op=publish" in layer_errors(caplog)[0].message
-        counter.call("increment")  # the in-memory layer again
-    assert counter.call("getCount") == 4
-    recovered = [r for r in caplog.records if "works again" in r.getMessage()]
-    assert len(recovered) == 1 and "failures=3" in recovered[0].getMessage()
-
-
-def test_a_misconfigured_layer_logs_an_error_not_a_debug_line(caplog):
-    broken = {"default": {"BACKEND": "no.such.ChannelLayer"}}
-    counter = actors.get_or_create("counter", "misconfigured")
-    events.layer_health.ok()
-    with caplog.at_level("DEBUG", logger="django_rivet.events"):
-        with override_settings(CHANNEL_LAYERS=broken):
-            counter.call("increment")
-            counter.call("increment")
-    counter.call("increment")  # a working layer ends the "outage"
-    errors = layer_errors(caplog)
-    assert len(errors) == 1
-    assert "op=configure" in errors[0].message

@@ -1,6 +1,6 @@
 """End to end: a real daphne process, driven by the Python client.
 
-HTTP and WebSocket go over real sockets to ``daphne tests.asgi:application``
+HTTP and WebSocket go over real sockets to ``daphne tests.support.asgi:application``
 running against the test database; nothing is mocked.
 """
 
@@ -19,27 +19,18 @@ from django_rivet import (
     actors,
 )
 from django_rivet.client import Client, ConnectionLost
-from django_rivet.exceptions import EventLogTruncated, InternalError
-from tests.servers import (
+from django_rivet.exceptions import EventLogTruncated
+from tests.support.client import assert_errors_are_rebuilt
+from tests.support.polling import await_for
+from tests.support.servers import (
     daphne_process,
-    daphne_server,
     free_port,
     kill9,
     server_env,
     wait_until_no_connection_rows,
 )
-from tests.support.polling import await_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker):
-    """One daphne for the module, sharing the test database."""
-    with django_db_blocker.unblock():
-        env = server_env()
-    with daphne_server(env) as url:
-        yield url
 
 
 @pytest.fixture
@@ -67,26 +58,7 @@ def test_http_actions_and_lifecycle(client):
 
 
 def test_http_errors_are_rebuilt_as_their_classes(client):
-    counter = client.actor("counter", "errors")
-    with pytest.raises(UserError) as user_error:
-        counter.call("add_note_then_fail", "x")
-    assert (user_error.value.code, user_error.value.metadata) == (
-        "refused",
-        {"text": "x"},
-    )
-    with pytest.raises(ActionNotFound):
-        counter.call("nope")
-    with pytest.raises(InvalidArgs):
-        counter.call("increment", "one")
-    with pytest.raises(InternalError):
-        counter.call("crash")
-    with pytest.raises(ActorNotFound):
-        client.actor("counter", "missing", create=False).call("getCount")
-    with pytest.raises(UserError) as refused:
-        client.actor("chatRoom", "private").call("history")
-    assert refused.value.code == "token_required"
-    with pytest.raises(Forbidden):
-        client.actor("vault", "closed").call("open")
+    assert_errors_are_rebuilt(client)
 
 
 def test_http_cbor_round_trips_bytes(server):

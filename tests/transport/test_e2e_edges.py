@@ -1,7 +1,7 @@
 """The edges through a real daphne process (issues 12 and 17).
 
 Adversarial bodies, oversized uploads, close codes and oversized frames go
-over real sockets to ``daphne tests.asgi:application`` on loopback; nothing
+over real sockets to ``daphne tests.support.asgi:application`` on loopback; nothing
 is mocked. Bounds on time are generous (a loaded machine), and far below
 what the bugs cost (a 1 MiB colliding-keys body took 56 s).
 """
@@ -22,26 +22,14 @@ from websockets.exceptions import ConnectionClosed
 from django_rivet.client import Client
 from django_rivet.exceptions import RequestTooLarge
 from django_rivet.models import Connection
-from tests.servers import daphne_process, server_env, wait_until_no_connection_rows
 from tests.support.polling import await_for
+from tests.support.servers import (
+    wait_until_no_connection_rows,
+)
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
 MERSENNE_61 = 2**61 - 1
-
-
-@pytest.fixture(scope="module")
-def daphne(django_db_setup, django_db_blocker):
-    """One daphne for the module, sharing the test database: (url, process)."""
-    with django_db_blocker.unblock():
-        env = server_env()
-    with daphne_process(env) as running:
-        yield running
-
-
-@pytest.fixture
-def server(daphne):
-    return daphne[0]
 
 
 def bytes_written(proc):
@@ -147,8 +135,8 @@ def raw_post(url, headers, body_chunks):
         return int(head_bytes.split()[1]), rest[:length]
 
 
-def test_a_50_mb_upload_gets_a_coded_413_without_django_reading_it(daphne):
-    server, proc = daphne
+def test_a_50_mb_upload_gets_a_coded_413_without_django_reading_it(server_process):
+    server, proc = server_process
     url = f"{server}/rivet/actors/counter/actions/increment?key=upload"
     size = 50 * 1024 * 1024
     megabyte = b" " * (1024 * 1024)

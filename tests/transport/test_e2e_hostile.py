@@ -1,9 +1,9 @@
 """Hostile input through a daphne process (issue 12): a smaller run over sockets.
 
-The same generators as test_hostile.py, sent to ``daphne tests.asgi:application``
-on loopback with httpx and a WebSocket client: never a 500 or an internal
-error, every error coded, only valid calls change state, and the server
-keeps serving.
+The same generators as test_hostile.py, sent to
+``daphne tests.support.asgi:application`` on loopback with httpx and a
+WebSocket client: never a 500 or an internal error, every error coded, only
+valid calls change state, and the server keeps serving.
 """
 
 import json
@@ -17,21 +17,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from django_rivet.models import Actor as ActorRow
-from tests.hostile import TOTALS, check_error, examples, payloads
-from tests.servers import daphne_server, server_env
+from tests.support.hostile import TOTALS, check_error, examples, payloads
 from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
 CONTENT_TYPES = {"json": "application/json", "cbor": "application/cbor"}
-
-
-@pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        env = server_env()
-    with daphne_server(env) as url:
-        yield url
 
 
 def entries(key):

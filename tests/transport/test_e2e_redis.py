@@ -10,8 +10,12 @@ import contextlib
 import pytest
 
 from django_rivet.client import Client
-from tests.servers import daphne_server, server_env, wait_until_no_connection_rows
 from tests.support.polling import await_for
+from tests.support.servers import (
+    daphne_server,
+    server_env,
+    wait_until_no_connection_rows,
+)
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 

@@ -1,6 +1,6 @@
 """``ctx.request``: the connect hooks read the WebSocket handshake, as RivetKit's do.
 
-Driven through ``tests.asgi`` (the quickstart's application, with
+Driven through ``tests.support.asgi`` (the quickstart's application, with
 ``AuthMiddlewareStack``) in both protocol flavours, with a logged-in session.
 """
 
@@ -14,7 +14,7 @@ from django.test import Client
 
 from django_rivet import Actor, UserError, action
 from django_rivet.testing import conn_params_protocol, register_temporarily
-from tests.asgi import application
+from tests.support.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

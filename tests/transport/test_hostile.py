@@ -6,7 +6,7 @@ deep nesting, huge declared CBOR lengths, unknown tags, oversized payloads,
 values JSON cannot carry. For every case: never a 500 or an internal error,
 every error coded, and no state change but what valid calls made; after
 each test the server still answers. The same, at a smaller volume, through
-a daphne process is in test_e2e_hostile.py. Totals: tests/hostile.py.
+a daphne process is in test_e2e_hostile.py. Totals: tests/support/hostile.py.
 """
 
 import asyncio
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import Connection, CronJob
 from django_rivet.testing import RivetCommunicator
-from tests.hostile import (
+from tests.support.hostile import (
     TOTALS,
     check_error,
     examples,

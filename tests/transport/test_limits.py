@@ -1,6 +1,6 @@
 """BodyLimitMiddleware: oversized bodies to the actor API are refused unread.
 
-Driven as an ASGI application (the suite's tests.asgi stack with the real
+Driven as an ASGI application (the suite's tests.support.asgi stack with the real
 Django app behind it); the receive channel counts what was read. The same
 refusal through a daphne process is in test_e2e_edges.py.
 """
@@ -11,7 +11,7 @@ import json
 import pytest
 from django.test import override_settings
 
-from tests.asgi import application
+from tests.support.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,7 +5,7 @@ Every behaviour a client relies on -- authorization per action,
 not read, a socket that floods, what a lagging socket holds, errors -- runs
 against both protocol flavours (django-rivet's own, and the RivetKit
 client's in its encodings), through real servers (daphne, and uvicorn with
-its default ``websockets-sansio`` implementation) serving ``tests.asgi``,
+its default ``websockets-sansio`` implementation) serving ``tests.support.asgi``,
 the quickstart's application with ``AuthMiddlewareStack``. One server
 process per kind for the module; memory is the server process's RSS.
 """
@@ -28,10 +28,8 @@ from websockets.exceptions import ConnectionClosed
 
 from django_rivet.models import Connection
 from django_rivet.transport.rivetkit import bare
-from tests.servers import (
-    asgi_process,
+from tests.support.servers import (
     rss_kib,
-    server_env,
     wait_until_no_connection_rows,
 )
 
@@ -66,14 +64,21 @@ class Server:
 
 
 @pytest.fixture(scope="module", params=["daphne", "uvicorn"])
-def server(request, django_db_setup, django_db_blocker):
-    with django_db_blocker.unblock():
-        env = server_env(
-            DJANGO_SETTINGS_MODULE="tests.load_settings",
-            RIVET_LOAD_RIVET=json.dumps(RIVET),
-        )
-    with asgi_process(request.param, env) as (url, proc):
-        yield Server(request.param, url, proc)
+def server_kind(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def server_env_extra():
+    return {
+        "DJANGO_SETTINGS_MODULE": "tests.settings.load",
+        "RIVET_LOAD_RIVET": json.dumps(RIVET),
+    }
+
+
+@pytest.fixture(scope="module")
+def server(server_kind, server_process):
+    return Server(server_kind, *server_process)
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 
 from django_rivet import actors, dispatch
 from django_rivet.models import (
@@ -19,12 +18,11 @@ from django_rivet.scheduling import claims, cron_runs, queue_delivery, schedule_
 from django_rivet.scheduling.due import enqueue_upcoming, recover_stale_claims
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.upkeep import sweeper
+from tests.support.clock import START
+from tests.support.threads import in_threads
 
 # pg: the PostgreSQL leg runs this module (concurrent sweepers, claims, locks).
 pytestmark = pytest.mark.pg
-
-
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 def rings(handle):
@@ -170,24 +168,13 @@ def test_concurrent_sweepers_fire_each_lost_schedule_exactly_once():
             alarm.call("set_alarm_at", past, label)
         expected[alarm.actor_id] = labels
     start = threading.Barrier(4)
-    errors = []
 
     def sweep():
-        try:
-            start.wait(10)
-            for _ in range(3):
-                sweeper.sweep()
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        start.wait(10)
+        for _ in range(3):
+            sweeper.sweep()
 
-    threads = [threading.Thread(target=sweep) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert errors == []
+    assert in_threads(sweep, 4, timeout=120) == []
     for alarm in alarms:
         assert sorted(rings(alarm)) == expected[alarm.actor_id]
     statuses = set(Schedule.objects.values_list("status", flat=True))

@@ -2,7 +2,6 @@
 
 import logging
 import threading
-from datetime import UTC, datetime
 
 import pytest
 from django.core.management import call_command
@@ -13,6 +12,7 @@ from django_rivet.models import CronJob, Schedule, ScheduleStatus
 from django_rivet.scheduling import queue_delivery
 from django_rivet.testing import freeze_time, run_due
 from django_rivet.upkeep import worker
+from tests.support.clock import START
 from tests.support.polling import wait_for
 
 # pg: the PostgreSQL leg runs this module (worker claims; missing-table errors differ
@@ -20,7 +20,6 @@ from tests.support.polling import wait_for
 pytestmark = pytest.mark.pg
 
 
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 EMBEDDED = {"EMBEDDED_WORKER": True}
 
 

@@ -1,4 +1,8 @@
-"""The public handles API (SPEC 5.2), driven in-process with run_until_idle."""
+"""The public workflow API: start, get, result, send, wake, cancel, recover, replay.
+
+What ``django_rivet.workflows`` and its handles offer users, driven
+in-process with run_until_idle.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,78 @@
+"""The admin for workflow queues and workflows on a schedule.
+
+A queue's page shows its depth, how many run and the oldest wait; scheduled
+workflows can be paused, resumed and run now. Every action is
+permission-checked.
+"""
+
+import pytest
+from django.test import override_settings
+from django.urls import reverse
+
+from django_rivet import workflows
+from django_rivet.models import ScheduledWorkflow, Workflow
+from django_rivet.testing import freeze_time
+from django_rivet.workflows import queues, workflow
+from django_rivet.workflows.registry import register_temporarily
+from tests.support.admin import act
+from tests.support.clock import START
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_retries(settings):
+    settings.RIVET = {"SCHEDULE_MAX_RETRIES": 0}
+
+
+@override_settings(RIVET={"WORKFLOW_QUEUES": {"pair": {"concurrency": 2}, "idle": {}}})
+def test_the_queue_page_shows_depth_running_and_oldest_wait(viewer):
+    with freeze_time(START) as clock:
+        for _ in range(3):
+            workflows.start("approval", {}, queue="pair")
+        # The test transaction commits each start: admission ran already.
+        clock.advance(300)
+        page = viewer.get(
+            reverse("admin:django_rivet_workflowqueue_changelist")
+        ).content.decode()
+    assert "concurrency 2" in page
+    assert "status__exact=queued" in page
+    assert ">1</a>" in page and ">2</a>" in page  # depth 1, running 2
+    assert "5\xa0minutes" in page
+    assert "idle" in page  # configured, never used: listed too
+    stats = {s.name: s for s in queues.queue_stats()}
+    assert (stats["pair"].depth, stats["pair"].running) == (1, 2)
+    workflows_page = viewer.get(
+        reverse("admin:django_rivet_workflow_changelist")
+        + "?queue=pair&status__exact=queued"
+    )
+    assert workflows_page.status_code == 200
+    assert Workflow.objects.filter(queue="pair", status="queued").count() == 1
+
+
+@workflow(name="admin_nightly", cron="0 2 * * *", tz="UTC")
+async def admin_nightly(ctx, tick):
+    return tick
+
+
+def test_scheduled_workflows_can_be_paused_resumed_and_run_now(root):
+    with register_temporarily(admin_nightly), freeze_time(START):
+        listing = root.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
+        assert "admin_nightly" in listing.content.decode()
+        response = act(root, "scheduledworkflow", "pause_schedules", ["admin_nightly"])
+        assert "Pause: admin_nightly." in response.content.decode()
+        assert ScheduledWorkflow.objects.get().paused is True
+        act(root, "scheduledworkflow", "resume_schedules", ["admin_nightly"])
+        assert ScheduledWorkflow.objects.get().paused is False
+        response = act(root, "scheduledworkflow", "run_now", ["admin_nightly"])
+        assert "admin_nightly@2026-06-01T12:00:00Z" in response.content.decode()
+    assert Workflow.objects.filter(pk="admin_nightly@2026-06-01T12:00:00Z").exists()
+
+
+def test_viewers_cannot_pause_or_run_scheduled_workflows(viewer):
+    with register_temporarily(admin_nightly), freeze_time(START):
+        viewer.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
+        act(viewer, "scheduledworkflow", "pause_schedules", ["admin_nightly"])
+        act(viewer, "scheduledworkflow", "run_now", ["admin_nightly"])
+    assert ScheduledWorkflow.objects.get().paused is False
+    assert not Workflow.objects.exists()

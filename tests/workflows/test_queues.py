@@ -1,0 +1,321 @@
+"""Workflow queues (RIVET["WORKFLOW_QUEUES"]): concurrency, rate limit, priority, dedup.
+
+Driven in-process under the virtual clock: ``run_due`` runs admission and
+the admitted workflows, round after round; ``queues.admit`` is one
+admission pass, as the runtime makes after a start or a finish commits.
+"""
+
+import pytest
+from django.test import override_settings
+
+from django_rivet import (
+    Actor,
+    UnknownWorkflowQueue,
+    UserError,
+    WorkflowDeduplicated,
+    action,
+    actors,
+    workflows,
+)
+from django_rivet.exceptions import ERROR_CLASSES
+from django_rivet.models import Workflow, WorkflowQueue, WorkflowStatus
+from django_rivet.testing import (
+    freeze_time,
+    register_temporarily,
+    run_due,
+    run_until_idle,
+)
+from django_rivet.workflows import queues
+from tests.support.clock import START
+
+# pg: the PostgreSQL leg runs this module (queue admission in raw SQL, under locks).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
+
+QUEUES = {
+    "pair": {"concurrency": 2},
+    "single": {"concurrency": 1},
+    "slow": {"rate_limit": (2, 60.0)},
+    "both": {"concurrency": 1, "rate_limit": (10, 60.0)},
+    "open": {},
+}
+settings = override_settings(RIVET={"WORKFLOW_QUEUES": QUEUES})
+
+
+def statuses(*handles):
+    rows = dict(
+        Workflow.objects.filter(pk__in=[h.workflow_id for h in handles]).values_list(
+            "pk", "status"
+        )
+    )
+    return [rows[h.workflow_id] for h in handles]
+
+
+def approve(handle):
+    handle.send("approve", {"by": "ann"})
+    assert run_until_idle(handle) == "completed"
+
+
+@settings
+def test_a_queued_workflow_is_queued_until_its_queue_starts_it():
+    with freeze_time(START):
+        handle = workflows.start("greet", {"name": "ann"}, queue="open")
+        assert handle.status == WorkflowStatus.QUEUED
+        row = Workflow.objects.get(pk=handle.workflow_id)
+        assert (row.queue, row.wake_at, row.started_at) == ("open", None, None)
+        assert handle.wake() is False  # no way around the queue
+        assert handle.status == WorkflowStatus.QUEUED
+        assert run_due() == 2  # admitted, then run
+    assert handle.result(timeout=1) == "hello ann"
+    assert Workflow.objects.get(pk=handle.workflow_id).started_at == START
+
+
+@settings
+def test_at_most_concurrency_workflows_of_a_queue_are_started_and_not_finished():
+    with freeze_time(START):
+        handles = [
+            workflows.start("approval", {}, id=f"c{n}", queue="pair") for n in range(5)
+        ]
+        run_due()
+        # Two started and wait for their message (a waiting workflow keeps
+        # its slot); three wait in the queue.
+        assert statuses(*handles) == ["sleeping"] * 2 + ["queued"] * 3
+        assert run_due() == 0
+        approve(handles[0])
+        run_due()
+        assert (
+            statuses(*handles) == ["completed", "sleeping", "sleeping"] + ["queued"] * 2
+        )
+        handles[1].cancel()  # a cancelled workflow frees its slot too
+        run_due()
+        assert statuses(*handles)[3:] == ["sleeping", "queued"]
+
+
+@settings
+def test_a_rate_limited_queue_starts_at_most_n_per_window():
+    with freeze_time(START) as clock:
+        handles = [
+            workflows.start("greet", {"name": str(n)}, queue="slow") for n in range(5)
+        ]
+        run_due()
+        assert statuses(*handles).count("completed") == 2
+        clock.advance(59.9)
+        assert run_due() == 0
+        # The worker loop knows when to look again.
+        assert queues.next_admission_at() == pytest.approx(START.timestamp() + 60)
+        clock.advance(0.1)
+        run_due()
+        assert statuses(*handles).count("completed") == 4
+        clock.advance(60)
+        run_due()
+        assert statuses(*handles).count("completed") == 5
+    started = sorted(
+        Workflow.objects.values_list("started_at", flat=True), key=lambda t: t
+    )
+    assert [(t - START).total_seconds() for t in started] == [0, 0, 60, 60, 120]
+
+
+@settings
+def test_a_queue_held_by_its_concurrency_gives_the_worker_loop_no_time_to_wake():
+    with freeze_time(START):
+        handles = [workflows.start("approval", {}, queue="both") for _ in range(2)]
+        run_due()
+        assert sorted(statuses(*handles)) == ["queued", "sleeping"]
+        # Its rate window has room: only a finish can start the next one.
+        assert queues.next_admission_at() is None
+
+
+@pytest.mark.django_db(transaction=True)  # each start's admission runs on commit
+@settings
+def test_a_full_rate_window_sends_one_wake_up_for_when_it_reopens(
+    recording_dispatch,
+):
+    with freeze_time(START) as clock:
+        for n in range(5):
+            workflows.start("greet", {"name": str(n)}, queue="slow")
+            clock.advance(1)
+        for _ in range(3):
+            queues.admit("slow")  # each start's pass, and more
+    wakes = [(job, args, eta) for job, args, eta in recording_dispatch.sent]
+    assert [w for w in wakes if w[0] == "admit_workflows"] == [
+        # The second newest start (at 0 s) leaves the window at 60 s.
+        ("admit_workflows", ["slow"], START.timestamp() + 60)
+    ]
+
+
+@settings
+def test_lower_priority_numbers_start_first_then_the_oldest():
+    with freeze_time(START) as clock:
+        order = [("a", 5), ("b", 1), ("c", 1), ("d", 0), ("e", 5)]
+        handles = {}
+        for name, priority in order:
+            handles[name] = workflows.start(
+                "greet", {"name": name}, id=name, queue="single", priority=priority
+            )
+            clock.advance(1)
+        started = []
+        for _ in order:
+            assert queues.admit("single") == 1
+            (pending,) = Workflow.objects.filter(status=WorkflowStatus.PENDING)
+            started.append(pending.pk)
+            assert queues.admit("single") == 0  # the one slot is taken
+            assert run_until_idle(handles[pending.pk]) == "completed"
+    assert started == ["d", "b", "c", "a", "e"]
+
+
+@settings
+def test_a_dedup_key_held_by_a_queued_or_running_workflow_is_refused():
+    with freeze_time(START):
+        first = workflows.start(
+            "approval", {}, id="holder", queue="single", dedup_key="user-42"
+        )
+        with pytest.raises(WorkflowDeduplicated) as refused:
+            workflows.start("greet", {"name": "x"}, queue="single", dedup_key="user-42")
+        assert refused.value.qualified_code == "workflow/duplicate"
+        assert refused.value.workflow_id == "holder"
+        assert refused.value.metadata["dedup_key"] == "user-42"
+        assert Workflow.objects.count() == 1  # nothing stored
+        # Starting the same id again is idempotent, not a duplicate.
+        assert workflows.start("approval", {}, id="holder", queue="single") == first
+        # Another queue, or another key, is not a duplicate.
+        workflows.start("greet", {"name": "y"}, queue="open", dedup_key="user-42")
+        workflows.start("greet", {"name": "z"}, queue="single", dedup_key="user-43")
+        run_due()
+        assert first.status == WorkflowStatus.SLEEPING  # running, still holds it
+        with pytest.raises(WorkflowDeduplicated):
+            workflows.start("greet", {"name": "x"}, queue="single", dedup_key="user-42")
+        approve(first)
+        # Finished: the key is free again.
+        again = workflows.start(
+            "greet", {"name": "x"}, queue="single", dedup_key="user-42"
+        )
+        assert again.status == WorkflowStatus.QUEUED
+    assert ERROR_CLASSES[("workflow", "duplicate")] is WorkflowDeduplicated
+
+
+@settings
+def test_bad_queue_arguments_are_refused_and_store_nothing():
+    with pytest.raises(UnknownWorkflowQueue) as unknown:
+        workflows.start("greet", {"name": "x"}, queue="nope")
+    assert unknown.value.qualified_code == "workflow/unknown_queue"
+    assert unknown.value.metadata == {"queue": "nope"}
+    for kwargs in (
+        {"priority": 1},  # no queue
+        {"dedup_key": "k"},
+        {"queue": "open", "priority": "1"},
+        {"queue": "open", "priority": 2**31},
+        {"queue": "open", "dedup_key": ""},
+        {"queue": "open", "dedup_key": "x" * 256},
+    ):
+        with pytest.raises((TypeError, ValueError)):
+            workflows.start("greet", {"name": "x"}, **kwargs)
+    assert not Workflow.objects.exists()
+
+
+@settings
+def test_an_actor_starts_a_queued_workflow_in_its_transaction():
+    class Starter(Actor):
+        name = "starter"
+
+        @action
+        def go(self, ctx, fail: bool):
+            handle = ctx.workflows.start(
+                "greet", {"name": "from actor"}, queue="open", dedup_key="k"
+            )
+            if fail:
+                raise UserError("rolled back", code="refused")
+            return handle.workflow_id
+
+    with register_temporarily(Starter):
+        starter = actors.get_or_create("starter")
+        with pytest.raises(UserError):
+            starter.call("go", True)
+        assert not Workflow.objects.exists()
+        workflow_id = starter.call("go", False)
+    assert Workflow.objects.get(pk=workflow_id).status == WorkflowStatus.QUEUED
+    run_due()
+    assert workflows.get(workflow_id).result(timeout=1) == "hello from actor"
+
+
+@settings
+def test_queue_stats_show_depth_running_and_oldest_wait():
+    with freeze_time(START) as clock:
+        handles = [workflows.start("approval", {}, queue="pair") for _ in range(3)]
+        clock.advance(5)
+        workflows.start("greet", {"name": "n"}, queue="single")
+        queues.admit("pair")
+        stats = {s.name: s for s in queues.queue_stats()}
+    assert set(stats) == set(QUEUES)
+    assert (stats["pair"].depth, stats["pair"].running) == (1, 2)
+    assert stats["pair"].oldest_queued_at == START
+    assert stats["pair"].config.concurrency == 2
+    assert (stats["single"].depth, stats["single"].running) == (1, 0)
+    assert (stats["open"].depth, stats["open"].running) == (0, 0)
+    assert stats["open"].oldest_queued_at is None
+    assert WorkflowQueue.objects.filter(name="pair").exists()
+    assert len(handles) == 3
+
+
+def test_workflows_of_a_queue_no_longer_configured_wait(caplog):
+    queues._warned.discard("gone")  # warned once per process
+    with override_settings(RIVET={"WORKFLOW_QUEUES": {"gone": {}}}):
+        handle = workflows.start("greet", {"name": "x"}, queue="gone")
+    assert run_due() == 0
+    assert handle.status == WorkflowStatus.QUEUED
+    assert "not configured queue=gone" in caplog.text
+    assert handle.cancel() is True
+    assert handle.status == WorkflowStatus.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+@settings
+def test_admission_runs_after_the_start_commits_and_after_a_finish():
+    first = workflows.start("approval", {}, id="t1", queue="single")
+    second = workflows.start("greet", {"name": "t2"}, id="t2", queue="single")
+    # No run_due: the start's commit admitted the first one.
+    assert statuses(first, second) == ["pending", "queued"]
+    assert run_until_idle(first) == "sleeping"
+    approve(first)
+    # Its finish freed the slot: the second one was admitted at once.
+    assert second.status == WorkflowStatus.PENDING
+    assert run_until_idle(second) == "completed"
+
+
+# -- rivet.E701 ------------------------------------------------------------------------
+def rivet_errors(rivet):
+    from django.core import checks
+
+    with override_settings(RIVET=rivet):
+        return [m for m in checks.run_checks() if m.id and m.id.startswith("rivet.")]
+
+
+@pytest.mark.parametrize(
+    ("queues", "problem"),
+    [
+        (["emails"], "is not a dict of queue names to their limits"),
+        ({"": {}}, "has a queue name '' that is not 1 to 128 characters"),
+        ({"e": 5}, "entry 'e' is not a dict of limits"),
+        ({"e": {"limit": 5}}, "entry 'e' has unknown options ['limit']"),
+        (
+            {"e": {"concurrency": 0}},
+            "entry 'e': concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"rate_limit": 100}},
+            "entry 'e': rate_limit must be (starts, seconds), both positive",
+        ),
+        (
+            {"e": {"rate_limit": (10, 0)}},
+            "entry 'e': rate_limit must be (starts, seconds), both positive",
+        ),
+    ],
+)
+def test_a_malformed_workflow_queues_setting_is_e701(queues, problem):
+    from django_rivet import checks as rivet_checks
+
+    (error,) = rivet_errors({"WORKFLOW_QUEUES": queues})
+    assert error.id == "rivet.E701"
+    assert error.msg == rivet_checks.E701.format(problem=problem)
+
+
+def test_well_formed_queues_pass_the_check():
+    assert rivet_errors({"WORKFLOW_QUEUES": QUEUES}) == []
