@@ -18,8 +18,13 @@ server -- on the ASGI lifespan startup where the server sends one
 and does nothing when the setting is off.
 
 Import this module after ``get_asgi_application()`` has set Django up: its
-routes import the models.
+routes import the models. Servers (daphne, uvicorn) run no system checks,
+so importing it logs, at ERROR, what ``manage.py check`` would say about
+the channel layer (``rivet.E002``, ``E003``, ``E601``): without one no
+WebSocket can be served.
 """
+
+import logging
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -36,8 +41,11 @@ if not apps.ready:
         "asgi.py."
     )
 
+from django.core.checks import Error  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from .checks.runtime import check_channels  # noqa: E402
+from .checks.transport import check_channel_layer  # noqa: E402
 from .transport.consumer import RivetConsumer  # noqa: E402
 from .transport.limits import BodyLimitMiddleware  # noqa: E402
 from .transport.rivetkit.urls import (  # noqa: E402
@@ -53,3 +61,18 @@ websocket_urlpatterns = [
 
 # The official RivetKit client's connections (gateway/{target}/connect).
 websocket_urlpatterns += rivetkit_patterns
+
+
+def report_channel_layer_errors() -> None:
+    """Log the channel layer's system-check errors (once, where a server loads us)."""
+    logger = logging.getLogger("django_rivet.transport")
+    found = check_channels()
+    if not found:
+        # Only once the alias exists: E601 tries to create the layer.
+        found = check_channel_layer()
+    for message in found:
+        if isinstance(message, Error):
+            logger.error("%s %s HINT: %s", message.id, message.msg, message.hint)
+
+
+report_channel_layer_errors()

@@ -24,7 +24,13 @@ from django.db import InterfaceError, OperationalError, ProgrammingError
 from django.db.models import Model
 
 from ..conf import expose_errors
-from ..exceptions import ActorBusy, ActorUnavailable, InternalError, RivetError
+from ..exceptions import (
+    ActorBusy,
+    ActorUnavailable,
+    InternalError,
+    InvalidValue,
+    RivetError,
+)
 
 logger = logging.getLogger("django_rivet.actors")
 
@@ -253,6 +259,16 @@ def log_missing_table(exc: BaseException) -> None:
 
 def public_error(exc: BaseException) -> RivetError:
     """Map any exception to what the wire may show; log internal ones."""
+    if isinstance(exc, InvalidValue):
+        # Only the server's own code makes these (state, KV, events, queue
+        # bodies it writes; client data is refused as request/...): a bug
+        # to fix on the server, so the log says where and what.
+        logger.error(
+            "actor code produced a value outside the value domain, "
+            "nothing was committed: %s",
+            exc.message,
+        )
+        return exc
     if isinstance(exc, RivetError):
         return exc
     coded = database_error(exc)
