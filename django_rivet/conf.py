@@ -39,6 +39,7 @@ __all__ = [
     "RivetSettings",
     "Setting",
     "docs_url",
+    "expose_errors",
     "rivet_settings",
 ]
 
@@ -182,9 +183,10 @@ SETTINGS: dict[str, Setting] = {
     "MAX_HTTP_BODY_BYTES": Setting(1048576, POSITIVE_INTEGER),
     # Largest response or frame the server sends.
     "MAX_OUTGOING_MESSAGE_BYTES": Setting(1048576, POSITIVE_INTEGER),
-    # When True, internal errors carry the exception text to clients.
+    # When True, internal errors carry the exception text to clients (and
+    # configuration errors the names of tables). None: Django's DEBUG.
     # Development only.
-    "EXPOSE_ERRORS": Setting(False, BOOLEAN),
+    "EXPOSE_ERRORS": Setting(None, optional(BOOLEAN)),
     # Alias in CHANNEL_LAYERS used for broadcasts and connection messages.
     "CHANNEL_LAYER": Setting("default", ALIAS),
     # Seconds between sweeps (lost schedules, expired workflow leases, stale
@@ -308,7 +310,7 @@ class RivetSettings:
     MAX_PENDING_FRAME_BYTES: int
     MAX_HTTP_BODY_BYTES: int
     MAX_OUTGOING_MESSAGE_BYTES: int
-    EXPOSE_ERRORS: bool
+    EXPOSE_ERRORS: bool | None
     CHANNEL_LAYER: str
     SWEEP_INTERVAL: float
     EVENT_LOG_SIZE: int
@@ -409,6 +411,16 @@ class RivetSettings:
 
 
 rivet_settings = RivetSettings()
+
+
+def expose_errors() -> bool:
+    """Tell whether error bodies may carry internal details (``EXPOSE_ERRORS``).
+
+    Unset, it follows ``DEBUG``: a developer sees what failed, a production
+    client never does.
+    """
+    value = rivet_settings.EXPOSE_ERRORS
+    return bool(settings.DEBUG) if value is None else bool(value)
 
 
 def docs_url(page: str, section: str | None = None) -> str:

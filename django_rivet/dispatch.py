@@ -58,6 +58,7 @@ __all__ = [
     "configured_name",
     "grace_period",
     "notify_worker",
+    "overridden",
     "use",
     "wait_for_work",
     "wake",
@@ -239,6 +240,11 @@ def use(chosen: DispatchBackend | str | None) -> None:
         _override = import_string(BACKENDS.get(chosen, chosen))()
     else:
         _override = chosen
+
+
+def overridden() -> bool:
+    """Tell whether this process chose its backend itself (:func:`use`)."""
+    return _override is not None
 
 
 @receiver(setting_changed)

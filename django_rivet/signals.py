@@ -18,12 +18,19 @@ registered); ``kind`` is ``"schedule"``, ``"cron"`` or ``"message"``;
 ``error`` the exception of the last attempt. Receivers run in the process
 that ran the last attempt, after its failure was recorded; an exception in a
 receiver is logged, never raised into the runtime.
+
+``socket_opened`` is the WebSocket counterpart of Django's
+``request_started``: sent (``sender`` the consumer class) when a WebSocket
+to an actor is opened, before its handshake is read. django-rivet starts
+the embedded worker on it, so a page that only uses WebSockets runs its
+schedules and workflows after every reload of the development server.
 """
 
 from __future__ import annotations
 
 from django.dispatch import Signal
 
-__all__ = ["work_failed"]
+__all__ = ["socket_opened", "work_failed"]
 
 work_failed = Signal()
+socket_opened = Signal()

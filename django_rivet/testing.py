@@ -10,10 +10,14 @@ at module level.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
-from .actors.registry import register_temporarily
+from .actors import registry as actor_registry
+from .actors.definition import Actor
 from .clock import VirtualClock, freeze_time
+from .engine import WorkflowDefinition
 
 __all__ = [
     "VirtualClock",
@@ -22,6 +26,43 @@ __all__ = [
     "register_temporarily",
     "reset_actor_cache",
 ]
+
+
+@contextlib.contextmanager
+def register_temporarily(*items: Any) -> Iterator[None]:
+    """Register actor classes and ``@workflow`` definitions for a ``with`` block.
+
+    For definitions that autodiscovery does not find (those of a test
+    module)::
+
+        with register_temporarily(Counter, summarize):
+            ...
+
+    Whatever was registered under the same names before is restored after.
+    """
+    from .workflows import registry as workflow_registry
+
+    actors = [item for item in items if isinstance(item, type)]
+    definitions = [item for item in items if isinstance(item, WorkflowDefinition)]
+    wrong = [
+        item
+        for item in items
+        if not (isinstance(item, WorkflowDefinition) or _is_actor_class(item))
+    ]
+    if wrong:
+        raise TypeError(
+            f"register_temporarily takes Actor subclasses and @workflow "
+            f"definitions, not {wrong[0]!r}"
+        )
+    with (
+        actor_registry.register_temporarily(*actors),
+        workflow_registry.register_temporarily(*definitions),
+    ):
+        yield
+
+
+def _is_actor_class(item: Any) -> bool:
+    return isinstance(item, type) and issubclass(item, Actor)
 
 
 def close_db_connections() -> None:

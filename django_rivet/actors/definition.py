@@ -1,6 +1,10 @@
 """How users define actors: :class:`Actor`, :func:`action`, :func:`queue_handler`.
 
-Pure Python: nothing here touches Django, so actor modules import cheaply.
+Nothing here touches Django's settings or models, so actor modules import
+cheaply. A class is checked as it is defined: a mistake that would
+otherwise surface as a crash far from it (an action named ``name``, two
+actions with one wire name, a lifecycle hook marked as an action) raises
+:class:`ActorDefinitionError`, naming the class and the method.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
+from django.core.exceptions import ImproperlyConfigured
+
 from ..exceptions import ActionNotFound, InvalidArgs
 
 if TYPE_CHECKING:
@@ -22,7 +28,7 @@ if TYPE_CHECKING:
     from .calls import AuthInfo
     from .context import ActorContext, Conn
 
-__all__ = ["Actor", "HandlerSpec", "action", "queue_handler"]
+__all__ = ["Actor", "ActorDefinitionError", "HandlerSpec", "action", "queue_handler"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +45,10 @@ _LIMIT_OPTIONS = ("action_timeout", "queue_max_pending", "queue_max_message_byte
 # Every Actor subclass, in definition order; autodiscovery registers the ones
 # defined in an app's actors.py.
 defined_classes: list[type[Actor]] = []
+
+
+class ActorDefinitionError(ImproperlyConfigured):
+    """An Actor subclass is defined in a way that cannot work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +83,59 @@ class HandlerSpec:
         try:
             bound = self.signature.bind(None, None, *args)
         except TypeError as exc:
+            low, high = self.arity()
             raise InvalidArgs(
-                f"Invalid arguments for {self.wire_name!r}: {exc}"
+                f"Invalid arguments for {self.wire_name!r}: {exc}. It takes "
+                f"{self.describe_arguments()}; the call gave {len(args)}.",
+                metadata={
+                    "expected_min": low,
+                    "expected_max": high,
+                    "given": len(args),
+                },
             ) from exc
         for name, value in list(bound.arguments.items())[2:]:
             hint = self.hints.get(name)
             if hint is not None and not _matches(value, hint):
                 raise _mismatch(self.wire_name, name, hint)
+
+    def arity(self) -> tuple[int, int | None]:
+        """Return how many arguments a call takes: (at least, at most or None)."""
+        low, high = 0, 0
+        for parameter in list(self.signature.parameters.values())[2:]:
+            if parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+                return low, None
+            if parameter.kind not in _PLAIN:
+                continue  # keyword-only: not reachable from the wire
+            high += 1
+            if parameter.default is inspect.Parameter.empty:
+                low += 1
+        return low, high
+
+    def describe_arguments(self) -> str:
+        """Say what a call takes, e.g. ``1 argument (sku: str)``."""
+        low, high = self.arity()
+        if high is None:
+            count = f"{low} or more arguments"
+        elif low == high:
+            count = f"{low} argument{'' if low == 1 else 's'}"
+        else:
+            count = f"{low} to {high} arguments"
+        names = []
+        for parameter in list(self.signature.parameters.values())[2:]:
+            if parameter.kind not in _PLAIN + (inspect.Parameter.VAR_POSITIONAL,):
+                continue
+            hint = self.hints.get(parameter.name)
+            text = "*" if parameter.kind == inspect.Parameter.VAR_POSITIONAL else ""
+            text += parameter.name
+            if hint is not None:
+                text += f": {_describe(hint)}"
+            if parameter.default is not inspect.Parameter.empty:
+                text += " = ..."
+            names.append(text)
+        return f"{count} ({', '.join(names)})" if names else count
+
+
+_PLAIN = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def _mismatch(wire_name: str, name: str, hint: Any) -> InvalidArgs:
@@ -254,6 +310,7 @@ class Actor:
             cls.name = default_name(cls)
         for option in _LIMIT_OPTIONS:
             _check_positive(f"{cls.__name__}.{option}", getattr(cls, option))
+        _check_definition(cls)
         actions: dict[str, HandlerSpec] = {}
         queues: dict[str, HandlerSpec] = {}
         for klass in reversed(cls.__mro__):
@@ -328,3 +385,71 @@ class Actor:
     def overrides(cls, hook: str) -> bool:
         """Tell whether the class overrides the hook ``hook`` of Actor."""
         return getattr(cls, hook) is not getattr(Actor, hook)
+
+
+# What a subclass must not shadow with an action or a queue handler: every
+# attribute Actor defines (``name``, ``actions``, the lifecycle hooks...).
+# A method named ``name`` replaces the registered name with a function; a
+# hook marked as an action would run both as the hook and for any client.
+_RESERVED = frozenset(
+    attribute for attribute in vars(Actor) if not attribute.startswith("_")
+)
+# Wire names that read like a hook: a client calling "on_wake" should never
+# be able to believe it runs the hook.
+_HOOKS = frozenset(
+    attribute
+    for attribute, value in vars(Actor).items()
+    if callable(value) and not attribute.startswith("_") and attribute != "overrides"
+)
+
+
+def _check_definition(cls: type[Actor]) -> None:
+    """Raise :class:`ActorDefinitionError` for what cannot work in ``cls``."""
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    for kind, mark, decorator in (
+        ("action", _ACTION_MARK, "action"),
+        ("queue handler", _QUEUE_MARK, "queue_handler"),
+    ):
+        seen: dict[str, str] = {}
+        for attribute, value in vars(cls).items():
+            wire = getattr(value, mark, None)
+            if wire is None:
+                continue
+            if attribute in _HOOKS:
+                raise ActorDefinitionError(
+                    f"{where}.{attribute} is the lifecycle hook "
+                    f"Actor.{attribute} and is marked @{decorator}: clients "
+                    "could call the hook. Remove the decorator, or move the "
+                    f"{kind} to a method of its own."
+                )
+            if attribute in _RESERVED:
+                raise ActorDefinitionError(
+                    f"The {kind} {where}.{attribute} replaces Actor.{attribute}, "
+                    "which django-rivet needs. Give the method another name; "
+                    "clients can keep calling it by this one: "
+                    f"`@{decorator}({_wire_argument(mark, attribute)}) "
+                    f"def {attribute}_(self, ctx, ...)`."
+                )
+            if mark == _ACTION_MARK and wire in _HOOKS:
+                raise ActorDefinitionError(
+                    f"The action {where}.{attribute} is named {wire!r}, the "
+                    "name of a lifecycle hook: a client calling it would seem "
+                    "to run the hook. Give the action another name."
+                )
+            if wire in seen:
+                raise ActorDefinitionError(
+                    f"The {kind}s {where}.{seen[wire]} and {where}.{attribute} "
+                    f"both have the name {wire!r}: the second would silently "
+                    "replace the first. Give one of them another name."
+                )
+            seen[wire] = attribute
+    if not isinstance(cls.name, str):
+        raise ActorDefinitionError(
+            f"{where}.name is {cls.name!r}, not a string. An actor's `name` is "
+            "the name it is registered and called by; did a method or an "
+            "attribute named `name` replace it?"
+        )
+
+
+def _wire_argument(mark: str, wire: str) -> str:
+    return f"name={wire!r}" if mark == _ACTION_MARK else repr(wire)

@@ -4,20 +4,33 @@ Database failures are told apart here, because they mean different things
 to a caller: an outage (the server is down or restarting, the connection
 was lost) is ``actor/unavailable`` and a lock wait that ran out (or a
 deadlock) is ``actor/busy`` -- both retryable, with a ``retry_after`` hint,
-and in both nothing was committed. A missing table means migrations were
-not applied, which the log says in so many words. Everything else stays
-``rivet/internal_error``: a bug, with details in the server log only.
+and in both nothing was committed. A missing table is a configuration
+error, not an outage (no ``retry_after``: retrying cannot help): the log
+names the table and the command that creates it -- ``migrate`` for
+django-rivet's tables or a project model with a migration, ``makemigrations
+<app>`` first for a model no migration creates. Everything else stays
+``rivet/internal_error``: a bug, with details in the server log only
+(unless errors are exposed: ``EXPOSE_ERRORS``, by default ``DEBUG``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
+from django.apps import apps
 from django.db import Error as DatabaseError
 from django.db import InterfaceError, OperationalError, ProgrammingError
+from django.db.models import Model
 
-from ..conf import rivet_settings
-from ..exceptions import ActorBusy, ActorUnavailable, InternalError, RivetError
+from ..conf import expose_errors
+from ..exceptions import (
+    ActorBusy,
+    ActorUnavailable,
+    InternalError,
+    InvalidValue,
+    RivetError,
+)
 
 logger = logging.getLogger("django_rivet.actors")
 
@@ -30,6 +43,8 @@ __all__ = [
     "is_connection_failure",
     "is_missing_table",
     "log_missing_table",
+    "migration_advice",
+    "missing_table_name",
     "public_error",
 ]
 
@@ -41,8 +56,9 @@ MIGRATE_HINT = "run `manage.py migrate`"
 # What callers see (the HTTP and WebSocket clients, the shell): what to do,
 # without the driver's text (which names tables).
 NOT_MIGRATED = (
-    "The database lacks a table: its migrations have not been applied; "
-    "run `manage.py migrate` on the server. Nothing changed."
+    "The database lacks a table: its migrations have not been made or "
+    "applied (`manage.py makemigrations`, `manage.py migrate` on the "
+    "server). Nothing changed."
 )
 
 # PostgreSQL SQLSTATEs (psycopg's ``sqlstate``, psycopg2's ``pgcode``).
@@ -60,7 +76,9 @@ _PG_BUSY = frozenset(
         "40P01",  # deadlock_detected: one of the waiters was chosen to fail
     }
 )
-_PG_UNDEFINED_TABLE = "42P01"
+# A table or a column the code expects is not there: migrations not made
+# or not applied (or being applied right now).
+_PG_UNDEFINED = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
 # SQLite result codes (sqlite3 errors carry ``sqlite_errorname``), matched
 # with their extended codes: a table locked in a shared-cache database is
 # SQLITE_LOCKED_SHAREDCACHE, a failed write SQLITE_IOERR_WRITE.
@@ -122,34 +140,35 @@ def _is_lock_failure(exc: BaseException) -> bool:
 
 
 def is_missing_table(exc: BaseException) -> bool:
-    """Tell whether ``exc`` is a query on a table that does not exist."""
+    """Tell whether ``exc`` is a query on a table or column that does not exist."""
     if not isinstance(exc, OperationalError | ProgrammingError):
         return False
     error = _driver_error(exc)
     if getattr(error, "sqlite_errorname", None) is not None:
-        return str(error).startswith("no such table")
-    return _is_postgresql(error) and _sqlstate(error) == _PG_UNDEFINED_TABLE
+        return str(error).startswith(("no such table", "no such column"))
+    return _is_postgresql(error) and _sqlstate(error) in _PG_UNDEFINED
 
 
-def caused_by_missing_table(exc: BaseException) -> bool:
-    """Tell whether ``exc`` or an exception it was raised from is a missing table."""
+def caused_by_missing_table(exc: BaseException) -> BaseException | None:
+    """Return the missing-table error ``exc`` is or was raised from, if any."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if is_missing_table(current):
-            return True
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
 
 
 def database_error(exc: BaseException) -> RivetError | None:
     """Return the coded error for a database outage or lock failure, if it is one.
 
-    A missing table (migrations not applied) is ``actor/unavailable`` too,
-    with a message that says to migrate. ``None`` for every other exception
-    (including other database errors, which are bugs: a missing column, a
-    constraint the code should have checked...).
+    A missing table (migrations not made or not applied) is
+    ``actor/unavailable`` too, without a retry hint, with a message that
+    says what to run. ``None`` for every other exception (including other
+    database errors, which are bugs: a missing column, a constraint the
+    code should have checked...).
     """
     if not isinstance(exc, DatabaseError):
         return None
@@ -165,21 +184,91 @@ def database_error(exc: BaseException) -> RivetError | None:
             metadata=metadata,
         )
     if is_missing_table(exc):
-        return ActorUnavailable(NOT_MIGRATED, metadata=metadata)
+        if not expose_errors():
+            return ActorUnavailable(NOT_MIGRATED)
+        table = missing_table_name(exc)
+        what = "column" if table is not None and "." in table else "table"
+        return ActorUnavailable(
+            f"The database lacks the {what} {table!r}: "
+            f"{migration_advice(table)} on the server. Nothing changed.",
+            metadata={"table": table},
+        )
+    return None
+
+
+_TABLE_IN_MESSAGE = (
+    re.compile(r"no such (?:table|column): (?:main\.)?(\S+)"),  # SQLite
+    re.compile(r'(?:relation|column) "?([^"\s]+)"? does not exist'),  # PostgreSQL
+)
+
+
+def missing_table_name(exc: BaseException) -> str | None:
+    """Return the table (or ``table.column``) a missing-table error names."""
+    text = str(_driver_error(exc))
+    for pattern in _TABLE_IN_MESSAGE:
+        found = pattern.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def migration_advice(table: str | None) -> str:
+    """Say what creates ``table``: ``migrate``, or ``makemigrations <app>`` first.
+
+    A table of a model no migration creates yet needs ``makemigrations`` for
+    its app; one a migration creates (django-rivet's, or a project model
+    migrated elsewhere) needs ``migrate``. Reads the migration files, not the
+    database, and only on this error path.
+    """
+    model = _model_of(table.split(".")[0] if table else None)
+    if model is None or model._meta.app_label == "django_rivet":
+        return MIGRATE_HINT
+    from django.db.migrations.loader import MigrationLoader
+
+    try:
+        state = MigrationLoader(None, ignore_no_migrations=True).project_state()
+    except Exception:  # unreadable migrations: say what would still help
+        return MIGRATE_HINT
+    key = (model._meta.app_label, model._meta.model_name)
+    if key in state.models:
+        return MIGRATE_HINT
+    return (
+        f"run `manage.py makemigrations {model._meta.app_label}` (no migration "
+        f"creates the model {model._meta.label}), then `manage.py migrate`"
+    )
+
+
+def _model_of(table: str | None) -> type[Model] | None:
+    if table is None:
+        return None
+    for model in apps.get_models(include_auto_created=True):
+        if model._meta.db_table == table:
+            return model
     return None
 
 
 def log_missing_table(exc: BaseException) -> None:
     """Log the one line that says a table is missing and what to do."""
+    table = missing_table_name(exc)
     logger.error(
-        "a database table is missing, %s: %s",
-        MIGRATE_HINT,
-        str(_driver_error(exc)).strip(),
+        "a database table is missing: %s; %s",
+        table if table is not None else str(_driver_error(exc)).strip(),
+        migration_advice(table),
     )
 
 
 def public_error(exc: BaseException) -> RivetError:
     """Map any exception to what the wire may show; log internal ones."""
+    if isinstance(exc, InvalidValue):
+        # Only the server's own code makes these (state, KV, events, queue
+        # bodies it writes; client data is refused as request/...): a bug
+        # to fix on the server, so the log says where and what.
+        logger.error(
+            "actor code produced a value outside the value domain, "
+            "nothing was committed: %s",
+            exc.message,
+        )
+        return exc
     if isinstance(exc, RivetError):
         return exc
     coded = database_error(exc)
@@ -196,6 +285,6 @@ def public_error(exc: BaseException) -> RivetError:
             )
         return coded
     logger.error("internal error in actor code", exc_info=exc)
-    if rivet_settings.EXPOSE_ERRORS:
+    if expose_errors():
         return InternalError(f"{type(exc).__name__}: {exc}")
     return InternalError()

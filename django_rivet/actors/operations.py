@@ -23,6 +23,7 @@ from ..exceptions import (
     InvalidValue,
     RivetError,
 )
+from ..registries import did_you_mean
 from .calls import AuthRequest
 from .definition import Actor, HandlerSpec
 
@@ -72,12 +73,14 @@ class CallAction:
         """Find the action and check the arguments against its signature."""
         spec = definition.actions.get(self.action)
         if spec is None:
-            raise ActionNotFound(
-                # Checked before on_auth: the class is not named, so a caller
-                # holding only an actor id does not learn it.
-                f"The actor has no action {self.action!r}",
-                metadata={"action": self.action},
-            )
+            # Checked before on_auth: the class is not named, so a caller
+            # holding only an actor id does not learn it (the suggestion is
+            # one of the actions any caller of this actor may call).
+            message = f"The actor has no action {self.action!r}"
+            suggestion = did_you_mean(str(self.action), definition.actions)
+            if suggestion is not None:
+                message += f"; did you mean {suggestion!r}?"
+            raise ActionNotFound(message, metadata={"action": self.action})
         if not self.args_checked:
             check_arguments(self.args)
         spec.check_args(self.args)

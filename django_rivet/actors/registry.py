@@ -1,16 +1,22 @@
 """The actor registry: name -> Actor subclass.
 
-Classes defined in an installed app's ``actors.py`` are registered by
-autodiscovery; anything else is registered with :func:`register` (a
-decorator or a plain call) or, in tests, :func:`register_temporarily`.
+Classes defined in an installed app's ``actors.py``, or imported into it,
+are registered by autodiscovery; anything else is registered with
+:func:`register` (a decorator or a plain call) or, in tests,
+:func:`register_temporarily`. A class that was defined but never
+registered is named by the "unknown actor" error (when ``DEBUG`` is on) and
+by the system check ``rivet.W103``.
 Conflicts found during autodiscovery are kept for the system checks
 (``rivet.E101``) instead of crashing startup.
 """
 
 from __future__ import annotations
 
+import sys
 from contextlib import AbstractContextManager
 from typing import TypeVar
+
+from django.conf import settings
 
 from ..exceptions import ActorNotFound
 from ..registries import NameRegistry, did_you_mean, unknown_name
@@ -27,6 +33,7 @@ __all__ = [
     "register_discovered",
     "register_temporarily",
     "unregister",
+    "unregistered",
 ]
 
 A = TypeVar("A", bound=type[Actor])
@@ -42,9 +49,58 @@ actors: NameRegistry[type[Actor]] = NameRegistry(
     name_of=lambda cls: cls.name,
     describe=describe,
     not_found=lambda name, suggestion=None: ActorNotFound(
-        unknown_name("actor", name, suggestion)
+        unknown_name("actor", name, suggestion) + _unregistered_hint(name)
     ),
 )
+
+DISCOVERED_MODULE = "actors"
+
+
+def unregistered(name: str | None = None) -> list[type[Actor]]:
+    """Return the concrete classes defined in this process but not registered.
+
+    With ``name``, only those of that name. (A class is found once its module
+    has been imported: by ``actors.py``, a view, a test...)
+    """
+    registered = actors.snapshot()
+    return [
+        cls
+        for cls in definition.defined_classes
+        if not cls.abstract
+        and (name is None or cls.name == name)
+        and registered.get(cls.name) is not cls
+        and not _replaced(cls, registered)
+    ]
+
+
+def _replaced(cls: type[Actor], registered: dict[str, type[Actor]]) -> bool:
+    # A subclass registered under the same name stands in for its parent
+    # (or a test re-registered another class under that name): not a mistake.
+    current = registered.get(cls.name)
+    return current is not None and (
+        issubclass(current, cls) or issubclass(cls, current)
+    )
+
+
+def _unregistered_hint(name: str) -> str:
+    """Say why ``name`` is unknown when a class of that name exists (DEBUG only).
+
+    Only in development: module paths are no business of a production client.
+    """
+    if not getattr(settings, "DEBUG", False):
+        return ""
+    found = unregistered(name)
+    if not found:
+        return (
+            ". Actors are discovered in the actors.py module of each installed "
+            "app (and registered with django_rivet.actors.registry.register)"
+        )
+    return (
+        f". {describe(found[0])} is named {name!r} but is not registered: "
+        "django-rivet registers the Actor classes defined in or imported into "
+        "an installed app's actors.py. Import it there, or decorate it with "
+        "@django_rivet.actors.registry.register"
+    )
 
 
 def register(cls: A) -> A:
@@ -103,7 +159,10 @@ def unknown_external(name: str) -> ActorNotFound:
     Both get the same message, suggestion included (among public names).
     """
     public = [n for n, cls in actors.snapshot().items() if not cls.server_only]
-    return ActorNotFound(unknown_name("actor", name, did_you_mean(name, public)))
+    return ActorNotFound(
+        unknown_name("actor", name, did_you_mean(name, public))
+        + _unregistered_hint(name)
+    )
 
 
 def public_actors() -> dict[str, type[Actor]]:
@@ -116,10 +175,29 @@ def _is_actors_module(module_name: str) -> bool:
 
 
 def register_discovered() -> None:
-    """Register the concrete classes defined in discovered ``actors`` modules."""
+    """Register the concrete classes of discovered ``actors`` modules.
+
+    Those defined in a module named ``actors``, and those an installed app's
+    ``actors.py`` imports (a class kept in ``presence.py`` and imported into
+    ``actors.py`` counts, as ``admin.py`` imports count for the admin).
+    """
+    from django.apps import apps
+
     for cls in definition.defined_classes:
         if not cls.abstract and _is_actors_module(cls.__module__):
             actors.register_discovered(cls)
+    for app_config in apps.get_app_configs():
+        module = sys.modules.get(f"{app_config.name}.{DISCOVERED_MODULE}")
+        if module is None:
+            continue
+        for value in list(vars(module).values()):
+            if (
+                isinstance(value, type)
+                and issubclass(value, Actor)
+                and value is not Actor
+                and not value.abstract
+            ):
+                actors.register_discovered(value)
 
 
 def register_temporarily(*classes: type[Actor]) -> AbstractContextManager[None]:

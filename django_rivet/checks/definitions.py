@@ -1,5 +1,5 @@
-"""Actor and workflow definitions, checked at start-up (rivet.E103, W101, W102,
-E202, E203, W201).
+"""Actor and workflow definitions, checked at start-up (rivet.E103, E104, W101,
+W102, W103, E202, E203, E204, W201, W202).
 
 Mistakes that otherwise surface only when the code is first called, with an
 error that does not point at the definition: an action that cannot take
@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.apps import apps
 from django.core.checks import Error, Tags, Warning, register
 
 from ..actors import registry
@@ -47,6 +48,31 @@ E202_HINT = (
 )
 E203 = "Workflow {name!r} ({function}) cannot be called as (ctx, input): {signature}."
 E203_HINT = "Give it the parameters (ctx, input). See {docs}"
+E104 = "Actor {cls} could not be checked: {error}"
+E104_HINT = (
+    "django-rivet could not read this class's definition; its actions would "
+    "fail the same way when called. See {docs}"
+)
+W103 = (
+    "Actor class {cls} is defined but not registered: calls to {name!r} "
+    "answer actor/not_found."
+)
+W103_HINT = (
+    "django-rivet registers the Actor classes defined in or imported into an "
+    "installed app's actors.py: import it there, or decorate it with "
+    "@django_rivet.actors.registry.register. See {docs}"
+)
+W202 = (
+    "Workflow {name!r} ({function}) is defined but not registered: starting it "
+    "answers workflow/not_found."
+)
+W202_HINT = (
+    "django-rivet registers the @workflow definitions found at module level in "
+    "an installed app's workflows.py or actors.py: import it there, or call "
+    "django_rivet.workflows.registry.register on it. See {docs}"
+)
+E204 = "Workflow {name!r} could not be checked: {error}"
+E204_HINT = "Define it with @workflow on an `async def name(ctx, input)`. See {docs}"
 W201 = "Workflow names {names} differ only by case."
 W201_HINT = "Names are case-sensitive: rename one of {functions}."
 
@@ -66,10 +92,17 @@ def check_actor_definitions(app_configs: Any = None, **kwargs: Any) -> list[Any]
     classes = registry.all_actors()
     docs = docs_url("actors")
     for cls in classes.values():
-        handlers = [("Action", spec) for spec in cls.actions.values()]
-        handlers += [("Queue handler", spec) for spec in cls.queue_handlers.values()]
-        for kind, spec in handlers:
-            messages += _check_handler(kind, spec, registry.describe(cls), docs)
+        try:
+            messages += _check_actor(cls, docs)
+        except Exception as error:  # a check reports; it never crashes
+            messages.append(
+                Error(
+                    E104.format(cls=_describe(registry.describe, cls), error=error),
+                    hint=E104_HINT.format(docs=docs),
+                    obj=cls,
+                    id="rivet.E104",
+                )
+            )
     for names in _case_clashes(classes):
         messages.append(
             Warning(
@@ -82,6 +115,60 @@ def check_actor_definitions(app_configs: Any = None, **kwargs: Any) -> list[Any]
             )
         )
     return messages
+
+
+@register(Tags.compatibility)
+def check_unregistered(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn about actors and workflows of the project's apps nobody registered."""
+    messages: list[Any] = []
+    for cls in registry.unregistered():
+        if _in_installed_app(cls.__module__):
+            messages.append(
+                Warning(
+                    W103.format(cls=registry.describe(cls), name=cls.name),
+                    hint=W103_HINT.format(docs=docs_url("actors")),
+                    obj=cls,
+                    id="rivet.W103",
+                )
+            )
+    for definition in workflow_registry.unregistered():
+        function = workflow_registry.describe(definition)
+        if _in_installed_app(getattr(definition.fn, "__module__", "")):
+            messages.append(
+                Warning(
+                    W202.format(name=definition.name, function=function),
+                    hint=W202_HINT.format(docs=docs_url("workflows")),
+                    obj=function,
+                    id="rivet.W202",
+                )
+            )
+    return messages
+
+
+def _in_installed_app(module: str) -> bool:
+    # Definitions of test modules and libraries are registered by hand (or
+    # temporarily); those of the project's own apps are meant to be found.
+    return any(
+        module == config.name or module.startswith(config.name + ".")
+        for config in apps.get_app_configs()
+        if config.name != "django_rivet"
+    )
+
+
+def _check_actor(cls: Any, docs: str) -> list[Any]:
+    handlers = [("Action", spec) for spec in cls.actions.values()]
+    handlers += [("Queue handler", spec) for spec in cls.queue_handlers.values()]
+    messages: list[Any] = []
+    for kind, spec in handlers:
+        messages += _check_handler(kind, spec, registry.describe(cls), docs)
+    return messages
+
+
+def _describe(describe: Callable[[Any], str], item: Any) -> str:
+    try:
+        return describe(item)
+    except Exception:
+        return repr(item)
 
 
 def _check_handler(kind: str, spec: HandlerSpec, cls: str, docs: str) -> list[Any]:
@@ -124,27 +211,15 @@ def check_workflow_definitions(app_configs: Any = None, **kwargs: Any) -> list[A
     definitions = workflow_registry.all_workflows()
     docs = docs_url("workflows")
     for name, definition in definitions.items():
-        function = workflow_registry.describe(definition)
-        fn = definition.fn
-        if not _is_async(fn):
-            short = getattr(fn, "__name__", name)
+        try:
+            messages += _check_workflow(name, definition, docs)
+        except Exception as error:  # a check reports; it never crashes
             messages.append(
                 Error(
-                    E202.format(name=name, function=function),
-                    hint=E202_HINT.format(short=short, docs=docs),
-                    obj=function,
-                    id="rivet.E202",
-                )
-            )
-            continue
-        signature = _signature(fn)
-        if signature is not None and not _accepts(signature, 2):
-            messages.append(
-                Error(
-                    E203.format(name=name, function=function, signature=signature),
-                    hint=E203_HINT.format(docs=docs),
-                    obj=function,
-                    id="rivet.E203",
+                    E204.format(name=name, error=error),
+                    hint=E204_HINT.format(docs=docs),
+                    obj=_describe(workflow_registry.describe, definition),
+                    id="rivet.E204",
                 )
             )
     for names in _case_clashes(definitions):
@@ -158,6 +233,34 @@ def check_workflow_definitions(app_configs: Any = None, **kwargs: Any) -> list[A
                 ),
                 obj=workflow_registry.describe(definitions[names[-1]]),
                 id="rivet.W201",
+            )
+        )
+    return messages
+
+
+def _check_workflow(name: str, definition: Any, docs: str) -> list[Any]:
+    messages: list[Any] = []
+    function = workflow_registry.describe(definition)
+    fn = definition.fn
+    if not _is_async(fn):
+        short = getattr(fn, "__name__", name)
+        messages.append(
+            Error(
+                E202.format(name=name, function=function),
+                hint=E202_HINT.format(short=short, docs=docs),
+                obj=function,
+                id="rivet.E202",
+            )
+        )
+        return messages
+    signature = _signature(fn)
+    if signature is not None and not _accepts(signature, 2):
+        messages.append(
+            Error(
+                E203.format(name=name, function=function, signature=signature),
+                hint=E203_HINT.format(docs=docs),
+                obj=function,
+                id="rivet.E203",
             )
         )
     return messages
@@ -189,5 +292,6 @@ def _case_clashes(names: Iterable[str]) -> list[list[str]]:
     """Return the groups of names equal but for case, each sorted."""
     groups: dict[str, list[str]] = defaultdict(list)
     for name in names:
-        groups[name.casefold()].append(name)
+        if isinstance(name, str):  # anything else is reported by another check
+            groups[name.casefold()].append(name)
     return sorted(sorted(group) for group in groups.values() if len(group) > 1)

@@ -6,7 +6,9 @@ Messages are module constants so tests compare them by equality.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from typing import Any
 
 from django.apps import apps
@@ -27,13 +29,36 @@ def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         return []
     if rivet_settings.valid("EMBEDDED_WORKER") is None:
         return []  # rivet.E004
+    if dispatch.overridden():
+        return []  # rivet_worker: this process runs the due work itself
     if dispatch.configured_name() != "none":
         return []
     package = _project_package()
     hint = W004_HINT.format(
         package=package, docs=docs_url("quickstart", "3-urls-asgi-and-celery")
     )
-    return [Warning(W004, hint=hint, obj="settings.RIVET", id="rivet.W004")]
+    return [
+        Warning(
+            W004.format(cause=_no_dispatch_cause(package)),
+            hint=hint,
+            obj="settings.RIVET",
+            id="rivet.W004",
+        )
+    ]
+
+
+def _no_dispatch_cause(package: str) -> str:
+    """Say why Celery has no broker here: not configured, or its app not loaded."""
+    if not getattr(settings, "CELERY_BROKER_URL", None):
+        return W004_NO_BROKER
+    module = package.replace("/", ".") + ".celery"
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return W004_NO_APP.format(package=package)
+    return W004_NOT_LOADED.format(package=package)
 
 
 def _project_package() -> str:
@@ -72,8 +97,12 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 @register(Tags.compatibility)
 def check_asgi_server(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Warn when runserver would be Django's WSGI server (no WebSockets)."""
-    if apps.is_installed("daphne"):
+    """Warn when runserver would be Django's WSGI server (no WebSockets).
+
+    Only when this process is ``runserver``: a project served by daphne or
+    uvicorn has no use for the warning on ``migrate`` or ``check``.
+    """
+    if apps.is_installed("daphne") or _command() != "runserver":
         return []
     return [
         Warning(
@@ -85,6 +114,13 @@ def check_asgi_server(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             id="rivet.W005",
         )
     ]
+
+
+def _command() -> str | None:
+    """Return the management command this process runs (None: not one)."""
+    # Django's checks do not say which command runs them; argv does, for
+    # `manage.py <command>`, `django-admin <command>` and `python -m django`.
+    return sys.argv[1] if len(sys.argv) > 1 else None
 
 
 @register(Tags.compatibility)
@@ -106,7 +142,11 @@ def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         )
     for name, cls in registry.all_actors().items():
-        if len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name):
+        if (
+            not isinstance(name, str)
+            or len(name) > NAME_MAX_LENGTH
+            or not NAME_PATTERN.match(name)
+        ):
             errors.append(
                 Error(
                     E102.format(name=name, cls=registry.describe(cls)),
@@ -177,9 +217,19 @@ W002 = "Celery runs tasks eagerly: schedules and workflow sleeps ignore their ET
 W002_HINT = "Unset CELERY_TASK_ALWAYS_EAGER in production."
 W003 = "RIVET['EMBEDDED_WORKER'] is on: the web process runs schedules and workflows."
 W003_HINT = "Run Celery workers (with beat for rivet.sweep) and turn it off."
-W004 = (
-    "Nothing dispatches due work in this process: Celery has no broker and "
+W004 = "Nothing dispatches due work in this process: {cause}"
+W004_NO_BROKER = (
+    "Celery has no broker (CELERY_BROKER_URL is not set) and "
     "RIVET['EMBEDDED_WORKER'] is off."
+)
+W004_NO_APP = (
+    "CELERY_BROKER_URL is set, but the project has no Celery app "
+    "({package}/celery.py), so Celery's default app has no broker."
+)
+W004_NOT_LOADED = (
+    "CELERY_BROKER_URL is set, but {package}/celery.py is not loaded in this "
+    "process ({package}/__init__.py does not import it), so Celery's default "
+    "app has no broker."
 )
 W004_HINT = (
     "For development set RIVET['EMBEDDED_WORKER'] = True. In production "

@@ -119,9 +119,28 @@ class HistoryDivergedError(WorkflowError):
         return None
 
 
-def diverged(message: str, location: str) -> HistoryDivergedError:
-    """Build a :class:`HistoryDivergedError` that knows its location."""
-    return HistoryDivergedError(message, metadata={"location": location})
+# Both ways a run stops matching its history; which one it is, only the
+# project knows, so every divergence names both.
+DIVERGENCE_CAUSES = (
+    "Either the workflow's code changed since this history was recorded "
+    "(retire old entries with ctx.removed(), branch with ctx.get_version()), "
+    "or the workflow is not deterministic: the names, order and branches of "
+    "its entries must follow only from its input and recorded results "
+    "(ctx.step), never from the clock, random numbers or data read outside "
+    "a step."
+)
+
+
+def diverged(
+    message: str, location: str, *, causes: bool = True
+) -> HistoryDivergedError:
+    """Build a :class:`HistoryDivergedError` at ``location``, naming both causes.
+
+    ``causes=False`` for a mistake that is one whatever the history holds (a
+    duplicate entry name).
+    """
+    text = f"{message}. {DIVERGENCE_CAUSES}" if causes else message
+    return HistoryDivergedError(text, metadata={"location": location})
 
 
 class EntryInProgressError(WorkflowError):

@@ -155,6 +155,7 @@ class Scope:
                 f'Duplicate entry name "{name}" in scope "{where}": every entry '
                 "needs a unique name within its scope",
                 storage.location_string(location),
+                causes=False,
             )
         run.visited.add(location)
         return location
@@ -179,8 +180,8 @@ class Scope:
                 continue
             where = run.storage.location_string(location)
             raise diverged(
-                f'Entry "{where}" exists in history but was not visited: the '
-                "workflow code changed. Use ctx.removed() to retire old entries.",
+                f'Entry "{where}" exists in history but this run did not reach '
+                "it (the first recorded entry it did not visit)",
                 where,
             )
 

@@ -221,6 +221,11 @@ class WorkflowDefinition:
         return self.fn(ctx, input)
 
 
+# Every definition ``@workflow`` made, in order: the Django runtime names
+# the ones it never registered when a caller asks for an unknown name.
+defined: list[WorkflowDefinition] = []
+
+
 def seconds(value: float | timedelta | None) -> float | None:
     """Return ``value`` in seconds (a number or a timedelta); None stays None."""
     if value is None:
@@ -256,8 +261,10 @@ def workflow(
         raise ValueError("A workflow timeout must be positive")
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
-        return WorkflowDefinition(
+        definition = WorkflowDefinition(
             name=name or func.__name__, fn=func, cron=cron, tz=tz, timeout=limit
         )
+        defined.append(definition)
+        return definition
 
     return wrap(fn) if fn is not None else wrap

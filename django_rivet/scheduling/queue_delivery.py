@@ -23,7 +23,7 @@ from django.db.models import F, QuerySet
 from .. import clock, dispatch
 from ..actors.definition import Actor, HandlerSpec
 from ..actors.errors import database_error
-from ..conf import rivet_settings
+from ..conf import expose_errors
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import InternalError, RivetError
 from ..models import QueueMessage, QueueMessageStatus, db
@@ -169,7 +169,7 @@ def _wire_error(exc: BaseException) -> RivetError:
     coded = database_error(exc)
     if coded is not None:
         return coded
-    if rivet_settings.EXPOSE_ERRORS:
+    if expose_errors():
         return InternalError(f"{type(exc).__name__}: {exc}")
     return InternalError()
 

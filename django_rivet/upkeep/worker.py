@@ -38,12 +38,17 @@ from django.core.signals import request_started
 from django.db import close_old_connections, connections
 
 from .. import clock, dispatch
-from ..actors.errors import MIGRATE_HINT, caused_by_missing_table
+from ..actors.errors import (
+    caused_by_missing_table,
+    migration_advice,
+    missing_table_name,
+)
 from ..conf import rivet_settings
 from ..scheduling import due
 from ..scheduling.cron_runs import run_due_cron
 from ..scheduling.queue_delivery import deliver_due_queues
 from ..scheduling.schedule_runs import fire_due_schedules
+from ..signals import socket_opened
 from ..workflows import execution, scheduled, wakeups
 from ..workflows import queues as workflow_queues
 from . import sweeper
@@ -184,16 +189,18 @@ class Worker:
                         continue
                     delay = self._idle_delay()
                 except Exception as exc:
-                    if not caused_by_missing_table(exc):
+                    missing = caused_by_missing_table(exc)
+                    if missing is None:
                         logger.exception("worker iteration failed")
                     elif not missing_tables:
                         missing_tables = True
+                        table = missing_table_name(missing)
                         logger.error(
-                            "worker: a database table is missing, %s; "
-                            "retrying every %ss until it is there (%s)",
-                            MIGRATE_HINT,
+                            "worker: a database table is missing: %s; %s; "
+                            "retrying every %ss until it is there",
+                            table or missing,
+                            migration_advice(table),
                             self.poll_interval,
-                            exc,
                         )
                     delay = self.poll_interval
                 dispatch.wait_for_work(delay)
@@ -266,9 +273,17 @@ def _on_request_started(sender: Any, **kwargs: Any) -> None:
 
 
 def connect_embedded_worker() -> None:
-    """Start the embedded worker with the first request (called at app ready)."""
+    """Start the embedded worker with the first HTTP request or WebSocket.
+
+    Called at app ready. (``EmbeddedWorkerApp`` in the project's asgi.py
+    starts it earlier still, on the ASGI lifespan startup where the server
+    sends one.)
+    """
     request_started.connect(
         _on_request_started, dispatch_uid="django_rivet.embedded_worker"
+    )
+    socket_opened.connect(
+        _on_request_started, dispatch_uid="django_rivet.embedded_worker_socket"
     )
 
 

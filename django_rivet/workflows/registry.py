@@ -13,7 +13,10 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager
 
+from django.conf import settings
+
 from ..engine import WorkflowDefinition
+from ..engine import values as engine_values
 from ..exceptions import WorkflowNotFound
 from ..registries import NameRegistry, unknown_name
 
@@ -24,6 +27,7 @@ __all__ = [
     "register",
     "register_temporarily",
     "unregister",
+    "unregistered",
 ]
 
 DISCOVERED_MODULES = ("workflows", "actors")
@@ -40,9 +44,42 @@ definitions: NameRegistry[WorkflowDefinition] = NameRegistry(
     name_of=lambda definition: definition.name,
     describe=describe,
     not_found=lambda name, suggestion=None: WorkflowNotFound(
-        unknown_name("workflow", name, suggestion)
+        unknown_name("workflow", name, suggestion) + _unregistered_hint(name)
     ),
 )
+
+
+def unregistered(name: str | None = None) -> list[WorkflowDefinition]:
+    """Return the ``@workflow`` definitions made in this process but not registered.
+
+    With ``name``, only those of that name.
+    """
+    registered = definitions.snapshot()
+    return [
+        definition
+        for definition in engine_values.defined
+        if (name is None or definition.name == name)
+        and definition.name not in registered
+    ]
+
+
+def _unregistered_hint(name: str) -> str:
+    """Say why ``name`` is unknown when a definition of it exists (DEBUG only)."""
+    if not getattr(settings, "DEBUG", False):
+        return ""
+    found = unregistered(name)
+    if not found:
+        return (
+            ". Workflows are discovered at module level in the workflows.py "
+            "(or actors.py) of each installed app (and registered with "
+            "django_rivet.workflows.registry.register)"
+        )
+    return (
+        f". {describe(found[0])} is named {name!r} but is not registered: "
+        "django-rivet registers the @workflow definitions found at module "
+        "level in an installed app's workflows.py or actors.py. Import it "
+        "there, or call django_rivet.workflows.registry.register on it"
+    )
 
 
 def register(definition: WorkflowDefinition) -> WorkflowDefinition:

@@ -1,5 +1,6 @@
 """System checks: each id fires on its misconfiguration and only then."""
 
+import sys
 from datetime import timedelta
 
 import pytest
@@ -338,11 +339,17 @@ def test_no_dispatcher_w004_names_the_project_packages_init(monkeypatch):
     assert "from .celery import app as celery_app" in message.hint
 
 
-def test_runserver_without_daphne_is_w005(settings):
+def test_runserver_without_daphne_is_w005(settings, monkeypatch):
     settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "daphne"]
+    monkeypatch.setattr(sys, "argv", ["manage.py", "runserver"])
     messages = [m for m in run_checks() if m.id == "rivet.W005"]
     assert [m.msg for m in messages] == [rivet_checks.W005]
     assert "'daphne'" in messages[0].hint
+    # Only runserver: a project served by daphne or uvicorn never sees it
+    # on migrate, check or its own commands.
+    for command in ("migrate", "check", "rivet_worker"):
+        monkeypatch.setattr(sys, "argv", ["manage.py", command])
+        assert "rivet.W005" not in ids(run_checks())
 
 
 # -- issue 30: definitions checked at start-up ---------------------------------------

@@ -343,7 +343,10 @@ def test_the_development_path_serves_actors_workflows_and_static_files(project, 
     # The quickstart's LOGGING shows what the embedded worker did (try_it
     # waited for the line in the server logs: here, runserver's own).
     runserver_log = next(project.glob("server-*-python.log")).read_text()
-    assert f"workflow ran workflow={workflow_id} name=checkout" in runserver_log
+    # Each line once: the quickstart's LOGGING does not also propagate to a
+    # root handler.
+    ran = [line for line in runserver_log.splitlines() if workflow_id in line]
+    assert len(ran) == len(set(ran)) >= 2  # sleeping, then completed
 
 
 def test_the_production_settings_pass_every_rivet_check(project, python):
@@ -360,9 +363,51 @@ def test_the_production_path_runs_workflows_on_a_celery_worker(
     with run_page(project, 6, env, port, python):
         try_it(project, env, port, python)
     assert (project / "staticfiles" / "django_rivet" / "rivet.js").exists()
+    # Each line once, although Celery (and daphne) give the root logger a
+    # handler of their own.
+    celery_log = next(project.glob("server-*-celery.log")).read_text()
+    ran = re.findall(r"workflow ran workflow=\w+ name=checkout state=\w+", celery_log)
+    assert len(ran) == len(set(ran)) >= 2  # sleeping, then completed
     daphne_log = next(project.glob("server-*-daphne.log")).read_text()
     # The web process reached the broker (mysite/__init__.py loads Celery),
     # so the dispatch backend chose Celery rather than "none" (rivet.W004).
     assert "could not send task" not in daphne_log
     checked = manage(project, python, "check", REDIS_URL=env["REDIS_URL"])
     assert "rivet.W004" not in checked
+
+
+def test_a_page_that_only_opens_websockets_gets_its_work_run(project, python):
+    # The embedded worker starts with the server (the quickstart's asgi.py
+    # wraps the application in EmbeddedWorkerApp): here no HTTP request is
+    # ever made, yet the workflow an action over a WebSocket starts runs.
+    port = free_port()
+    script = project / "ws_only.py"
+    script.write_text(
+        "import asyncio\n"
+        "from django_rivet.client import Client\n"
+        "async def main():\n"
+        f"    cart = Client('http://127.0.0.1:{port}/rivet').actor('cart', 'bo')\n"
+        "    conn = await cart.connect()\n"
+        "    await conn.call('add', 'tea')\n"
+        "    print(await conn.call('checkout'))\n"
+        "    await conn.close()\n"
+        "asyncio.run(main())\n"
+    )
+    env = project_env()
+    manage(project, python, "migrate", "-v", "0")
+    log = project / "server-ws-only.log"
+    command = [str(python), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+    with server(command, project, env, log) as proc:
+        wait_for_port(port, proc=proc)
+        workflow_id = subprocess.run(
+            [str(python), script.name], cwd=project, env=env, check=True,
+            capture_output=True, text=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        wait_for(
+            lambda: (
+                f"workflow ran workflow={workflow_id} name=checkout "
+                "state=sleeping" in log.read_text()
+            ),
+            what="the embedded worker running the workflow",
+        )
+    assert "HTTP POST" not in log.read_text()

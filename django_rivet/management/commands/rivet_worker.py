@@ -38,11 +38,17 @@ class Command(BaseCommand):
             "(seconds, default 1).",
         )
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """Choose the in-process dispatch, then run the checks and the loop."""
+        # This process fires everything itself: wake its own loop, never send
+        # Celery tasks (a project running it usually has no broker). Chosen
+        # before the system checks run, so rivet.W004 ("nothing dispatches
+        # due work") does not warn about the worker that does.
+        dispatch.use("worker")
+        return super().execute(*args, **options)
+
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the loop until interrupted (or once)."""
-        # This process fires everything itself: wake its own loop, never send
-        # Celery tasks (a project running it usually has no broker).
-        dispatch.use("worker")
         if options["verbosity"] >= 1:
             show_work_log()
         worker = Worker(poll_interval=options["poll_interval"])
