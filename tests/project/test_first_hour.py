@@ -116,33 +116,48 @@ def test_the_checks_report_a_definition_they_cannot_read_instead_of_crashing():
 
 
 # -- definitions the process knows but never registered --------------------------------
-class Cursor(Actor):
-    """Defined outside actors.py (here: a module of the installed test app)."""
+@pytest.fixture
+def never_registered():
+    """An actor and a workflow of the installed test app nobody registered.
 
-    __module__ = "tests.testapp.presence"
-    name = "cursorNeverRegistered"
+    Made per test and forgotten after it: while they exist, every system
+    check run warns about them (which is the point).
+    """
+    from django_rivet.actors import definition
+    from django_rivet.engine import values
 
-    @action
-    def move(self, ctx, x: int) -> int:
-        return x
+    class Cursor(Actor):
+        """Defined outside actors.py (a module of the installed test app)."""
+
+        __module__ = "tests.testapp.presence"
+        __qualname__ = "Cursor"
+        name = "cursorNeverRegistered"
+
+        @action
+        def move(self, ctx, x: int) -> int:
+            return x
+
+    async def summarize(ctx, input):
+        return 1
+
+    summarize.__module__ = "tests.testapp.tasks"
+    summarize.__qualname__ = "summarize"
+    flow = workflow(name="summarizeNeverRegistered")(summarize)
+    try:
+        yield Cursor
+    finally:
+        definition.defined_classes.remove(Cursor)
+        values.defined.remove(flow)
 
 
-@workflow(name="summarizeNeverRegistered")
-async def summarize(ctx, input):
-    return 1
-
-
-summarize.fn.__module__ = "tests.testapp.tasks"
-
-
-def test_an_actor_defined_but_not_registered_is_w103():
-    [message] = [m for m in rivet_messages("rivet.W103") if m.obj is Cursor]
+def test_an_actor_defined_but_not_registered_is_w103(never_registered):
+    [message] = [m for m in rivet_messages("rivet.W103") if m.obj is never_registered]
     assert "tests.testapp.presence.Cursor" in message.msg
     assert "'cursorNeverRegistered' answer actor/not_found" in message.msg
     assert "actors.py" in message.hint and "registry.register" in message.hint
 
 
-def test_a_workflow_defined_but_not_registered_is_w202():
+def test_a_workflow_defined_but_not_registered_is_w202(never_registered):
     [message] = [
         m for m in rivet_messages("rivet.W202") if "summarizeNeverRegistered" in m.msg
     ]
@@ -151,7 +166,9 @@ def test_a_workflow_defined_but_not_registered_is_w202():
 
 
 @pytest.mark.django_db
-def test_unknown_actor_names_the_unregistered_class_in_development(client, settings):
+def test_unknown_actor_names_the_unregistered_class_in_development(
+    client, settings, never_registered
+):
     url = "/rivet/actors/cursorNeverRegistered/actions/move?key=a"
     settings.DEBUG = True
     answer = client.post(url, {"args": [1]}, content_type="application/json").json()
@@ -168,7 +185,9 @@ def test_unknown_actor_names_the_unregistered_class_in_development(client, setti
 
 
 @pytest.mark.django_db
-def test_unknown_workflow_names_the_unregistered_definition_in_development(settings):
+def test_unknown_workflow_names_the_unregistered_definition_in_development(
+    settings, never_registered
+):
     settings.DEBUG = True
     with pytest.raises(WorkflowNotFound) as unknown:
         workflows.start("summarizeNeverRegistered")
@@ -182,6 +201,7 @@ def test_unknown_workflow_names_the_unregistered_definition_in_development(setti
 @pytest.mark.django_db
 def test_an_actor_imported_into_an_apps_actors_module_is_registered(monkeypatch):
     import tests.testapp.actors as app_actors
+    from django_rivet.actors import definition
 
     class Presence(Actor):
         __module__ = "tests.testapp.presence"
@@ -197,6 +217,7 @@ def test_an_actor_imported_into_an_apps_actors_module_is_registered(monkeypatch)
         assert actors.get_or_create("presenceReExported", "a").call("here") == "here"
     finally:
         registry.unregister(Presence)
+        definition.defined_classes.remove(Presence)  # no W103 for later tests
 
 
 def test_unknown_names_without_a_class_say_where_definitions_are_found(settings):
