@@ -34,6 +34,7 @@ __all__ = [
     "check_value",
     "format_path",
     "paced",
+    "refused_type",
     "value_problem",
 ]
 
@@ -233,6 +234,15 @@ def _leaf_problem(value: Any, kind: int) -> str:
         return "numbers must be finite (no NaN or infinity)"
     if value is cbor2.undefined:
         return "undefined is not in the value domain"
+    return refused_type(value)
+
+
+def refused_type(value: Any) -> str:
+    """Say why a value of this type is not in the domain, with what to use instead.
+
+    One wording for actors and workflows: ``Decimal is not in the value
+    domain (use str, or int cents)``.
+    """
     hint = _REFUSED_HINTS.get(type(value))
     return hint or f"{type(value).__name__} is not in the value domain"
 

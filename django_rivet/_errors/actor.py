@@ -209,14 +209,15 @@ class InvalidValue(RivetError, TypeError):
     """A value outside the value domain (docs/values.md): cannot be stored or sent.
 
     Its metadata names the ``path`` to the bad value (``state.items[3]``)
-    and the ``reason``. Raised where the value is written (state, KV,
-    events, queue bodies, schedule arguments) or, from the server-side
-    client, for arguments; the invocation rolls back.
+    and the ``reason``. Raised where the server's code writes the value
+    (state, KV, events, queue bodies, schedule arguments); the invocation
+    rolls back. A server error (500): what a client sends outside the
+    domain is refused as ``request/malformed`` or ``request/invalid_args``.
     """
 
     group = "actor"
     code = "invalid_value"
-    http_status = 400
+    http_status = 500
     default_message = "The value is outside the value domain"
 
 
@@ -234,7 +235,7 @@ class ValueTooDeep(InvalidValue):
 
     group = "actor"
     code = "value_too_deep"
-    http_status = 400
+    http_status = 500
     default_message = "The value nests too deeply to be stored"
 
 

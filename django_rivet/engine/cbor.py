@@ -20,7 +20,7 @@ from typing import Any
 
 import cbor2
 
-from ..domain import MAX_DEPTH, check_depth
+from ..domain import MAX_DEPTH, check_depth, refused_type
 from ..encoding import READ_DEPTH
 from .errors import SchemaError, StepOutputError
 from .values import Message
@@ -110,13 +110,20 @@ def check_storable(value: Any, what: str = "value") -> None:
     """Raise ``TypeError`` unless ``value`` can be stored and read back.
 
     The nesting limit of actor state first (iteratively, so a bomb cannot
-    recurse), then the types (:func:`_check_types`).
+    recurse), then the types (:func:`_check_types`). The message names
+    ``what`` once, then where and why, in the actors' wording:
+    ``Output of step "price" cannot be stored: Decimal is not in the value
+    domain (use str, or int cents)``.
     """
-    check_depth(value, MAX_DEPTH)
-    _check_types(value, what)
+    try:
+        check_depth(value, MAX_DEPTH)
+        _check_types(value, "")
+    except TypeError as exc:
+        reason = getattr(exc, "message", None) or str(exc)
+        raise TypeError(f"{what} cannot be stored: {reason}") from None
 
 
-def _check_types(value: Any, path: str = "value") -> None:
+def _check_types(value: Any, path: str) -> None:
     """Raise ``TypeError`` unless ``value`` is made of storable types only."""
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return
@@ -132,10 +139,17 @@ def _check_types(value: Any, path: str = "value") -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not (key is None or isinstance(key, str | int | bytes | float)):
-                raise TypeError(f"{path} has a {type(key).__name__} key")
+                raise TypeError(
+                    f"{_at(path)}a map key of type {type(key).__name__} is not "
+                    "in the value domain (use str)"
+                )
             _check_types(item, f"{path}[{key!r}]")
         return
-    raise TypeError(f"{path} is a {type(value).__name__}, which cannot be stored")
+    raise TypeError(f"{_at(path)}{refused_type(value)}")
+
+
+def _at(path: str) -> str:
+    return f"at {path.lstrip('.')}, " if path else ""
 
 
 def roundtrip(value: Any, what: str = "value") -> Any:
@@ -148,6 +162,9 @@ def roundtrip(value: Any, what: str = "value") -> Any:
         return value  # stored and read back as itself
     try:
         check_storable(value, what)
+    except TypeError as exc:
+        raise StepOutputError(str(exc)) from exc
+    try:
         encoded = dumps(value)
     except (TypeError, ValueError, cbor2.CBOREncodeError) as exc:
         raise StepOutputError(f"{what} cannot be stored: {exc}") from exc

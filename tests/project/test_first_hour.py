@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from decimal import Decimal
 
 import pytest
 from django.core import checks
@@ -434,3 +435,67 @@ def test_a_parent_waiting_for_its_child_finishes_with_run_due():
 def test_the_docs_name_what_a_message_timeout_raises():
     text = (ROOT / "docs" / "workflows.md").read_text()
     assert "it raises `MessageTimeoutError` (`workflow/message_timeout`)" in text
+
+
+# -- a value outside the domain, made by the server -----------------------------------
+class Ledger(Actor):
+    name = "firstHourLedger"
+    initial_state = {"total": "0"}
+
+    @action
+    def keep_decimal(self, ctx, amount: str) -> None:
+        ctx.state["total"] = Decimal(amount)  # forgot str()
+
+    @action
+    def announce_decimal(self, ctx, amount: str) -> None:
+        ctx.broadcast("total", Decimal(amount))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("action", "path"), [("keep_decimal", "state.total"), ("announce_decimal", "")]
+)
+def test_a_value_outside_the_domain_made_by_the_server_is_a_logged_500(
+    client, caplog, action, path
+):
+    with register_temporarily(Ledger), caplog.at_level("ERROR", "django_rivet"):
+        response = client.post(
+            f"/rivet/actors/firstHourLedger/actions/{action}?key=a",
+            {"args": ["9.99"]},
+            content_type="application/json",
+        )
+    assert response.status_code == 500  # the server's fault, not the caller's
+    answer = response.json()
+    assert answer["code"] == "invalid_value"
+    assert (
+        "Decimal is not in the value domain (use str, or int cents)"
+        in (answer["message"])
+    )
+    [logged] = [r.getMessage() for r in caplog.records if "value domain" in r.message]
+    assert logged.startswith("actor code produced a value outside the value domain")
+    assert path in logged and "Decimal" in logged
+    # What the client sends outside the domain is still the client's (400).
+    with register_temporarily(Ledger):
+        response = client.post(
+            "/rivet/actors/firstHourLedger/actions/keep_decimal?key=a",
+            {"args": [{"$bytes": "!"}]},
+            content_type="application/json",
+        )
+    assert response.status_code == 400
+
+
+@workflow(name="firstHourInvoice")
+async def invoice(ctx, input):
+    return await ctx.step("price", lambda: Decimal("9.99"), max_retries=0)
+
+
+@pytest.mark.django_db
+def test_a_workflow_step_returning_a_decimal_says_the_same_with_the_hint():
+    with register_temporarily(invoice):
+        handle = workflows.start("firstHourInvoice")
+        assert run_until_idle(handle) == "failed"
+    with pytest.raises(Exception) as failed:
+        handle.result()
+    message = str(failed.value)
+    assert "Decimal is not in the value domain (use str, or int cents)" in message
+    assert message.count("cannot be stored") == 1

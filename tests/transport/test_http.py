@@ -439,7 +439,7 @@ def test_a_nesting_bomb_cannot_brick_an_actor(client):
 def test_a_handler_cannot_store_a_value_too_deep_to_read_back(client):
     path = f"{PREFIX}/ledger/actions/nest?key=nest"
     response = post_json(client, path, {"args": [200]})
-    assert error_of(response) == (400, "actor", "value_too_deep")
+    assert error_of(response) == (500, "actor", "value_too_deep")
     assert post_json(client, path, {"args": [100]}).json() == {"output": "nested"}
     entries = post_json(client, f"{PREFIX}/ledger/actions/entries?key=nest", {})
     assert entries.json() == {"output": 1}  # the refused call was rolled back
