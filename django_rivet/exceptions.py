@@ -48,6 +48,7 @@ from ._errors.actor import (
 )
 from ._errors.base import (
     InternalError,
+    NoChannelLayer,
     RivetError,
     UserError,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "AlreadyRegistered",
     "ConnectionExpired",
     "MethodNotAllowed",
+    "NoChannelLayer",
     "NotRegistered",
     "ActionTimeout",
     "ActorAlreadyExists",

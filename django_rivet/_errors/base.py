@@ -75,3 +75,15 @@ class InternalError(RivetError):
     code = "internal_error"
     http_status = 500
     default_message = "An internal error occurred"
+
+
+class NoChannelLayer(RivetError):
+    """A WebSocket reached a server without a channel layer: it cannot be served."""
+
+    group = "rivet"
+    code = "no_channel_layer"
+    http_status = 500
+    default_message = (
+        "The server has no channel layer, which WebSockets need: define "
+        "CHANNEL_LAYERS in the settings (RIVET['CHANNEL_LAYER'] names the alias)"
+    )

@@ -39,6 +39,8 @@ CLOSE_TOO_LARGE = 4413
 CLOSE_TOO_MANY = 4429  # too many connections, or too many frames waiting
 CLOSE_INTERNAL = 4500
 CLOSE_UNAVAILABLE = 4503  # actor/unavailable, actor/busy: retry later
+# How long a close frame may take to leave (it waits behind unsent data).
+CLOSE_TIMEOUT = 1.0
 # Why the server closes a connection, as close reasons (``group.code``).
 DISCONNECT_REASONS = {
     "destroyed": "actor.destroyed",

@@ -22,7 +22,12 @@ from django.utils.datastructures import CaseInsensitiveMapping
 
 from ..actors.rows import ActorRef, Mode
 from ..encoding import Encoding, decode, parse_encoding
-from ..exceptions import ActorNotFound, MalformedRequest, RequestTooLarge
+from ..exceptions import (
+    ActorNotFound,
+    MalformedRequest,
+    NoChannelLayer,
+    RequestTooLarge,
+)
 
 __all__ = [
     "MAX_CONN_PARAMS_BYTES",
@@ -37,6 +42,7 @@ __all__ = [
     "parse_actor_id",
     "parse_bool",
     "parse_conn_params",
+    "required_channel",
     "parse_connect_request",
     "query_params",
     "scope_headers",
@@ -246,3 +252,16 @@ def handshake_request(scope: dict[str, Any]) -> HttpRequest:
         if name in scope:
             setattr(request, name, scope[name])
     return request
+
+
+def required_channel(consumer: Any) -> str:
+    """Return the consumer's channel name, or refuse: no channel layer.
+
+    Without one (no ``CHANNEL_LAYERS``, under any server) the connection is
+    refused with ``rivet/no_channel_layer``, which names the setting,
+    instead of failing inside the runtime.
+    """
+    name = getattr(consumer, "channel_name", None)
+    if not isinstance(name, str):
+        raise NoChannelLayer()
+    return name

@@ -63,6 +63,8 @@ from ..exceptions import (
     RivetError,
     TooManyFrames,
 )
+from ..signals import socket_opened
+from . import parsing
 from .codec import FrameCodec
 from .flow import Inbound, Outbound
 from .frames import (
@@ -70,6 +72,7 @@ from .frames import (
     CLOSE_INTERNAL,
     CLOSE_NORMAL,
     CLOSE_SLOW_CONSUMER,
+    CLOSE_TIMEOUT,
     CLOSE_TOO_LARGE,
     CLOSE_TOO_MANY,
     DISCONNECT_REASONS,
@@ -86,9 +89,6 @@ from .subscriptions import Subscriptions
 logger = logging.getLogger("django_rivet.transport")
 
 __all__ = ["ConnectionConsumer"]
-
-# How long a close frame may take to leave (it waits behind unsent data).
-CLOSE_TIMEOUT = 1.0
 
 
 # -- the consumer -----------------------------------------------------------------
@@ -134,6 +134,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
         self.base_send = send
         self.outbound = Outbound(send)
+        socket_opened.send(sender=type(self))  # starts the embedded worker
         sources = [receive, self._stop_message]
         if self.channel_layer is not None:
             self.channel_name = await self.channel_layer.new_channel()
@@ -191,7 +192,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             )
             connect = Connect(
                 params=plan.params,
-                channel_name=self.channel_name,
+                channel_name=parsing.required_channel(self),
                 encoding=plan.encoding,
                 subscriptions=sorted(set(plan.subscriptions)),
                 since=plan.since,

@@ -499,3 +499,38 @@ def test_a_workflow_step_returning_a_decimal_says_the_same_with_the_hint():
     message = str(failed.value)
     assert "Decimal is not in the value domain (use str, or int cents)" in message
     assert message.count("cannot be stored") == 1
+
+
+# -- WebSockets: no channel layer, and the embedded worker ----------------------------
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_without_a_channel_layer_is_refused_naming_the_setting(
+    settings,
+):
+    from django_rivet.testing import RivetCommunicator
+
+    settings.CHANNEL_LAYERS = {}  # a project that never defined them
+    comm = RivetCommunicator("counter", ["no-layer"])
+    frame = await comm.handshake()
+    code = await comm.receive_close()
+    await comm.disconnect()
+    assert frame["group"] == "rivet" and frame["code"] == "no_channel_layer"
+    assert "define CHANNEL_LAYERS" in frame["message"]
+    assert code == 4500
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_first_websocket_starts_the_embedded_worker(settings):
+    from asgiref.sync import sync_to_async
+
+    from django_rivet.testing import RivetCommunicator
+    from django_rivet.upkeep import worker
+
+    assert not worker.embedded_worker_running()
+    settings.RIVET = {**settings.RIVET, "EMBEDDED_WORKER": True}
+    comm = RivetCommunicator("counter", ["first-socket"])
+    try:
+        assert (await comm.handshake())["type"] == "init"
+        assert worker.embedded_worker_running()
+    finally:
+        await comm.disconnect()
+        await sync_to_async(worker.stop_embedded_worker)()
