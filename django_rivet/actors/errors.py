@@ -36,7 +36,6 @@ logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "MIGRATE_HINT",
-    "NOT_MIGRATED",
     "RETRY_AFTER",
     "caused_by_missing_table",
     "database_error",
@@ -53,13 +52,6 @@ __all__ = [
 RETRY_AFTER = 1
 
 MIGRATE_HINT = "run `manage.py migrate`"
-# What callers see (the HTTP and WebSocket clients, the shell): what to do,
-# without the driver's text (which names tables).
-NOT_MIGRATED = (
-    "The database lacks a table: its migrations have not been made or "
-    "applied (`manage.py makemigrations`, `manage.py migrate` on the "
-    "server). Nothing changed."
-)
 
 # PostgreSQL SQLSTATEs (psycopg's ``sqlstate``, psycopg2's ``pgcode``).
 _PG_UNAVAILABLE = frozenset(
@@ -184,9 +176,15 @@ def database_error(exc: BaseException) -> RivetError | None:
             metadata=metadata,
         )
     if is_missing_table(exc):
-        if not expose_errors():
-            return ActorUnavailable(NOT_MIGRATED)
         table = missing_table_name(exc)
+        if not expose_errors():
+            # The command, not the table: table names are no business of a
+            # production client.
+            return ActorUnavailable(
+                f"The database lacks a table: "
+                f"{migration_advice(table, detailed=False)} on the server. "
+                "Nothing changed."
+            )
         what = "column" if table is not None and "." in table else "table"
         return ActorUnavailable(
             f"The database lacks the {what} {table!r}: "
@@ -212,7 +210,7 @@ def missing_table_name(exc: BaseException) -> str | None:
     return None
 
 
-def migration_advice(table: str | None) -> str:
+def migration_advice(table: str | None, *, detailed: bool = True) -> str:
     """Say what creates ``table``: ``migrate``, or ``makemigrations <app>`` first.
 
     A table of a model no migration creates yet needs ``makemigrations`` for
@@ -232,6 +230,8 @@ def migration_advice(table: str | None) -> str:
     key = (model._meta.app_label, model._meta.model_name)
     if key in state.models:
         return MIGRATE_HINT
+    if not detailed:
+        return "run `manage.py makemigrations`, then `manage.py migrate`"
     return (
         f"run `manage.py makemigrations {model._meta.app_label}` (no migration "
         f"creates the model {model._meta.label}), then `manage.py migrate`"
