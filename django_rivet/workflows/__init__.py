@@ -100,19 +100,6 @@ if TYPE_CHECKING:
         start,
     )
 
-_CLIENT = {
-    "MAX_ID_LENGTH",
-    "WorkflowHandle",
-    "acount",
-    "afilter",
-    "aget",
-    "astart",
-    "count",
-    "filter",
-    "get",
-    "start",
-}
-
 __all__ = [
     "MAX_ID_LENGTH",
     "ChildOutcome",
@@ -164,7 +151,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _CLIENT:
+    # Only names not bound yet get here: the client's (imported above for
+    # type checkers only).
+    if name not in __all__:
         raise AttributeError(
             f"module 'django_rivet.workflows' has no attribute {name!r}"
         )
