@@ -43,8 +43,9 @@ Django's models are ready.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_from
 from ..engine import (
     ChildOutcome,
     ChildStart,
@@ -149,16 +150,5 @@ __all__ = [
     "workflow",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # Only names not bound yet get here: the client's (imported above for
-    # type checkers only).
-    if name not in __all__:
-        raise AttributeError(
-            f"module 'django_rivet.workflows' has no attribute {name!r}"
-        )
-    from . import client
-
-    value = getattr(client, name)
-    globals()[name] = value
-    return value
+# The names of __all__ not bound above: the client's.
+__getattr__ = lazy_from("django_rivet.workflows.client", __all__, globals())
