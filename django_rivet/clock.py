@@ -14,11 +14,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from datetime import datetime as _datetime
 
 __all__ = [
     "VirtualClock",
+    "as_seconds",
     "freeze_time",
     "now",
     "now_datetime",
@@ -51,6 +52,18 @@ def to_timestamp(value: datetime) -> float:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.timestamp()
+
+
+def as_seconds(value: object) -> float | None:
+    """Return a duration, a number of seconds or a timedelta, in seconds.
+
+    None for anything else (booleans too): the caller says what it expected.
+    """
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 async def wait_until(deadline: float) -> None:

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
+from .clock import as_seconds
 from .exceptions import InvalidCron
 
 __all__ = [
@@ -166,11 +167,8 @@ def next_cron_time(expression: str, tz: str, after: datetime) -> datetime:
 
 def validate_interval(interval: float | int | timedelta) -> float:
     """Return an ``every`` interval in seconds; at least 5 s."""
-    if isinstance(interval, timedelta):
-        seconds = interval.total_seconds()
-    elif isinstance(interval, int | float) and not isinstance(interval, bool):
-        seconds = float(interval)
-    else:
+    seconds = as_seconds(interval)
+    if seconds is None:
         raise InvalidCron("An interval is a number of seconds or a timedelta")
     if not math.isfinite(seconds) or seconds < MIN_EVERY_SECONDS:
         raise InvalidCron(

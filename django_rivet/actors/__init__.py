@@ -30,7 +30,9 @@ Actor``) before Django's models are ready, and that must stay cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_from
 
 if TYPE_CHECKING:
     from .client import (
@@ -57,12 +59,4 @@ __all__ = [
     "get_or_create",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'django_rivet.actors' has no attribute {name!r}")
-    from . import client
-
-    value = getattr(client, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_from("django_rivet.actors.client", __all__, globals())

@@ -29,6 +29,7 @@ from ..exceptions import (
     RivetError,
 )
 from ..models import Actor, ActorKV, db
+from ..models.base import prefix_end
 
 __all__ = [
     "MAX_ACTOR_KV_BYTES",
@@ -94,14 +95,6 @@ def _check_count(keys: Sequence[Any]) -> None:
             f"{len(keys)} keys in one call; the limit is {MAX_KEYS_PER_CALL}",
             metadata={"count": len(keys), "limit": MAX_KEYS_PER_CALL},
         )
-
-
-def prefix_end(prefix: bytes) -> bytes | None:
-    """Return the smallest key greater than every key starting with ``prefix``."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 class ActorKVStore:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import Error, Tags, register
+from django.core.checks import Tags, register
 
 from .. import clock, crontab
 from ..conf import rivet_settings
@@ -18,6 +18,7 @@ from ..exceptions import InvalidCron
 from ..workflows import registry as workflow_registry
 from ..workflows import scheduled
 from ..workflows.queues import QUEUE_NAME_MAX_LENGTH
+from .base import message
 
 __all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]
 
@@ -84,12 +85,7 @@ def _queue_problems() -> list[str]:
 
 def _queues() -> list[Any]:
     return [
-        Error(
-            E701.format(problem=problem),
-            hint=E701_HINT,
-            obj="settings.RIVET",
-            id="rivet.E701",
-        )
+        message("rivet.E701", E701.format(problem=problem), E701_HINT)
         for problem in _queue_problems()
     ]
 
@@ -109,12 +105,6 @@ def _scheduled_workflows() -> list[Any]:
                 problem = f"cannot be scheduled: {exc.message}"
         if problem is not None:
             where = workflow_registry.describe(definition)
-            errors.append(
-                Error(
-                    E702.format(name=name, where=where, problem=problem),
-                    hint=E702_HINT,
-                    obj=where,
-                    id="rivet.E702",
-                )
-            )
+            text = E702.format(name=name, where=where, problem=problem)
+            errors.append(message("rivet.E702", text, E702_HINT, where))
     return errors

@@ -9,12 +9,13 @@ import sys
 from typing import Any
 
 from django.apps import apps
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Tags, register
 from django.core.management.commands.migrate import Command as MigrateCommand
 from django.db import DatabaseError, connections, router
 from django.db.migrations.executor import MigrationExecutor
 
 from ..models import db, sql
+from .base import message
 
 # -- the database ----------------------------------------------------------------------
 E401 = (
@@ -55,36 +56,21 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         described = ", ".join(
             f"{model} -> {alias}" for model, alias in sorted(routes.items())
         )
+        text = E403.format(routes=described)
         errors.append(
-            Error(
-                E403.format(routes=described),
-                hint=E403_HINT,
-                obj="settings.DATABASE_ROUTERS",
-                id="rivet.E403",
-            )
+            message("rivet.E403", text, E403_HINT, "settings.DATABASE_ROUTERS")
         )
     alias = db.alias()
     connection = connections[alias]
+    where = f"settings.DATABASES[{alias!r}]"
     if not sql.supports(connection.vendor):
-        errors.append(
-            Error(
-                E401.format(alias=alias, vendor=connection.vendor),
-                hint=E401_HINT,
-                obj=f"settings.DATABASES[{alias!r}]",
-                id="rivet.E401",
-            )
-        )
+        text = E401.format(alias=alias, vendor=connection.vendor)
+        errors.append(message("rivet.E401", text, E401_HINT, where))
     else:
         version = sql.dialect(connection).too_old()
         if version is not None:
-            errors.append(
-                Error(
-                    E402.format(alias=alias, version=".".join(str(n) for n in version)),
-                    hint=E402_HINT,
-                    obj=f"settings.DATABASES[{alias!r}]",
-                    id="rivet.E402",
-                )
-            )
+            text = E402.format(alias=alias, version=".".join(str(n) for n in version))
+            errors.append(message("rivet.E402", text, E402_HINT, where))
     return errors
 
 
@@ -119,14 +105,9 @@ def check_migrations(
     missing = [migration.name for migration, backwards in plan if not backwards]
     if not missing:
         return []
-    return [
-        Warning(
-            W401.format(alias=alias, names=", ".join(missing)),
-            hint=W401_HINT.format(alias=alias),
-            obj=f"settings.DATABASES[{alias!r}]",
-            id="rivet.W401",
-        )
-    ]
+    text = W401.format(alias=alias, names=", ".join(missing))
+    hint = W401_HINT.format(alias=alias)
+    return [message("rivet.W401", text, hint, f"settings.DATABASES[{alias!r}]")]
 
 
 def _run_by_migrate() -> bool:

@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.apps import apps
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Tags, register
 
 from ..actors import registry
 from ..actors.definition import HandlerSpec
 from ..conf import docs_url
 from ..workflows import registry as workflow_registry
+from .base import message
 
 E103 = "{kind} {name!r} of {cls} cannot take the context: {signature}."
 E103_HINT = (
@@ -95,25 +96,14 @@ def check_actor_definitions(app_configs: Any = None, **kwargs: Any) -> list[Any]
         try:
             messages += _check_actor(cls, docs)
         except Exception as error:  # a check reports; it never crashes
-            messages.append(
-                Error(
-                    E104.format(cls=_describe(registry.describe, cls), error=error),
-                    hint=E104_HINT.format(docs=docs),
-                    obj=cls,
-                    id="rivet.E104",
-                )
-            )
+            text = E104.format(cls=_describe(registry.describe, cls), error=error)
+            hint = E104_HINT.format(docs=docs)
+            messages.append(message("rivet.E104", text, hint, cls))
     for names in _case_clashes(classes):
-        messages.append(
-            Warning(
-                W101.format(names=", ".join(repr(n) for n in names)),
-                hint=W101_HINT.format(
-                    classes=", ".join(registry.describe(classes[n]) for n in names)
-                ),
-                obj=classes[names[-1]],
-                id="rivet.W101",
-            )
-        )
+        text = W101.format(names=_quoted(names))
+        described = ", ".join(registry.describe(classes[n]) for n in names)
+        hint = W101_HINT.format(classes=described)
+        messages.append(message("rivet.W101", text, hint, classes[names[-1]]))
     return messages
 
 
@@ -123,25 +113,15 @@ def check_unregistered(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     messages: list[Any] = []
     for cls in registry.unregistered():
         if _in_installed_app(cls.__module__):
-            messages.append(
-                Warning(
-                    W103.format(cls=registry.describe(cls), name=cls.name),
-                    hint=W103_HINT.format(docs=docs_url("actors")),
-                    obj=cls,
-                    id="rivet.W103",
-                )
-            )
+            text = W103.format(cls=registry.describe(cls), name=cls.name)
+            hint = W103_HINT.format(docs=docs_url("actors"))
+            messages.append(message("rivet.W103", text, hint, cls))
     for definition in workflow_registry.unregistered():
         function = workflow_registry.describe(definition)
         if _in_installed_app(getattr(definition.fn, "__module__", "")):
-            messages.append(
-                Warning(
-                    W202.format(name=definition.name, function=function),
-                    hint=W202_HINT.format(docs=docs_url("workflows")),
-                    obj=function,
-                    id="rivet.W202",
-                )
-            )
+            text = W202.format(name=definition.name, function=function)
+            hint = W202_HINT.format(docs=docs_url("workflows"))
+            messages.append(message("rivet.W202", text, hint, function))
     return messages
 
 
@@ -184,23 +164,11 @@ def _check_handler(kind: str, spec: HandlerSpec, cls: str, docs: str) -> list[An
     hint_fields = {"attribute": spec.attribute, "docs": docs}
     obj = f"{cls}.{spec.attribute}"
     if len(positional) < 2 and not takes_more:
-        return [
-            Error(
-                E103.format(**fields),
-                hint=E103_HINT.format(**hint_fields),
-                obj=obj,
-                id="rivet.E103",
-            )
-        ]
+        text = E103.format(**fields)
+        return [message("rivet.E103", text, E103_HINT.format(**hint_fields), obj)]
     if len(positional) >= 2 and positional[1].name not in CONTEXT_NAMES:
-        return [
-            Warning(
-                W102.format(param=positional[1].name, **fields),
-                hint=W102_HINT.format(**hint_fields),
-                obj=obj,
-                id="rivet.W102",
-            )
-        ]
+        text = W102.format(param=positional[1].name, **fields)
+        return [message("rivet.W102", text, W102_HINT.format(**hint_fields), obj)]
     return []
 
 
@@ -214,27 +182,16 @@ def check_workflow_definitions(app_configs: Any = None, **kwargs: Any) -> list[A
         try:
             messages += _check_workflow(name, definition, docs)
         except Exception as error:  # a check reports; it never crashes
+            text = E204.format(name=name, error=error)
+            where = _describe(workflow_registry.describe, definition)
             messages.append(
-                Error(
-                    E204.format(name=name, error=error),
-                    hint=E204_HINT.format(docs=docs),
-                    obj=_describe(workflow_registry.describe, definition),
-                    id="rivet.E204",
-                )
+                message("rivet.E204", text, E204_HINT.format(docs=docs), where)
             )
     for names in _case_clashes(definitions):
-        messages.append(
-            Warning(
-                W201.format(names=", ".join(repr(n) for n in names)),
-                hint=W201_HINT.format(
-                    functions=", ".join(
-                        workflow_registry.describe(definitions[n]) for n in names
-                    )
-                ),
-                obj=workflow_registry.describe(definitions[names[-1]]),
-                id="rivet.W201",
-            )
-        )
+        text = W201.format(names=_quoted(names))
+        functions = [workflow_registry.describe(definitions[n]) for n in names]
+        hint = W201_HINT.format(functions=", ".join(functions))
+        messages.append(message("rivet.W201", text, hint, functions[-1]))
     return messages
 
 
@@ -244,25 +201,15 @@ def _check_workflow(name: str, definition: Any, docs: str) -> list[Any]:
     fn = definition.fn
     if not _is_async(fn):
         short = getattr(fn, "__name__", name)
-        messages.append(
-            Error(
-                E202.format(name=name, function=function),
-                hint=E202_HINT.format(short=short, docs=docs),
-                obj=function,
-                id="rivet.E202",
-            )
-        )
+        text = E202.format(name=name, function=function)
+        hint = E202_HINT.format(short=short, docs=docs)
+        messages.append(message("rivet.E202", text, hint, function))
         return messages
     signature = _signature(fn)
     if signature is not None and not _accepts(signature, 2):
-        messages.append(
-            Error(
-                E203.format(name=name, function=function, signature=signature),
-                hint=E203_HINT.format(docs=docs),
-                obj=function,
-                id="rivet.E203",
-            )
-        )
+        text = E203.format(name=name, function=function, signature=signature)
+        hint = E203_HINT.format(docs=docs)
+        messages.append(message("rivet.E203", text, hint, function))
     return messages
 
 
@@ -286,6 +233,10 @@ def _accepts(signature: inspect.Signature, count: int) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(repr(name) for name in names)
 
 
 def _case_clashes(names: Iterable[str]) -> list[list[str]]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Tags, register
 
 from ..conf import docs_url, rivet_settings
+from .base import message
 
 E801 = "RIVET['METRICS_ALLOWED_IPS'] entry {entry!r} is not an IP address or network."
 E801_HINT = (
@@ -39,21 +40,8 @@ def check_metrics_access(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         except ValueError:
             network = None
         if network is None or not isinstance(entry, str):
-            errors.append(
-                Error(
-                    E801.format(entry=entry),
-                    hint=E801_HINT.format(docs=docs_url("observability", "metrics")),
-                    obj="settings.RIVET",
-                    id="rivet.E801",
-                )
-            )
+            hint = E801_HINT.format(docs=docs_url("observability", "metrics"))
+            errors.append(message("rivet.E801", E801.format(entry=entry), hint))
         elif network.prefixlen == 0:
-            errors.append(
-                Warning(
-                    W801.format(entry=entry),
-                    hint=W801_HINT,
-                    obj="settings.RIVET",
-                    id="rivet.W801",
-                )
-            )
+            errors.append(message("rivet.W801", W801.format(entry=entry), W801_HINT))
     return errors

@@ -8,9 +8,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Tags, register
 
 from ..conf import CRON_HISTORY, RETENTION, docs_url, rivet_settings
+from .base import message
 
 __all__ = [
     "E301",
@@ -42,25 +43,15 @@ RETENTION_SETTINGS = ("WORKFLOW_RETENTION", "SCHEDULE_RETENTION", "QUEUE_RETENTI
 def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check the retention settings and that replies outlive waiting senders."""
     errors: list[Any] = []
+    hint = E301_HINT.format(docs=docs_url("settings", "retention"))
     for key in rivet_settings.problems("rivet.E301"):
-        errors.append(
-            Error(
-                E301.format(key=key),
-                hint=E301_HINT.format(docs=docs_url("settings", "retention")),
-                obj="settings.RIVET",
-                id="rivet.E301",
-            )
-        )
+        errors.append(message("rivet.E301", E301.format(key=key), hint))
     if rivet_settings.problem("CRON_HISTORY") is not None:
-        errors.append(
-            Error(E302, hint=E302_HINT, obj="settings.RIVET", id="rivet.E302")
-        )
+        errors.append(message("rivet.E302", E302, E302_HINT))
     queue = rivet_settings.valid("QUEUE_RETENTION")
     timeout = rivet_settings.valid("ACTION_TIMEOUT")
     if queue is not None and timeout is not None and _seconds(queue) < timeout:
-        errors.append(
-            Warning(W301, hint=W301_HINT, obj="settings.RIVET", id="rivet.W301")
-        )
+        errors.append(message("rivet.W301", W301, W301_HINT))
     return errors
 
 

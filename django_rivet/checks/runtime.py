@@ -13,13 +13,14 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Tags, register
 
 from .. import dispatch
 from ..actors import registry
 from ..actors.definition import NAME_MAX_LENGTH, NAME_PATTERN
 from ..conf import docs_url, rivet_settings
 from ..workflows import registry as workflow_registry
+from .base import message
 
 
 @register(Tags.compatibility)
@@ -37,14 +38,7 @@ def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     hint = W004_HINT.format(
         package=package, docs=docs_url("quickstart", "3-urls-asgi-and-celery")
     )
-    return [
-        Warning(
-            W004.format(cause=_no_dispatch_cause(package)),
-            hint=hint,
-            obj="settings.RIVET",
-            id="rivet.W004",
-        )
-    ]
+    return [message("rivet.W004", W004.format(cause=_no_dispatch_cause(package)), hint)]
 
 
 def _no_dispatch_cause(package: str) -> str:
@@ -76,22 +70,13 @@ def check_channels(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check that channels is installed and the channel layer alias exists."""
     errors: list[Any] = []
     if not apps.is_installed("channels"):
-        errors.append(
-            Error(E002, hint=E002_HINT, obj="settings.INSTALLED_APPS", id="rivet.E002")
-        )
+        errors.append(message("rivet.E002", E002, E002_HINT, "settings.INSTALLED_APPS"))
     alias = rivet_settings.valid("CHANNEL_LAYER")
     layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
     if alias is not None and alias not in layers:
-        errors.append(
-            Error(
-                E003.format(alias=alias),
-                hint=E003_HINT.format(
-                    alias=alias, docs=docs_url("quickstart", "2-settings")
-                ),
-                obj="settings.CHANNEL_LAYERS",
-                id="rivet.E003",
-            )
-        )
+        text = E003.format(alias=alias)
+        hint = E003_HINT.format(alias=alias, docs=docs_url("quickstart", "2-settings"))
+        errors.append(message("rivet.E003", text, hint, "settings.CHANNEL_LAYERS"))
     return errors
 
 
@@ -104,16 +89,8 @@ def check_asgi_server(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """
     if apps.is_installed("daphne") or _command() != "runserver":
         return []
-    return [
-        Warning(
-            W005,
-            hint=W005_HINT.format(
-                docs=docs_url("troubleshooting", "websockets-get-404")
-            ),
-            obj="settings.INSTALLED_APPS",
-            id="rivet.W005",
-        )
-    ]
+    hint = W005_HINT.format(docs=docs_url("troubleshooting", "websockets-get-404"))
+    return [message("rivet.W005", W005, hint, "settings.INSTALLED_APPS")]
 
 
 def _command() -> str | None:
@@ -129,32 +106,20 @@ def check_actors(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
     errors: list[Any] = []
     for name, first, second in registry.actors.conflicts:
-        errors.append(
-            Error(
-                E101.format(
-                    name=name,
-                    first=registry.describe(first),
-                    second=registry.describe(second),
-                ),
-                hint=E101_HINT,
-                obj=second,
-                id="rivet.E101",
-            )
+        text = E101.format(
+            name=name,
+            first=registry.describe(first),
+            second=registry.describe(second),
         )
+        errors.append(message("rivet.E101", text, E101_HINT, second))
     for name, cls in registry.all_actors().items():
         if (
             not isinstance(name, str)
             or len(name) > NAME_MAX_LENGTH
             or not NAME_PATTERN.match(name)
         ):
-            errors.append(
-                Error(
-                    E102.format(name=name, cls=registry.describe(cls)),
-                    hint=E102_HINT,
-                    obj=cls,
-                    id="rivet.E102",
-                )
-            )
+            text = E102.format(name=name, cls=registry.describe(cls))
+            errors.append(message("rivet.E102", text, E102_HINT, cls))
     return errors
 
 
@@ -169,20 +134,14 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         .get("BACKEND", "")
     )
     if backend.endswith("InMemoryChannelLayer"):
+        text = W001.format(alias=alias)
         warnings.append(
-            Warning(
-                W001.format(alias=alias),
-                hint=W001_HINT,
-                obj="settings.CHANNEL_LAYERS",
-                id="rivet.W001",
-            )
+            message("rivet.W001", text, W001_HINT, "settings.CHANNEL_LAYERS")
         )
     if _celery_eager():
-        warnings.append(Warning(W002, hint=W002_HINT, obj="celery", id="rivet.W002"))
+        warnings.append(message("rivet.W002", W002, W002_HINT, "celery"))
     if rivet_settings.valid("EMBEDDED_WORKER"):
-        warnings.append(
-            Warning(W003, hint=W003_HINT, obj="settings.RIVET", id="rivet.W003")
-        )
+        warnings.append(message("rivet.W003", W003, W003_HINT))
     return warnings
 
 
@@ -260,16 +219,11 @@ E201_HINT = "Give one of the @workflow definitions a different name."
 @register(Tags.compatibility)
 def check_workflows(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check that no two discovered @workflow definitions share a name."""
-    return [
-        Error(
-            E201.format(
-                name=name,
-                first=workflow_registry.describe(first),
-                second=workflow_registry.describe(second),
-            ),
-            hint=E201_HINT,
-            obj=workflow_registry.describe(second),
-            id="rivet.E201",
+    errors: list[Any] = []
+    for name, first, second in workflow_registry.definitions.conflicts:
+        where = workflow_registry.describe(second)
+        text = E201.format(
+            name=name, first=workflow_registry.describe(first), second=where
         )
-        for name, first, second in workflow_registry.definitions.conflicts
-    ]
+        errors.append(message("rivet.E201", text, E201_HINT, where))
+    return errors

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.core.checks import Error, Tags, register
+from django.core.checks import Tags, register
 from django.utils.module_loading import import_string
 
 from .. import dispatch
 from ..conf import DEFAULTS, SETTINGS, docs_url, rivet_settings
+from .base import message
 
 E001 = "Unknown RIVET setting {key!r}."
 E001_HINT = "Valid settings: {valid}."
@@ -32,23 +33,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     valid = ", ".join(sorted(DEFAULTS))
     for key in rivet_settings.unknown_keys():
         errors.append(
-            Error(
-                E001.format(key=key),
-                hint=E001_HINT.format(valid=valid),
-                obj="settings.RIVET",
-                id="rivet.E001",
-            )
+            message("rivet.E001", E001.format(key=key), E001_HINT.format(valid=valid))
         )
 
     def bad(key: str, expected: str) -> None:
-        errors.append(
-            Error(
-                E004.format(key=key, expected=expected),
-                hint=E004_HINT.format(docs=docs_url("settings")),
-                obj="settings.RIVET",
-                id="rivet.E004",
-            )
-        )
+        text = E004.format(key=key, expected=expected)
+        hint = E004_HINT.format(docs=docs_url("settings"))
+        errors.append(message("rivet.E004", text, hint))
 
     # Types and ranges are declared once, with each setting (conf.SETTINGS).
     for key, expected in rivet_settings.problems("rivet.E004").items():
@@ -74,14 +65,7 @@ def _check_cors_origins(origins: list[str]) -> list[Any]:
             or parts.fragment
             or parts.username
         ):
-            errors.append(
-                Error(
-                    E005.format(origin=origin),
-                    hint=E005_HINT,
-                    obj="settings.RIVET",
-                    id="rivet.E005",
-                )
-            )
+            errors.append(message("rivet.E005", E005.format(origin=origin), E005_HINT))
     return errors
 
 

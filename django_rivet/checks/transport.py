@@ -11,10 +11,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from channels.layers import channel_layers
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Tags, register
 
 from ..conf import docs_url, rivet_settings
 from ..transport.origins import normalize_origin
+from .base import message
 
 # -- the edges: origins, limits, dispatch (transport/origins.py, docs/security.md)
 E501 = "RIVET['ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
@@ -41,25 +42,11 @@ def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         return messages  # None, or a wrong type (rivet.E004)
     for origin in origins:
         if origin == "*":
-            messages.append(
-                Warning(
-                    W501,
-                    hint=W501_HINT.format(
-                        docs=docs_url("security", "websocket-origins")
-                    ),
-                    obj="settings.RIVET",
-                    id="rivet.W501",
-                )
-            )
+            hint = W501_HINT.format(docs=docs_url("security", "websocket-origins"))
+            messages.append(message("rivet.W501", W501, hint))
         elif normalize_origin(origin) is None or "*" in origin or _has_path(origin):
-            messages.append(
-                Error(
-                    E501.format(origin=origin),
-                    hint=E501_HINT,
-                    obj="settings.RIVET",
-                    id="rivet.E501",
-                )
-            )
+            text = E501.format(origin=origin)
+            messages.append(message("rivet.E501", text, E501_HINT))
     return messages
 
 
@@ -138,10 +125,8 @@ def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     outgoing = rivet_settings.valid("MAX_OUTGOING_MESSAGE_BYTES")
     if event_limit is not None and outgoing is not None:
         if event_limit > outgoing:
-            message = W603.format(events=event_limit, outgoing=outgoing)
-            errors.append(
-                Warning(message, hint=W603_HINT, obj="settings.RIVET", id="rivet.W603")
-            )
+            text = W603.format(events=event_limit, outgoing=outgoing)
+            errors.append(message("rivet.W603", text, W603_HINT))
     alias = rivet_settings.valid("CHANNEL_LAYER")
     layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
     if alias not in layers:
@@ -149,43 +134,27 @@ def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     try:
         channel_layers.make_backend(alias)
     except Exception as exc:
-        errors.append(
-            Error(
-                E601.format(alias=alias, error=f"{type(exc).__name__}: {exc}"),
-                hint=E601_HINT.format(alias=alias),
-                obj="settings.CHANNEL_LAYERS",
-                id="rivet.E601",
-            )
-        )
+        text = E601.format(alias=alias, error=f"{type(exc).__name__}: {exc}")
+        hint = E601_HINT.format(alias=alias)
+        errors.append(message("rivet.E601", text, hint, "settings.CHANNEL_LAYERS"))
         return errors
     layer = layers[alias]
     if layer.get("BACKEND") != REDIS_LAYER:
         return errors
     config = layer.get("CONFIG") or {}
+    docs = docs_url("production", "the-channel-layer")
     for timeout in _socket_timeouts(config.get("hosts")):
         if timeout is not None and timeout <= REDIS_BLOCKING_READ:
-            errors.append(
-                Warning(
-                    W601.format(
-                        alias=alias, timeout=timeout, blocking=REDIS_BLOCKING_READ
-                    ),
-                    hint=W601_HINT.format(
-                        docs=docs_url("production", "the-channel-layer")
-                    ),
-                    obj="settings.CHANNEL_LAYERS",
-                    id="rivet.W601",
-                )
+            text = W601.format(
+                alias=alias, timeout=timeout, blocking=REDIS_BLOCKING_READ
             )
+            hint = W601_HINT.format(docs=docs)
+            errors.append(message("rivet.W601", text, hint, "settings.CHANNEL_LAYERS"))
             break
     capacity = config.get("capacity", 100)
     expected = rivet_settings.valid("CONNECTIONS_PER_PROCESS")
     if isinstance(capacity, int) and expected is not None and capacity < expected:
-        errors.append(
-            Warning(
-                W602.format(alias=alias, capacity=capacity, expected=expected),
-                hint=W602_HINT.format(docs=docs_url("production", "the-channel-layer")),
-                obj="settings.CHANNEL_LAYERS",
-                id="rivet.W602",
-            )
-        )
+        text = W602.format(alias=alias, capacity=capacity, expected=expected)
+        hint = W602_HINT.format(docs=docs)
+        errors.append(message("rivet.W602", text, hint, "settings.CHANNEL_LAYERS"))
     return errors

@@ -97,33 +97,32 @@ class Client:
             )
         return value
 
+    def _request(
+        self, method: str, path: str, params: list[tuple[str, str]], body: Any
+    ) -> dict[str, Any]:
+        """Return the arguments of ``httpx``'s ``request`` for one API request."""
+        content, headers = self._body(body) if body is not None else (None, {})
+        return {
+            "method": method,
+            "url": self.base_url + path,
+            "params": tuple(params),
+            "content": content,
+            "headers": headers or {"Accept": MEDIA_TYPES[self.encoding]},
+        }
+
     def request_json(
         self, method: str, path: str, params: list[tuple[str, str]], body: Any = None
     ) -> Any:
         """Send one API request and return the decoded answer."""
-        content, headers = self._body(body) if body is not None else (None, {})
-        response = self.http.request(
-            method,
-            self.base_url + path,
-            params=tuple(params),
-            content=content,
-            headers=headers or {"Accept": MEDIA_TYPES[self.encoding]},
-        )
-        return self._result(response)
+        request = self._request(method, path, params, body)
+        return self._result(self.http.request(**request))
 
     async def arequest_json(
         self, method: str, path: str, params: list[tuple[str, str]], body: Any = None
     ) -> Any:
         """Async :meth:`request_json`."""
-        content, headers = self._body(body) if body is not None else (None, {})
-        response = await self.ahttp.request(
-            method,
-            self.base_url + path,
-            params=tuple(params),
-            content=content,
-            headers=headers or {"Accept": MEDIA_TYPES[self.encoding]},
-        )
-        return self._result(response)
+        request = self._request(method, path, params, body)
+        return self._result(await self.ahttp.request(**request))
 
     def websocket_url(self, path: str, params: list[tuple[str, str]]) -> str:
         """Return the ``ws://`` / ``wss://`` URL of ``path``."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..encoding import cbor_head
 from . import keys
@@ -97,8 +97,39 @@ WORKFLOW_STATES = (
 DirtySink = dict[Any, None]
 
 
+class _Record(Protocol):
+    """The fields ``touch`` writes (``_Tracked`` has no slots of its own)."""
+
+    gen: int
+    flushed: int
+    sink: DirtySink | None
+
+
+class _Tracked:
+    """Dirty tracking of a record: ``gen`` moves on, a flush catches ``flushed`` up.
+
+    The fields are the dataclass's (slots declared there, none here).
+    """
+
+    __slots__ = ()
+    gen: int
+    flushed: int
+    sink: DirtySink | None
+
+    @property
+    def dirty(self) -> bool:
+        """Return whether the record has changes not yet flushed."""
+        return self.gen != self.flushed
+
+    def touch(self: _Record) -> None:
+        """Mark the record changed."""
+        self.gen += 1
+        if self.sink is not None:
+            self.sink[self] = None
+
+
 @dataclass(slots=True, eq=False)
-class Entry:
+class Entry(_Tracked):
     """A history entry: one named call at a location (mutable, dirty-tracked)."""
 
     id: str
@@ -129,20 +160,9 @@ class Entry:
         self.raw = None
         return self.data
 
-    @property
-    def dirty(self) -> bool:
-        """Return whether the entry has changes not yet flushed."""
-        return self.gen != self.flushed
-
-    def touch(self) -> None:
-        """Mark the entry changed."""
-        self.gen += 1
-        if self.sink is not None:
-            self.sink[self] = None
-
 
 @dataclass(slots=True, eq=False)
-class EntryMetadata:
+class EntryMetadata(_Tracked):
     """Bookkeeping of an entry: status, attempts, timings (dirty-tracked)."""
 
     status: str = "pending"
@@ -168,17 +188,6 @@ class EntryMetadata:
         self.raw = None
         _fill(self, decoded, _METADATA_FIELDS)
         return getattr(self, name)
-
-    @property
-    def dirty(self) -> bool:
-        """Return whether the metadata has changes not yet flushed."""
-        return self.gen != self.flushed
-
-    def touch(self) -> None:
-        """Mark the metadata changed."""
-        self.gen += 1
-        if self.sink is not None:
-            self.sink[self] = None
 
 
 _METADATA_FIELDS = (

@@ -86,22 +86,24 @@ def backoff(attempts: int, base: float, maximum: float) -> float:
     return float(min(maximum, base * 2**attempts))
 
 
+# The kinds of failure ``try_step``/``try_block`` report, the first class
+# that matches wins (StepTimeoutError is a CriticalError).
+_FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (StepExhaustedError, "exhausted"),
+    (StepTimeoutError, "timeout"),
+    (RollbackError, "rollback"),
+    (CriticalError, "critical"),
+    (JoinError, "join"),
+    (RaceError, "race"),
+    (ChildWorkflowError, "child"),
+)
+
+
 def failure_kind(error: BaseException) -> str | None:
     """Classify a failure for ``try_step``/``try_block``; None if it is not one."""
-    if isinstance(error, StepExhaustedError):
-        return "exhausted"
-    if isinstance(error, StepTimeoutError):
-        return "timeout"
-    if isinstance(error, RollbackError):
-        return "rollback"
-    if isinstance(error, CriticalError):
-        return "critical"
-    if isinstance(error, JoinError):
-        return "join"
-    if isinstance(error, RaceError):
-        return "race"
-    if isinstance(error, ChildWorkflowError):
-        return "child"
+    for cls, kind in _FAILURE_KINDS:
+        if isinstance(error, cls):
+            return kind
     return None
 
 

@@ -8,7 +8,7 @@ from django.db import models
 
 from .. import clock
 
-__all__ = ["KVRow", "now"]
+__all__ = ["KVRow", "now", "prefix_end"]
 
 
 def now() -> Any:
@@ -40,3 +40,15 @@ class KVRow(models.Model):
     def __str__(self) -> str:
         owner_id = getattr(self, f"{self.owner_field}_id")
         return f"{owner_id}:{bytes(self.key)!r}"
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """Return the smallest key greater than every key starting with ``prefix``.
+
+    The upper bound of a prefix scan over :class:`KVRow` keys; None when
+    no key is greater (``prefix`` is empty or all ``0xFF``).
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

@@ -177,16 +177,6 @@ def _same_definition(job: CronJob, definition: dict[str, Any]) -> bool:
     )
 
 
-def _check_max_history(max_history: int | None) -> int | None:
-    if max_history is None:
-        return None
-    if isinstance(max_history, bool) or not isinstance(max_history, int):
-        raise TypeError("max_history is an integer")
-    if not 0 <= max_history <= MAX_HISTORY_LIMIT:
-        raise ValueError(f"max_history must be between 0 and {MAX_HISTORY_LIMIT}")
-    return max_history
-
-
 class ActorCron:
     """``ctx.cron`` (:class:`~django_rivet.actors.services.CronAPI`).
 
@@ -283,7 +273,7 @@ class ActorCron:
                 f"A cron job name is 1 to {CRON_NAME_MAX_LENGTH} characters, no NUL"
             )
         data = encode_call(self._invocation, action, args)
-        max_history = _check_max_history(options[0])
+        max_history = retries.check_count(options[0], "max_history", MAX_HISTORY_LIMIT)
         max_retries = retries.check_max_retries(options[1])
         definition = {**rule, "action": action, "args": data}
         job = CronJob.objects.filter(actor_id=self._actor_id, name=name).first()

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RETRIES_LIMIT",
     "TRACEBACK_LIMIT",
     "backoff",
+    "check_count",
     "check_max_retries",
     "retries_allowed",
     "traceback_text",
@@ -41,15 +42,27 @@ JITTER = 0.25
 TRACEBACK_LIMIT = 16 * 1024
 
 
-def check_max_retries(value: Any) -> int | None:
-    """Return a valid ``max_retries`` (or raise ``TypeError``, ``ValueError``)."""
+def check_count(
+    value: Any, name: str, limit: int, kind: str = "an integer"
+) -> int | None:
+    """Return ``value``: None or an integer from 0 to ``limit``.
+
+    Else raise ``TypeError`` (not ``kind``) or ``ValueError``, naming the
+    argument ``name``.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("max_retries is an integer (or None for the default)")
-    if not 0 <= value <= MAX_RETRIES_LIMIT:
-        raise ValueError(f"max_retries must be between 0 and {MAX_RETRIES_LIMIT}")
+        raise TypeError(f"{name} is {kind}")
+    if not 0 <= value <= limit:
+        raise ValueError(f"{name} must be between 0 and {limit}")
     return value
+
+
+def check_max_retries(value: Any) -> int | None:
+    """Return a valid ``max_retries`` (or raise ``TypeError``, ``ValueError``)."""
+    kind = "an integer (or None for the default)"
+    return check_count(value, "max_retries", MAX_RETRIES_LIMIT, kind)
 
 
 def retries_allowed(max_retries: int | None) -> int:

@@ -100,11 +100,8 @@ class ActorSchedules:
         A failing action is tried again up to ``max_retries`` times (default
         ``RIVET["SCHEDULE_MAX_RETRIES"]``; 0: never retried).
         """
-        if isinstance(delay, timedelta):
-            seconds = delay.total_seconds()
-        elif isinstance(delay, int | float) and not isinstance(delay, bool):
-            seconds = float(delay)
-        else:
+        seconds = clock.as_seconds(delay)
+        if seconds is None:
             raise TypeError("delay is a number of seconds or a timedelta")
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError("delay must be a finite number of seconds >= 0")

@@ -43,8 +43,9 @@ Django's models are ready.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_from
 from ..engine import (
     ChildOutcome,
     ChildStart,
@@ -100,19 +101,6 @@ if TYPE_CHECKING:
         start,
     )
 
-_CLIENT = {
-    "MAX_ID_LENGTH",
-    "WorkflowHandle",
-    "acount",
-    "afilter",
-    "aget",
-    "astart",
-    "count",
-    "filter",
-    "get",
-    "start",
-}
-
 __all__ = [
     "MAX_ID_LENGTH",
     "ChildOutcome",
@@ -162,14 +150,5 @@ __all__ = [
     "workflow",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _CLIENT:
-        raise AttributeError(
-            f"module 'django_rivet.workflows' has no attribute {name!r}"
-        )
-    from . import client
-
-    value = getattr(client, name)
-    globals()[name] = value
-    return value
+# The names of __all__ not bound above: the client's.
+__getattr__ = lazy_from("django_rivet.workflows.client", __all__, globals())

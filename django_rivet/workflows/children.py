@@ -42,6 +42,7 @@ __all__ = [
     "notify_parent",
     "outcome",
     "parent_cancelled",
+    "start_fields",
 ]
 
 
@@ -50,6 +51,18 @@ def deadline_for(timeout: float | None, now: float) -> datetime | None:
     if timeout is None:
         return None
     return clock.to_datetime(now + float(timeout))
+
+
+def start_fields(name: str, timeout: float | None, now: datetime) -> dict[str, Any]:
+    """Return the fields of a new workflow row: pending, due ``now``."""
+    return {
+        "name": name,
+        "status": WorkflowStatus.PENDING,
+        "wake_at": now,
+        "created_at": now,
+        "updated_at": now,
+        "deadline_at": deadline_for(timeout, clock.now()),
+    }
 
 
 def create_child(start: ChildStart) -> None:
@@ -66,14 +79,9 @@ def create_child(start: ChildStart) -> None:
     row, created = Workflow.objects.get_or_create(
         id=start.child_id,
         defaults={
-            "name": definition.name,
-            "status": WorkflowStatus.PENDING,
-            "wake_at": now,
-            "created_at": now,
-            "updated_at": now,
+            **start_fields(definition.name, timeout, now),
             "parent_id": start.parent_id,
             "detached": start.detached,
-            "deadline_at": deadline_for(timeout, clock.now()),
             **wake_fields(now),
         },
     )

@@ -48,6 +48,7 @@ from ..engine import (
     schema,
 )
 from ..models import WorkflowKV, WorkflowMessage, db, sql
+from ..models.base import prefix_end
 from . import blocking, children
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
 
@@ -75,14 +76,6 @@ ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 
 # Keys per DELETE ... IN (...) statement, below every backend's parameter cap.
 _DELETE_KEYS = 500
-
-
-def prefix_end(prefix: bytes) -> bytes | None:
-    """Return the smallest key greater than every key starting with ``prefix``."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 class DjangoDriver:

@@ -42,7 +42,7 @@ from ..models import (
     sql,
 )
 from . import leases, queues, registry
-from .children import deadline_for
+from .children import start_fields
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
@@ -68,7 +68,20 @@ MAX_ID_LENGTH = 255
 
 def _require(workflow_id: str) -> None:
     if not Workflow.objects.filter(pk=workflow_id).exists():
-        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+        raise _not_found(workflow_id)
+
+
+def _not_found(workflow_id: str) -> WorkflowNotFound:
+    return WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+
+
+def _column(workflow_id: str, column: str) -> str:
+    """Return one column of the workflow's row, as text."""
+    rows = Workflow.objects.filter(pk=workflow_id).values_list(column, flat=True)
+    value = rows.first()
+    if value is None:
+        raise _not_found(workflow_id)
+    return str(value)
 
 
 def start(
@@ -113,16 +126,12 @@ def start(
             row, created = Workflow.objects.get_or_create(
                 id=workflow_id,
                 defaults={
-                    "name": definition.name,
-                    "status": WorkflowStatus.PENDING,
-                    "wake_at": now,
-                    "created_at": now,
-                    "updated_at": now,
-                    "traceparent": observability.traceparent(),
-                    "deadline_at": deadline_for(
+                    **start_fields(
+                        definition.name,
                         definition.timeout if timeout is None else timeout,
-                        clock.now(),
+                        now,
                     ),
+                    "traceparent": observability.traceparent(),
                     **placed,
                 },
             )
@@ -159,20 +168,12 @@ def definition_of(workflow: str | WorkflowDefinition) -> WorkflowDefinition:
 
 def name_of(workflow_id: str) -> str:
     """Return the workflow name of an existing workflow id."""
-    found = Workflow.objects.filter(pk=workflow_id).values_list("name", flat=True)
-    name = found.first()
-    if name is None:
-        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
-    return str(name)
+    return _column(workflow_id, "name")
 
 
 def status(workflow_id: str) -> str:
     """Return the workflow's status (read from its row)."""
-    found = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True)
-    value = found.first()
-    if value is None:
-        raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
-    return str(value)
+    return _column(workflow_id, "status")
 
 
 def _reader(workflow_id: str) -> DjangoDriver:
@@ -245,7 +246,7 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
         # (and its waiting_for is what we read next).
         rows = Workflow.objects.filter(pk=workflow_id)
         if not rows.update(wake_signal=F("wake_signal") + 1):
-            raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+            raise _not_found(workflow_id)
         status, waiting_for = rows.values_list("status", "waiting_for").get()
         check_inbox(workflow_id)
         message = WorkflowMessage.objects.create(

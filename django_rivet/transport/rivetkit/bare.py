@@ -20,7 +20,9 @@ trailing bytes are refused with ``request/malformed``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ...exceptions import MalformedRequest
 
@@ -54,6 +56,8 @@ READABLE_VERSIONS = frozenset({1, 2, 3, 4})
 QUEUE_VERSIONS = frozenset({3, 4})
 UINT_MAX_BYTES = 10
 U64_MAX = 2**64 - 1
+
+T = TypeVar("T")
 
 
 # -- messages ------------------------------------------------------------------------
@@ -217,10 +221,11 @@ class _Writer:
     def string(self, value: str) -> None:
         self.data_(value.encode("utf-8"))
 
-    def optional_data(self, value: bytes | None) -> None:
+    def optional(self, value: T | None, write: Callable[[T], None]) -> None:
+        """Write BARE ``optional<T>``: a presence flag, then ``value``."""
         self.bool(value is not None)
         if value is not None:
-            self.data_(value)
+            write(value)
 
     def bytes(self) -> bytes:
         return b"".join(self.parts)
@@ -304,15 +309,9 @@ def write_queue_send_request(request: QueueSendRequest) -> bytes:
     """Encode an ``HttpQueueSendRequest`` (for tests and tools)."""
     writer = _versioned()
     writer.data_(request.body)
-    writer.bool(request.name is not None)
-    if request.name is not None:
-        writer.string(request.name)
-    writer.bool(request.wait is not None)
-    if request.wait is not None:
-        writer.bool(request.wait)
-    writer.bool(request.timeout is not None)
-    if request.timeout is not None:
-        writer.u64(request.timeout)
+    writer.optional(request.name, writer.string)
+    writer.optional(request.wait, writer.bool)
+    writer.optional(request.timeout, writer.u64)
     return writer.bytes()
 
 
@@ -329,10 +328,8 @@ def write_to_client(message: ToClient) -> bytes:
         writer.string(message.group)
         writer.string(message.code)
         writer.string(message.message)
-        writer.optional_data(message.metadata)
-        writer.bool(message.action_id is not None)
-        if message.action_id is not None:
-            writer.uint(message.action_id)
+        writer.optional(message.metadata, writer.data_)
+        writer.optional(message.action_id, writer.uint)
         writer.bool(False)  # actor: ActorSpecifier (v4), not sent
     elif isinstance(message, ActionResponse):
         writer.u8(2)
@@ -356,7 +353,7 @@ def write_queue_send_response(status: str, response: bytes | None) -> bytes:
     """Encode an ``HttpQueueSendResponse`` (``completed`` or ``timedOut``)."""
     writer = _versioned()
     writer.string(status)
-    writer.optional_data(response)
+    writer.optional(response, writer.data_)
     return writer.bytes()
 
 
@@ -368,6 +365,6 @@ def write_http_error(
     writer.string(group)
     writer.string(code)
     writer.string(message)
-    writer.optional_data(metadata)
+    writer.optional(metadata, writer.data_)
     writer.bool(False)
     return writer.bytes()
