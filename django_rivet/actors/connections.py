@@ -293,6 +293,11 @@ class ConnAction:
         """Ask ``on_auth`` about this action."""
         return AuthRequest("action", action=self.action)
 
+    @property
+    def readonly(self) -> bool:
+        """Whether the action is read-only (known once prepared)."""
+        return self._call is not None and self._call.readonly
+
     def prepare(self, definition: type[Actor]) -> None:
         """Find the action and check the arguments, before any I/O."""
         self._call = CallAction(

@@ -41,7 +41,7 @@ from ..models import Actor as ActorRow
 from ..models import Connection, db
 from . import registry, rows
 from .calls import AuthInfo, AuthRequest, Origin
-from .context import ActorContext, Conn
+from .context import ActorContext, Conn, refuse_write
 from .definition import Actor, HandlerSpec
 from .rows import ConnRow, LockedRow
 
@@ -133,8 +133,11 @@ class Invocation:
         input: Any = None,
         connection: BaseDatabaseWrapper | None = None,
         cursor: CursorWrapper | None = None,
+        readonly: bool = False,
     ) -> None:
         self.row = row
+        # A read-only action (reads.py): no lock, and every write refused.
+        self.readonly = readonly
         # The connection of the transaction the row is locked in, and the
         # cursor that locked it (the state is written on it too), if open.
         self.connection = db.connection() if connection is None else connection
@@ -329,6 +332,18 @@ class Invocation:
                 self.row.version += 1
         self.state_bytes = new_bytes
 
+    def refuse_changes(self) -> None:
+        """Refuse a read-only call that changed ``ctx.state`` or a ``conn.state``.
+
+        Assignments are refused as they happen; changes made in place are
+        found here, by encoding. Nothing is written either way.
+        """
+        if _changed(self.state, self.state_bytes):
+            raise refuse_write("change ctx.state")
+        for conn in self._conns.values():
+            if _changed(conn.state, conn.saved_state()):
+                raise refuse_write("change conn.state")
+
     def destroy_now(self) -> None:
         """Run ``on_destroy`` and delete the actor and all it owns."""
         self.call_hook("on_destroy")
@@ -345,6 +360,18 @@ class Invocation:
     def timed_out(self) -> bool:
         """Tell whether the invocation ran past its deadline."""
         return time.monotonic() > self.deadline
+
+
+def _changed(value: Any, stored: bytes) -> bool:
+    try:
+        if cbor_dumps(value, "state") == stored:
+            return False
+    except (TypeError, ValueError):
+        return True
+    if not stored:
+        return value is not None
+    # Bytes an older encoder wrote may differ for an equal value.
+    return bool(cbor_loads(stored) != value)
 
 
 def refusal(error: UserError) -> UserError:

@@ -32,6 +32,7 @@ from ..models import db, sql
 from .calls import INTERNAL, Origin
 from .errors import database_error, is_connection_failure
 from .invocation import Operation, action_timeout, current_invocation
+from .reads import is_read_only_call
 from .rows import ActorRef
 from .spine import bound_lock_wait, executor, invoke, invoke_since
 
@@ -54,12 +55,20 @@ async def ainvoke(
     when it queued, as it counts the wait for the lock otherwise.
 
     Inside an invocation (an async handler calling another actor) it runs in
-    the invoking thread instead, so the call joins that transaction.
+    the invoking thread instead, so the call joins that transaction. A
+    read-only action (:mod:`.reads`) skips the lane: it runs at once, in a
+    worker thread of its own, beside the lane's writes.
     """
     if current_invocation() is not None:
         return await sync_to_async(invoke, thread_sensitive=True)(
             ref, operation, origin
         )
+    if is_read_only_call(ref, operation):
+        # A read-only action takes no lock: it does not queue behind the
+        # actor's writes, and runs at once in a worker thread of its own.
+        return await sync_to_async(
+            invoke_since, thread_sensitive=False, executor=executor
+        )(ref, operation, origin, time.monotonic())
     loop = asyncio.get_running_loop()
     key = (loop, _lane_key(ref))
     lane = _lanes.get(key)
