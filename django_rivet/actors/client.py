@@ -21,31 +21,41 @@ raises, the original exception (after the rollback).
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
+from django.db.models import Q, QuerySet
 
 from ..exceptions import ActorNotFound
 from ..models import Actor
 from .errors import database_error
 from .lanes import ainvoke
 from .operations import CallAction, EnsureActor, RunHook, check_arguments
-from .rows import ActorRef, Mode, canonical_key
+from .rows import ActorRef, Mode, canonical_key, normalize_key
 from .services import services
 from .spine import invoke
 
 __all__ = [
+    "MAX_FILTER_LIMIT",
     "ActorHandle",
-    "aget",
+    "acount",
     "acreate",
+    "afilter",
+    "aget",
     "aget_by_id",
     "aget_or_create",
+    "count",
     "create",
+    "filter",
     "get",
     "get_by_id",
     "get_or_create",
 ]
+
+#: The most handles one :func:`filter` returns.
+MAX_FILTER_LIMIT = 10_000
 
 
 class ActorHandle:
@@ -68,6 +78,8 @@ class ActorHandle:
         # holding the key now, "get_or_create": created again if destroyed),
         # or None: by actor_id.
         self._resolve = resolve
+        #: When the actor was created (set by :func:`filter`, else ``None``).
+        self.created_at: datetime | None = None
         # Built once: a reference is immutable, and every call needs it.
         self._call_ref = (
             ActorRef(name=name, key=key, mode=resolve)
@@ -220,3 +232,126 @@ async def acreate(name: str, key: Any = None, input: Any = None) -> ActorHandle:
 async def aget_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
     """Async :func:`get_by_id`."""
     return await sync_to_async(_lookup)(ActorRef.by_id(actor_id))
+
+
+# -- finding actors ---------------------------------------------------------------
+def _found(
+    name: str | None,
+    key_prefix: Any,
+    created_after: datetime | None,
+    created_before: datetime | None,
+) -> QuerySet[Actor]:
+    """The actors matching, by the indexes of the ``Actor`` table."""
+    rows = Actor.objects.all()
+    if name is not None:
+        rows = rows.filter(name=name)
+    if key_prefix is not None:
+        parts = normalize_key(key_prefix)
+        if parts:
+            if name is None:
+                raise ValueError("key_prefix needs a name: keys belong to a class")
+            # The stored key is the canonical JSON list of its parts: a key
+            # starting with these parts is them exactly, or them followed by
+            # a comma and more parts.
+            whole = canonical_key(parts)
+            rows = rows.filter(Q(key=whole) | Q(key__startswith=whole[:-1] + ","))
+    if created_after is not None:
+        rows = rows.filter(created_at__gt=created_after)
+    if created_before is not None:
+        rows = rows.filter(created_at__lt=created_before)
+    return rows
+
+
+def filter(
+    name: str | None = None,
+    *,
+    key_prefix: Any = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    limit: int = 100,
+) -> list[ActorHandle]:
+    """Return handles to existing actors, newest first.
+
+    ``name``: the actors of one class (its registry name); ``key_prefix``:
+    those whose key starts with these parts (``"acme"`` or ``["acme"]``
+    matches ``["acme"]`` and ``["acme", "general"]``, not ``["acme2"]``;
+    needs ``name``); ``created_after`` / ``created_before``: creation times,
+    exclusive (pass the last handle's ``created_at`` as ``created_before``
+    for the next page). At most ``limit`` handles (1 to 10,000). Each
+    handle follows its key, like :func:`get`'s. Served by indexes of the
+    ``Actor`` table; nothing is invoked, no hook runs.
+    """
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not (1 <= limit <= MAX_FILTER_LIMIT)
+    ):
+        raise ValueError(f"limit must be an integer from 1 to {MAX_FILTER_LIMIT}")
+    rows = _found(name, key_prefix, created_after, created_before)
+    found = rows.order_by("-created_at", "-id").values_list(
+        "id", "name", "key_parts", "created_at"
+    )[:limit]
+    handles = []
+    for actor_id, actor_name, key_parts, created_at in _coded(lambda: list(found)):
+        handle = ActorHandle(actor_name, tuple(key_parts), actor_id, resolve="get")
+        handle.created_at = created_at
+        handles.append(handle)
+    return handles
+
+
+def count(
+    name: str | None = None,
+    *,
+    key_prefix: Any = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> int:
+    """Return how many actors :func:`filter` would find without its limit."""
+    rows = _found(name, key_prefix, created_after, created_before)
+    counted: int = _coded(rows.count)
+    return counted
+
+
+def _coded(run: Any) -> Any:
+    """Run a query; a database outage or missing table says what to do."""
+    try:
+        return run()
+    except DatabaseError as exc:
+        coded = database_error(exc)
+        if coded is None:
+            raise
+        raise coded from exc
+
+
+async def afilter(
+    name: str | None = None,
+    *,
+    key_prefix: Any = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    limit: int = 100,
+) -> list[ActorHandle]:
+    """Async :func:`filter`."""
+    return await sync_to_async(filter)(
+        name,
+        key_prefix=key_prefix,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+    )
+
+
+async def acount(
+    name: str | None = None,
+    *,
+    key_prefix: Any = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> int:
+    """Async :func:`count`."""
+    return await sync_to_async(count)(
+        name,
+        key_prefix=key_prefix,
+        created_after=created_after,
+        created_before=created_before,
+    )

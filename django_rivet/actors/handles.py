@@ -12,7 +12,8 @@ sibling (neither imports the other, import-linter checks it), so
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -214,4 +215,27 @@ class ActorsAPI(Protocol):
 
     async def aget_by_id(self, actor_id: uuid.UUID | str) -> ActorHandleAPI:
         """Async :meth:`get_by_id`."""
+        ...
+
+    def filter(
+        self,
+        name: str | None = None,
+        *,
+        key_prefix: Any = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> Sequence[ActorHandleAPI]:
+        """Return handles to existing actors, newest first."""
+        ...
+
+    def count(
+        self,
+        name: str | None = None,
+        *,
+        key_prefix: Any = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> int:
+        """Return how many actors :meth:`filter` would find without its limit."""
         ...
