@@ -29,7 +29,10 @@ def make(name, key, created):
 def rooms():
     start = clock.now_datetime()
     keys = [["acme"], ["acme", "general"], ["acme", "x", "y"], ["acme2"], ["bolt"]]
-    made = [make("chatRoom", key, start + timedelta(seconds=i)) for i, key in enumerate(keys)]
+    made = [
+        make("chatRoom", key, start + timedelta(seconds=i))
+        for i, key in enumerate(keys)
+    ]
     make("counter", "acme", start + timedelta(seconds=10))
     return start, made
 
@@ -79,9 +82,9 @@ def test_creation_times_bound_the_search_and_page_it(rooms):
     assert [h.key for h in older] == [("acme", "general"), ("acme",)]
     page = actors.filter("chatRoom", limit=2)
     following = actors.filter("chatRoom", created_before=page[-1].created_at, limit=2)
-    assert [h.actor_id for h in page + following] == [
-        row.id for row in reversed(made)
-    ][:4]
+    assert [h.actor_id for h in page + following] == [row.id for row in reversed(made)][
+        :4
+    ]
     assert actors.count("chatRoom", created_after=start) == 4
 
 
