@@ -290,3 +290,12 @@ class ActorReadOnly(RivetError):
     code = "readonly"
     http_status = 500
     default_message = "A read-only action cannot write"
+
+    @classmethod
+    def refusing(cls, what: str) -> ActorReadOnly:
+        """Return the error for a read-only action that tried to ``what``."""
+        return cls(
+            f"A read-only action cannot {what}; drop readonly=True from its "
+            "@action to let it write",
+            metadata={"write": what},
+        )

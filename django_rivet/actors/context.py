@@ -27,6 +27,7 @@ from ..exceptions import ActorReadOnly
 from .handles import ActorsAPI, WorkflowsAPI
 from .kv import ActorKVStore
 from .services import CronAPI, QueueAPI, ScheduleAPI, services
+from .websockets import WebSocket
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -37,16 +38,9 @@ logger = logging.getLogger("django_rivet.actors")
 
 M = TypeVar("M")
 
-__all__ = ["ActorContext", "Conn", "Running", "refuse_write"]
+__all__ = ["ActorContext", "Conn", "Running"]
 
-
-def refuse_write(what: str) -> ActorReadOnly:
-    """Return the error for a write ``what`` tried by a read-only action."""
-    return ActorReadOnly(
-        f"A read-only action cannot {what}; drop readonly=True from its "
-        "@action to let it write",
-        metadata={"write": what},
-    )
+refuse_write = ActorReadOnly.refusing
 
 
 # The methods of ctx members that write (refused in a read-only call).
@@ -158,6 +152,10 @@ class Running(Protocol):
 
     def load_conns(self) -> list[Conn]:
         """Return the actor's live connections."""
+        ...
+
+    def load_websockets(self) -> list[WebSocket]:
+        """Return the actor's raw WebSockets."""
         ...
 
 
@@ -274,6 +272,11 @@ class ActorContext:
     def conns(self) -> list[Conn]:
         """Live connections of this actor, across processes."""
         return self._invocation.load_conns()
+
+    @property
+    def websockets(self) -> list[WebSocket]:
+        """The actor's raw WebSockets (``on_websocket``), across processes."""
+        return self._invocation.load_websockets()
 
     @property
     def user(self) -> User:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .calls import AuthInfo
     from .context import ActorContext, Conn
+    from .websockets import WebSocket
 
 __all__ = ["Actor", "ActorDefinitionError", "HandlerSpec", "action", "queue_handler"]
 
@@ -396,6 +397,14 @@ class Actor:
     def on_request(self, ctx: ActorContext, request: HttpRequest) -> object:
         """Answer a raw HTTP request with an ``HttpResponse``."""
         raise ActionNotFound("This actor does not handle raw requests")
+
+    def on_websocket(self, ctx: ActorContext, websocket: WebSocket) -> object:
+        """Take a raw WebSocket: add its message listeners (docs/actors.md).
+
+        Runs once the socket is admitted (``on_auth``, ``on_before_connect``,
+        ``create_conn_state``, ``on_connect``), in the same invocation.
+        """
+        raise ActionNotFound("This actor does not handle raw WebSockets")
 
     @classmethod
     def overrides(cls, hook: str) -> bool:

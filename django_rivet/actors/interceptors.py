@@ -83,24 +83,25 @@ class Call:
 
     @property
     def kind(self) -> str:
-        """What runs: ``action``, ``connect``, ``queue``, ``request``,
-        ``actor`` (create or describe), ``message`` (a raw WebSocket
-        message) or ``hook`` (the runtime's own work: disconnects,
-        subscriptions, eviction, admin edits)."""
+        """What runs: ``action``, ``connect``, ``queue`` (a message sent),
+        ``request``, ``actor`` (create or describe), ``schedule``, ``cron``
+        and ``queue`` (fired work: see :attr:`transport`), ``message`` (a
+        raw WebSocket message) or ``hook`` (the runtime's own work:
+        disconnects, subscriptions, eviction, admin edits)."""
         auth = self.operation.auth
         if auth is not None:
             return auth.kind
-        return getattr(self.operation, "kind", "hook")
+        kind = getattr(self.operation, "kind", None)
+        return kind if isinstance(kind, str) and kind else "hook"
 
     @property
     def name(self) -> str | None:
-        """The action or queue handler called (``None`` for other kinds)."""
+        """The action or queue called (``None`` for other kinds)."""
         auth = self.operation.auth
         if auth is not None and (auth.action or auth.queue):
             return auth.action or auth.queue
-        spec = getattr(self.operation, "spec", None)
-        wire = getattr(spec, "wire_name", None)
-        return wire if isinstance(wire, str) else None
+        name = getattr(self.operation, "handler_name", None)
+        return name if isinstance(name, str) else None
 
     @property
     def user(self) -> Any:

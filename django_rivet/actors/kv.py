@@ -110,11 +110,7 @@ class ActorKVStore:
 
     def _writable(self) -> None:
         if self.readonly:
-            raise ActorReadOnly(
-                "A read-only action cannot write KV; drop readonly=True from "
-                "its @action to let it write",
-                metadata={"write": "kv"},
-            )
+            raise ActorReadOnly.refusing("write KV")
 
     def _rows(self) -> Any:
         return ActorKV.objects.filter(actor_id=self.actor_id)

@@ -39,11 +39,10 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..encoding import cbor_loads
-from ..exceptions import ActionTimeout, ReentrantCall
+from ..exceptions import ActionTimeout, ActorReadOnly, ReentrantCall
 from ..models import db, sql
 from . import cache, registry, rows
 from .calls import Origin
-from .context import refuse_write
 from .definition import Actor
 from .errors import is_read_only_write
 from .invocation import Invocation, Operation, active_ids, current, current_invocation
@@ -176,7 +175,7 @@ def _run(invocation: Invocation, operation: Operation, authorized: bool) -> Any:
         return result
     except DatabaseError as exc:
         if is_read_only_write(exc):
-            raise refuse_write("write to the database") from exc
+            raise ActorReadOnly.refusing("write to the database") from exc
         raise
     finally:
         db.invoking.reset(invoking_token)

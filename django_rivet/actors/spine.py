@@ -63,6 +63,7 @@ from ..exceptions import (
     ActionTimeout,
     ActorAlreadyExists,
     ActorNotFound,
+    ActorReadOnly,
     Forbidden,
     ReentrantCall,
 )
@@ -70,7 +71,6 @@ from ..models import Actor as ActorRow
 from ..models import db, sql
 from . import cache, interceptors, reads, registry, rows
 from .calls import INTERNAL, Origin
-from .context import refuse_write
 from .definition import Actor
 from .errors import (
     database_error,
@@ -259,7 +259,7 @@ def _invoke(
     definition = _resolve_definition(ref, origin)
     operation.prepare(definition)
     if reads.refuses(operation):
-        raise refuse_write("call another actor's writing action")
+        raise ActorReadOnly.refusing("call another actor's writing action")
     if getattr(operation, "readonly", False):
         return _read(
             ref, operation, origin, started, definition, outermost, progress, connection

@@ -5,6 +5,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_rivet import Actor, ActorReadOnly, UserError, action, actors, queue_handler
@@ -263,8 +264,6 @@ def test_a_first_read_creates_the_actor_under_the_lock():
 
 
 async def test_async_reads_do_not_queue_behind_a_write(board):
-    from asgiref.sync import sync_to_async
-
     loop_writer = sync_to_async(closing(board.call), thread_sensitive=False)
     import asyncio
 
@@ -275,3 +274,75 @@ async def test_async_reads_do_not_queue_behind_a_write(board):
     Board.release.set()
     assert await writer == 6
     assert await board.acall("get") == 6
+
+
+# -- every entry point: HTTP, both WebSocket flavours, the RivetKit gateway ----------
+def doc_row():
+    return ActorRow.objects.get(name="doc")
+
+
+def test_over_http_a_read_answers_and_a_write_in_it_is_refused():
+    from django.test import Client
+
+    client = Client()
+    url = "/rivet/actors/doc/actions/{}?key=h"
+    note = client.post(
+        url.format("note"), {"args": ["a"]}, content_type="application/json"
+    )
+    assert note.json() == {"output": 1}
+    version = doc_row().version
+    read = client.post(
+        url.format("stats"), {"args": []}, content_type="application/json"
+    )
+    assert read.json() == {"output": {"updates": 0, "caller": None}}
+    refused = client.post(
+        url.format("scribble"), {"args": []}, content_type="application/json"
+    )
+    assert (refused.status_code, refused.json()["code"]) == (500, "readonly")
+    gateway = client.post(
+        "/rivet/gateway/doc/action/stats?rvt-method=get&rvt-key=h",
+        '{"args": []}',
+        content_type="application/json",
+        headers={"x-rivet-encoding": "json"},
+    )
+    assert gateway.json() == {"output": {"updates": 0, "caller": None}}
+    assert (doc_row().version, doc_row().decoded_state()["texts"]) == (version, ["a"])
+
+
+async def test_over_both_websocket_flavours_a_read_sees_its_connection():
+    import json
+    from urllib.parse import quote
+
+    from channels.testing import WebsocketCommunicator
+
+    from django_rivet.testing import RivetCommunicator, websocket_application
+
+    own = RivetCommunicator("doc", ["w"], params={"name": "ann"})
+    await own.handshake()
+    assert await own.call("stats") == {"updates": 0, "caller": "ann"}
+    with pytest.raises(ActorReadOnly):
+        await own.call("scribble")
+    await own.disconnect()
+
+    params = quote(json.dumps({"name": "bob"}), safe="")
+    kit = WebsocketCommunicator(
+        websocket_application(),
+        "/rivet/gateway/doc/connect?rvt-method=get&rvt-key=w",
+        subprotocols=["rivet", "rivet_encoding.json", f"rivet_conn_params.{params}"],
+    )
+    assert (await kit.connect(10))[0]
+    init = json.loads(await kit.receive_from(10))
+    assert init["body"]["tag"] == "Init"
+    for action_id, name in (("1", "stats"), ("2", "scribble")):
+        request = {"id": ["$BigInt", action_id], "name": name, "args": []}
+        await kit.send_to(
+            text_data=json.dumps({"body": {"tag": "ActionRequest", "val": request}})
+        )
+    answer = json.loads(await kit.receive_from(10))["body"]
+    assert answer["tag"] == "ActionResponse"
+    assert answer["val"]["output"] == {"updates": 0, "caller": "bob"}
+    error = json.loads(await kit.receive_from(10))["body"]
+    assert (error["tag"], error["val"]["code"]) == ("Error", "readonly")
+    await kit.disconnect()
+    texts = await sync_to_async(lambda: doc_row().decoded_state()["texts"])()
+    assert texts == []
