@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
@@ -31,6 +31,7 @@ from django.db.models import Q, QuerySet
 from ..exceptions import ActorNotFound
 from ..models import Actor
 from .errors import database_error
+from .handles import Criteria
 from .lanes import ainvoke
 from .operations import CallAction, EnsureActor, RunHook, check_arguments
 from .rows import ActorRef, Mode, canonical_key, normalize_key
@@ -61,6 +62,9 @@ MAX_FILTER_LIMIT = 10_000
 class ActorHandle:
     """A reference to an actor, by key or by id; calls go through the runtime."""
 
+    #: When the actor was created (handles of :func:`filter`; else ``None``).
+    created_at: datetime | None = None
+
     def __init__(
         self,
         name: str,
@@ -78,8 +82,6 @@ class ActorHandle:
         # holding the key now, "get_or_create": created again if destroyed),
         # or None: by actor_id.
         self._resolve = resolve
-        #: When the actor was created (set by :func:`filter`, else ``None``).
-        self.created_at: datetime | None = None
         # Built once: a reference is immutable, and every call needs it.
         self._call_ref = (
             ActorRef(name=name, key=key, mode=resolve)
@@ -235,16 +237,12 @@ async def aget_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
 
 
 # -- finding actors ---------------------------------------------------------------
-def _found(
-    name: str | None,
-    key_prefix: Any,
-    created_after: datetime | None,
-    created_before: datetime | None,
-) -> QuerySet[Actor]:
+def _found(name: str | None, **criteria: Unpack[Criteria]) -> QuerySet[Actor]:
     """The actors matching, by the indexes of the ``Actor`` table."""
     rows = Actor.objects.all()
     if name is not None:
         rows = rows.filter(name=name)
+    key_prefix = criteria.get("key_prefix")
     if key_prefix is not None:
         parts = normalize_key(key_prefix)
         if parts:
@@ -255,20 +253,17 @@ def _found(
             # a comma and more parts.
             whole = canonical_key(parts)
             rows = rows.filter(Q(key=whole) | Q(key__startswith=whole[:-1] + ","))
+    created_after = criteria.get("created_after")
     if created_after is not None:
         rows = rows.filter(created_at__gt=created_after)
+    created_before = criteria.get("created_before")
     if created_before is not None:
         rows = rows.filter(created_at__lt=created_before)
     return rows
 
 
 def filter(
-    name: str | None = None,
-    *,
-    key_prefix: Any = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    limit: int = 100,
+    name: str | None = None, *, limit: int = 100, **criteria: Unpack[Criteria]
 ) -> list[ActorHandle]:
     """Return handles to existing actors, newest first.
 
@@ -287,10 +282,11 @@ def filter(
         or not (1 <= limit <= MAX_FILTER_LIMIT)
     ):
         raise ValueError(f"limit must be an integer from 1 to {MAX_FILTER_LIMIT}")
-    rows = _found(name, key_prefix, created_after, created_before)
-    found = rows.order_by("-created_at", "-id").values_list(
-        "id", "name", "key_parts", "created_at"
-    )[:limit]
+    found = (
+        _found(name, **criteria)
+        .order_by("-created_at", "-id")
+        .values_list("id", "name", "key_parts", "created_at")[:limit]
+    )
     handles = []
     for actor_id, actor_name, key_parts, created_at in _coded(lambda: list(found)):
         handle = ActorHandle(actor_name, tuple(key_parts), actor_id, resolve="get")
@@ -299,16 +295,9 @@ def filter(
     return handles
 
 
-def count(
-    name: str | None = None,
-    *,
-    key_prefix: Any = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-) -> int:
+def count(name: str | None = None, **criteria: Unpack[Criteria]) -> int:
     """Return how many actors :func:`filter` would find without its limit."""
-    rows = _found(name, key_prefix, created_after, created_before)
-    counted: int = _coded(rows.count)
+    counted: int = _coded(_found(name, **criteria).count)
     return counted
 
 
@@ -324,34 +313,12 @@ def _coded(run: Any) -> Any:
 
 
 async def afilter(
-    name: str | None = None,
-    *,
-    key_prefix: Any = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    limit: int = 100,
+    name: str | None = None, *, limit: int = 100, **criteria: Unpack[Criteria]
 ) -> list[ActorHandle]:
     """Async :func:`filter`."""
-    return await sync_to_async(filter)(
-        name,
-        key_prefix=key_prefix,
-        created_after=created_after,
-        created_before=created_before,
-        limit=limit,
-    )
+    return await sync_to_async(filter)(name, limit=limit, **criteria)
 
 
-async def acount(
-    name: str | None = None,
-    *,
-    key_prefix: Any = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-) -> int:
-    """Async :func:`count`."""
-    return await sync_to_async(count)(
-        name,
-        key_prefix=key_prefix,
-        created_after=created_after,
-        created_before=created_before,
-    )
+async def acount(name: str | None = None, **criteria: Unpack[Criteria]) -> int:
+    """Async :func:`count` (the same arguments)."""
+    return await sync_to_async(count)(name, **criteria)

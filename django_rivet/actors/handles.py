@@ -14,12 +14,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 if TYPE_CHECKING:
     from ..engine import WorkflowDefinition
 
-__all__ = ["ActorHandleAPI", "ActorsAPI", "WorkflowHandleAPI", "WorkflowsAPI"]
+__all__ = [
+    "ActorHandleAPI",
+    "ActorsAPI",
+    "Criteria",
+    "WorkflowHandleAPI",
+    "WorkflowsAPI",
+]
+
+
+class Criteria(TypedDict, total=False):
+    """What ``actors.filter`` and ``actors.count`` match besides the name."""
+
+    #: Keys starting with these whole parts (a str is one part).
+    key_prefix: str | Sequence[str] | None
+    #: Created after this time (exclusive).
+    created_after: datetime | None
+    #: Created before this time (exclusive).
+    created_before: datetime | None
 
 
 class WorkflowHandleAPI(Protocol):
@@ -218,24 +235,11 @@ class ActorsAPI(Protocol):
         ...
 
     def filter(
-        self,
-        name: str | None = None,
-        *,
-        key_prefix: Any = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 100,
+        self, name: str | None = None, *, limit: int = 100, **criteria: Unpack[Criteria]
     ) -> Sequence[ActorHandleAPI]:
         """Return handles to existing actors, newest first."""
         ...
 
-    def count(
-        self,
-        name: str | None = None,
-        *,
-        key_prefix: Any = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> int:
+    def count(self, name: str | None = None, **criteria: Unpack[Criteria]) -> int:
         """Return how many actors :meth:`filter` would find without its limit."""
         ...

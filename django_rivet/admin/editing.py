@@ -151,8 +151,21 @@ def show(value: Any) -> str:
 
 
 # -- the edits, as invocations ---------------------------------------------------------
+class _Edit:
+    """An admin edit: an operation of the spine that asks no ``on_auth``
+    (the admin's permissions decide) and checks nothing before I/O (the
+    form checked the value)."""
+
+    label: str | None = "admin edit"
+    kind = "admin"
+    auth = None
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check before I/O."""
+
+
 @dataclass(slots=True)
-class EditState:
+class EditState(_Edit):
     """Replace the actor's state, if it is still at ``version``.
 
     Its kind (map, list...) must stay the kind it is; the new state is
@@ -162,12 +175,6 @@ class EditState:
 
     state: Any
     version: int
-    label: str | None = "admin edit state"
-    kind = "admin"
-    auth = None
-
-    def prepare(self, definition: type[Actor]) -> None:
-        """Nothing to check before I/O: the form checked the value."""
 
     def run(self, invocation: Invocation) -> int:
         """Set the state; return the version it replaced."""
@@ -188,17 +195,11 @@ class EditState:
 
 
 @dataclass(slots=True)
-class EditKV:
+class EditKV(_Edit):
     """Write (or, with :data:`DELETE`, remove) one KV entry of the actor."""
 
     key: bytes
     value: Any
-    label: str | None = "admin edit kv"
-    kind = "admin"
-    auth = None
-
-    def prepare(self, definition: type[Actor]) -> None:
-        """Nothing to check before I/O."""
 
     def run(self, invocation: Invocation) -> None:
         """Put or delete, with the KV store's own limits."""

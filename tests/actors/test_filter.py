@@ -132,11 +132,11 @@ def test_filter_by_name_and_key_prefix_uses_an_index_over_10000_actors():
     ActorRow.objects.bulk_create(rows, batch_size=2000)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {ActorRow._meta.db_table}")
-    query = client._found("chatRoom", ["tenant4"], None, None)
+    query = client._found("chatRoom", key_prefix=["tenant4"])
     plan = query.order_by("-created_at", "-id")[:100].explain()
     assert "Index" in plan and "Seq Scan" not in plan, plan
     assert len(actors.filter("chatRoom", key_prefix="tenant4", limit=500)) == 100
-    by_name = client._found("counter", None, None, None)
+    by_name = client._found("counter")
     plan = by_name.order_by("-created_at", "-id")[:100].explain()
     assert "Index" in plan and "Seq Scan" not in plan, plan
     count_plan = by_name.explain()

@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from django_rivet import Actor, ActorReadOnly, UserError, action, actors, queue_handler
 from django_rivet.actors import cache
@@ -20,6 +19,7 @@ from django_rivet.models import (
     Workflow,
 )
 from django_rivet.testing import register_temporarily
+from tests.support.threads import closing
 from tests.testapp.models import Note
 
 # pg: what a read sees beside a write depends on the database's locks.
@@ -139,16 +139,6 @@ def board():
         handle = actors.get_or_create("board", "b")
         handle.call("add", 1)
         yield handle
-
-
-def closing(function):
-    def run(*args):
-        try:
-            return function(*args)
-        finally:
-            connections.close_all()
-
-    return run
 
 
 def test_reads_run_together_while_a_write_holds_the_lock(board):

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.db import connections
 from django.test import Client
 from django.urls import reverse
 
@@ -17,6 +16,7 @@ from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent, ActorKV
 from django_rivet.testing import register_temporarily
 from tests.support.admin import log_in_staff
+from tests.support.threads import closing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,22 +112,13 @@ def test_an_edit_waits_for_the_lock_and_refuses_a_stale_version(client, ledger):
     shown["total"] = 99
     outcome = {}
 
-    def hold():
-        try:
-            ledger.call("hold")
-        finally:
-            connections.close_all()
-
     def edit():
-        try:
-            outcome["response"] = post_state(editor, ledger, shown, version)
-        finally:
-            connections.close_all()
+        outcome["response"] = post_state(editor, ledger, shown, version)
 
-    writer = threading.Thread(target=hold)
+    writer = threading.Thread(target=closing(ledger.call), args=("hold",))
     writer.start()
     assert Ledger.writing.wait(30)
-    admin = threading.Thread(target=edit)
+    admin = threading.Thread(target=closing(edit))
     admin.start()
     Ledger.release.set()
     writer.join(30)
