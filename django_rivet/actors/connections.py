@@ -322,10 +322,15 @@ class ConnAction:
         self.label = self._call.label
 
     def run(self, invocation: Invocation) -> Any:
-        """Run the action; refuse if the connection row is gone."""
-        if invocation.conn is None:
-            raise ConnectionExpired()
+        """Run the action; refuse if the connection row is gone.
+
+        A read-only action reads the row only if it asks for ``ctx.conn``
+        (a read on an expired connection harms nothing; its next write
+        finds it expired).
+        """
         assert self._call is not None
+        if not self.readonly and invocation.conn is None:
+            raise ConnectionExpired()
         return self._call.run(invocation)
 
 

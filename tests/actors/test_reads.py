@@ -336,3 +336,44 @@ async def test_over_both_websocket_flavours_a_read_sees_its_connection():
     await kit.disconnect()
     texts = await sync_to_async(lambda: doc_row().decoded_state()["texts"])()
     assert texts == []
+
+
+async def test_many_async_reads_beside_a_write_are_answered_in_rounds(
+    board, monkeypatch
+):
+    import asyncio
+
+    from django_rivet.actors import lanes
+
+    batches = []
+    run_reads = lanes._run_reads
+
+    def recorded(batch):
+        batches.append(len(batch))
+        return run_reads(batch)
+
+    monkeypatch.setattr(lanes, "_run_reads", recorded)
+
+    writer = asyncio.ensure_future(
+        sync_to_async(closing(board.call), thread_sensitive=False)("hold", 5, False)
+    )
+    await sync_to_async(Board.writing.wait, thread_sensitive=False)(30)
+    # More reads at once than run alone: the rest wait and share rounds. A
+    # read that writes is refused without failing the others of its round.
+    calls = [
+        board.acall("write", "orm")
+        if i == 7
+        else board.acall("write", "state_mutate")
+        if i == 20
+        else board.acall("get")
+        for i in range(40)
+    ]
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    refused = [outcomes.pop(20), outcomes.pop(7)]
+    assert all(isinstance(error, ActorReadOnly) for error in refused)
+    assert outcomes == [1] * 38
+    assert max(batches) > 1  # some reads shared a round
+    Board.release.set()
+    assert await writer == 6
+    assert set(await asyncio.gather(*[board.acall("get") for _ in range(10)])) == {6}
+    assert not await sync_to_async(Note.objects.exists)()
