@@ -43,7 +43,7 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..encoding import cbor_loads
-from ..exceptions import ActionTimeout, ActorReadOnly, ReentrantCall
+from ..exceptions import ActionTimeout, ActorReadOnly, NotRegistered, ReentrantCall
 from ..models import db, sql
 from . import cache, registry, rows
 from .calls import Origin
@@ -94,7 +94,10 @@ def is_read_only_call(ref: ActorRef, operation: Operation) -> bool:
 def definition_of(ref: ActorRef) -> type[Actor] | None:
     """Return the class ``ref`` names, if known without a query."""
     if ref.name is not None:
-        return registry.all_actors().get(ref.name)
+        try:
+            return registry.lookup(ref.name)
+        except NotRegistered:
+            return None
     if ref.actor_id is not None:
         return cache.cached_definition(ref.actor_id)
     return None  # pragma: no cover - a reference names one or the other
