@@ -29,7 +29,7 @@ from django.db import DatabaseError
 from django.db.models import Q, QuerySet
 
 from ..exceptions import ActorNotFound
-from ..models import Actor
+from ..models import Actor, db, sql
 from .errors import database_error
 from .handles import Criteria
 from .lanes import ainvoke
@@ -252,7 +252,8 @@ def _found(name: str | None, **criteria: Unpack[Criteria]) -> QuerySet[Actor]:
             # starting with these parts is them exactly, or them followed by
             # a comma and more parts.
             whole = canonical_key(parts)
-            rows = rows.filter(Q(key=whole) | Q(key__startswith=whole[:-1] + ","))
+            more = sql.dialect(db.connection()).starts_with("key", whole[:-1] + ",")
+            rows = rows.filter(Q(key=whole) | more)
     created_after = criteria.get("created_after")
     if created_after is not None:
         rows = rows.filter(created_at__gt=created_after)

@@ -11,7 +11,8 @@ from django_rivet.actors import client
 from django_rivet.actors.rows import canonical_key
 from django_rivet.models import Actor as ActorRow
 
-pytestmark = pytest.mark.django_db
+# pg: prefixes compare text, which each database orders its own way.
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 
 def make(name, key, created):
@@ -62,6 +63,18 @@ def test_key_prefix_matches_whole_leading_parts(rooms):
         actors.filter(key_prefix="acme")  # keys belong to a class
 
 
+def test_prefixes_are_case_sensitive_and_whole_parts():
+    now = clock.now_datetime()
+    make("chatRoom", ["ACME", "a"], now)
+    make("chatRoom", ["acme", "b"], now)
+    make("chatRoom", ["acmé", "c"], now)
+    assert [h.key for h in actors.filter("chatRoom", key_prefix="acme")] == [
+        ("acme", "b")
+    ]
+    assert actors.count("chatRoom", key_prefix="ACME") == 1
+    assert actors.count("chatRoom", key_prefix="acmé") == 1
+
+
 def test_like_wildcards_in_a_prefix_are_literal():
     now = clock.now_datetime()
     make("chatRoom", ["50%", "a"], now)
@@ -109,7 +122,6 @@ async def test_async_twins(rooms):
     assert await actors.acount("counter") == 1
 
 
-@pytest.mark.pg
 @pytest.mark.skipif(
     "connection.vendor != 'postgresql'", reason="asserts PostgreSQL's query plan"
 )

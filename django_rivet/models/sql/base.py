@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from django.apps import apps
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Q
 
 __all__ = ["AdmissionSQL", "Dialect", "Statement"]
 
@@ -378,6 +379,16 @@ class Dialect(ABC):
             )
 
         return self._cached(("admission", *admitted), build)  # type: ignore[no-any-return]
+
+    # -- text --------------------------------------------------------------------------
+    def starts_with(self, field: str, prefix: str) -> Q:
+        """Return the condition "``field`` starts with ``prefix``", exactly.
+
+        Case-sensitive, and served by an index on ``field``: a range of the
+        binary order (SQLite's default collation). PostgreSQL's collations
+        may order text otherwise; it uses ``LIKE`` there.
+        """
+        return Q(**{f"{field}__gte": prefix, f"{field}__lt": prefix + "\U0010ffff"})
 
     # -- JSON --------------------------------------------------------------------------
     @abstractmethod

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Q
 
 from .base import (
     ACTOR_COLUMNS,
@@ -120,6 +121,10 @@ class PostgreSQLDialect(Dialect):
     ) -> bool:
         cursor.execute(statement, lease + params)
         return bool(cursor.fetchone()[0])
+
+    def starts_with(self, field: str, prefix: str) -> Q:
+        """Use ``LIKE 'prefix%'`` (case-sensitive here; pattern operator indexes)."""
+        return Q(**{f"{field}__startswith": prefix})
 
     def json_list_contains(
         self, lhs: str, lhs_params: Sequence[Any], item: Any
