@@ -106,6 +106,7 @@ def test_an_editor_changes_the_state_as_an_invocation_and_it_is_logged(client, l
     assert '"total": 42' in entry.change_message
 
 
+@pytest.mark.pg  # the wait for the actor's lock is each database's own
 def test_an_edit_waits_for_the_lock_and_refuses_a_stale_version(client, ledger):
     editor = log_in_staff(client, *EDITOR, username="editor")
     shown, version = form_state(editor, ledger)
