@@ -20,8 +20,10 @@ transaction, lock, ``on_auth`` and handler) and returns its result; an
 interceptor may raise instead of calling it (nothing runs), call it with a
 changed call (:meth:`Call.replace`), or look at the result or the
 exception. ``invoke`` may be ``async def``: then ``await next(call)``.
-Interceptors run in the invoking thread, around the transaction (not in
-it): database work of their own is not part of the invocation.
+Interceptors run in the invoking thread, outside the invocation's
+savepoint or transaction: database work of their own is not rolled back
+with it (though a call that joins an enclosing transaction -- a lane's
+round, one actor calling another -- runs its interceptors inside that one).
 
 The built-in observability (spans, metrics, log lines) is the first
 interceptor of every chain (:class:`~django_rivet.observability.invocations.
@@ -78,7 +80,8 @@ class Call:
     @property
     def transport(self) -> str:
         """``http``, ``websocket``, ``websocket_raw``, ``schedule``, ``cron``,
-        ``queue`` or ``internal`` (server-side code, the runtime's hooks)."""
+        ``queue``, ``admin`` or ``internal`` (server-side code, the runtime's
+        hooks)."""
         return self.origin.transport
 
     @property
@@ -86,8 +89,9 @@ class Call:
         """What runs: ``action``, ``connect``, ``queue`` (a message sent),
         ``request``, ``actor`` (create or describe), ``schedule``, ``cron``
         and ``queue`` (fired work: see :attr:`transport`), ``message`` (a
-        raw WebSocket message) or ``hook`` (the runtime's own work:
-        disconnects, subscriptions, eviction, admin edits)."""
+        raw WebSocket message), ``admin`` (an edit in the admin) or
+        ``hook`` (the runtime's own work: disconnects, subscriptions,
+        eviction)."""
         auth = self.operation.auth
         if auth is not None:
             return auth.kind
