@@ -346,6 +346,12 @@ def _read(
     )
     if found is not reads.COLD:
         return found
+    running = current_invocation()
+    if running is not None and running.readonly:
+        # Loading writes (creation, on_wake), which a read cannot do.
+        raise ActorReadOnly.refusing(
+            "call an actor this process has not loaded (loading runs on_wake)"
+        )
     _invoke(ref, Load(operation), origin, started, outermost, progress, connection)
     found = reads.read(
         ref, operation, origin, started, definition, connection, progress, True
