@@ -5,7 +5,7 @@ subject's hot loop under pyinstrument in a fresh process, on a fresh
 database of the kind asked (SQLite-WAL by default; PostgreSQL with default
 durability is started when asked), and print the call tree.
 
-Server measures (P2, P3, P12, P13) profile the **server**: the leg starts
+Server measures (P2, P3, P12, P13, P17) profile the **server**: the leg starts
 daphne as the measure does, drives it with the measure's client for
 ``--seconds``, and samples daphne's Python stacks with py-spy meanwhile
 (``--side baseline`` drives the measure's baseline instead). It prints
@@ -125,8 +125,9 @@ SERVER = {
     "P3": {"subject": "rivet_ws", "baseline": "raw_consumer"},
     "P12": {"subject": "rivet", "baseline": "raw"},
     "P13": {"subject": "rivet", "baseline": "raw"},
+    "P17": {"subject": "readonly", "baseline": "locked"},
 }
-SHAPES = {"P12": (1, 1), "P13": (2, 10)}  # daphne processes, actors
+SHAPES = {"P12": (1, 1), "P13": (2, 10), "P17": (1, 1)}  # daphne processes, actors
 
 
 def leg(measure: str) -> str:
@@ -148,7 +149,9 @@ def server_leg(
     output.parent.mkdir(parents=True, exist_ok=True)
     for old in output.parent.glob(f"{output.stem}-*.txt"):
         old.unlink()
-    if measure in SHAPES:
+    if measure == "P17":
+        pids, note = _reads_under_spy(what, seconds, output, idle)
+    elif measure in SHAPES:
         webs, keys = SHAPES[measure]
         pids, note = _hot_under_spy(what, webs, keys, seconds, output, idle)
     else:
@@ -223,6 +226,37 @@ def _hot_under_spy(
         f"{found['events_per_s']:.0f} events/s under the profiler"
     )
     return pids, note
+
+
+def _reads_under_spy(
+    arm: str, seconds: float, output: Any, idle: bool
+) -> tuple[list[int], str]:
+    import os
+
+    from bench.measures import p17_reads
+    from bench.servers import daphne, spy
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
+    env["RIVET_BENCH_EMBEDDED"] = "0"
+    with daphne(env) as (url, pid):
+
+        async def drive() -> dict[str, Any]:
+            action = p17_reads.ARMS[arm]
+            readers, writers = await p17_reads._open(url, f"p-{arm}", 45, 5, action)
+            await p17_reads.trial(readers, writers, 1.0, None)  # warm-up
+            with spy([pid], output, idle=idle):
+                found = await p17_reads.trial(readers, writers, seconds, None)
+            for caller in [*readers, *writers]:
+                await caller.ws.close()
+                caller.reader.cancel()
+            return found
+
+        found = asyncio.run(drive())
+    note = (
+        f"{found['reads_per_s']:.0f} reads/s, "
+        f"{found['increments_per_s']:.0f} increments/s under the profiler"
+    )
+    return [pid], note
 
 
 def main() -> None:

@@ -119,6 +119,7 @@ POSITIVE_INTEGER = Kind("a positive integer", lambda v: _integer(v) and v > 0)
 BOOLEAN = Kind("True or False", lambda v: isinstance(v, bool))
 ALIAS = Kind("the name of a channel layer", lambda v: isinstance(v, str) and bool(v))
 ORIGINS = Kind("a list of origin strings", _strings, list)
+DOTTED_PATHS = Kind("a list of dotted import paths", _strings, list)
 IP_NETWORKS = Kind(
     "a list of IP addresses or networks", lambda v: isinstance(v, list | tuple), list
 )
@@ -278,6 +279,13 @@ SETTINGS: dict[str, Setting] = {
     # Everyone else gets 403.
     "METRICS_ALLOW_STAFF": Setting(True, BOOLEAN),
     "METRICS_ALLOWED_IPS": Setting([], IP_NETWORKS),
+    # Dotted paths of interceptor classes, each wrapping every invocation
+    # (invoke(call, next)), the first listed outermost; the built-in
+    # observability runs outside all of them. rivet.E006 checks each.
+    "INTERCEPTORS": Setting([], DOTTED_PATHS),
+    # The RivetKit client's actor list (GET actors?name=) is answered to
+    # callers that are not browsers; True answers browsers too (rivet.W502).
+    "RIVETKIT_LIST_FROM_BROWSERS": Setting(False, BOOLEAN),
 }
 
 #: Every key of ``settings.RIVET`` with its default value.
@@ -339,6 +347,8 @@ class RivetSettings:
     WORKFLOW_QUEUES: dict[str, Any]
     METRICS_ALLOW_STAFF: bool
     METRICS_ALLOWED_IPS: list[str]
+    INTERCEPTORS: list[str]
+    RIVETKIT_LIST_FROM_BROWSERS: bool
 
     def __init__(self, declared: dict[str, Setting] | None = None) -> None:
         self.declared = declared if declared is not None else SETTINGS

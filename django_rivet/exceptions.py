@@ -24,6 +24,7 @@ from ._errors.actor import (
     ActorAlreadyExists,
     ActorBusy,
     ActorNotFound,
+    ActorReadOnly,
     ActorUnavailable,
     ConnectionExpired,
     EventLogTruncated,
@@ -70,6 +71,7 @@ from ._errors.workflow import (
 __all__ = [
     "ActionNotFound",
     "ActorBusy",
+    "ActorReadOnly",
     "ActorUnavailable",
     "AlreadyRegistered",
     "ConnectionExpired",
@@ -150,6 +152,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         StateTooLarge,
         ActorBusy,
         ActorUnavailable,
+        ActorReadOnly,
     )
 }
 

@@ -42,12 +42,13 @@ if not apps.ready:
     )
 
 from django.core.checks import Error  # noqa: E402
-from django.urls import path  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
 from .checks.runtime import check_channels  # noqa: E402
 from .checks.transport import check_channel_layer  # noqa: E402
 from .transport.consumer import RivetConsumer  # noqa: E402
 from .transport.limits import BodyLimitMiddleware  # noqa: E402
+from .transport.raw import RivetKitRawConsumer, RivetRawConsumer  # noqa: E402
 from .transport.rivetkit.urls import (  # noqa: E402
     websocket_urlpatterns as rivetkit_patterns,
 )
@@ -57,10 +58,19 @@ __all__ = ["BodyLimitMiddleware", "EmbeddedWorkerApp", "websocket_urlpatterns"]
 
 websocket_urlpatterns = [
     path("actors/<str:name>/connect", RivetConsumer.as_asgi()),
+    # Raw WebSockets to on_websocket (the rest of the path is the actor's).
+    re_path(r"^actors/(?P<name>[^/]+)/websocket(?:/.*)?$", RivetRawConsumer.as_asgi()),
 ]
 
-# The official RivetKit client's connections (gateway/{target}/connect).
+# The official RivetKit client's connections (gateway/{target}/connect),
+# and its raw WebSockets (handle.webSocket(path): gateway/{target}/websocket).
 websocket_urlpatterns += rivetkit_patterns
+websocket_urlpatterns += [
+    re_path(
+        r"^gateway/(?P<target>[^/]+)/websocket(?:/.*)?$",
+        RivetKitRawConsumer.as_asgi(),
+    ),
+]
 
 
 def report_channel_layer_errors() -> None:

@@ -6,14 +6,18 @@ path("rivet/", include("django_rivet.urls"))
 from django.urls import path, re_path
 
 from .transport import http
-from .transport.rivetkit import http as rivetkit_http
+from .transport.rivetkit import manager as rivetkit_manager
 from .transport.rivetkit import urls as rivetkit_urls
 
 app_name = "django_rivet"
 
 urlpatterns = [
     # DELETE actors/{id} is the RivetKit client's (transport/rivetkit).
-    path("actors/<str:name>", rivetkit_http.destroy_or(http.actor_view), name="actor"),
+    path(
+        "actors/<str:name>",
+        rivetkit_manager.destroy_or(http.actor_view),
+        name="actor",
+    ),
     path("actors/<str:name>/actions/<str:action>", http.action_view, name="action"),
     path("actors/<str:name>/queue/<str:queue>", http.queue_view, name="queue"),
     re_path(

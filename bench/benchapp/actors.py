@@ -34,6 +34,16 @@ class Hot(Actor):
         ctx.broadcast("changed", ctx.state["n"])
         return ctx.state["n"]
 
+    @action(readonly=True)
+    def get(self, ctx):
+        """P17's read: no lock, beside the increments."""
+        return ctx.state["n"]
+
+    @action(name="getLocked")
+    def get_locked(self, ctx):
+        """P17's baseline: the same read, taking the actor's lock."""
+        return ctx.state["n"]
+
 
 class Idle(Actor):
     """A small actor that only gets loaded (P9's memory per cached actor)."""

@@ -10,6 +10,7 @@ __all__ = [
     "ActorAlreadyExists",
     "ActorBusy",
     "ActorNotFound",
+    "ActorReadOnly",
     "ActorUnavailable",
     "ConnectionExpired",
     "EventLogTruncated",
@@ -273,3 +274,28 @@ class ActorUnavailable(RivetError):
     code = "unavailable"
     http_status = 503
     default_message = "The actor is unavailable; retry later"
+
+
+class ActorReadOnly(RivetError):
+    """A read-only action (``@action(readonly=True)``) tried to write; nothing did.
+
+    Raised where it tried: assigning or changing ``ctx.state`` or
+    ``conn.state``, a KV write, a schedule, cron job, queue send or
+    workflow start, a broadcast or ``conn.send``, ``ctx.destroy()``, an
+    ``after_commit`` hook, a call to another actor's writing action, or any
+    write of its own to the database. The server code's fault (500).
+    """
+
+    group = "actor"
+    code = "readonly"
+    http_status = 500
+    default_message = "A read-only action cannot write"
+
+    @classmethod
+    def refusing(cls, what: str) -> ActorReadOnly:
+        """Return the error for a read-only action that tried to ``what``."""
+        return cls(
+            f"A read-only action cannot {what}; drop readonly=True from its "
+            "@action to let it write",
+            metadata={"write": what},
+        )

@@ -1,7 +1,8 @@
 """The actor runtime; this package's top is the server-side client.
 
 ``from django_rivet import actors`` gives :func:`get`, :func:`get_or_create`,
-:func:`create`, :func:`get_by_id` and their async twins (see
+:func:`create`, :func:`get_by_id`, :func:`filter`, :func:`count` and their
+async twins (see
 :mod:`.client`). The package owns what actors are and how they run:
 
 - :mod:`.definition` and :mod:`.registry`: ``Actor``, ``@action``,
@@ -37,11 +38,15 @@ from .._lazy import lazy_from
 if TYPE_CHECKING:
     from .client import (
         ActorHandle,
+        acount,
         acreate,
+        afilter,
         aget,
         aget_by_id,
         aget_or_create,
+        count,
         create,
+        filter,
         get,
         get_by_id,
         get_or_create,
@@ -49,11 +54,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActorHandle",
+    "acount",
     "acreate",
+    "afilter",
     "aget",
     "aget_by_id",
     "aget_or_create",
+    "count",
     "create",
+    "filter",
     "get",
     "get_by_id",
     "get_or_create",

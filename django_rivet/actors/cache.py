@@ -64,6 +64,10 @@ __all__ = [
 ]
 
 
+#: Bytes an actor instance costs without its state (measured: ~0.8 KiB).
+INSTANCE_BYTES = 1024
+
+
 @dataclass(slots=True)
 class CachedActor:
     """One actor loaded in this process."""
@@ -76,12 +80,20 @@ class CachedActor:
     state_bytes: bytes | None = None
     version: int = -1
     last_used: float = 0.0
-    # Estimated bytes this entry holds (see estimate()).
+    # Estimated bytes this entry holds (see estimate()): its instance and
+    # state (state_size), plus a committed copy that is not that state.
     size: int = 0
+    state_size: int = INSTANCE_BYTES
+    # The newest committed state this process knows, encoded, and its
+    # version: kept while an invocation has the state checked out, for the
+    # read-only actions that run meanwhile (reads.py), which decode their
+    # own copy of it.
+    committed_version: int = -1
+    committed_bytes: bytes | None = None
+    # (name, key) of the actor, so a call by key finds the entry.
+    address: tuple[str, tuple[str, ...]] | None = None
 
 
-#: Bytes an actor instance costs without its state (measured: ~0.8 KiB).
-INSTANCE_BYTES = 1024
 #: Bytes a decoded list item or map entry costs beyond its payload, measured
 #: with tracemalloc: 23 (floats) to 79 (small maps of small values).
 ENTRY_BYTES = 80
@@ -98,6 +110,8 @@ def estimate(state_bytes: bytes, entries: int) -> int:
 
 
 _cache: dict[uuid.UUID, CachedActor] = {}
+# Actor ids by (name, key), for the entries of _cache.
+_by_address: dict[tuple[str, tuple[str, ...]], uuid.UUID] = {}
 # Sum of the entries' sizes.
 _bytes = 0
 _lock = threading.Lock()
@@ -116,6 +130,7 @@ def clear() -> None:
     global _dropped, _peak, _bytes
     with _lock:
         _cache.clear()
+        _by_address.clear()
         _dropped = _peak = _bytes = 0
 
 
@@ -159,6 +174,9 @@ def checkout(
             fresh = True
         else:
             fresh = False
+        if entry.address is None:
+            entry.address = (row.name, tuple(row.key_parts))
+            _by_address[entry.address] = row.id
         # Re-inserted: the dict's order is the order of last use.
         _cache[row.id] = entry
         _peak = max(_peak, len(_cache))
@@ -167,10 +185,63 @@ def checkout(
             state, state_bytes = entry.state, entry.state_bytes
         entry.state = entry.state_bytes = None
         entry.version = -1
-        _bytes -= entry.size - INSTANCE_BYTES
-        entry.size = INSTANCE_BYTES
+        entry.state_size = INSTANCE_BYTES
+        _resize(entry, INSTANCE_BYTES)
         entry.last_used = clock.now()
     return entry, fresh, state, state_bytes
+
+
+def _resize(entry: CachedActor, size: int) -> None:
+    """Set ``entry``'s estimate to ``size`` plus the committed copy it keeps."""
+    global _bytes
+    committed = entry.committed_bytes
+    if committed is not None and committed is not entry.state_bytes:
+        size += len(committed)
+    _bytes += size - entry.size
+    entry.size = size
+
+
+def read_hint(
+    name: str | None, key: tuple[str, ...], actor_id: uuid.UUID | None
+) -> tuple[uuid.UUID | None, int, bytes | None]:
+    """Return ``(actor id, version, state bytes)`` of the newest committed
+    state this process holds for the actor, or ``(None, -1, None)``."""
+    with _lock:
+        if actor_id is None and name is not None:
+            actor_id = _by_address.get((name, key))
+        entry = _cache.get(actor_id) if actor_id is not None else None
+        if entry is None or entry.committed_bytes is None:
+            return None, -1, None
+        return actor_id, entry.committed_version, entry.committed_bytes
+
+
+def reader(actor_id: uuid.UUID, definition: type[Actor]) -> CachedActor | None:
+    """Return the loaded instance's entry for a read-only call, or ``None``.
+
+    ``None`` when this process has not loaded the actor (as ``definition``):
+    the call loads it under the lock first (``on_wake`` runs there).
+    """
+    with _lock:
+        entry = _cache.get(actor_id)
+        if entry is None or entry.definition is not definition:
+            return None
+        entry.last_used = clock.now()
+    return entry
+
+
+def remember(
+    actor_id: uuid.UUID, entry: CachedActor, version: int, data: bytes
+) -> None:
+    """Keep a committed state a read-only call read, if it is the newest known."""
+    global _last_store
+    _last_store = time.monotonic()
+    with _lock:
+        if _cache.get(actor_id) is not entry or version <= entry.committed_version:
+            return
+        if 2 * len(data) > rivet_settings.ACTOR_CACHE_BYTES:
+            return
+        entry.committed_version, entry.committed_bytes = version, data
+        _resize(entry, entry.state_size)
 
 
 def store(
@@ -201,8 +272,9 @@ def store(
         entry.state = state
         entry.state_bytes = state_bytes
         entry.version = version
-        _bytes += size - entry.size
-        entry.size = size
+        entry.committed_version, entry.committed_bytes = version, state_bytes
+        entry.state_size = size
+        _resize(entry, size)
         if _bytes > limit:
             _shed(limit, keep=entry)
 
@@ -213,12 +285,14 @@ def _shed(limit: int, keep: CachedActor) -> None:
     for other in list(_cache.values()):
         if _bytes <= limit:
             return
-        if other is keep or other.state_bytes is None:
+        if other is keep or (
+            other.state_bytes is None and other.committed_bytes is None
+        ):
             continue
-        other.state = other.state_bytes = None
-        other.version = -1
-        _bytes -= other.size - INSTANCE_BYTES
-        other.size = INSTANCE_BYTES
+        other.state = other.state_bytes = other.committed_bytes = None
+        other.version = other.committed_version = -1
+        other.state_size = INSTANCE_BYTES
+        _resize(other, INSTANCE_BYTES)
 
 
 def drop(actor_id: uuid.UUID, entry: CachedActor) -> None:
@@ -228,6 +302,8 @@ def drop(actor_id: uuid.UUID, entry: CachedActor) -> None:
         if _cache.get(actor_id) is not entry:
             return
         del _cache[actor_id]
+        if entry.address is not None and _by_address.get(entry.address) == actor_id:
+            del _by_address[entry.address]
         _bytes -= entry.size
         _dropped += 1
 
@@ -242,9 +318,10 @@ def compact() -> None:
     Rebuilds the dict (its table keeps its largest size otherwise) and, on
     glibc, calls ``malloc_trim(0)`` so freed blocks leave the process.
     """
-    global _cache, _dropped, _peak
+    global _cache, _by_address, _dropped, _peak
     with _lock:
         _cache = dict(_cache)
+        _by_address = dict(_by_address)
         _dropped = 0
         _peak = len(_cache)
     trim = _malloc_trim()

@@ -21,35 +21,49 @@ raises, the original exception (after the rollback).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from datetime import datetime
+from typing import Any, Unpack
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
+from django.db.models import Q, QuerySet
 
 from ..exceptions import ActorNotFound
-from ..models import Actor
+from ..models import Actor, db, sql
 from .errors import database_error
+from .handles import Criteria
 from .lanes import ainvoke
 from .operations import CallAction, EnsureActor, RunHook, check_arguments
-from .rows import ActorRef, Mode, canonical_key
+from .rows import ActorRef, Mode, canonical_key, normalize_key
 from .services import services
 from .spine import invoke
 
 __all__ = [
+    "MAX_FILTER_LIMIT",
     "ActorHandle",
-    "aget",
+    "acount",
     "acreate",
+    "afilter",
+    "aget",
     "aget_by_id",
     "aget_or_create",
+    "count",
     "create",
+    "filter",
     "get",
     "get_by_id",
     "get_or_create",
 ]
 
+#: The most handles one :func:`filter` returns.
+MAX_FILTER_LIMIT = 10_000
+
 
 class ActorHandle:
     """A reference to an actor, by key or by id; calls go through the runtime."""
+
+    #: When the actor was created (handles of :func:`filter`; else ``None``).
+    created_at: datetime | None = None
 
     def __init__(
         self,
@@ -220,3 +234,92 @@ async def acreate(name: str, key: Any = None, input: Any = None) -> ActorHandle:
 async def aget_by_id(actor_id: uuid.UUID | str) -> ActorHandle:
     """Async :func:`get_by_id`."""
     return await sync_to_async(_lookup)(ActorRef.by_id(actor_id))
+
+
+# -- finding actors ---------------------------------------------------------------
+def _found(name: str | None, **criteria: Unpack[Criteria]) -> QuerySet[Actor]:
+    """The actors matching, by the indexes of the ``Actor`` table."""
+    rows = Actor.objects.all()
+    if name is not None:
+        rows = rows.filter(name=name)
+    key_prefix = criteria.get("key_prefix")
+    if key_prefix is not None:
+        parts = normalize_key(key_prefix)
+        if parts:
+            if name is None:
+                raise ValueError("key_prefix needs a name: keys belong to a class")
+            # The stored key is the canonical JSON list of its parts: a key
+            # starting with these parts is them exactly, or them followed by
+            # a comma and more parts.
+            whole = canonical_key(parts)
+            more = sql.dialect(db.connection()).starts_with("key", whole[:-1] + ",")
+            rows = rows.filter(Q(key=whole) | more)
+    created_after = criteria.get("created_after")
+    if created_after is not None:
+        rows = rows.filter(created_at__gt=created_after)
+    created_before = criteria.get("created_before")
+    if created_before is not None:
+        rows = rows.filter(created_at__lt=created_before)
+    return rows
+
+
+def filter(
+    name: str | None = None, *, limit: int = 100, **criteria: Unpack[Criteria]
+) -> list[ActorHandle]:
+    """Return handles to existing actors, newest first.
+
+    ``name``: the actors of one class (its registry name); ``key_prefix``:
+    those whose key starts with these parts (``"acme"`` or ``["acme"]``
+    matches ``["acme"]`` and ``["acme", "general"]``, not ``["acme2"]``;
+    needs ``name``); ``created_after`` / ``created_before``: creation times,
+    exclusive (pass the last handle's ``created_at`` as ``created_before``
+    for the next page). At most ``limit`` handles (1 to 10,000). Each
+    handle follows its key, like :func:`get`'s. Served by indexes of the
+    ``Actor`` table; nothing is invoked, no hook runs.
+    """
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not (1 <= limit <= MAX_FILTER_LIMIT)
+    ):
+        raise ValueError(f"limit must be an integer from 1 to {MAX_FILTER_LIMIT}")
+    found = (
+        _found(name, **criteria)
+        .order_by("-created_at", "-id")
+        .values_list("id", "name", "key_parts", "created_at")[:limit]
+    )
+    handles = []
+    for actor_id, actor_name, key_parts, created_at in _coded(lambda: list(found)):
+        handle = ActorHandle(actor_name, tuple(key_parts), actor_id, resolve="get")
+        handle.created_at = created_at
+        handles.append(handle)
+    return handles
+
+
+def count(name: str | None = None, **criteria: Unpack[Criteria]) -> int:
+    """Return how many actors :func:`filter` would find without its limit."""
+    counted: int = _coded(_found(name, **criteria).count)
+    return counted
+
+
+def _coded(run: Any) -> Any:
+    """Run a query; a database outage or missing table says what to do."""
+    try:
+        return run()
+    except DatabaseError as exc:
+        coded = database_error(exc)
+        if coded is None:
+            raise
+        raise coded from exc
+
+
+async def afilter(
+    name: str | None = None, *, limit: int = 100, **criteria: Unpack[Criteria]
+) -> list[ActorHandle]:
+    """Async :func:`filter`."""
+    return await sync_to_async(filter)(name, limit=limit, **criteria)
+
+
+async def acount(name: str | None = None, **criteria: Unpack[Criteria]) -> int:
+    """Async :func:`count` (the same arguments)."""
+    return await sync_to_async(count)(name, **criteria)

@@ -35,6 +35,7 @@ from .. import clock, events
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
+    ActionNotFound,
     ActionTimeout,
     ActorNotFound,
     ConnectionExpired,
@@ -49,6 +50,7 @@ from .definition import Actor
 from .operations import CallAction, OutputEncoder
 from .rows import ActorRef
 from .spine import invoke
+from .websockets import WebSocket
 
 if TYPE_CHECKING:
     from .invocation import Invocation
@@ -62,6 +64,7 @@ __all__ = [
     "ConnectResult",
     "Disconnect",
     "Subscribe",
+    "WebSocketMessage",
     "heartbeat_interval",
     "refused_subscriptions",
     "save_subscriptions",
@@ -137,12 +140,14 @@ def refused_subscriptions(
                 metadata={"event": name},
             )
             continue
+        effects = invocation.savepoint_effects()
         try:
             with db.atomic():
                 allowed = invocation.call_hook("can_subscribe", name)
         except ActionTimeout:
             raise
         except Exception as exc:
+            invocation.drop_effects_since(effects)
             message = exc.message if isinstance(exc, RivetError) else "Forbidden"
             refused[name] = Forbidden(message, metadata={"event": name})
             continue
@@ -188,10 +193,16 @@ class Connect:
     label: str | None = "connect"
     # Set when on_before_connect refused (close code 4403).
     refused: bool = False
+    # A raw WebSocket (websockets.py): on_websocket runs after on_connect.
+    websocket: WebSocket | None = None
     auth = AuthRequest("connect")
 
     def prepare(self, definition: type[Actor]) -> None:
-        """Nothing to check before I/O: params were validated by the consumer."""
+        """Refuse a raw WebSocket to a class without ``on_websocket``."""
+        if self.websocket is not None and not definition.overrides("on_websocket"):
+            raise ActionNotFound(
+                "This actor does not take raw WebSockets (no on_websocket)"
+            )
 
     def run(self, invocation: Invocation) -> ConnectResult:
         """Admit the connection, or raise to refuse it (nothing persists)."""
@@ -234,6 +245,10 @@ class Connect:
         )
         invocation.add_conn(conn)
         invocation.call_hook("on_connect", conn)
+        if self.websocket is not None:
+            self.websocket.id = conn.id
+            with self.websocket.running_in(invocation):
+                invocation.call_hook("on_websocket", self.websocket)
         # Events on_connect broadcasts get seqs above head: they arrive live.
         head = int(invocation.row.event_seq)
         oldest, truncated = None, False
@@ -293,6 +308,11 @@ class ConnAction:
         """Ask ``on_auth`` about this action."""
         return AuthRequest("action", action=self.action)
 
+    @property
+    def readonly(self) -> bool:
+        """Whether the action is read-only (known once prepared)."""
+        return self._call is not None and self._call.readonly
+
     def prepare(self, definition: type[Actor]) -> None:
         """Find the action and check the arguments, before any I/O."""
         self._call = CallAction(
@@ -302,11 +322,41 @@ class ConnAction:
         self.label = self._call.label
 
     def run(self, invocation: Invocation) -> Any:
-        """Run the action; refuse if the connection row is gone."""
+        """Run the action; refuse if the connection row is gone.
+
+        A read-only action reads the row only if it asks for ``ctx.conn``
+        (a read on an expired connection harms nothing; its next write
+        finds it expired).
+        """
+        assert self._call is not None
+        if not self.readonly and invocation.conn is None:
+            raise ConnectionExpired()
+        return self._call.run(invocation)
+
+
+@dataclass(slots=True)
+class WebSocketMessage:
+    """Run a raw WebSocket's message listeners for one message it received.
+
+    ``on_auth`` admitted the socket; a message is not asked about again.
+    """
+
+    websocket: WebSocket
+    data: bytes | str
+    label: str | None = "websocket message"
+    kind = "message"
+    auth = None
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check: the consumer bounded the message's size."""
+
+    def run(self, invocation: Invocation) -> None:
+        """Run each listener with ``ctx`` and the message, in order."""
         if invocation.conn is None:
             raise ConnectionExpired()
-        assert self._call is not None
-        return self._call.run(invocation)
+        with self.websocket.running_in(invocation):
+            for listener in self.websocket.listeners("message"):
+                invocation.call(listener, invocation.ctx, self.data)
 
 
 @dataclass(slots=True)
@@ -344,7 +394,7 @@ class Disconnect:
             # to a savepoint (which also keeps PostgreSQL's transaction
             # usable), and its state changes and broadcasts are dropped.
             state_before = cbor_dumps(invocation.state, "state")
-            broadcasts = len(invocation.broadcasts)
+            effects = invocation.savepoint_effects()
             try:
                 with db.atomic():
                     invocation.call_hook("on_disconnect", conn)
@@ -355,7 +405,7 @@ class Disconnect:
                     self.conn_id,
                 )
                 invocation.state = cbor_loads(state_before)
-                del invocation.broadcasts[broadcasts:]
+                invocation.drop_effects_since(effects)
         return True
 
 

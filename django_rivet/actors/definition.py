@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .calls import AuthInfo
     from .context import ActorContext, Conn
+    from .websockets import WebSocket
 
 __all__ = ["Actor", "ActorDefinitionError", "HandlerSpec", "action", "queue_handler"]
 
@@ -36,6 +37,7 @@ _ACTION_MARK = "_rivet_action_name"
 _QUEUE_MARK = "_rivet_queue_name"
 _TIMEOUT_MARK = "_rivet_timeout"
 _RETRIES_MARK = "_rivet_max_retries"
+_READONLY_MARK = "_rivet_readonly"
 NAME_MAX_LENGTH = 64
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 
@@ -64,6 +66,8 @@ class HandlerSpec:
     timeout: float | None = None
     # Queue handlers: retries of a failing message (None: the setting).
     max_retries: int | None = None
+    # Actions: runs without the actor's lock, and may not write (see action()).
+    readonly: bool = False
     # (name, hint) of each argument after ``self, ctx`` when all of them are
     # plain positional parameters without defaults: then a call fits exactly
     # when it has that many arguments, checked without binding (which costs
@@ -197,21 +201,33 @@ def _describe(hint: Any) -> str:
 def action(func: F, /) -> F: ...
 @overload
 def action(
-    *, name: str | None = None, timeout: float | None = None
+    *, name: str | None = None, timeout: float | None = None, readonly: bool = False
 ) -> Callable[[F], F]: ...
 def action(
-    func: F | None = None, /, *, name: str | None = None, timeout: float | None = None
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    readonly: bool = False,
 ) -> Any:
     """Mark a method as an action.
 
     ``name`` overrides its wire name; ``timeout`` (seconds) bounds its
     invocation instead of the class's ``action_timeout`` or ``ACTION_TIMEOUT``.
+    ``readonly=True`` runs it without the actor's lock, concurrently with
+    other reads and with a running write, on the latest committed state;
+    any write it tries is refused with ``actor/readonly`` (docs/actors.md,
+    "Read-only actions").
     """
     _check_positive("timeout", timeout)
+    if not isinstance(readonly, bool):
+        raise TypeError(f"readonly must be True or False, not {readonly!r}")
 
     def mark(function: F) -> F:
         setattr(function, _ACTION_MARK, name or function.__name__)
         setattr(function, _TIMEOUT_MARK, timeout)
+        setattr(function, _READONLY_MARK, readonly)
         return function
 
     return mark(func) if func is not None else mark
@@ -262,6 +278,7 @@ def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> Handl
         timeout=getattr(function, _TIMEOUT_MARK, None),
         max_retries=getattr(function, _RETRIES_MARK, None),
         positional=_positional(signature, hints),
+        readonly=bool(getattr(function, _READONLY_MARK, False)),
     )
 
 
@@ -380,6 +397,14 @@ class Actor:
     def on_request(self, ctx: ActorContext, request: HttpRequest) -> object:
         """Answer a raw HTTP request with an ``HttpResponse``."""
         raise ActionNotFound("This actor does not handle raw requests")
+
+    def on_websocket(self, ctx: ActorContext, websocket: WebSocket) -> object:
+        """Take a raw WebSocket: add its message listeners (docs/actors.md).
+
+        Runs once the socket is admitted (``on_auth``, ``on_before_connect``,
+        ``create_conn_state``, ``on_connect``), in the same invocation.
+        """
+        raise ActionNotFound("This actor does not handle raw WebSockets")
 
     @classmethod
     def overrides(cls, hook: str) -> bool:

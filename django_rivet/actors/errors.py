@@ -41,6 +41,7 @@ __all__ = [
     "database_error",
     "is_connection_failure",
     "is_missing_table",
+    "is_read_only_write",
     "log_missing_table",
     "migration_advice",
     "missing_table_name",
@@ -129,6 +130,23 @@ def _is_lock_failure(exc: BaseException) -> bool:
     if name is not None:
         return _sqlite_code(name) in _SQLITE_BUSY
     return _is_postgresql(error) and _sqlstate(error) in _PG_BUSY
+
+
+def is_read_only_write(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is a write refused by a read-only transaction.
+
+    What a read-only action's writes to the database (its own models,
+    another actor's lock) fail with: PostgreSQL's
+    ``read_only_sql_transaction`` (25006), SQLite's ``SQLITE_READONLY``
+    (``PRAGMA query_only``).
+    """
+    if not isinstance(exc, DatabaseError):
+        return False
+    error = _driver_error(exc)
+    name = getattr(error, "sqlite_errorname", None)
+    if name is not None:
+        return _sqlite_code(name) == "SQLITE_READONLY"
+    return _is_postgresql(error) and _sqlstate(error) == "25006"
 
 
 def is_missing_table(exc: BaseException) -> bool:

@@ -12,13 +12,31 @@ sibling (neither imports the other, import-linter checks it), so
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 if TYPE_CHECKING:
     from ..engine import WorkflowDefinition
 
-__all__ = ["ActorHandleAPI", "ActorsAPI", "WorkflowHandleAPI", "WorkflowsAPI"]
+__all__ = [
+    "ActorHandleAPI",
+    "ActorsAPI",
+    "Criteria",
+    "WorkflowHandleAPI",
+    "WorkflowsAPI",
+]
+
+
+class Criteria(TypedDict, total=False):
+    """What ``actors.filter`` and ``actors.count`` match besides the name."""
+
+    #: Keys starting with these whole parts (a str is one part).
+    key_prefix: str | Sequence[str] | None
+    #: Created after this time (exclusive).
+    created_after: datetime | None
+    #: Created before this time (exclusive).
+    created_before: datetime | None
 
 
 class WorkflowHandleAPI(Protocol):
@@ -214,4 +232,14 @@ class ActorsAPI(Protocol):
 
     async def aget_by_id(self, actor_id: uuid.UUID | str) -> ActorHandleAPI:
         """Async :meth:`get_by_id`."""
+        ...
+
+    def filter(
+        self, name: str | None = None, *, limit: int = 100, **criteria: Unpack[Criteria]
+    ) -> Sequence[ActorHandleAPI]:
+        """Return handles to existing actors, newest first."""
+        ...
+
+    def count(self, name: str | None = None, **criteria: Unpack[Criteria]) -> int:
+        """Return how many actors :meth:`filter` would find without its limit."""
         ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import time
 import uuid
@@ -31,6 +32,7 @@ from ..encoding import cbor_dumps, cbor_loads, encode_state
 from ..exceptions import (
     ActionTimeout,
     ActorBusy,
+    ActorReadOnly,
     ActorUnavailable,
     Forbidden,
     RivetError,
@@ -39,11 +41,12 @@ from ..exceptions import (
 )
 from ..models import Actor as ActorRow
 from ..models import Connection, db
-from . import registry, rows
+from . import registry, rows, websockets
 from .calls import AuthInfo, AuthRequest, Origin
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
 from .rows import ConnRow, LockedRow
+from .websockets import WebSocket
 
 if TYPE_CHECKING:
     from .cache import CachedActor
@@ -133,8 +136,11 @@ class Invocation:
         input: Any = None,
         connection: BaseDatabaseWrapper | None = None,
         cursor: CursorWrapper | None = None,
+        readonly: bool = False,
     ) -> None:
         self.row = row
+        # A read-only action (reads.py): no lock, and every write refused.
+        self.readonly = readonly
         # The connection of the transaction the row is locked in, and the
         # cursor that locked it (the state is written on it too), if open.
         self.connection = db.connection() if connection is None else connection
@@ -162,6 +168,11 @@ class Invocation:
         self.state_entries = 0
         self.destroy_requested = False
         self.sleep_requested = False
+        # Effects to run once the transaction commits (sends, publishes,
+        # ctx.after_commit): registered with the transaction when the
+        # invocation's work is done, from its own thread -- async handlers
+        # add them from an event loop, where the database cannot be asked.
+        self._commit_hooks: list[Callable[[], Any]] = []
         self._conns: dict[uuid.UUID, Conn] = {}
         self._conns_loaded = False
         self.conn: Conn | None = None
@@ -186,7 +197,30 @@ class Invocation:
 
     def after_commit(self, func: Callable[..., Any], *args: Any) -> None:
         """Run ``func(*args)`` once the invocation's transaction commits."""
-        db.on_commit(lambda: func(*args), robust=True)
+        self._commit_hooks.append(functools.partial(func, *args))
+
+    def savepoint_effects(self) -> tuple[int, int]:
+        """Mark the effects recorded so far (see :meth:`drop_effects_since`)."""
+        return len(self.broadcasts), len(self._commit_hooks)
+
+    def drop_effects_since(self, mark: tuple[int, int]) -> None:
+        """Forget broadcasts and commit effects recorded after ``mark``.
+
+        For a hook whose savepoint rolled back: what it asked for must not
+        happen either.
+        """
+        del self.broadcasts[mark[0] :]
+        del self._commit_hooks[mark[1] :]
+
+    def register_commit_hooks(self) -> None:
+        """Hand the effects waiting for the commit to the transaction.
+
+        Called in the invoking thread once the invocation's work is done
+        (by :meth:`persist` and :meth:`destroy_now`); a rollback drops them.
+        """
+        hooks, self._commit_hooks = self._commit_hooks, []
+        for hook in hooks:
+            db.on_commit(hook, robust=True)
 
     def auth_info(self, request: AuthRequest) -> AuthInfo:
         """Describe the caller and the call for ``on_auth``."""
@@ -275,6 +309,13 @@ class Invocation:
             self._conns_loaded = True
         return list(self._conns.values())
 
+    def load_websockets(self) -> list[WebSocket]:
+        """Return handles of every raw WebSocket of this actor."""
+        found = Connection.objects.filter(
+            actor_id=self.actor_id, encoding=websockets.ENCODING
+        ).values_list("id", "channel_name")
+        return [WebSocket(conn_id, channel, running=self) for conn_id, channel in found]
+
     def add_conn(self, conn: Conn) -> None:
         """Track a connection created during this invocation."""
         self._conns[conn.id] = conn
@@ -328,6 +369,19 @@ class Invocation:
             if state is not None:
                 self.row.version += 1
         self.state_bytes = new_bytes
+        self.register_commit_hooks()
+
+    def refuse_changes(self) -> None:
+        """Refuse a read-only call that changed ``ctx.state`` or a ``conn.state``.
+
+        Assignments are refused as they happen; changes made in place are
+        found here, by encoding. Nothing is written either way.
+        """
+        if _changed(self.state, self.state_bytes):
+            raise ActorReadOnly.refusing("change ctx.state")
+        for conn in self._conns.values():
+            if _changed(conn.state, conn.saved_state()):
+                raise ActorReadOnly.refusing("change conn.state")
 
     def destroy_now(self) -> None:
         """Run ``on_destroy`` and delete the actor and all it owns."""
@@ -341,10 +395,23 @@ class Invocation:
         message = {"type": events.DISCONNECT_MESSAGE, "reason": "destroyed"}
         for channel in channels:
             self.after_commit(events.send_to_channel, channel, message)
+        self.register_commit_hooks()
 
     def timed_out(self) -> bool:
         """Tell whether the invocation ran past its deadline."""
         return time.monotonic() > self.deadline
+
+
+def _changed(value: Any, stored: bytes) -> bool:
+    try:
+        if cbor_dumps(value, "state") == stored:
+            return False
+    except (TypeError, ValueError):
+        return True
+    if not stored:
+        return value is not None
+    # Bytes an older encoder wrote may differ for an equal value.
+    return bool(cbor_loads(stored) != value)
 
 
 def refusal(error: UserError) -> UserError:

@@ -22,6 +22,7 @@ from django.db.models.functions import Length
 
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
+    ActorReadOnly,
     KVKeyTooLarge,
     KVPayloadTooLarge,
     KVTooManyKeys,
@@ -100,10 +101,16 @@ def _check_count(keys: Sequence[Any]) -> None:
 class ActorKVStore:
     """KV access for one actor; ``ctx.kv`` is one of these."""
 
-    def __init__(self, actor_id: uuid.UUID | str) -> None:
+    def __init__(self, actor_id: uuid.UUID | str, *, readonly: bool = False) -> None:
         self.actor_id = (
             actor_id if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id)
         )
+        # A read-only action's ctx.kv: reads work, writes are refused.
+        self.readonly = readonly
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise ActorReadOnly.refusing("write KV")
 
     def _rows(self) -> Any:
         return ActorKV.objects.filter(actor_id=self.actor_id)
@@ -196,6 +203,7 @@ class ActorKVStore:
         self._put(list(encoded.items()))
 
     def _put(self, pairs: builtins.list[tuple[bytes, bytes]]) -> None:
+        self._writable()
         if not pairs:
             return
         with db.atomic(savepoint=False):
@@ -229,6 +237,7 @@ class ActorKVStore:
             )
 
     def _delete_rows(self, rows: Any) -> None:
+        self._writable()
         with db.atomic(savepoint=False):
             size = rows.aggregate(size=Sum(Length("key") + Length("value")))["size"]
             if size:

@@ -7,8 +7,10 @@ worker thread of :data:`~django_rivet.actors.spine.executor`. Calls that
 queued while another ran are served together in one transaction, each in a
 savepoint of its own (a failing call rolls back alone), and answered once it
 commits: one commit for a burst of calls to a popular actor instead of one
-each (bench P12). Sync callers (Celery tasks, the embedded worker, the
-shell) call :func:`~django_rivet.actors.spine.invoke` directly.
+each (bench P12). Read-only actions of an actor loaded in this process skip
+the lane: a few run at once, the others share read-only rounds
+(:func:`_aread`, bench P17). Sync callers (Celery tasks, the embedded
+worker, the shell) call :func:`~django_rivet.actors.spine.invoke` directly.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ from .. import events
 from ..conf import rivet_settings
 from ..exceptions import ActorBusy
 from ..models import db, sql
+from . import reads
 from .calls import INTERNAL, Origin
 from .errors import database_error, is_connection_failure
 from .invocation import Operation, action_timeout, current_invocation
+from .reads import is_read_only_call, is_warm
 from .rows import ActorRef
 from .spine import bound_lock_wait, executor, invoke, invoke_since
 
 logger = logging.getLogger("django_rivet.actors")
 
-__all__ = ["BATCH_SECONDS", "MAX_BATCH", "ainvoke"]
+__all__ = ["BATCH_SECONDS", "MAX_BATCH", "MAX_READ_BATCH", "READ_SLOTS", "ainvoke"]
 
 
 async def ainvoke(
@@ -54,12 +58,22 @@ async def ainvoke(
     when it queued, as it counts the wait for the lock otherwise.
 
     Inside an invocation (an async handler calling another actor) it runs in
-    the invoking thread instead, so the call joins that transaction.
+    the invoking thread instead, so the call joins that transaction. A
+    read-only action (:mod:`.reads`) skips the lane: it runs at once, in a
+    worker thread of its own, beside the lane's writes.
     """
     if current_invocation() is not None:
         return await sync_to_async(invoke, thread_sensitive=True)(
             ref, operation, origin
         )
+    if is_read_only_call(ref, operation):
+        # A read-only action takes no lock: it never queues behind the
+        # actor's writes (see _aread).
+        if not is_warm(ref):
+            return await sync_to_async(
+                invoke_since, thread_sensitive=False, executor=executor
+            )(ref, operation, origin, time.monotonic())
+        return await _aread(ref, operation, origin)
     loop = asyncio.get_running_loop()
     key = (loop, _lane_key(ref))
     lane = _lanes.get(key)
@@ -270,3 +284,131 @@ def _run_call(call: _Call, loop: asyncio.AbstractEventLoop, started: float) -> _
         return (call, True, call.context.run(run))
     except Exception as exc:
         return (call, False, exc)
+
+
+# -- reads: the read-only actions of an actor loaded in this process ---------------
+# Reads of one actor that run at once in this process; beyond, reads wait
+# and are served together, MAX_READ_BATCH at most per round. Two: reads
+# overlap, and a busy actor's reads share rounds (bench P17: with 45 sockets
+# reading, fewer, larger rounds left more of the process to the writers).
+READ_SLOTS = 2
+MAX_READ_BATCH = 64
+
+
+@dataclass(slots=True, eq=False)
+class _Reads:
+    waiting: deque[_Call] = field(default_factory=deque)
+    running: int = 0
+
+
+_reads: dict[tuple[asyncio.AbstractEventLoop, Any], _Reads] = {}
+
+
+async def _aread(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
+    """Run a read-only action of an actor this process has loaded.
+
+    Up to :data:`READ_SLOTS` reads of the actor run at once, each in a
+    worker thread, beside its writes; reads arriving while all of them run
+    wait, and the next free one serves everything that waited in one round
+    (:func:`.reads.round`: one read-only transaction and one read of the
+    row for all of them, each still checked, authorized and run on its own
+    copy of the state). A busy actor's reads then cost one query per round
+    instead of one each.
+    """
+    loop = asyncio.get_running_loop()
+    key = (loop, _lane_key(ref))
+    lane = _reads.get(key)
+    if lane is None:
+        lane = _reads[key] = _Reads()
+    call = _Call(
+        ref,
+        operation,
+        origin,
+        contextvars.copy_context(),
+        loop.create_future(),
+        time.monotonic(),
+    )
+    lane.waiting.append(call)
+    if lane.running < READ_SLOTS:
+        lane.running += 1
+        loop.create_task(_serve_reads(key, lane))
+    return await call.future
+
+
+async def _serve_reads(
+    key: tuple[asyncio.AbstractEventLoop, Any], lane: _Reads
+) -> None:
+    try:
+        while lane.waiting:
+            batch: list[_Call] = []
+            while lane.waiting and len(batch) < MAX_READ_BATCH:
+                call = lane.waiting.popleft()
+                if not call.future.cancelled():
+                    batch.append(call)
+            if not batch:
+                continue
+            outcomes = await sync_to_async(
+                _run_reads, thread_sensitive=False, executor=executor
+            )(batch)
+            for call, ok, value in outcomes:
+                if call.future.done():
+                    continue
+                if ok:
+                    call.future.set_result(value)
+                else:
+                    call.future.set_exception(value)
+    except BaseException as exc:  # pragma: no cover - a bug here must not hang
+        for call in lane.waiting:
+            if not call.future.done():
+                call.future.set_exception(exc)
+        lane.waiting.clear()
+        raise
+    finally:
+        lane.running -= 1
+        if not lane.running and not lane.waiting:
+            _reads.pop(key, None)
+
+
+def _run_reads(batch: list[_Call]) -> list[_Outcome]:
+    """Serve ``batch`` (reads of one actor) in a worker thread."""
+    if len(batch) == 1:
+        return [_run_read(batch[0])]
+    outcomes: list[_Outcome] = []
+    alone: list[_Call] = []
+    try:
+        with reads.round(db.connection()) as shared:
+            for call in batch:
+                if not shared.serves(call.ref):
+                    alone.append(call)
+                    continue
+                try:
+                    value = call.context.run(
+                        reads.in_round,
+                        shared,
+                        invoke_since,
+                        call.ref,
+                        call.operation,
+                        call.origin,
+                        call.queued,
+                    )
+                except Exception as exc:
+                    outcomes.append((call, False, exc))
+                else:
+                    outcomes.append((call, True, value))
+    except Exception as exc:
+        # The round's transaction failed (its connection broke): what it
+        # answered stands; the others run on their own.
+        logger.info("read round failed, reading one by one: %s", exc)
+        answered = {id(call) for call, _, _ in outcomes}
+        alone += [call for call in batch if id(call) not in answered]
+    return outcomes + [_run_read(call) for call in alone]
+
+
+def _run_read(call: _Call) -> _Outcome:
+    try:
+        value = call.context.run(
+            invoke_since, call.ref, call.operation, call.origin, call.queued
+        )
+    except Exception as exc:
+        return (call, False, exc)
+    return (call, True, value)

@@ -34,6 +34,7 @@ __all__ = [
     "ACTOR_AUTH",
     "CallAction",
     "EnsureActor",
+    "Load",
     "OutputEncoder",
     "RunHook",
     "check_arguments",
@@ -68,6 +69,11 @@ class CallAction:
     def auth(self) -> AuthRequest:
         """Ask ``on_auth`` about this action."""
         return _action_auth(self.action)
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the action is read-only (known once prepared)."""
+        return self.spec is not None and self.spec.readonly
 
     def prepare(self, definition: type[Actor]) -> None:
         """Find the action and check the arguments against its signature."""
@@ -154,6 +160,31 @@ class EnsureActor:
     def run(self, invocation: Invocation) -> tuple[uuid.UUID, bool]:
         """Return ``(actor_id, created)``."""
         return invocation.actor_id, invocation.created
+
+
+@dataclass(slots=True)
+class Load:
+    """Load an actor under its lock for a read-only call, creating it if asked.
+
+    A read-only call's first step in a process that has not loaded the
+    actor (:mod:`.reads`): ``on_auth`` is asked about the read itself, then
+    the actor is created (per the call's mode) and woken, as for any call.
+    """
+
+    read: Any
+    label: str | None = "load"
+
+    @property
+    def auth(self) -> AuthRequest | None:
+        """Ask ``on_auth`` about the read this load is for."""
+        auth: AuthRequest | None = self.read.auth
+        return auth
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check: the read was prepared."""
+
+    def run(self, invocation: Invocation) -> None:
+        """Nothing to run: loading was the point."""
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ __all__ = [
     "ConnRow",
     "LockedRow",
     "canonical_key",
+    "fetch_committed",
     "fetch_conn",
     "fetch_locked",
     "insert_row",
@@ -217,6 +218,58 @@ def fetch_locked(
         if found[width] is not None:
             row.conn = _conn_row(*found[width:])
     return row
+
+
+def fetch_committed(
+    ref: ActorRef,
+    held: tuple[uuid.UUID | None, int],
+    connection: BaseDatabaseWrapper,
+    cursor: CursorWrapper,
+    conn_id: uuid.UUID | None = None,
+) -> tuple[LockedRow, bool] | None:
+    """Read the actor row of ``ref`` without locking it; ``None`` if there is none.
+
+    For a read-only action: the latest committed version (the row lock a
+    write holds does not wait it). ``held`` is the ``(actor id, version)``
+    of a state the caller holds already: when the row is still that one,
+    its state is not read, and the second value returned is ``True`` (the
+    row's ``state`` is then empty). The calling connection's row
+    (``conn_id``) is read in the same statement. On PostgreSQL the
+    statement also makes the open transaction read-only.
+    """
+    dialect = sql.dialect(connection)
+    pk = ActorRow._meta.pk
+    assert pk is not None
+    held_id = None if held[0] is None else pk.get_db_prep_value(held[0], connection)
+    params: list[Any] = [held_id, held[1]]
+    if conn_id is not None:
+        params.append(pk.get_db_prep_value(conn_id, connection))
+    by_id = ref.actor_id is not None
+    if by_id:
+        params.append(pk.get_db_prep_value(ref.actor_id, connection))
+    else:
+        params += [ref.name, canonical_key(ref.key)]
+    cursor.execute(dialect.actor_read_sql(by_id, conn_id is not None), params)
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    found = found[dialect.read_marker_columns :]
+    actor_id, name, key_parts, state, version, event_seq = found[:6]
+    if isinstance(key_parts, str):
+        key_parts = json.loads(key_parts)
+    row = LockedRow(
+        id=actor_id if isinstance(actor_id, uuid.UUID) else _uuid(actor_id),
+        name=name,
+        key_parts=list(key_parts),
+        state=b"" if state is None else bytes(state),
+        version=version,
+        event_seq=event_seq,
+    )
+    if conn_id is not None:
+        row.conn_fetched = True
+        if found[6] is not None:
+            row.conn = _conn_row(*found[6:])
+    return row, state is None
 
 
 @functools.lru_cache(maxsize=4096)

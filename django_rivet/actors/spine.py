@@ -56,19 +56,20 @@ from typing import Any
 from django.db import Error as DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import clock, observability
+from .. import clock
 from ..conf import rivet_settings
 from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
     ActionTimeout,
     ActorAlreadyExists,
     ActorNotFound,
+    ActorReadOnly,
     Forbidden,
     ReentrantCall,
 )
 from ..models import Actor as ActorRow
 from ..models import db, sql
-from . import cache, registry, rows
+from . import cache, interceptors, reads, registry, rows
 from .calls import INTERNAL, Origin
 from .definition import Actor
 from .errors import (
@@ -77,6 +78,7 @@ from .errors import (
     is_missing_table,
     log_missing_table,
 )
+from .interceptors import Call
 from .invocation import (
     Invocation,
     Operation,
@@ -85,7 +87,7 @@ from .invocation import (
     current,
     current_invocation,
 )
-from .operations import RunHook
+from .operations import Load, RunHook
 from .rows import ActorRef
 
 logger = logging.getLogger("django_rivet.actors")
@@ -196,13 +198,14 @@ def invoke_since(
 
     Every entry point ends here (directly, or through the lanes of
     :func:`~django_rivet.actors.lanes.ainvoke`), so this is the one place
-    that observes invocations.
+    that runs the interceptors (:mod:`.interceptors`; the built-in
+    observability is the first of them).
     """
 
-    def attempts(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
-        return _attempts(ref, operation, origin, started)
+    def attempts(call: Call) -> Any:
+        return _attempts(call.ref, call.operation, call.origin, started)
 
-    return observability.invocation(attempts, ref, operation, origin)
+    return interceptors.chain(Call(ref, operation, origin), attempts)
 
 
 def _attempts(
@@ -255,6 +258,12 @@ def _invoke(
 ) -> Any:
     definition = _resolve_definition(ref, origin)
     operation.prepare(definition)
+    if reads.refuses(operation):
+        raise ActorReadOnly.refusing("call another actor's writing action")
+    if getattr(operation, "readonly", False):
+        return _read(
+            ref, operation, origin, started, definition, outermost, progress, connection
+        )
     active = active_ids.get()
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
@@ -315,6 +324,42 @@ def _invoke(
         raise
     _after(invocation, outermost)
     return result
+
+
+def _read(
+    ref: ActorRef,
+    operation: Operation,
+    origin: Origin,
+    started: float,
+    definition: type[Actor],
+    outermost: bool,
+    progress: _Progress,
+    connection: BaseDatabaseWrapper,
+) -> Any:
+    """Run a read-only action without the lock (:mod:`.reads`).
+
+    An actor absent or not loaded in this process is loaded under its lock
+    first (``on_auth`` about the read, creation, ``on_wake``), then read.
+    """
+    found = reads.read(
+        ref, operation, origin, started, definition, connection, progress, False
+    )
+    if found is not reads.COLD:
+        return found
+    running = current_invocation()
+    if running is not None and running.readonly:
+        # Loading writes (creation, on_wake), which a read cannot do.
+        raise ActorReadOnly.refusing(
+            "call an actor this process has not loaded (loading runs on_wake)"
+        )
+    _invoke(ref, Load(operation), origin, started, outermost, progress, connection)
+    found = reads.read(
+        ref, operation, origin, started, definition, connection, progress, True
+    )
+    if found is reads.COLD:
+        # Destroyed (or evicted) between the load and the read.
+        raise _not_found(ref)
+    return found
 
 
 def _lock_wait_ms(

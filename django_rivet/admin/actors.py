@@ -1,20 +1,72 @@
-"""The inspector for actors: rows, KV, connections, the event log."""
+"""The inspector for actors: rows, KV, connections, the event log.
+
+Staff with the change permission also edit an actor's state and its KV
+entries (:mod:`.editing`): each edit runs as an invocation, and the admin's
+history records it.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 
 from ..actors.operations import RunHook
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
 from ..models import Actor, ActorEvent, ActorKV, Connection
+from .editing import DELETE, ActorStateForm, EditKV, KVEntryForm, run_edit, show
 from .rendering import ReadOnlyAdmin, cbor_display, render_key
+
+# The longest value a history entry quotes (before and after an edit).
+LOGGED_CHARS = 2000
+
+
+class EditingAdmin(ReadOnlyAdmin):
+    """A read-only admin whose change form edits through the runtime."""
+
+    #: The permission (``app.codename``) that allows editing.
+    change_permission = ""
+    #: The form's fields shown when editing (the rest stay read-only).
+    edit_fields: tuple[str, ...] = ()
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(self.change_permission)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        fields = list(super().get_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):
+            return [name for name in fields if name not in self.edit_fields]
+        return fields
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> type[ModelForm[Any]]:
+        form = super().get_form(request, obj, change, **kwargs)
+        form.request = request  # type: ignore[attr-defined]
+        return form
+
+    def save_model(
+        self, request: HttpRequest, obj: Any, form: Any, change: bool
+    ) -> None:
+        """Nothing to save: the form's invocation wrote the change."""
+
+    def log_edit(self, request: HttpRequest, obj: Any, what: str) -> None:
+        """Record an edit in the admin history (``LogEntry``)."""
+        self.log_change(request, obj, what[: LOGGED_CHARS * 2 + 200])
+
+
+def quoted(value: Any) -> str:
+    """Quote a value for the history, shortened."""
+    text = show(value).replace("\n", " ")
+    return text if len(text) <= LOGGED_CHARS else text[:LOGGED_CHARS] + "..."
 
 
 @admin.register(Actor)
-class ActorAdmin(ReadOnlyAdmin):
+class ActorAdmin(EditingAdmin):
     list_display = ["name", "key", "id", "version", "kv_size", "updated_at"]
     list_filter = ["name"]
     search_fields = ["name", "key", "=id"]
@@ -30,10 +82,25 @@ class ActorAdmin(ReadOnlyAdmin):
         "created_at",
         "updated_at",
     )
-    fields = readonly_fields
+    fields = (*readonly_fields, "state_json", "edited_version")
+    form = ActorStateForm
+    change_permission = "django_rivet.change_actor"
+    edit_fields = ("state_json", "edited_version")
     actions = ["destroy_actors"]
 
     decoded_state = cbor_display("state")
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        """Say what the state was and became (the history shows it)."""
+        if not getattr(form, "edited", False):
+            return []
+        data = form.cleaned_data
+        return (
+            f"Edited the state (version {data['edited_version']}) as an invocation: "
+            f"{quoted(form.before)} -> {quoted(data['state'])}"
+        )
 
     @admin.action(description="Destroy selected actors (runs on_destroy)")
     def destroy_actors(self, request: HttpRequest, queryset: QuerySet[Actor]) -> None:
@@ -57,12 +124,69 @@ class ActorAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ActorKV)
-class ActorKVAdmin(ReadOnlyAdmin):
+class ActorKVAdmin(EditingAdmin):
     list_display = ["actor", "shown_key", "size"]
     list_select_related = ["actor"]
     search_fields = ["=actor__id", "actor__name"]
-    readonly_fields = ("actor", "shown_key", "decoded_value")
-    fields = readonly_fields
+    readonly_fields = ("shown_key", "decoded_value")
+    form = KVEntryForm
+    raw_id_fields = ["actor"]
+    change_permission = "django_rivet.change_actorkv"
+    edit_fields = ("value_json",)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        if obj is None:
+            return ["actor", "key_text", "value_json"]
+        if not self.has_change_permission(request, obj):
+            return ["actor", "shown_key", "decoded_value"]
+        return ["actor", "shown_key", "decoded_value", "value_json"]
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Any = None
+    ) -> tuple[str, ...]:
+        if obj is None:
+            return ()
+        return ("actor", *self.readonly_fields)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("django_rivet.add_actorkv")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("django_rivet.delete_actorkv")
+
+    def save_model(
+        self, request: HttpRequest, obj: ActorKV, form: Any, change: bool
+    ) -> None:
+        """Nothing to save: the form's invocation wrote the entry.
+
+        A new entry is the row that invocation made (the admin links to it).
+        """
+        if not change:
+            key = str(form.cleaned_data["key_text"]).encode("utf-8")
+            written = ActorKV.objects.get(actor_id=obj.actor_id, key=key)
+            obj.pk, obj.key, obj.value = written.pk, written.key, written.value
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        """Say what the value became (the history shows it)."""
+        if not getattr(form, "edited", False):
+            return []
+        verb = "Added" if add else "Edited"
+        return f"{verb} the value as an invocation: {form.cleaned_data['value_json']}"[
+            : LOGGED_CHARS + 100
+        ]
+
+    def delete_model(self, request: HttpRequest, obj: ActorKV) -> None:
+        """Delete the entry through an invocation of its actor."""
+        run_edit(request, obj.actor_id, EditKV(bytes(obj.key), DELETE))
+
+    def delete_queryset(
+        self, request: HttpRequest, queryset: QuerySet[ActorKV]
+    ) -> None:
+        """Delete each entry through an invocation of its actor."""
+        for entry in queryset:
+            self.delete_model(request, entry)
 
     @admin.display(description="key")
     def shown_key(self, obj: ActorKV) -> str:

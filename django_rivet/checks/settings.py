@@ -1,4 +1,4 @@
-"""Settings checks: unknown keys, value types, CORS origins (rivet.E001-E005).
+"""Settings checks: unknown keys, types, CORS origins, interceptors (E001-E006).
 
 Messages are module constants so tests compare them by equality.
 """
@@ -12,6 +12,7 @@ from django.core.checks import Tags, register
 from django.utils.module_loading import import_string
 
 from .. import dispatch
+from ..actors import interceptors
 from ..conf import DEFAULTS, SETTINGS, docs_url, rivet_settings
 from .base import message
 
@@ -23,6 +24,11 @@ E005 = "RIVET['CORS_ALLOWED_ORIGINS'] entry {origin!r} is not an origin."
 E005_HINT = (
     "List each frontend origin as scheme://host[:port] (no path, no wildcard: "
     "credentials are allowed, so '*' would let any site act as the user)."
+)
+E006 = "RIVET['INTERCEPTORS'] entry {path!r} cannot be used: {error}"
+E006_HINT = (
+    "Each entry is the dotted path of a class (instantiated with no "
+    "arguments) with an invoke(call, next) method. See {docs}"
 )
 
 
@@ -48,6 +54,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if dispatch_backend is not None and not _importable_backend(dispatch_backend):
         bad("DISPATCH_BACKEND", SETTINGS["DISPATCH_BACKEND"].kind.expected)
     errors += _check_cors_origins(rivet_settings.valid("CORS_ALLOWED_ORIGINS") or [])
+    errors += _check_interceptors(rivet_settings.valid("INTERCEPTORS") or [])
+    return errors
+
+
+def _check_interceptors(paths: list[str]) -> list[Any]:
+    """Check each of RIVET['INTERCEPTORS'] imports and intercepts."""
+    errors = []
+    for path in paths:
+        try:
+            interceptors.load([path])
+        except Exception as exc:
+            text = E006.format(path=path, error=exc)
+            hint = E006_HINT.format(docs=docs_url("actors", "interceptors"))
+            errors.append(message("rivet.E006", text, hint))
     return errors
 
 

@@ -1,5 +1,5 @@
-"""Origins, connection limits and the channel layer (rivet.E501, W501, E601,
-W601-W603).
+"""Origins, the actor list, connection limits and the channel layer
+(rivet.E501, W501, W502, E601, W601-W603).
 
 Messages are module constants so tests compare them by equality.
 """
@@ -48,6 +48,19 @@ def check_origins(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             text = E501.format(origin=origin)
             messages.append(message("rivet.E501", text, E501_HINT))
     return messages
+
+
+W502 = "Any page can list your actors' ids and keys (RIVETKIT_LIST_FROM_BROWSERS)."
+W502_HINT = "List them in server code (actors.filter) and turn it off. See {docs}"
+
+
+@register(Tags.security)
+def check_actor_list(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn when browsers may list actors through the RivetKit REST API."""
+    if rivet_settings.valid("RIVETKIT_LIST_FROM_BROWSERS") is not True:
+        return []
+    hint = W502_HINT.format(docs=docs_url("rivetkit-client", "listing-actors"))
+    return [message("rivet.W502", W502, hint)]
 
 
 def _has_path(origin: str) -> bool:

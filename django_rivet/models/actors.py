@@ -35,6 +35,20 @@ class Actor(models.Model):
                 fields=["name", "key"], name="rivet_actor_unique_name_key"
             ),
         ]
+        indexes = [
+            # actors.filter(), newest first: by class, and across classes.
+            models.Index(fields=["name", "-created_at"], name="rivet_actor_name_new"),
+            models.Index(fields=["-created_at"], name="rivet_actor_newest"),
+            # actors.filter(key_prefix=...): key LIKE '<parts>,%' within a
+            # class. On PostgreSQL the pattern operator classes serve LIKE
+            # whatever the database's collation; elsewhere they are ignored
+            # (the unique (name, key) index serves the name).
+            models.Index(
+                fields=["name", "key"],
+                name="rivet_actor_key_prefix",
+                opclasses=["varchar_pattern_ops", "text_pattern_ops"],
+            ),
+        ]
         ordering = ["name", "key"]
 
     def __str__(self) -> str:

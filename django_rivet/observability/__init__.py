@@ -8,8 +8,9 @@ neither.
 
 The rest of django-rivet calls the one-line hooks of this module:
 
-- :func:`invocation` wraps the invocation spine (``actors/spine.py``):
-  spans, ``rivet_actions_total``, durations, lateness, log lines;
+- :class:`ObservabilityInterceptor` is the first interceptor of the
+  invocation spine (``actors/interceptors.py``): spans,
+  ``rivet_actions_total``, durations, lateness, log lines;
 - :func:`workflow_run` wraps one run of a workflow
   (``workflows/execution.py``); :func:`install` registers the
   engine observer for step attempts and flushes;
@@ -29,14 +30,14 @@ from __future__ import annotations
 
 from ..engine import observe
 from . import metrics, tracing
-from .invocations import invocation
+from .invocations import ObservabilityInterceptor
 from .workflows import EngineObserver, workflow_run
 
 __all__ = [
+    "ObservabilityInterceptor",
     "events_missed",
     "events_published",
     "install",
-    "invocation",
     "traceparent",
     "work_failed",
     "workflow_run",

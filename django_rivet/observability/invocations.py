@@ -1,6 +1,7 @@
 """Observing the invocation spine: a span, metrics and a log line per call.
 
-:func:`invocation` wraps every run of :func:`django_rivet.actors.spine.invoke`.
+:class:`ObservabilityInterceptor` is the first interceptor of every run of
+:func:`django_rivet.actors.spine.invoke` (``django_rivet.actors.interceptors``).
 It observes what people ask about -- actions (HTTP, WebSocket, internal
 calls), WebSocket connects, schedule and cron firings, queue messages -- and
 lets everything else (creating an actor, subscriptions, disconnects, hooks)
@@ -38,17 +39,17 @@ if TYPE_CHECKING:
 __all__ = [
     "ActorRefLike",
     "AuthRequestLike",
+    "CallLike",
+    "ObservabilityInterceptor",
     "Observed",
     "OperationLike",
     "OriginLike",
-    "invocation",
     "kind_of",
     "outcome_of",
 ]
 
 T = TypeVar("T")
-Ref = TypeVar("Ref", bound="ActorRefLike")
-Caller = TypeVar("Caller", bound="OriginLike")
+C = TypeVar("C", bound="CallLike")
 
 
 class ActorRefLike(Protocol):
@@ -187,6 +188,10 @@ class Observed:
         """Forward the operation's ``on_auth`` request."""
         return self.operation.auth
 
+    def __getattr__(self, name: str) -> Any:
+        # Whatever else the spine asks of the operation (``readonly``...).
+        return getattr(self.operation, name)
+
     def prepare(self, definition: Any) -> None:
         """Note the actor class, let the operation check its arguments, then
         note the action it found."""
@@ -207,38 +212,65 @@ class Observed:
         return self.operation.run(invocation)
 
 
-def invocation(
-    run: Callable[[Ref, Any, Caller], T],
-    ref: Ref,
-    operation: OperationLike,
-    origin: Caller,
-) -> T:
-    """Run ``run(ref, operation, origin)``, observed if it is worth observing."""
-    kind = kind_of(operation, origin)
-    if kind is None:
-        return run(ref, operation, origin)
-    observed = Observed(operation, kind)
-    if not tracing.INSTALLED:
-        # No span to open: the lean path (all of it when no extra is in).
+class CallLike(Protocol):
+    """What is read of one invocation (an interceptor's ``Call``)."""
+
+    @property
+    def ref(self) -> ActorRefLike:
+        """The actor called."""
+        ...
+
+    @property
+    def operation(self) -> OperationLike:
+        """What runs."""
+        ...
+
+    @property
+    def origin(self) -> OriginLike:
+        """Who calls."""
+        ...
+
+    def with_operation(self: C, operation: Any) -> C:
+        """Return the call running ``operation`` instead."""
+        ...
+
+
+class ObservabilityInterceptor:
+    """The first interceptor of every chain: spans, metrics and log lines.
+
+    Observes what is worth observing (:func:`kind_of`) and lets everything
+    else through untouched.
+    """
+
+    def invoke(self, call: C, next: Callable[[C], T]) -> T:
+        """Run ``next(call)``, observed if it is worth observing."""
+        operation, origin = call.operation, call.origin
+        kind = kind_of(operation, origin)
+        if kind is None:
+            return next(call)
+        observed = Observed(operation, kind)
+        call = call.with_operation(observed)
+        if not tracing.INSTALLED:
+            # No span to open: the lean path (all of it when no extra is in).
+            started = time.perf_counter()
+            try:
+                result = next(call)
+            except BaseException as exc:
+                _finish(observed, origin, None, time.perf_counter() - started, exc)
+                raise
+            if metrics.INSTALLED or logs.enabled(False):
+                _finish(observed, origin, None, time.perf_counter() - started, None)
+            return result
+        span = _start_span(observed, call.ref, operation, origin)
         started = time.perf_counter()
         try:
-            result = run(ref, observed, origin)
+            with tracing.activate(span):
+                result = next(call)
         except BaseException as exc:
-            _finish(observed, origin, None, time.perf_counter() - started, exc)
+            _finish(observed, origin, span, time.perf_counter() - started, exc)
             raise
-        if metrics.INSTALLED or logs.enabled(False):
-            _finish(observed, origin, None, time.perf_counter() - started, None)
+        _finish(observed, origin, span, time.perf_counter() - started, None)
         return result
-    span = _start_span(observed, ref, operation, origin)
-    started = time.perf_counter()
-    try:
-        with tracing.activate(span):
-            result = run(ref, observed, origin)
-    except BaseException as exc:
-        _finish(observed, origin, span, time.perf_counter() - started, exc)
-        raise
-    _finish(observed, origin, span, time.perf_counter() - started, None)
-    return result
 
 
 # -- spans ---------------------------------------------------------------------------

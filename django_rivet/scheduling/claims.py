@@ -240,6 +240,9 @@ class Firing(ABC, Generic[C]):
         self.fired_at = fired_at
         self.origin = claim.origin(fired_at)
         self.label: str | None = f"{claim.transport} {claim.name}"
+        # What interceptors see (actors/interceptors.py: Call.kind, Call.name).
+        self.kind = claim.transport
+        self.handler_name = claim.handler
         self.spec: HandlerSpec | None = None
         self.definition: type[Actor] | None = None
         self.consumed = False

@@ -35,8 +35,6 @@ the stream's lock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
 import dataclasses
 import logging
 import uuid
@@ -71,12 +69,11 @@ from .frames import (
     CLOSE_EXPIRED,
     CLOSE_INTERNAL,
     CLOSE_NORMAL,
-    CLOSE_SLOW_CONSUMER,
-    CLOSE_TIMEOUT,
     CLOSE_TOO_LARGE,
     CLOSE_TOO_MANY,
     DISCONNECT_REASONS,
     ActionFrame,
+    ConnectPlan,
     FrameError,
     close_code_for,
     close_reason,
@@ -84,6 +81,7 @@ from .frames import (
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
 from .parsing import SUBPROTOCOL, event_name, handshake_request, loggable_path
+from .sending import Sender
 from .subscriptions import Subscriptions
 
 logger = logging.getLogger("django_rivet.transport")
@@ -92,11 +90,13 @@ __all__ = ["ConnectionConsumer"]
 
 
 # -- the consumer -----------------------------------------------------------------
-class ConnectionConsumer(FrameCodec, AsyncConsumer):
+class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
     """One WebSocket connection to one actor; a flavour supplies the codec."""
 
     #: Names the flavour in logs and in the cache of encoded event frames.
     flavour: ClassVar[str] = "rivet"
+    #: What ``on_auth`` reads in ``info.transport`` (``websocket_raw``: raw).
+    transport: ClassVar[str] = "websocket"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -104,7 +104,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         self.actor_id: uuid.UUID | None = None
         self.conn_id: uuid.UUID | None = None
         self.ref: ActorRef | None = None
-        self.origin = Origin(transport="websocket")
+        self.origin = Origin(transport=self.transport)
         self.closed = False
         self.subscriptions = Subscriptions(self)
         self.outbound: Outbound | None = None
@@ -183,20 +183,14 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             plan = self.read_connect()
             self.encoding = plan.encoding
             self.origin = Origin(
-                transport="websocket",
+                transport=self.transport,
                 user=self.scope.get("user"),
                 headers=plan.headers,
                 request=self.scope,
                 params=plan.params,
                 http_request=handshake_request(self.scope),
             )
-            connect = Connect(
-                params=plan.params,
-                channel_name=parsing.required_channel(self),
-                encoding=plan.encoding,
-                subscriptions=sorted(set(plan.subscriptions)),
-                since=plan.since,
-            )
+            connect = self.connect_operation(plan)
             result = await ainvoke(plan.ref, connect, self.origin)
         except Exception as exc:
             await self._refuse(
@@ -225,7 +219,9 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             result.actor_id,
             result.conn_id,
         )
-        await self.send_frame(self.encode_init(result))
+        init = self.encode_init(result)
+        if init:
+            await self.send_frame(init)
         for refusal in result.refused.values():
             await self.send_error_frame(refusal)
         if result.truncated:
@@ -242,6 +238,16 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             )
         await self.subscriptions.start()
         self._reader = asyncio.create_task(self._read_frames())
+
+    def connect_operation(self, plan: ConnectPlan) -> Connect:
+        """Return the operation admitting this connection."""
+        return Connect(
+            params=plan.params,
+            channel_name=parsing.required_channel(self),
+            encoding=plan.encoding,
+            subscriptions=sorted(set(plan.subscriptions)),
+            since=plan.since,
+        )
 
     async def _accept(self) -> None:
         offered = SUBPROTOCOL in (self.scope.get("subprotocols") or [])
@@ -326,17 +332,21 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             if self.closed:
                 return
             try:
-                frame = await run_decoder(self.decode_frame, data)
-                if isinstance(frame, ActionFrame):
-                    await self._run_action(frame)
-                elif frame.subscribe:
-                    await self.subscriptions.subscribe(event_name(frame.event))
-                else:
-                    self.subscriptions.unsubscribe(frame.event)
+                await self.handle_frame(data)
             except FrameError as exc:
                 await self.send_error_frame(exc.error, exc.action_id)
             except Exception as exc:  # a bad frame must not end the connection
                 await self.send_error_frame(public_error(exc))
+
+    async def handle_frame(self, data: bytes | str) -> None:
+        """Decode one client frame and run it: an action or a subscription."""
+        frame = await run_decoder(self.decode_frame, data)
+        if isinstance(frame, ActionFrame):
+            await self._run_action(frame)
+        elif frame.subscribe:
+            await self.subscriptions.subscribe(event_name(frame.event))
+        else:
+            self.subscriptions.unsubscribe(frame.event)
 
     async def _run_action(self, frame: ActionFrame) -> None:
         assert self.ref is not None
@@ -387,76 +397,6 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         asyncio.get_running_loop().create_task(
             self.rivet_disconnect({"reason": "gone"})
         )
-
-    # -- sending ------------------------------------------------------------------
-    async def send_error_frame(self, error: RivetError, action_id: Any = None) -> None:
-        try:
-            data = self.encode_error(error, action_id)
-        except (TypeError, ValueError):  # unencodable metadata
-            error = copy.copy(error)
-            error.metadata = None
-            data = self.encode_error(error, action_id)
-        await self.send_frame(data)
-
-    async def send_frame(self, data: bytes) -> None:
-        if self.closed:
-            return
-        message: dict[str, Any] = (
-            {"type": "websocket.send", "text": data.decode("utf-8")}
-            if self.text_frames()
-            else {"type": "websocket.send", "bytes": data}
-        )
-        assert self.outbound is not None
-        try:
-            taken = await self.outbound.send(
-                message, rivet_settings.SLOW_CONSUMER_TIMEOUT
-            )
-        except OSError:
-            # The client is gone (uvicorn raises ClientDisconnected); the
-            # server's websocket.disconnect follows and cleans up.
-            self.closed = True
-            return
-        if not taken:
-            # The client does not read: give up on it; it reconnects with
-            # since and catches up from the log.
-            logger.warning(
-                "closing a slow consumer flavour=%s conn_id=%s",
-                self.flavour,
-                self.conn_id,
-            )
-            await self._close(CLOSE_SLOW_CONSUMER, "rivet.slow_consumer")
-
-    async def _close_when_answered(self, code: int, reason: str) -> None:
-        if self._in_action:
-            # Possibly this connection's own action: answer it first.
-            self._close_after_action = (code, reason)
-            return
-        await self._close(code, reason)
-
-    async def _close(self, code: int, reason: str = "") -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.inbound.close()
-        assert self.outbound is not None
-        # Sent even when the socket is full. Not cancelled: a server whose
-        # send waits (uvicorn) ends a socket that does not take its close
-        # frame in its own time; if that takes longer than CLOSE_TIMEOUT the
-        # connection's cleanup runs without waiting for the server.
-        closing = asyncio.ensure_future(self._send_close(code, reason))
-        if not (await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT))[0]:
-            logger.info("close frame not taken, ending conn_id=%s", self.conn_id)
-            self._stopped.set()
-        await self.subscriptions.stop()  # nothing more to send
-
-    async def _send_close(self, code: int, reason: str) -> None:
-        assert self.outbound is not None
-        with contextlib.suppress(OSError):  # the client is already gone
-            await self.outbound.send(
-                {"type": "websocket.close", "code": code, "reason": reason},
-                None,
-                room=False,
-            )
 
     # -- disconnect ---------------------------------------------------------------
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:

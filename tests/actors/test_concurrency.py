@@ -5,27 +5,16 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from django_rivet import Actor, action, actors
 from django_rivet.models import Actor as ActorRow
 from django_rivet.testing import register_temporarily
 from tests.support import workers
+from tests.support.threads import closing
 
 # pg: the PostgreSQL leg runs this module (row locks across OS processes).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
-
-
-def closing(function):
-    """Run ``function`` in a pool thread, then close that thread's connection."""
-
-    def run(*args):
-        try:
-            return function(*args)
-        finally:
-            connections.close_all()
-
-    return run
 
 
 def test_four_processes_incrementing_one_actor_lose_nothing():

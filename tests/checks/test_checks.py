@@ -218,6 +218,26 @@ def test_listed_origins_pass():
         assert ids(run_checks()) == []
 
 
+# -- interceptors and the actor list (issue 45) ---------------------------------------
+@pytest.mark.parametrize("path", ["no.such.Interceptor", "json.dumps"])
+def test_an_interceptor_that_cannot_be_used_is_e006(path):
+    ok = "tests.actors.test_interceptors.Second"
+    with override_settings(RIVET={"INTERCEPTORS": [ok, path]}):
+        messages = [m for m in run_checks() if m.id == "rivet.E006"]
+    assert len(messages) == 1
+    assert messages[0].msg.startswith(
+        rivet_checks.E006.format(path=path, error="")[:-1]
+    )
+    with override_settings(RIVET={"INTERCEPTORS": [ok]}):
+        assert ids(run_checks()) == []
+
+
+def test_listing_actors_to_browsers_is_w502():
+    with override_settings(RIVET={"RIVETKIT_LIST_FROM_BROWSERS": True}):
+        messages = [m for m in run_checks() if m.id == "rivet.W502"]
+    assert [m.msg for m in messages] == [rivet_checks.W502]
+
+
 # -- the channel layer under load (realtime) ------------------------------------------
 def redis_layer(hosts=None, **config):
     return {

@@ -690,3 +690,62 @@ class Till(Actor):
     @queue_handler("inbox")
     def on_inbox(self, ctx, message):
         return message
+
+
+# -- issue 45: raw WebSockets, read-only actions --------------------------------------
+class Doc(Actor):
+    """A Yjs-style document: binary updates relayed to the other sockets.
+
+    Raw WebSockets need the token ``doc-secret`` (as ``createClient({token})``
+    sends it, or in the conn params).
+    """
+
+    name = "doc"
+    initial_state = {"updates": 0, "texts": [], "log": []}
+
+    def on_auth(self, ctx, info):
+        if info.transport != "websocket_raw":
+            return
+        token = info.headers.get("X-Rivet-Token") or (info.params or {}).get("token")
+        if token != "doc-secret":
+            raise UserError("A token is required", code="token_required")
+
+    def on_disconnect(self, ctx, conn):
+        ctx.state["log"].append("disconnect")
+
+    async def on_websocket(self, ctx, websocket):
+        ctx.state["log"].append("websocket")
+        websocket.send("welcome")
+
+        def on_message(ctx, message):
+            if isinstance(message, bytes):
+                # An update: every other socket of the document gets it.
+                ctx.state["updates"] += 1
+                for other in ctx.websockets:
+                    if other != websocket:
+                        other.send(message)
+            elif message == "close":
+                websocket.close(4001, "asked to")
+            else:
+                ctx.state["texts"].append(message)
+                websocket.send(f"echo:{message}")
+
+        websocket.add_event_listener("message", on_message)
+
+    def create_conn_state(self, ctx, params):
+        return {"name": (params or {}).get("name", "anon")}
+
+    @action(readonly=True)
+    def stats(self, ctx):
+        caller = ctx.conn.state["name"] if ctx.conn is not None else None
+        return {"updates": ctx.state["updates"], "caller": caller}
+
+    @action(readonly=True)
+    def scribble(self, ctx):
+        """A read-only action that writes: refused."""
+        ctx.state["texts"].append("scribbled")
+
+    @action
+    def note(self, ctx, text: str):
+        ctx.state["texts"].append(text)
+        return len(ctx.state["texts"])

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from django.apps import apps
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Q
 
 __all__ = ["AdmissionSQL", "Dialect", "Statement"]
 
@@ -123,6 +124,54 @@ class Dialect(ABC):
 
     @abstractmethod
     def _actor_lock_sql(self, by_id: bool, bounded: bool, with_conn: bool) -> str: ...
+
+    # -- reading an actor row without its lock (read-only actions) -------------------
+    #: A first column that makes the open transaction read-only (PostgreSQL).
+    _read_only_column: ClassVar[str] = ""
+    #: How many columns that adds before the row's (0 or 1).
+    read_marker_columns: ClassVar[int] = 0
+
+    def actor_read_sql(self, by_id: bool, with_conn: bool) -> str:
+        """Return the plain read of an actor row for a read-only action.
+
+        Columns: :data:`ACTOR_COLUMNS` (the state ``NULL`` when the row is
+        the id and version given first: the caller holds that state), then
+        the connection's :data:`CONN_COLUMNS` (``with_conn``). Parameters:
+        that id and version, the connection id (``with_conn``), the actor's
+        id (``by_id``) or its name and key. On PostgreSQL the same statement
+        makes the open transaction read-only (:meth:`begin_read_only`).
+        """
+
+        def build() -> str:
+            state = "CASE WHEN a.id = %s AND a.version = %s THEN NULL ELSE a.state END"
+            columns = ", ".join(
+                state if c == "state" else f"a.{quote(c)}" for c in ACTOR_COLUMNS
+            )
+            joined = ""
+            if with_conn:
+                columns += ", " + ", ".join(f"c.{quote(c)}" for c in CONN_COLUMNS)
+                joined = (
+                    f" LEFT JOIN {table('Connection')} c "
+                    "ON c.id = %s AND c.actor_id = a.id"
+                )
+            where = "a.id = %s" if by_id else "a.name = %s AND a.key = %s"
+            return (
+                f"SELECT {self._read_only_column}{columns} FROM {table('Actor')} a"
+                f"{joined} WHERE {where}"
+            )
+
+        return self._cached(("read", by_id, with_conn), build)  # type: ignore[no-any-return]
+
+    @abstractmethod
+    def begin_read_only(self, connection: BaseDatabaseWrapper) -> None:
+        """Refuse writes on ``connection`` until :meth:`end_read_only`.
+
+        Called inside the read's transaction (a savepoint when nested).
+        """
+
+    @abstractmethod
+    def end_read_only(self, connection: BaseDatabaseWrapper) -> None:
+        """Let ``connection`` write again (see :meth:`begin_read_only`)."""
 
     def conn_sql(self) -> str:
         """Return the read of one connection row of an actor (id, actor id)."""
@@ -330,6 +379,16 @@ class Dialect(ABC):
             )
 
         return self._cached(("admission", *admitted), build)  # type: ignore[no-any-return]
+
+    # -- text --------------------------------------------------------------------------
+    def starts_with(self, field: str, prefix: str) -> Q:
+        """Return the condition "``field`` starts with ``prefix``", exactly.
+
+        Case-sensitive, and served by an index on ``field``: a range of the
+        binary order (SQLite's default collation). PostgreSQL's collations
+        may order text otherwise; it uses ``LIKE`` there.
+        """
+        return Q(**{f"{field}__gte": prefix, f"{field}__lt": prefix + "\U0010ffff"})
 
     # -- JSON --------------------------------------------------------------------------
     @abstractmethod

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Q
 
 from .base import (
     ACTOR_COLUMNS,
@@ -32,6 +33,10 @@ class PostgreSQLDialect(Dialect):
     # Lock the row as the renewal's UPDATE would, without a new version of
     # it: a claim or a cancel waits for this transaction.
     _lease_check_lock = " FOR NO KEY UPDATE"
+    # SET LOCAL transaction_read_only in the read's own round trip: ended
+    # (or rolled back to the savepoint) with the read's transaction.
+    _read_only_column = "set_config('transaction_read_only', 'on', true), "
+    read_marker_columns = 1
 
     def defer_commit_flush(self, connection: BaseDatabaseWrapper) -> None:
         """Commit without waiting for the WAL flush (``synchronous_commit``).
@@ -49,6 +54,12 @@ class PostgreSQLDialect(Dialect):
             cursor.execute(
                 "SELECT set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"]
             )
+
+    def begin_read_only(self, connection: BaseDatabaseWrapper) -> None:
+        """Do nothing: the read's statement sets ``transaction_read_only``."""
+
+    def end_read_only(self, connection: BaseDatabaseWrapper) -> None:
+        """Do nothing: the end of the read's transaction (or savepoint) undoes it."""
 
     def _actor_lock_sql(self, by_id: bool, bounded: bool, with_conn: bool) -> str:
         names = ACTOR_COLUMNS if by_id else ACTOR_COLUMNS_BY_KEY
@@ -110,6 +121,10 @@ class PostgreSQLDialect(Dialect):
     ) -> bool:
         cursor.execute(statement, lease + params)
         return bool(cursor.fetchone()[0])
+
+    def starts_with(self, field: str, prefix: str) -> Q:
+        """Use ``LIKE 'prefix%'`` (case-sensitive here; pattern operator indexes)."""
+        return Q(**{f"{field}__startswith": prefix})
 
     def json_list_contains(
         self, lhs: str, lhs_params: Sequence[Any], item: Any

@@ -66,6 +66,20 @@ class SQLiteDialect(Dialect):
             f"RETURNING {columns}"
         )
 
+    def begin_read_only(self, connection: BaseDatabaseWrapper) -> None:
+        """Refuse writes on the connection (``PRAGMA query_only``)."""
+        connection.ensure_connection()
+        connection.connection.execute("PRAGMA query_only = ON")
+
+    def end_read_only(self, connection: BaseDatabaseWrapper) -> None:
+        """Let the connection write again.
+
+        On the driver's connection: Django refuses statements in a
+        transaction a failed write broke, and this one must run anyway.
+        """
+        if connection.connection is not None:
+            connection.connection.execute("PRAGMA query_only = OFF")
+
     def _checked_insert(
         self, check: str, insert: str, values: str, conflict: str
     ) -> str:

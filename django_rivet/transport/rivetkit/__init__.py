@@ -9,8 +9,9 @@ the same invocation spine as the own protocol. See docs/rivetkit-client.md.
 
 Modules: :mod:`.bare` (the BARE codec), :mod:`.values` (the client's value
 conventions), :mod:`.protocol` (messages in each encoding),
-:mod:`.addressing` (keys and gateway targets), :mod:`.cors`, :mod:`.http`
-(REST API and gateway), :mod:`.consumer` (WebSocket), :mod:`.operations`
-(the few operations it adds to the spine's), :mod:`.urls`. Nothing below the
+:mod:`.addressing` (keys and gateway targets), :mod:`.cors`,
+:mod:`.manager` (the REST API), :mod:`.http` (the gateway),
+:mod:`.consumer` (WebSocket), :mod:`.operations` (the few operations it
+adds to the spine's), :mod:`.urls`. Nothing below the
 transport layer imports this package.
 """

@@ -1,11 +1,9 @@
-"""HTTP endpoints the official RivetKit client calls.
+"""HTTP endpoints the official RivetKit client calls: the gateway.
 
 Mounted under the same prefix as django-rivet's own routes, so that
-``createClient("http://host/rivet")`` works:
+``createClient("http://host/rivet")`` works (the REST API it resolves,
+creates and lists actors with is :mod:`.manager`):
 
-* ``GET metadata`` -- what the client fetches before its first call;
-* ``GET/PUT/POST actors`` and ``DELETE actors/{id}`` -- the REST API it
-  resolves and creates actors with (always JSON);
 * ``gateway/{target}/action/{name}``, ``.../queue/{name}``,
   ``.../request/{path}`` -- calls to one actor, by id or by name (see
   :mod:`.addressing`), in the encoding the client names in
@@ -26,48 +24,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from functools import wraps
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 
-from ... import __version__
-from ...actors import registry
 from ...actors.calls import Origin
 from ...actors.errors import public_error
 from ...actors.lanes import ainvoke
 from ...actors.operations import CallAction, OutputEncoder
 from ...actors.rows import ActorRef
-from ...encoding import Encoded, json_dumps, json_loads, run_decoder
-from ...exceptions import (
-    ActorNotFound,
-    InvalidEncoding,
-    MalformedRequest,
-    MethodNotAllowed,
-    error_from_dict,
-)
+from ...encoding import Encoded, json_dumps, run_decoder
+from ...exceptions import MalformedRequest, error_from_dict
 from ...scheduling import queues
 from ..http import add_retry_after, api_view
 from ..limits import check_body_size, outgoing_too_large, read_body_bytes
-from ..operations import Describe, HandleRequest, csrf_rejection
+from ..operations import HandleRequest, csrf_rejection
 from ..parsing import loggable_path, query_params
 from . import protocol
 from .addressing import (
     TOKEN_HEADER,
     GatewayTarget,
     decode_conn_params,
-    decode_input,
     gateway_target,
-    parse_actor_id,
-    parse_key,
-    serialize_key,
 )
 from .cors import cors
-from .operations import Destroy, addressed_definition
+from .operations import addressed_definition
 from .protocol import WireEncoding
 
 logger = logging.getLogger("django_rivet.transport")
@@ -75,12 +60,11 @@ logger = logging.getLogger("django_rivet.transport")
 request_logger = logging.getLogger("django.request")
 
 __all__ = [
-    "actors_view",
-    "destroy_or",
+    "View",
     "gateway_action_view",
     "gateway_queue_view",
     "gateway_request_view",
-    "metadata_view",
+    "gateway_view",
 ]
 
 OCTET_STREAM = "application/octet-stream"
@@ -90,9 +74,6 @@ MEDIA_TYPES: dict[WireEncoding, str] = {
     "bare": OCTET_STREAM,
 }
 BODY_TYPES = frozenset({"application/json", OCTET_STREAM})
-# The runtime the client logs; it reads nothing else from these fields.
-RUNTIME = "django-rivet"
-MAX_ACTOR_IDS = 100
 QUEUE_STATUS = {
     "completed": "completed",
     "queued": "completed",
@@ -223,153 +204,6 @@ def _ref(target: GatewayTarget) -> ActorRef:
         mode="get_or_create" if create else "get",
         input=target.input if create else None,
     )
-
-
-def _millis(value: datetime) -> int:
-    return int(value.timestamp() * 1000)
-
-
-def _actor_json(info: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """Describe an actor the way the RivetKit REST API does."""
-    created = _millis(info["created_at"])
-    return {
-        "actor_id": str(info["actor_id"]),
-        "name": info["name"],
-        "key": serialize_key(info["key"]),
-        "namespace_id": namespace,
-        "runner_name_selector": "default",
-        "create_ts": created,
-        # Actors load on demand: always started and connectable.
-        "start_ts": created,
-        "connectable_ts": created,
-        "sleep_ts": None,
-        "destroy_ts": None,
-        "error": None,
-    }
-
-
-# -- metadata -----------------------------------------------------------------------
-@csrf_exempt
-@cors
-async def metadata_view(request: HttpRequest) -> HttpResponseBase:
-    """``GET metadata``: tell the client what it talks to."""
-    if request.method not in ("GET", "HEAD"):
-        return _error(MethodNotAllowed(metadata={"allowed": ["GET"]}))
-    return _json(
-        {
-            "runtime": RUNTIME,
-            "version": __version__,
-            "envoyProtocolVersion": 1,
-            # Server-only classes are not there for clients to find.
-            "actorNames": {name: {"metadata": {}} for name in registry.public_actors()},
-        }
-    )
-
-
-# -- the actor REST API -------------------------------------------------------------
-@csrf_exempt
-@cors
-async def actors_view(request: HttpRequest) -> HttpResponseBase:
-    """``GET`` (find), ``PUT`` (get-or-create) and ``POST`` (create) actors."""
-    namespace = request.GET.get("namespace") or "default"
-    try:
-        origin = await _origin(request, _bearer(request), None)
-        if request.method == "GET":
-            return await _find_actors(request, origin, namespace)
-        if request.method not in ("PUT", "POST"):
-            raise MethodNotAllowed(metadata={"allowed": ["GET", "PUT", "POST"]})
-        if request.content_type != "application/json":
-            raise InvalidEncoding("The actors API takes JSON")
-        body = await run_decoder(json_loads, _read_body(request))
-        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
-            raise MalformedRequest("The body needs a string 'name'")
-        key = body.get("key")
-        if key is not None and not isinstance(key, str):
-            raise MalformedRequest("key must be a key string")
-        mode: Literal["get_or_create", "create"] = (
-            "get_or_create" if request.method == "PUT" else "create"
-        )
-        input_ = body.get("input")
-        if input_ is not None and not isinstance(input_, str):
-            raise MalformedRequest("input must be base64 of CBOR")
-        ref = ActorRef.of(
-            body["name"],
-            parse_key(key),
-            mode=mode,
-            input=decode_input(input_, urlsafe=False),
-        )
-        info = await ainvoke(ref, Describe(), origin)
-        actor = _actor_json(info, namespace)
-        if request.method == "PUT":
-            return _json({"actor": actor, "created": info["created"]})
-        return _json({"actor": actor})
-    except Exception as exc:
-        return _error(exc)
-
-
-async def _find_actors(
-    request: HttpRequest, origin: Origin, namespace: str
-) -> HttpResponse:
-    found: list[dict[str, Any]] = []
-    ids = request.GET.get("actor_ids")
-    name = request.GET.get("name")
-    if ids is not None:
-        refs = []
-        for value in [part for part in ids.split(",") if part][:MAX_ACTOR_IDS]:
-            try:
-                refs.append(ActorRef(actor_id=parse_actor_id(value)))
-            except ActorNotFound:
-                continue
-    elif name is not None and "key" in request.GET:
-        refs = [ActorRef.of(name, parse_key(request.GET["key"]), mode="get")]
-    else:
-        raise MalformedRequest(
-            "Find actors by actor_ids, or by name and key; listing is not supported"
-        )
-    for ref in refs:
-        try:
-            info = await ainvoke(ref, Describe(), origin)
-        except ActorNotFound:
-            continue
-        found.append(_actor_json(info, namespace))
-    return _json({"actors": found})
-
-
-def destroy_or(view: View) -> View:
-    """Route ``DELETE actors/{id}`` here, anything else to ``view``.
-
-    The RivetKit REST path ``actors/{actor_id}`` is also django-rivet's
-    ``actors/{name}``; only ``DELETE`` with an actor id is the client's.
-    """
-
-    destroy = gateway_view("DELETE")(_destroy_view)
-
-    @wraps(view)
-    async def wrapper(
-        request: HttpRequest, *args: Any, **kwargs: Any
-    ) -> HttpResponseBase:
-        segment = str(kwargs.get("name", ""))
-        if request.method in ("DELETE", "OPTIONS") and _is_actor_id(segment):
-            return await destroy(request, segment)
-        return await view(request, *args, **kwargs)
-
-    return csrf_exempt(wrapper)
-
-
-def _is_actor_id(segment: str) -> bool:
-    try:
-        parse_actor_id(segment)
-    except ActorNotFound:
-        return False
-    return True
-
-
-async def _destroy_view(
-    request: HttpRequest, encoding: WireEncoding, actor_id: str
-) -> HttpResponseBase:
-    origin = await _origin(request, _bearer(request), None)
-    await ainvoke(ActorRef(actor_id=parse_actor_id(actor_id)), Destroy(), origin)
-    return _json({})
 
 
 # -- the gateway --------------------------------------------------------------------

@@ -3,19 +3,19 @@
 ``django_rivet.urls`` and ``django_rivet.routing`` include them, so mounting
 django-rivet at ``rivet/`` serves ``createClient("http://host/rivet")``.
 ``DELETE actors/{id}`` shares its path with django-rivet's own
-``actors/{name}`` route, which :func:`.http.destroy_or` wraps.
+``actors/{name}`` route, which :func:`.manager.destroy_or` wraps.
 """
 
 from django.urls import path, re_path
 
-from . import http
+from . import http, manager
 from .consumer import RivetKitConsumer
 
 __all__ = ["urlpatterns", "websocket_urlpatterns"]
 
 urlpatterns = [
-    path("metadata", http.metadata_view, name="rivetkit-metadata"),
-    path("actors", http.actors_view, name="rivetkit-actors"),
+    path("metadata", manager.metadata_view, name="rivetkit-metadata"),
+    path("actors", manager.actors_view, name="rivetkit-actors"),
     path(
         "gateway/<str:target>/action/<str:action>",
         http.gateway_action_view,

@@ -140,3 +140,22 @@ def test_connections_come_back_after_the_server_restarts(server, modules):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_official_client_websocket_relays_binary_and_text_to_on_websocket(
+    server, modules
+):
+    tag = uuid.uuid4().hex[:12]
+    proc = run_node("websocket.mjs", server.endpoint, tag, modules=modules)
+    summary = last_json_line(proc.stdout)
+    # Every message ran in an invocation whose state changes were saved.
+    wait_for(
+        lambda: not Connection.objects.filter(actor_id=summary["docId"]).exists(),
+        what="the server removing the closed sockets",
+    )
+    state = state_of(summary["docId"])
+    assert state["updates"] == 2
+    assert state["texts"] == ["hello", "ping"]
+    # Two sockets admitted (the refused one ran no hook), two gone.
+    assert state["log"].count("websocket") == 2
+    assert state["log"].count("disconnect") == 2

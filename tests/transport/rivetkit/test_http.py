@@ -100,8 +100,34 @@ def test_get_finds_by_key_or_ids_and_misses_quietly(client):
     ids = f"{actor_id},{uuid.uuid4()},not-a-uuid"
     by_ids = client.get(f"/rivet/actors?actor_ids={ids}").json()["actors"]
     assert [a["actor_id"] for a in by_ids] == [actor_id]
-    listing = client.get("/rivet/actors?name=counter")
-    assert listing.status_code == 400  # listing every actor is not offered
+    unnamed = client.get("/rivet/actors")
+    assert unnamed.status_code == 400  # RivetKit needs a name to list
+
+
+def test_listing_answers_server_side_callers_newest_first_in_pages(client):
+    made = [str(actors.get_or_create("counter", [f"k{i}"]).actor_id) for i in range(3)]
+    actors.get_or_create("chatRoom", "elsewhere")
+    first = client.get("/rivet/actors?name=counter&limit=2&namespace=default").json()
+    assert [a["actor_id"] for a in first["actors"]] == made[::-1][:2]
+    assert first["actors"][0]["key"] == "k2"
+    cursor = first["pagination"]["cursor"]
+    rest = client.get(f"/rivet/actors?name=counter&limit=2&cursor={cursor}").json()
+    assert [a["actor_id"] for a in rest["actors"]] == [made[0]]
+    assert rest["pagination"]["cursor"] is None
+    # A server-only class, or an unknown one, lists nothing.
+    assert client.get("/rivet/actors?name=backOffice").json()["actors"] == []
+    assert client.get("/rivet/actors?name=nope").json()["actors"] == []
+
+
+def test_listing_is_refused_to_browsers_unless_allowed(client):
+    actors.get_or_create("counter", "k")
+    for headers in ({"Origin": APP}, {"Sec-Fetch-Mode": "cors"}):
+        refused = client.get("/rivet/actors?name=counter", headers=headers)
+        assert refused.status_code == 403
+        assert refused.json()["code"] == "forbidden"
+    with override_settings(RIVET={"RIVETKIT_LIST_FROM_BROWSERS": True}):
+        allowed = client.get("/rivet/actors?name=counter", headers={"Origin": APP})
+    assert len(allowed.json()["actors"]) == 1
 
 
 def test_rest_calls_pass_on_auth_with_the_bearer_token(client):
