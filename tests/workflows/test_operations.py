@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django_rivet import (
     Actor,
     WorkflowCannotWait,
+    WorkflowFinished,
     WorkflowInboxFull,
     action,
     actors,
@@ -458,3 +459,27 @@ def test_a_workflow_inbox_is_bounded(monkeypatch):
     assert info.value.qualified_code == "workflow/inbox_full"
     # The refused message was not stored.
     assert WorkflowMessage.objects.filter(workflow_id="inbox-bound").count() == 5
+
+
+def test_a_finished_workflow_refuses_messages_until_recovered():
+    done = workflows.start("greet", {"name": "x"}, id="done-inbox")
+    assert run_until_idle(done) == "completed"
+    with pytest.raises(WorkflowFinished) as info:
+        done.send("late", "x" * 1000)
+    assert info.value.qualified_code == "workflow/finished"
+    assert info.value.http_status == 409
+    assert info.value.metadata == {"status": "completed"}
+    with pytest.raises(WorkflowFinished):
+        done.request("late", timeout=5)
+    stopped = workflows.start("approval", {}, id="cancelled-inbox")
+    run_until_idle(stopped)
+    stopped.cancel()
+    with pytest.raises(WorkflowFinished):
+        stopped.send("approve", {"by": "ann"})
+    assert not WorkflowMessage.objects.filter(
+        workflow_id__in=["done-inbox", "cancelled-inbox"]
+    ).exists()
+    # Resumed, it is a workflow that takes messages again.
+    assert stopped.resume()
+    stopped.send("approve", {"by": "ann"})
+    assert run_until_idle(stopped) == "completed"
