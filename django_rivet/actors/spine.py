@@ -65,6 +65,8 @@ from ..exceptions import (
     ActorNotFound,
     Forbidden,
     ReentrantCall,
+    RivetError,
+    UserError,
 )
 from ..models import Actor as ActorRow
 from ..models import db, sql
@@ -167,12 +169,47 @@ def _definition_for(
     if row.name == found.name:
         return found
     if ref.name is not None:
-        # ?actor_id= names an actor of another class than the URL (or key).
-        raise ActorNotFound(
-            "Actor not found",
-            metadata={"name": ref.name, "actor_id": str(row.id)},
-        )
+        # ?actor_id= names an actor of another class than the URL (or key):
+        # answered exactly as an absent id.
+        raise _not_found(ref)
     return registry.get(row.name)
+
+
+def _prepare(
+    operation: Operation, definition: type[Actor], ref: ActorRef, origin: Origin
+) -> RivetError | None:
+    """Let ``operation`` check its arguments; return a refusal kept for later.
+
+    A caller addressing an actor by id learns nothing of it before
+    ``on_auth`` allowed it (:func:`_hides_existence`): the refusal of an
+    argument check (``actor/action_not_found``, a class that does not let
+    clients destroy its actors...) is given only after that, and a refused
+    caller gets what an absent id gets.
+    """
+    try:
+        operation.prepare(definition)
+    except RivetError as refused:
+        if _hides_existence(ref, origin, definition, operation):
+            return refused
+        raise
+    return None
+
+
+def _hides_existence(
+    ref: ActorRef, origin: Origin, definition: type[Actor], operation: Operation
+) -> bool:
+    """Tell whether the answer must not tell this id's actor from an absent one.
+
+    By id, from outside, to a class whose ``on_auth`` guards the call. (A
+    class without one lets any caller use its actors by id, which already
+    tells that they exist.)
+    """
+    return (
+        ref.actor_id is not None
+        and origin.external
+        and operation.auth is not None
+        and definition.overrides("on_auth")
+    )
 
 
 def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> Any:
@@ -254,7 +291,7 @@ def _invoke(
     connection: BaseDatabaseWrapper,
 ) -> Any:
     definition = _resolve_definition(ref, origin)
-    operation.prepare(definition)
+    deferred = _prepare(operation, definition, ref, origin)
     active = active_ids.get()
     checked_out: tuple[uuid.UUID, cache.CachedActor, bool] | None = None
     try:
@@ -301,7 +338,7 @@ def _invoke(
             current_token = current.set(invocation)
             invoking_token = db.invoking.set(True)
             try:
-                result = _run(invocation, operation, fresh, ref)
+                result = _run(invocation, operation, fresh, ref, deferred)
             finally:
                 db.invoking.reset(invoking_token)
                 current.reset(current_token)
@@ -348,11 +385,24 @@ def bound_lock_wait(milliseconds: int) -> None:
 
 
 def _run(
-    invocation: Invocation, operation: Operation, fresh: bool, ref: ActorRef
+    invocation: Invocation,
+    operation: Operation,
+    fresh: bool,
+    ref: ActorRef,
+    deferred: RivetError | None = None,
 ) -> Any:
     auth = operation.auth
     if auth is not None:
-        invocation.authorize(auth)
+        try:
+            invocation.authorize(auth)
+        except (Forbidden, UserError) as refused:
+            if ref.actor_id is not None:
+                # By id, a refused caller cannot tell this actor from an
+                # absent one (an absent id has no on_auth to ask).
+                raise _not_found(ref) from refused
+            raise
+    if deferred is not None:
+        raise deferred
     # Only an authorized caller learns whether the actor exists.
     if invocation.created:
         if ref.mode == "get":

@@ -283,7 +283,9 @@ def test_a_queue_holds_at_most_max_queued_workflows():
         assert full.value.metadata == {"queue": "bounded", "limit": 2}
         assert Workflow.objects.filter(queue="bounded").count() == 3
         # Starting an id again is not another workflow.
-        assert workflows.start("approval", {}, id=waiting[0].workflow_id, queue="bounded")
+        assert workflows.start(
+            "approval", {}, id=waiting[0].workflow_id, queue="bounded"
+        )
         # Once one starts, there is room again.
         approve(running)
         run_due()
