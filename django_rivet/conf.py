@@ -273,11 +273,16 @@ SETTINGS: dict[str, Setting] = {
     "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
     # a logged-in active staff user when True, and any client whose address
-    # (REMOTE_ADDR) is in METRICS_ALLOWED_IPS, a list of addresses or
-    # networks such as ["127.0.0.1", "10.0.0.0/8"] (rivet.E801 checks each).
+    # is in METRICS_ALLOWED_IPS, a list of addresses or networks such as
+    # ["10.0.0.0/8"] (rivet.E801 checks each). The address is REMOTE_ADDR,
+    # or read from X-Forwarded-For past TRUSTED_PROXIES (below); a request
+    # with a forwarding header from anyone else is admitted by no address.
     # Everyone else gets 403.
     "METRICS_ALLOW_STAFF": Setting(True, BOOLEAN),
     "METRICS_ALLOWED_IPS": Setting([], IP_NETWORKS),
+    # The proxies in front of the server whose X-Forwarded-For is believed:
+    # addresses or networks (rivet.E802 checks each). Empty: none is.
+    "TRUSTED_PROXIES": Setting([], IP_NETWORKS),
 }
 
 #: Every key of ``settings.RIVET`` with its default value.
@@ -339,6 +344,7 @@ class RivetSettings:
     WORKFLOW_QUEUES: dict[str, Any]
     METRICS_ALLOW_STAFF: bool
     METRICS_ALLOWED_IPS: list[str]
+    TRUSTED_PROXIES: list[str]
 
     def __init__(self, declared: dict[str, Setting] | None = None) -> None:
         self.declared = declared if declared is not None else SETTINGS
