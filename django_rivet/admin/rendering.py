@@ -13,6 +13,7 @@ from .. import clock
 from ..encoding import cbor_loads, json_dumps
 
 __all__ = [
+    "NOTED_CHANGE_LIST",
     "ReadOnlyAdmin",
     "cbor_display",
     "pretty",
@@ -66,6 +67,10 @@ if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
 else:
     _ModelAdmin = admin.ModelAdmin
+
+
+#: A change list with a line of explanation above it (``rivet_note``).
+NOTED_CHANGE_LIST = "admin/django_rivet/retention_change_list.html"
 
 
 class ReadOnlyAdmin(_ModelAdmin):

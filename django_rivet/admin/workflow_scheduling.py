@@ -28,7 +28,7 @@ from ..models import (
     WorkflowStatus,
 )
 from ..workflows import queues, scheduled
-from .rendering import ReadOnlyAdmin
+from .rendering import NOTED_CHANGE_LIST, ReadOnlyAdmin
 
 
 def _workflows_link(text: Any, **filters: str) -> str:
@@ -55,16 +55,18 @@ class WorkflowQueueAdmin(ReadOnlyAdmin):
     fields = readonly_fields
     ordering = ["name"]
 
+    change_list_template = NOTED_CHANGE_LIST
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # List every configured queue, used or not yet.
-        now = clock.now_datetime()
-        WorkflowQueue.objects.bulk_create(
-            [WorkflowQueue(name=name, created_at=now) for name in queues.configured()],
-            ignore_conflicts=True,
-        )
-        return super().changelist_view(request, extra_context)
+        # A queue's row is written by its first admission pass; a GET writes
+        # nothing, so the queues configured and not used yet are named here.
+        used = set(WorkflowQueue.objects.values_list("name", flat=True))
+        unused = sorted(set(queues.configured()) - used)
+        note = f"Configured, not used yet: {', '.join(unused)}." if unused else ""
+        context = {"rivet_note": note, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowQueue]:
         oldest = (
@@ -140,11 +142,22 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     fields = readonly_fields
     actions = ["pause_schedules", "resume_schedules", "run_now"]
 
+    change_list_template = NOTED_CHANGE_LIST
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        scheduled.sync()  # rows follow the code
-        return super().changelist_view(request, extra_context)
+        # Rows follow the code at every worker round and sweep (and before
+        # each action); a GET writes nothing, so new ones are named here.
+        written = set(ScheduledWorkflow.objects.values_list("name", flat=True))
+        new = sorted(set(scheduled.definitions()) - written)
+        note = (
+            f"In the code, written at the next worker round or sweep: {', '.join(new)}."
+            if new
+            else ""
+        )
+        context = {"rivet_note": note, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     @admin.display(description="last workflow")
     def last_workflow(self, obj: ScheduledWorkflow) -> str:
