@@ -123,6 +123,10 @@ IP_NETWORKS = Kind(
     "a list of IP addresses or networks", lambda v: isinstance(v, list | tuple), list
 )
 HTTP_URL = Kind("an http(s) URL", _http_url)
+INCOMING_TRACES = ("continue", "link", "new")
+INCOMING_TRACE = Kind(
+    "'continue', 'link' or 'new'", lambda v: isinstance(v, str) and v in INCOMING_TRACES
+)
 BACKEND_NAME = Kind(
     "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
     lambda v: v is None or (isinstance(v, str) and bool(v)),
@@ -280,6 +284,13 @@ SETTINGS: dict[str, Setting] = {
     # Everyone else gets 403.
     "METRICS_ALLOW_STAFF": Setting(True, BOOLEAN),
     "METRICS_ALLOWED_IPS": Setting([], IP_NETWORKS),
+    # What an HTTP request's (or a WebSocket handshake's) traceparent header
+    # does to the span of the call: "continue" the caller's trace (what the
+    # OpenTelemetry Django and ASGI instrumentations do), or start a trace
+    # of the server's own that "link"s to the caller's span, or is "new"
+    # (no link). A client then chooses no trace id stored with schedules and
+    # workflows, and its sampled flag does not decide the server's spans.
+    "INCOMING_TRACE": Setting("continue", INCOMING_TRACE),
     # The proxies in front of the server whose X-Forwarded-For is believed:
     # addresses or networks (rivet.E802 checks each). Empty: none is.
     "TRUSTED_PROXIES": Setting([], IP_NETWORKS),
@@ -345,6 +356,7 @@ class RivetSettings:
     METRICS_ALLOW_STAFF: bool
     METRICS_ALLOWED_IPS: list[str]
     TRUSTED_PROXIES: list[str]
+    INCOMING_TRACE: str
 
     def __init__(self, declared: dict[str, Setting] | None = None) -> None:
         self.declared = declared if declared is not None else SETTINGS

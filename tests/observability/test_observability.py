@@ -90,6 +90,28 @@ def test_an_http_action_with_a_traceparent_is_a_span_in_that_trace(spans):
     assert span["status"] == "UNSET"
 
 
+@pytest.mark.parametrize("incoming", ["continue", "link", "new"])
+def test_incoming_trace_decides_whether_a_client_chooses_the_trace(spans, incoming):
+    # The client's span is not sampled (flags 00): continued, it decides
+    # that the server's spans are not recorded either.
+    unsampled = f"00-{TRACE_ID}-{PARENT_ID}-00"
+    with override_settings(RIVET={"INCOMING_TRACE": incoming}), freeze_time():
+        post_action(Client(), "shop", "later", headers={"traceparent": unsampled})
+        stored = Schedule.objects.get().traceparent
+    found = named(spans(), "rivet.action")
+    if incoming == "continue":
+        assert found == []  # suppressed by the client's flags
+        assert stored.split("-")[1] == TRACE_ID  # and its trace id stored
+        return
+    (span,) = found
+    assert (span["trace_id"], span["parent_id"]) != (TRACE_ID, PARENT_ID)
+    assert span["parent_id"] is None  # a trace of the server's own
+    # What schedules and workflows continue is the server's trace.
+    assert stored.split("-")[1] == span["trace_id"]
+    linked = [link["trace_id"] for link in span["links"]]
+    assert linked == ([TRACE_ID] if incoming == "link" else [])
+
+
 def test_a_failing_action_span_has_its_error_code_and_an_error_status(spans):
     response = post_action(
         Client(), "shop", "fail", headers={"traceparent": TRACEPARENT}
