@@ -13,12 +13,16 @@ process that served 10,000 actors once would keep them all.
 
 Memory is bounded twice. By count (``ACTOR_CACHE_SIZE``: instances beyond it
 are evicted by the background watcher, ``on_sleep`` running) and by bytes
-(``ACTOR_CACHE_BYTES``): each kept state has an estimate measured when it is
-written (:func:`estimate`), and a :func:`store` that takes the total past the
-bound drops the states of the least recently used actors at once (their
-instances stay; their next call reads the row). A decoded state costs many
-times its encoded size (a 0.9 MB state of small records is ~7 MiB of Python
-objects), so a count alone let a process hold gigabytes.
+(``ACTOR_CACHE_BYTES``): each kept state's memory is measured when a new one
+is kept (:func:`estimate`: the objects' own sizes, walked once; a call that
+changed nothing keeps the last measure), and a :func:`store` that takes the
+total past the bound drops the states of the least recently used actors at
+once (their instances stay; their next call reads the row). A decoded state
+costs many times its encoded size, and how many depends on its shape (a 0.9
+MB state of small records is ~7 MiB of Python objects; one-entry maps and
+strings holding an astral character cost more per encoded byte), so a count
+alone let a process hold gigabytes and a per-byte guess let client-chosen
+shapes exceed the bound threefold.
 
 Evicting does not by itself give the memory back: a dict keeps its table at
 its largest size, and glibc keeps freed blocks in its arenas (one per
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import datetime
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
@@ -58,7 +64,9 @@ __all__ = [
     "clear",
     "compact",
     "drop",
+    "estimate",
     "idle_entries",
+    "measure",
     "store",
     "watch_idle",
 ]
@@ -82,19 +90,93 @@ class CachedActor:
 
 #: Bytes an actor instance costs without its state (measured: ~0.8 KiB).
 INSTANCE_BYTES = 1024
-#: Bytes a decoded list item or map entry costs beyond its payload, measured
-#: with tracemalloc: 23 (floats) to 79 (small maps of small values).
-ENTRY_BYTES = 80
 
 
-def estimate(state_bytes: bytes, entries: int) -> int:
-    """Estimate the memory of a cached state: its bytes, decoded and encoded.
+def estimate(state: Any, state_bytes: bytes) -> int:
+    """Return the memory a cached state holds: its objects and its encoding.
 
-    The payload of the decoded objects is about the encoded size (strings,
-    bytes, numbers), the encoded bytes are kept too (to compare at the next
-    write), and every list item and map entry adds object overhead.
+    The encoded bytes are kept too (to compare at the next write). Within a
+    few percent of what tracemalloc measures for a decoded state of any
+    shape (tests/actors/test_cache.py); shared objects (small integers,
+    one-character strings, ``None``, booleans) cost nothing.
     """
-    return INSTANCE_BYTES + 2 * len(state_bytes) + ENTRY_BYTES * entries
+    return INSTANCE_BYTES + measure(state) + sys.getsizeof(state_bytes)
+
+
+# What a leaf of these types costs whatever its value: shared singletons,
+# and fixed-size objects (a datetime's zone is the shared UTC).
+_FIXED: dict[type, int] = {
+    type(None): 0,
+    bool: 0,
+    float: sys.getsizeof(0.5),
+    datetime.datetime: sys.getsizeof(datetime.datetime(2026, 1, 1)),
+    datetime.date: sys.getsizeof(datetime.date(2026, 1, 1)),
+}
+
+
+def _text(text: str) -> int:
+    # The empty string and one-character Latin-1 strings are shared.
+    if len(text) > 1 or (text and ord(text) > 255):
+        return sys.getsizeof(text)
+    return 0
+
+
+def _leaf(value: Any) -> int:
+    """Bytes one leaf costs (the loop in :func:`measure` inlines the common kinds)."""
+    fixed = _FIXED.get(type(value))
+    if fixed is not None:
+        return fixed
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, int):
+        return 0 if -5 <= value <= 256 else sys.getsizeof(value)
+    if isinstance(value, uuid.UUID):
+        return sys.getsizeof(value) + sys.getsizeof(value.int)
+    return sys.getsizeof(value)
+
+
+def measure(value: Any) -> int:
+    """Return the bytes ``value``'s objects hold (``sys.getsizeof``, summed).
+
+    One walk, level by level (no recursion, whatever the depth). An object
+    reachable twice counts twice: a decoded state holds no shared ones.
+    """
+    getsizeof, fixed = sys.getsizeof, _FIXED
+    total = 0
+    level = [value]
+    while level:
+        deeper: list[Any] = []
+        push = deeper.append
+        for item in level:
+            children: Any
+            if isinstance(item, dict):
+                total += getsizeof(item)
+                total += sum(
+                    _text(key) if type(key) is str else _leaf(key) for key in item
+                )
+                children = item.values()
+            elif isinstance(item, list | tuple):
+                total += getsizeof(item)
+                children = item
+            else:
+                total += _leaf(item)
+                continue
+            for child in children:
+                kind = type(child)
+                cost = fixed.get(kind)
+                if cost is not None:
+                    total += cost
+                elif kind is str:
+                    total += _text(child)
+                elif kind is int:
+                    if not -5 <= child <= 256:
+                        total += getsizeof(child)
+                elif kind is bytes:
+                    total += getsizeof(child)
+                else:
+                    push(child)
+        level = deeper
+    return total
 
 
 _cache: dict[uuid.UUID, CachedActor] = {}
@@ -139,12 +221,13 @@ def cached_definition(actor_id: uuid.UUID) -> type[Actor] | None:
 
 def checkout(
     row: LockedRow, definition: type[Actor]
-) -> tuple[CachedActor, bool, Any, bytes | None]:
+) -> tuple[CachedActor, bool, Any, bytes | None, int | None]:
     """Take the cached instance and state for ``row``.
 
-    Returns ``(entry, fresh, state, state_bytes)``: ``fresh`` when the
-    instance was just created (``on_wake`` must run); state and bytes are
-    ``None`` unless the cached version matches the row.
+    Returns ``(entry, fresh, state, state_bytes, state_size)``: ``fresh``
+    when the instance was just created (``on_wake`` must run); state, bytes
+    and the state's measured size (:func:`estimate`) are ``None`` unless the
+    cached version matches the row.
     """
     global _peak, _bytes
     with _lock:
@@ -162,15 +245,15 @@ def checkout(
         # Re-inserted: the dict's order is the order of last use.
         _cache[row.id] = entry
         _peak = max(_peak, len(_cache))
-        state, state_bytes = None, None
+        state, state_bytes, state_size = None, None, None
         if entry.state_bytes is not None and entry.version == row.version:
-            state, state_bytes = entry.state, entry.state_bytes
+            state, state_bytes, state_size = entry.state, entry.state_bytes, entry.size
         entry.state = entry.state_bytes = None
         entry.version = -1
         _bytes -= entry.size - INSTANCE_BYTES
         entry.size = INSTANCE_BYTES
         entry.last_used = clock.now()
-    return entry, fresh, state, state_bytes
+    return entry, fresh, state, state_bytes, state_size
 
 
 def store(
@@ -179,19 +262,21 @@ def store(
     state: Any,
     state_bytes: bytes,
     version: int,
-    entries: int = 0,
+    size: int | None = None,
 ) -> None:
     """Keep committed state for the next invocation in this process.
 
-    ``entries`` (list items and map entries of the state) sizes its
-    estimate. Past ``ACTOR_CACHE_BYTES`` the least recently used states are
+    ``size`` is the state's :func:`estimate` when it is known already (the
+    state did not change since it was measured); otherwise it is measured
+    here. Past ``ACTOR_CACHE_BYTES`` the least recently used states are
     dropped; a state over the bound by itself is not kept.
     """
     global _last_store, _bytes
     _last_store = time.monotonic()
     _ensure_watcher()
     limit = rivet_settings.ACTOR_CACHE_BYTES
-    size = estimate(state_bytes, entries)
+    if size is None:
+        size = estimate(state, state_bytes)
     with _lock:
         if _cache.get(actor_id) is not entry:
             return  # dropped meanwhile

@@ -27,7 +27,7 @@ from django.db.backends.utils import CursorWrapper
 
 from .. import events
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads, encode_state
+from ..encoding import cbor_dumps, cbor_loads, encode_if_changed
 from ..exceptions import (
     ActionTimeout,
     ActorBusy,
@@ -157,9 +157,9 @@ class Invocation:
         self.created_bytes: bytes | None = None
         self.input = input
         self.broadcasts: list[tuple[str, bytes]] = []
-        # List items and map entries of the state, counted when it is
-        # encoded (the process cache's memory estimate).
-        self.state_entries = 0
+        # The memory the state holds, if the cache measured it already
+        # (cache.estimate); None once it changes.
+        self.state_size: int | None = None
         self.destroy_requested = False
         self.sleep_requested = False
         self._conns: dict[uuid.UUID, Conn] = {}
@@ -291,16 +291,20 @@ class Invocation:
         ``MAX_STATE_BYTES`` is refused with ``actor/state_too_large``
         before anything is written; the caller's transaction rolls back.
         """
-        new_bytes, self.state_entries = encode_state(self.state)
+        # An unchanged state costs one encoding (in C), no walk: see
+        # encode_if_changed.
+        changed = encode_if_changed(self.state, self.state_bytes)
+        new_bytes = self.state_bytes if changed is None else changed
         state: bytes | None = None
-        if new_bytes != self.state_bytes:
+        if changed is not None:
             if self.definition.overrides("on_state_change") and (
                 not self.created or new_bytes != self.created_bytes
             ):
                 self.call_hook("on_state_change", self.state)
-                new_bytes, self.state_entries = encode_state(self.state)
+                new_bytes = cbor_dumps(self.state, "state")
             check_state_size(new_bytes, "actor")
             state = new_bytes
+            self.state_size = None  # the cache measures the new one
         for conn in self._conns.values():
             data = conn.changed_state()
             if data is not None:
