@@ -19,6 +19,8 @@ from bench.measures import (
     p12_hot,
     p13_spread,
     p14_queue,
+    p15_big_state,
+    p16_request_bystander,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -38,5 +40,7 @@ MEASURES: dict[str, ModuleType] = {
         p12_hot,
         p13_spread,
         p14_queue,
+        p15_big_state,
+        p16_request_bystander,
     )
 }

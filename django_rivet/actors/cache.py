@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import datetime
 import functools
 import logging
 import os
@@ -50,6 +49,7 @@ from django.db import close_old_connections
 
 from .. import clock
 from ..conf import rivet_settings
+from . import sizes
 from .definition import Actor
 from .rows import LockedRow
 
@@ -66,7 +66,6 @@ __all__ = [
     "drop",
     "estimate",
     "idle_entries",
-    "measure",
     "store",
     "watch_idle",
 ]
@@ -100,83 +99,7 @@ def estimate(state: Any, state_bytes: bytes) -> int:
     shape (tests/actors/test_cache.py); shared objects (small integers,
     one-character strings, ``None``, booleans) cost nothing.
     """
-    return INSTANCE_BYTES + measure(state) + sys.getsizeof(state_bytes)
-
-
-# What a leaf of these types costs whatever its value: shared singletons,
-# and fixed-size objects (a datetime's zone is the shared UTC).
-_FIXED: dict[type, int] = {
-    type(None): 0,
-    bool: 0,
-    float: sys.getsizeof(0.5),
-    datetime.datetime: sys.getsizeof(datetime.datetime(2026, 1, 1)),
-    datetime.date: sys.getsizeof(datetime.date(2026, 1, 1)),
-}
-
-
-def _text(text: str) -> int:
-    # The empty string and one-character Latin-1 strings are shared.
-    if len(text) > 1 or (text and ord(text) > 255):
-        return sys.getsizeof(text)
-    return 0
-
-
-def _leaf(value: Any) -> int:
-    """Bytes one leaf costs (the loop in :func:`measure` inlines the common kinds)."""
-    fixed = _FIXED.get(type(value))
-    if fixed is not None:
-        return fixed
-    if isinstance(value, str):
-        return _text(value)
-    if isinstance(value, int):
-        return 0 if -5 <= value <= 256 else sys.getsizeof(value)
-    if isinstance(value, uuid.UUID):
-        return sys.getsizeof(value) + sys.getsizeof(value.int)
-    return sys.getsizeof(value)
-
-
-def measure(value: Any) -> int:
-    """Return the bytes ``value``'s objects hold (``sys.getsizeof``, summed).
-
-    One walk, level by level (no recursion, whatever the depth). An object
-    reachable twice counts twice: a decoded state holds no shared ones.
-    """
-    getsizeof, fixed = sys.getsizeof, _FIXED
-    total = 0
-    level = [value]
-    while level:
-        deeper: list[Any] = []
-        push = deeper.append
-        for item in level:
-            children: Any
-            if isinstance(item, dict):
-                total += getsizeof(item)
-                total += sum(
-                    _text(key) if type(key) is str else _leaf(key) for key in item
-                )
-                children = item.values()
-            elif isinstance(item, list | tuple):
-                total += getsizeof(item)
-                children = item
-            else:
-                total += _leaf(item)
-                continue
-            for child in children:
-                kind = type(child)
-                cost = fixed.get(kind)
-                if cost is not None:
-                    total += cost
-                elif kind is str:
-                    total += _text(child)
-                elif kind is int:
-                    if not -5 <= child <= 256:
-                        total += getsizeof(child)
-                elif kind is bytes:
-                    total += getsizeof(child)
-                else:
-                    push(child)
-        level = deeper
-    return total
+    return INSTANCE_BYTES + sizes.measure(state) + sys.getsizeof(state_bytes)
 
 
 _cache: dict[uuid.UUID, CachedActor] = {}

@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 
 from django_rivet import Actor, InvalidValue, action, actors, encoding
-from django_rivet.actors import cache, spine
+from django_rivet.actors import cache, sizes, spine
 from django_rivet.actors.lanes import ainvoke
 from django_rivet.actors.operations import CallAction
 from django_rivet.actors.rows import ActorRef
@@ -141,7 +141,7 @@ def test_a_call_that_changes_nothing_neither_walks_nor_measures_the_state(
 ):
     walks, measures = [], []
     monkeypatch.setattr(encoding, "check_value", counting(encoding.check_value, walks))
-    monkeypatch.setattr(cache, "measure", counting(cache.measure, measures))
+    monkeypatch.setattr(sizes, "measure", counting(sizes.measure, measures))
     with register_temporarily(Holder):
         holder = actors.get_or_create("holder", "reads")
         holder.call("fill", "records", 1000)
