@@ -54,6 +54,8 @@ DOCUMENTED_DEFAULTS = {
     # Who may read the metrics view (issue 28).
     "METRICS_ALLOW_STAFF": True,
     "METRICS_ALLOWED_IPS": [],
+    "INCOMING_TRACE": "continue",
+    "TRUSTED_PROXIES": [],
 }
 
 

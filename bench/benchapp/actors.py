@@ -72,7 +72,7 @@ class ScheduleBench(Actor):
 
 
 class Big(Actor):
-    """An actor holding a large state (P15): reads leave it unchanged."""
+    """An actor holding a large state (P40): reads leave it unchanged."""
 
     name = "big"
     initial_state = {"items": {}}
@@ -92,7 +92,7 @@ class Big(Actor):
 
 
 class Asker(Actor):
-    """Asks a workflow from inside its action (P16): refused, never held."""
+    """Asks a workflow from inside its action (P41): refused, never held."""
 
     name = "asker"
 

@@ -36,5 +36,5 @@ async def bench_replay(ctx, count):
 
 @workflow(name="benchDeaf")
 async def bench_deaf(ctx, input):
-    """Waits for a message nobody sends (P16's requests get no answer)."""
+    """Waits for a message nobody sends (P41's requests get no answer)."""
     await ctx.messages.next("never", names=["never"])

@@ -19,8 +19,8 @@ from bench.measures import (
     p12_hot,
     p13_spread,
     p14_queue,
-    p15_big_state,
-    p16_request_bystander,
+    p40_big_state,
+    p41_request_bystander,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -40,7 +40,7 @@ MEASURES: dict[str, ModuleType] = {
         p12_hot,
         p13_spread,
         p14_queue,
-        p15_big_state,
-        p16_request_bystander,
+        p40_big_state,
+        p41_request_bystander,
     )
 }

@@ -1,4 +1,4 @@
-"""P15: a call to an actor with a large cached state, against a small one.
+"""P40: a call to an actor with a large cached state, against a small one.
 
 Subject: ``big.read`` on an actor whose state holds a map of 100,000
 integers (~1 MB encoded), cached in the process: the call changes nothing,
@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.core import Target, alternate, per_op_us, row_from
 
-ID = "P15"
+ID = "P40"
 TITLE = "call on a 100,000-entry cached state vs a small one"
 TARGET = Target("none")
 
@@ -46,7 +46,7 @@ def run(ctx: Any) -> list:
     rows = []
     for write, what in ((False, "read (unchanged)"), (True, "write one entry")):
         found = ctx.leg(
-            "bench.measures.p15_big_state:leg",
+            "bench.measures.p40_big_state:leg",
             {"entries": entries, "trials": trials, "batch": batch, "write": write},
             db="sqlite",
         )
