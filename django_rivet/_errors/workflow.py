@@ -32,7 +32,7 @@ class WorkflowDeduplicated(RivetError):
 
     What a client may see (the message, ``metadata``) names the queue only:
     the holder may be another caller's workflow. Server code reads the
-    holder's id from :attr:`workflow_id`, which is not sent.
+    holder's id from ``workflow_id``, which is not sent.
     """
 
     group = "workflow"
