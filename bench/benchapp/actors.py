@@ -98,7 +98,7 @@ class Asker(Actor):
 
     @action
     def ask(self, ctx, workflow_id, timeout):
-        from django_rivet import WorkflowCannotWait
+        from django_rivet.workflows import WorkflowCannotWait
 
         try:
             return ctx.workflows.get(workflow_id).request("question", 1, timeout)

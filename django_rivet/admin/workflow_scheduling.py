@@ -60,13 +60,12 @@ class WorkflowQueueAdmin(ReadOnlyAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # A queue's row is written by its first admission pass; a GET writes
-        # nothing, so the queues configured and not used yet are named here.
-        used = set(WorkflowQueue.objects.values_list("name", flat=True))
-        unused = sorted(set(queues.configured()) - used)
-        note = f"Configured, not used yet: {', '.join(unused)}." if unused else ""
-        context = {"rivet_note": note, **(extra_context or {})}
-        return super().changelist_view(request, context)
+        # A queue's row is written by its first admission pass.
+        used = WorkflowQueue.objects.values_list("name", flat=True)
+        unused = set(queues.configured()) - set(used)
+        return self.noted_changelist(
+            request, extra_context, "Configured, not used yet", unused
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowQueue]:
         oldest = (
@@ -148,16 +147,11 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         # Rows follow the code at every worker round and sweep (and before
-        # each action); a GET writes nothing, so new ones are named here.
-        written = set(ScheduledWorkflow.objects.values_list("name", flat=True))
-        new = sorted(set(scheduled.definitions()) - written)
-        note = (
-            f"In the code, written at the next worker round or sweep: {', '.join(new)}."
-            if new
-            else ""
-        )
-        context = {"rivet_note": note, **(extra_context or {})}
-        return super().changelist_view(request, context)
+        # each action).
+        written = ScheduledWorkflow.objects.values_list("name", flat=True)
+        label = "In the code, written at the next worker round or sweep"
+        new = set(scheduled.definitions()) - set(written)
+        return self.noted_changelist(request, extra_context, label, new)
 
     @admin.display(description="last workflow")
     def last_workflow(self, obj: ScheduledWorkflow) -> str:

@@ -86,6 +86,20 @@ def _escaping(wrapper: OutputWrapper) -> EscapingOutput:
     return escaping
 
 
+class _EscapingStream:
+    """A command's ``stdout`` or ``stderr``: whatever is assigned is wrapped."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attribute = f"_rivet_{name}"
+
+    def __get__(self, command: Any, owner: type | None = None) -> OutputWrapper:
+        wrapper: OutputWrapper = getattr(command, self.attribute)
+        return wrapper
+
+    def __set__(self, command: Any, wrapper: OutputWrapper) -> None:
+        setattr(command, self.attribute, _escaping(wrapper))
+
+
 class RivetCommand(BaseCommand):
     """A command whose ``stdout`` and ``stderr`` escape control characters.
 
@@ -94,23 +108,8 @@ class RivetCommand(BaseCommand):
     is what Django writes itself (a ``CommandError``'s message).
     """
 
-    @property
-    def stdout(self) -> OutputWrapper:
-        """The escaping standard output."""
-        return self._rivet_stdout
-
-    @stdout.setter
-    def stdout(self, wrapper: OutputWrapper) -> None:
-        self._rivet_stdout = _escaping(wrapper)
-
-    @property
-    def stderr(self) -> OutputWrapper:
-        """The escaping standard error."""
-        return self._rivet_stderr
-
-    @stderr.setter
-    def stderr(self, wrapper: OutputWrapper) -> None:
-        self._rivet_stderr = _escaping(wrapper)
+    stdout = _EscapingStream()
+    stderr = _EscapingStream()
 
 
 def _number(text: str, kind: type[int] | type[float]) -> Any:

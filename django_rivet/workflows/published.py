@@ -130,6 +130,21 @@ def _event_step(workflow_id: str, key: str) -> tuple[bool, Any]:
     return False, None
 
 
+def _event_pause(
+    workflow_id: str, deadline: float | None, delay: float
+) -> float | None:
+    """Return how long to wait before looking again; None past the deadline.
+
+    Inside an actor invocation a wait is refused (:func:`refuse_wait`).
+    """
+    remaining = 0.0 if deadline is None else deadline - time.monotonic()
+    if remaining <= 0:
+        return None
+    if db.in_invocation():
+        raise refuse_wait("handle.get_event(key, timeout=...)", workflow_id)
+    return min(delay, remaining)
+
+
 def get_event(workflow_id: str, key: str, timeout: float | None = None) -> Any:
     """Return the latest value of event ``key``; wait up to ``timeout`` for one.
 
@@ -142,12 +157,10 @@ def get_event(workflow_id: str, key: str, timeout: float | None = None) -> Any:
         done, value = _event_step(workflow_id, key)
         if done:
             return value
-        remaining = 0.0 if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
+        pause = _event_pause(workflow_id, deadline, delay)
+        if pause is None:
             return None
-        if db.in_invocation():
-            raise refuse_wait("handle.get_event(key, timeout=...)", workflow_id)
-        time.sleep(min(delay, remaining))
+        time.sleep(pause)
         delay = min(delay * 2, POLL_MAX)
 
 
@@ -159,12 +172,10 @@ async def aget_event(workflow_id: str, key: str, timeout: float | None = None) -
         done, value = await sync_to_async(_event_step)(workflow_id, key)
         if done:
             return value
-        remaining = 0.0 if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
+        pause = _event_pause(workflow_id, deadline, delay)
+        if pause is None:
             return None
-        if db.in_invocation():
-            raise refuse_wait("handle.aget_event(key, timeout=...)", workflow_id)
-        await asyncio.sleep(min(delay, remaining))
+        await asyncio.sleep(pause)
         delay = min(delay * 2, POLL_MAX)
 
 

@@ -14,16 +14,7 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 
-from django_rivet import (
-    Actor,
-    WorkflowCannotWait,
-    WorkflowFinished,
-    WorkflowInboxFull,
-    action,
-    actors,
-    clock,
-    workflows,
-)
+from django_rivet import Actor, WorkflowInboxFull, action, actors, clock, workflows
 from django_rivet.engine import (
     ChildWorkflowError,
     WorkflowCancelled,
@@ -40,6 +31,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
+from django_rivet.workflows import WorkflowCannotWait, WorkflowFinished
 from django_rivet.workflows import operations as workflow_operations
 from tests.support.threads import in_threads_each
 from tests.testapp.models import StepRow

@@ -12,11 +12,9 @@ from django.test import Client, override_settings
 
 from django_rivet import (
     Actor,
-    InvalidQueueArguments,
     UnknownWorkflowQueue,
     UserError,
     WorkflowDeduplicated,
-    WorkflowQueueFull,
     action,
     actors,
     workflows,
@@ -29,7 +27,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.workflows import queues
+from django_rivet.workflows import InvalidQueueArguments, WorkflowQueueFull, queues
 from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (queue admission in raw SQL, under locks).
