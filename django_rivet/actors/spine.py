@@ -180,11 +180,8 @@ def _prepare(
 ) -> RivetError | None:
     """Let ``operation`` check its arguments; return a refusal kept for later.
 
-    A caller addressing an actor by id learns nothing of it before
-    ``on_auth`` allowed it (:func:`_hides_existence`): the refusal of an
-    argument check (``actor/action_not_found``, a class that does not let
-    clients destroy its actors...) is given only after that, and a refused
-    caller gets what an absent id gets.
+    By id, a caller learns nothing before ``on_auth`` allowed it
+    (:func:`_hides_existence`): an argument check's refusal waits for that.
     """
     try:
         operation.prepare(definition)
@@ -200,16 +197,20 @@ def _hides_existence(
 ) -> bool:
     """Tell whether the answer must not tell this id's actor from an absent one.
 
-    By id, from outside, to a class whose ``on_auth`` guards the call. (A
-    class without one lets any caller use its actors by id, which already
-    tells that they exist.)
+    By id, from outside, to a class whose ``on_auth`` guards the call (one
+    without lets anyone use its actors by id: that tells they exist).
     """
     return (
-        ref.actor_id is not None
-        and origin.external
+        _by_id_from_outside(ref, origin)
         and operation.auth is not None
         and definition.overrides("on_auth")
     )
+
+
+def _by_id_from_outside(ref: ActorRef, origin: Origin) -> bool:
+    # A connection's own calls are by id too, but it was admitted: its
+    # caller knows the actor, and is refused as such.
+    return ref.actor_id is not None and origin.external and origin.conn_id is None
 
 
 def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> Any:
@@ -397,7 +398,7 @@ def _run(
         try:
             invocation.authorize(auth)
         except (Forbidden, UserError) as refused:
-            if ref.actor_id is not None:
+            if _by_id_from_outside(ref, invocation.origin):
                 # By id, a refused caller cannot tell this actor from an
                 # absent one (an absent id has no on_auth to ask).
                 raise _not_found(ref) from refused
