@@ -57,6 +57,7 @@ logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "CachedActor",
+    "Measure",
     "cached_bytes",
     "cached_definition",
     "cached_ids",
@@ -66,6 +67,7 @@ __all__ = [
     "drop",
     "estimate",
     "idle_entries",
+    "remeasure",
     "store",
     "watch_idle",
 ]
@@ -83,8 +85,24 @@ class CachedActor:
     state_bytes: bytes | None = None
     version: int = -1
     last_used: float = 0.0
-    # Estimated bytes this entry holds (see estimate()).
+    # Estimated bytes this entry holds (see estimate()), and how far the
+    # state may have moved from it since it was measured (see store()).
     size: int = 0
+    drift: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """A kept state's estimate, and the encoding it was taken for."""
+
+    size: int
+    drift: int
+    data: bytes
+
+
+#: Measure a changed state again once what changed since it was measured
+#: could have moved its memory by this share of its estimate.
+MAX_DRIFT = 0.25
 
 
 #: Bytes an actor instance costs without its state (measured: ~0.8 KiB).
@@ -144,13 +162,13 @@ def cached_definition(actor_id: uuid.UUID) -> type[Actor] | None:
 
 def checkout(
     row: LockedRow, definition: type[Actor]
-) -> tuple[CachedActor, bool, Any, bytes | None, int | None]:
+) -> tuple[CachedActor, bool, Any, bytes | None, Measure | None]:
     """Take the cached instance and state for ``row``.
 
-    Returns ``(entry, fresh, state, state_bytes, state_size)``: ``fresh``
+    Returns ``(entry, fresh, state, state_bytes, measure)``: ``fresh``
     when the instance was just created (``on_wake`` must run); state, bytes
-    and the state's measured size (:func:`estimate`) are ``None`` unless the
-    cached version matches the row.
+    and the state's :class:`Measure` are ``None`` unless the cached version
+    matches the row.
     """
     global _peak, _bytes
     with _lock:
@@ -168,15 +186,16 @@ def checkout(
         # Re-inserted: the dict's order is the order of last use.
         _cache[row.id] = entry
         _peak = max(_peak, len(_cache))
-        state, state_bytes, state_size = None, None, None
+        state, state_bytes, measure = None, None, None
         if entry.state_bytes is not None and entry.version == row.version:
-            state, state_bytes, state_size = entry.state, entry.state_bytes, entry.size
+            state, state_bytes = entry.state, entry.state_bytes
+            measure = Measure(entry.size, entry.drift, entry.state_bytes)
         entry.state = entry.state_bytes = None
         entry.version = -1
         _bytes -= entry.size - INSTANCE_BYTES
         entry.size = INSTANCE_BYTES
         entry.last_used = clock.now()
-    return entry, fresh, state, state_bytes, state_size
+    return entry, fresh, state, state_bytes, measure
 
 
 def store(
@@ -185,21 +204,19 @@ def store(
     state: Any,
     state_bytes: bytes,
     version: int,
-    size: int | None = None,
+    measure: Measure | None = None,
 ) -> None:
     """Keep committed state for the next invocation in this process.
 
-    ``size`` is the state's :func:`estimate` when it is known already (the
-    state did not change since it was measured); otherwise it is measured
-    here. Past ``ACTOR_CACHE_BYTES`` the least recently used states are
-    dropped; a state over the bound by itself is not kept.
+    ``measure`` is the one the state had when it was checked out, if any
+    (:func:`remeasure`). Past ``ACTOR_CACHE_BYTES`` the least recently used
+    states are dropped; a state over the bound by itself is not kept.
     """
     global _last_store, _bytes
     _last_store = time.monotonic()
     _ensure_watcher()
     limit = rivet_settings.ACTOR_CACHE_BYTES
-    if size is None:
-        size = estimate(state, state_bytes)
+    size, drift = remeasure(state, state_bytes, measure)
     with _lock:
         if _cache.get(actor_id) is not entry:
             return  # dropped meanwhile
@@ -210,9 +227,30 @@ def store(
         entry.state_bytes = state_bytes
         entry.version = version
         _bytes += size - entry.size
-        entry.size = size
+        entry.size, entry.drift = size, drift
         if _bytes > limit:
             _shed(limit, keep=entry)
+
+
+def remeasure(state: Any, data: bytes, measure: Measure | None) -> tuple[int, int]:
+    """Return ``(estimate, drift)`` of a state about to be kept.
+
+    The last measure stands while the state's encoding is the one it was
+    taken for. A change of ``n`` encoded bytes moves the state's memory by
+    at most :data:`~.sizes.MAX_BYTES_PER_BYTE` times ``n``: while those
+    moves add up to less than :data:`MAX_DRIFT` of the estimate, it stands
+    (less the bytes kept), so a write of one field of a large state does
+    not walk it again; past that, or with nothing to start from, the state
+    is measured (:func:`estimate`).
+    """
+    if measure is not None:
+        if measure.data is data:
+            return measure.size, measure.drift
+        moved = sizes.MAX_BYTES_PER_BYTE * sizes.changed_bytes(measure.data, data)
+        drift = measure.drift + moved
+        if drift <= MAX_DRIFT * measure.size:
+            return measure.size + len(data) - len(measure.data), drift
+    return estimate(state, data), 0
 
 
 def _shed(limit: int, keep: CachedActor) -> None:

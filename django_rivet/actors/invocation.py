@@ -46,7 +46,7 @@ from .definition import Actor, HandlerSpec
 from .rows import ConnRow, LockedRow
 
 if TYPE_CHECKING:
-    from .cache import CachedActor
+    from .cache import CachedActor, Measure
 
 __all__ = [
     "Invocation",
@@ -157,9 +157,8 @@ class Invocation:
         self.created_bytes: bytes | None = None
         self.input = input
         self.broadcasts: list[tuple[str, bytes]] = []
-        # The memory the state holds, if the cache measured it already
-        # (cache.estimate); None once it changes.
-        self.state_size: int | None = None
+        # The cache's measure of the state as checked out (cache.remeasure).
+        self.measure: Measure | None = None
         self.destroy_requested = False
         self.sleep_requested = False
         self._conns: dict[uuid.UUID, Conn] = {}
@@ -304,7 +303,6 @@ class Invocation:
                 new_bytes = cbor_dumps(self.state, "state")
             check_state_size(new_bytes, "actor")
             state = new_bytes
-            self.state_size = None  # the cache measures the new one
         for conn in self._conns.values():
             data = conn.changed_state()
             if data is not None:

@@ -21,9 +21,14 @@ import uuid
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["measure"]
+__all__ = ["MAX_BYTES_PER_BYTE", "changed_bytes", "measure"]
 
 _getsizeof = sys.getsizeof
+#: The most memory one encoded byte can cost decoded, about: a one-entry map
+#: of a one-entry map, two bytes a level, is 184 bytes a level; an empty map
+#: in a list, one byte, 72.
+MAX_BYTES_PER_BYTE = 128
+_CHUNK = 4096
 # What a leaf of these types costs whatever its value: shared singletons,
 # and fixed-size objects (a datetime's zone is the shared UTC).
 _FIXED: dict[type, int] = {
@@ -125,3 +130,27 @@ def measure(value: Any) -> int:
                     total += _leaf(child)
         level = deeper
     return total
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Return how many leading bytes ``a`` and ``b`` share (C-speed chunks)."""
+    end = min(len(a), len(b))
+    start = 0
+    while start < end and a[start : start + _CHUNK] == b[start : start + _CHUNK]:
+        start += _CHUNK
+    while start < end and a[start] == b[start]:
+        start += 1
+    return min(start, end)
+
+
+def changed_bytes(old: bytes, new: bytes) -> int:
+    """Return how many bytes differ: both lengths less what they share.
+
+    What they share is their common prefix and, after it, their common
+    suffix. An update in place is a few bytes; a map that gains an entry
+    changes its header too, so all of it counts.
+    """
+    prefix = _common_prefix(old, new)
+    rest_old, rest_new = old[prefix:], new[prefix:]
+    suffix = _common_prefix(rest_old[::-1], rest_new[::-1])
+    return len(rest_old) + len(rest_new) - 2 * suffix

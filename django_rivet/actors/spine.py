@@ -316,7 +316,7 @@ def _invoke(
                 if row.id in active:
                     raise ReentrantCall()
                 definition = _definition_for(ref, row, definition)
-            entry, fresh, state, state_bytes, size = cache.checkout(row, definition)
+            entry, fresh, state, state_bytes, measure = cache.checkout(row, definition)
             checked_out = (row.id, entry, fresh)
             if state_bytes is None and exists:
                 state_bytes = bytes(row.state)
@@ -334,7 +334,7 @@ def _invoke(
                 connection,
                 cursor,
             )
-            invocation.state_size = size
+            invocation.measure = measure
             progress.user_code = True
             active_token = active_ids.set(active | {row.id})
             current_token = current.set(invocation)
@@ -460,7 +460,7 @@ def _after(invocation: Invocation, outermost: bool) -> None:
         invocation.state,
         invocation.state_bytes,
         invocation.row.version,
-        invocation.state_size,
+        invocation.measure,
     )
     _maybe_evict_idle()
 
