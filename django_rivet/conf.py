@@ -124,6 +124,10 @@ IP_NETWORKS = Kind(
     "a list of IP addresses or networks", lambda v: isinstance(v, list | tuple), list
 )
 HTTP_URL = Kind("an http(s) URL", _http_url)
+INCOMING_TRACES = ("continue", "link", "new")
+INCOMING_TRACE = Kind(
+    "'continue', 'link' or 'new'", lambda v: isinstance(v, str) and v in INCOMING_TRACES
+)
 BACKEND_NAME = Kind(
     "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
     lambda v: v is None or (isinstance(v, str) and bool(v)),
@@ -274,8 +278,10 @@ SETTINGS: dict[str, Setting] = {
     "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
     # a logged-in active staff user when True, and any client whose address
-    # (REMOTE_ADDR) is in METRICS_ALLOWED_IPS, a list of addresses or
-    # networks such as ["127.0.0.1", "10.0.0.0/8"] (rivet.E801 checks each).
+    # is in METRICS_ALLOWED_IPS, a list of addresses or networks such as
+    # ["10.0.0.0/8"] (rivet.E801 checks each). The address is REMOTE_ADDR,
+    # or read from X-Forwarded-For past TRUSTED_PROXIES (below); a request
+    # with a forwarding header from anyone else is admitted by no address.
     # Everyone else gets 403.
     "METRICS_ALLOW_STAFF": Setting(True, BOOLEAN),
     "METRICS_ALLOWED_IPS": Setting([], IP_NETWORKS),
@@ -286,6 +292,16 @@ SETTINGS: dict[str, Setting] = {
     # The RivetKit client's actor list (GET actors?name=) is answered to
     # callers that are not browsers; True answers browsers too (rivet.W502).
     "RIVETKIT_LIST_FROM_BROWSERS": Setting(False, BOOLEAN),
+    # What an HTTP request's (or a WebSocket handshake's) traceparent header
+    # does to the span of the call: "continue" the caller's trace (what the
+    # OpenTelemetry Django and ASGI instrumentations do), or start a trace
+    # of the server's own that "link"s to the caller's span, or is "new"
+    # (no link). A client then chooses no trace id stored with schedules and
+    # workflows, and its sampled flag does not decide the server's spans.
+    "INCOMING_TRACE": Setting("continue", INCOMING_TRACE),
+    # The proxies in front of the server whose X-Forwarded-For is believed:
+    # addresses or networks (rivet.E802 checks each). Empty: none is.
+    "TRUSTED_PROXIES": Setting([], IP_NETWORKS),
 }
 
 #: Every key of ``settings.RIVET`` with its default value.
@@ -349,6 +365,8 @@ class RivetSettings:
     METRICS_ALLOWED_IPS: list[str]
     INTERCEPTORS: list[str]
     RIVETKIT_LIST_FROM_BROWSERS: bool
+    TRUSTED_PROXIES: list[str]
+    INCOMING_TRACE: str
 
     def __init__(self, declared: dict[str, Setting] | None = None) -> None:
         self.declared = declared if declared is not None else SETTINGS

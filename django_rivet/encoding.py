@@ -75,6 +75,7 @@ __all__ = [
     "encode",
     "encode_state",
     "encode_value",
+    "encode_if_changed",
     "json_dumps",
     "json_loads",
     "parse_encoding",
@@ -200,6 +201,27 @@ def encode_state(value: Any, where: str = "state") -> tuple[bytes, int]:
     """:func:`cbor_dumps`, also returning how many items and entries it holds."""
     entries = check_value(value, where)
     return _cbor_checked(value), entries
+
+
+def encode_if_changed(value: Any, stored: bytes, where: str = "state") -> bytes | None:
+    """Return ``value`` encoded, or None if it encodes exactly as ``stored``.
+
+    cbor2's encoder (in C) runs first; only a value whose encoding differs
+    is walked against the value domain (as :func:`cbor_dumps` does, raising
+    the same errors). ``stored`` was checked when it was written, and a value
+    outside the domain never encodes as one inside it (other map keys, NaN,
+    bignums, the tags of sets and decimals all encode differently; lone
+    surrogates and cycles fail to encode), so an unchanged state costs one
+    encoding and one comparison, not the walk.
+    """
+    try:
+        encoded: bytes | None = cbor2.dumps(value, timezone=UTC, date_as_datetime=True)
+    except (cbor2.CBOREncodeError, TypeError, ValueError, RecursionError):
+        encoded = None
+    if encoded is not None and encoded == stored:
+        return None
+    check_value(value, where)
+    return encoded if encoded is not None else _cbor_checked(value)
 
 
 def _json_default(value: Any) -> Any:

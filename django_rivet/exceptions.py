@@ -62,10 +62,14 @@ from ._errors.request import (
     TooManyFrames,
 )
 from ._errors.workflow import (
+    InvalidQueueArguments,
     UnknownWorkflowQueue,
+    WorkflowCannotWait,
     WorkflowDeduplicated,
+    WorkflowFinished,
     WorkflowInboxFull,
     WorkflowNotFound,
+    WorkflowQueueFull,
 )
 
 __all__ = [
@@ -108,10 +112,14 @@ __all__ = [
     "TooManySchedules",
     "UserError",
     "ValueTooDeep",
+    "InvalidQueueArguments",
     "UnknownWorkflowQueue",
+    "WorkflowCannotWait",
     "WorkflowDeduplicated",
+    "WorkflowFinished",
     "WorkflowInboxFull",
     "WorkflowNotFound",
+    "WorkflowQueueFull",
 ]
 
 
@@ -144,6 +152,11 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         WorkflowNotFound,
         WorkflowDeduplicated,
         UnknownWorkflowQueue,
+        InvalidQueueArguments,
+        WorkflowQueueFull,
+        WorkflowFinished,
+        WorkflowCannotWait,
+        WorkflowInboxFull,
         ConnectionExpired,
         MethodNotAllowed,
         ValueTooDeep,

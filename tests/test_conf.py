@@ -56,6 +56,8 @@ DOCUMENTED_DEFAULTS = {
     "METRICS_ALLOWED_IPS": [],
     "INTERCEPTORS": [],
     "RIVETKIT_LIST_FROM_BROWSERS": False,
+    "INCOMING_TRACE": "continue",
+    "TRUSTED_PROXIES": [],
 }
 
 

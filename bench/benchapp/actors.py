@@ -79,3 +79,38 @@ class ScheduleBench(Actor):
     @action
     def lateness(self, ctx):
         return ctx.state["late"]
+
+
+class Big(Actor):
+    """An actor holding a large state (P40): reads leave it unchanged."""
+
+    name = "big"
+    initial_state = {"items": {}}
+
+    @action
+    def fill(self, ctx, count):
+        ctx.state["items"] = {str(index): index for index in range(count)}
+        return len(ctx.state["items"])
+
+    @action
+    def read(self, ctx, key):
+        return ctx.state["items"].get(key)
+
+    @action
+    def write(self, ctx, key):
+        ctx.state["items"][key] = ctx.state["items"].get(key, 0) + 1
+
+
+class Asker(Actor):
+    """Asks a workflow from inside its action (P41): refused, never held."""
+
+    name = "asker"
+
+    @action
+    def ask(self, ctx, workflow_id, timeout):
+        from django_rivet.workflows import WorkflowCannotWait
+
+        try:
+            return ctx.workflows.get(workflow_id).request("question", 1, timeout)
+        except (WorkflowCannotWait, TimeoutError) as error:
+            return type(error).__name__

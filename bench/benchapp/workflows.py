@@ -32,3 +32,9 @@ async def bench_replay(ctx, count):
     while True:
         await ctx.messages.next(f"m{index}")
         index += 1
+
+
+@workflow(name="benchDeaf")
+async def bench_deaf(ctx, input):
+    """Waits for a message nobody sends (P41's requests get no answer)."""
+    await ctx.messages.next("never", names=["never"])

@@ -20,6 +20,8 @@ from bench.measures import (
     p13_spread,
     p14_queue,
     p17_reads,
+    p40_big_state,
+    p41_request_bystander,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -40,5 +42,7 @@ MEASURES: dict[str, ModuleType] = {
         p13_spread,
         p14_queue,
         p17_reads,
+        p40_big_state,
+        p41_request_bystander,
     )
 }

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import RivetError
 
 __all__ = [
+    "InvalidQueueArguments",
     "UnknownWorkflowQueue",
+    "WorkflowCannotWait",
     "WorkflowDeduplicated",
+    "WorkflowFinished",
     "WorkflowInboxFull",
     "WorkflowNotFound",
+    "WorkflowQueueFull",
 ]
 
 
@@ -22,18 +28,81 @@ class WorkflowNotFound(RivetError):
 
 
 class WorkflowDeduplicated(RivetError):
-    """A queued or running workflow of the queue holds that deduplication key."""
+    """A queued or running workflow of the queue holds that deduplication key.
+
+    What a client may see (the message, ``metadata``) names the queue only:
+    the holder may be another caller's workflow. Server code reads the
+    holder's id from ``workflow_id``, which is not sent.
+    """
 
     group = "workflow"
     code = "duplicate"
     http_status = 409
     default_message = "A workflow with this deduplication key is in the queue"
 
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        metadata: Any = None,
+        code: str | None = None,
+        holder: str | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata, code=code)
+        self.holder = holder
+
     @property
     def workflow_id(self) -> str | None:
-        """Return the id of the workflow holding the key."""
-        found = (self.metadata or {}).get("workflow_id")
-        return None if found is None else str(found)
+        """Return the id of the workflow holding the key (server side only)."""
+        return self.holder
+
+
+class InvalidQueueArguments(RivetError, ValueError, TypeError):
+    """A start's ``queue``, ``priority`` or ``dedup_key`` is out of range.
+
+    Also a ``ValueError`` and a ``TypeError``, what these arguments raised
+    before they had a code.
+    """
+
+    group = "workflow"
+    code = "invalid_queue_args"
+    http_status = 400
+    default_message = "Invalid queue arguments"
+
+
+class WorkflowQueueFull(RivetError):
+    """The queue holds its ``max_queued`` workflows waiting to start."""
+
+    group = "workflow"
+    code = "queue_full"
+    http_status = 429
+    default_message = "The workflow queue is full"
+
+
+class WorkflowFinished(RivetError):
+    """The workflow has finished: it takes no more messages."""
+
+    group = "workflow"
+    code = "finished"
+    http_status = 409
+    default_message = "The workflow has finished"
+
+
+class WorkflowCannotWait(RivetError):
+    """A wait for a workflow was asked for inside an actor invocation.
+
+    Waiting there would hold the invocation's transaction (on SQLite, every
+    write of the process) while nothing can change: what the wait sends is
+    not committed, so no worker sees it.
+    """
+
+    group = "workflow"
+    code = "cannot_wait"
+    http_status = 500
+    default_message = (
+        "A wait for a workflow cannot run inside an actor invocation (it "
+        "would hold the invocation's transaction)"
+    )
 
 
 class WorkflowInboxFull(RivetError):

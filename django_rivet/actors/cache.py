@@ -13,12 +13,16 @@ process that served 10,000 actors once would keep them all.
 
 Memory is bounded twice. By count (``ACTOR_CACHE_SIZE``: instances beyond it
 are evicted by the background watcher, ``on_sleep`` running) and by bytes
-(``ACTOR_CACHE_BYTES``): each kept state has an estimate measured when it is
-written (:func:`estimate`), and a :func:`store` that takes the total past the
-bound drops the states of the least recently used actors at once (their
-instances stay; their next call reads the row). A decoded state costs many
-times its encoded size (a 0.9 MB state of small records is ~7 MiB of Python
-objects), so a count alone let a process hold gigabytes.
+(``ACTOR_CACHE_BYTES``): each kept state's memory is measured when a new one
+is kept (:func:`estimate`: the objects' own sizes, walked once; a call that
+changed nothing keeps the last measure), and a :func:`store` that takes the
+total past the bound drops the states of the least recently used actors at
+once (their instances stay; their next call reads the row). A decoded state
+costs many times its encoded size, and how many depends on its shape (a 0.9
+MB state of small records is ~7 MiB of Python objects; one-entry maps and
+strings holding an astral character cost more per encoded byte), so a count
+alone let a process hold gigabytes and a per-byte guess let client-chosen
+shapes exceed the bound threefold.
 
 Evicting does not by itself give the memory back: a dict keeps its table at
 its largest size, and glibc keeps freed blocks in its arenas (one per
@@ -33,6 +37,7 @@ import ctypes.util
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
@@ -44,6 +49,7 @@ from django.db import close_old_connections
 
 from .. import clock
 from ..conf import rivet_settings
+from . import sizes
 from .definition import Actor
 from .rows import LockedRow
 
@@ -51,6 +57,7 @@ logger = logging.getLogger("django_rivet.actors")
 
 __all__ = [
     "CachedActor",
+    "Measure",
     "cached_bytes",
     "cached_definition",
     "cached_ids",
@@ -58,7 +65,9 @@ __all__ = [
     "clear",
     "compact",
     "drop",
+    "estimate",
     "idle_entries",
+    "remeasure",
     "store",
     "watch_idle",
 ]
@@ -81,9 +90,11 @@ class CachedActor:
     version: int = -1
     last_used: float = 0.0
     # Estimated bytes this entry holds (see estimate()): its instance and
-    # state (state_size), plus a committed copy that is not that state.
+    # state (state_size), plus a committed copy that is not that state; and
+    # how far the state may have moved from its measure (see store()).
     size: int = 0
     state_size: int = INSTANCE_BYTES
+    drift: int = 0
     # The newest committed state this process knows, encoded, and its
     # version: kept while an invocation has the state checked out, for the
     # read-only actions that run meanwhile (reads.py), which decode their
@@ -94,19 +105,29 @@ class CachedActor:
     address: tuple[str, tuple[str, ...]] | None = None
 
 
-#: Bytes a decoded list item or map entry costs beyond its payload, measured
-#: with tracemalloc: 23 (floats) to 79 (small maps of small values).
-ENTRY_BYTES = 80
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """A kept state's estimate, and the encoding it was taken for."""
+
+    size: int
+    drift: int
+    data: bytes
 
 
-def estimate(state_bytes: bytes, entries: int) -> int:
-    """Estimate the memory of a cached state: its bytes, decoded and encoded.
+#: Measure a changed state again once what changed since it was measured
+#: could have moved its memory by this share of its estimate.
+MAX_DRIFT = 0.25
 
-    The payload of the decoded objects is about the encoded size (strings,
-    bytes, numbers), the encoded bytes are kept too (to compare at the next
-    write), and every list item and map entry adds object overhead.
+
+def estimate(state: Any, state_bytes: bytes) -> int:
+    """Return the memory a cached state holds: its objects and its encoding.
+
+    The encoded bytes are kept too (to compare at the next write). Within a
+    few percent of what tracemalloc measures for a decoded state of any
+    shape (tests/actors/test_cache.py); shared objects (small integers,
+    one-character strings, ``None``, booleans) cost nothing.
     """
-    return INSTANCE_BYTES + 2 * len(state_bytes) + ENTRY_BYTES * entries
+    return INSTANCE_BYTES + sizes.measure(state) + sys.getsizeof(state_bytes)
 
 
 _cache: dict[uuid.UUID, CachedActor] = {}
@@ -154,12 +175,13 @@ def cached_definition(actor_id: uuid.UUID) -> type[Actor] | None:
 
 def checkout(
     row: LockedRow, definition: type[Actor]
-) -> tuple[CachedActor, bool, Any, bytes | None]:
+) -> tuple[CachedActor, bool, Any, bytes | None, Measure | None]:
     """Take the cached instance and state for ``row``.
 
-    Returns ``(entry, fresh, state, state_bytes)``: ``fresh`` when the
-    instance was just created (``on_wake`` must run); state and bytes are
-    ``None`` unless the cached version matches the row.
+    Returns ``(entry, fresh, state, state_bytes, measure)``: ``fresh``
+    when the instance was just created (``on_wake`` must run); state, bytes
+    and the state's :class:`Measure` are ``None`` unless the cached version
+    matches the row.
     """
     global _peak, _bytes
     with _lock:
@@ -180,15 +202,16 @@ def checkout(
         # Re-inserted: the dict's order is the order of last use.
         _cache[row.id] = entry
         _peak = max(_peak, len(_cache))
-        state, state_bytes = None, None
+        state, state_bytes, measure = None, None, None
         if entry.state_bytes is not None and entry.version == row.version:
             state, state_bytes = entry.state, entry.state_bytes
+            measure = Measure(entry.state_size, entry.drift, entry.state_bytes)
         entry.state = entry.state_bytes = None
         entry.version = -1
         entry.state_size = INSTANCE_BYTES
         _resize(entry, INSTANCE_BYTES)
         entry.last_used = clock.now()
-    return entry, fresh, state, state_bytes
+    return entry, fresh, state, state_bytes, measure
 
 
 def _resize(entry: CachedActor, size: int) -> None:
@@ -250,19 +273,19 @@ def store(
     state: Any,
     state_bytes: bytes,
     version: int,
-    entries: int = 0,
+    measure: Measure | None = None,
 ) -> None:
     """Keep committed state for the next invocation in this process.
 
-    ``entries`` (list items and map entries of the state) sizes its
-    estimate. Past ``ACTOR_CACHE_BYTES`` the least recently used states are
-    dropped; a state over the bound by itself is not kept.
+    ``measure`` is the one the state had when it was checked out, if any
+    (:func:`remeasure`). Past ``ACTOR_CACHE_BYTES`` the least recently used
+    states are dropped; a state over the bound by itself is not kept.
     """
     global _last_store, _bytes
     _last_store = time.monotonic()
     _ensure_watcher()
     limit = rivet_settings.ACTOR_CACHE_BYTES
-    size = estimate(state_bytes, entries)
+    size, drift = remeasure(state, state_bytes, measure)
     with _lock:
         if _cache.get(actor_id) is not entry:
             return  # dropped meanwhile
@@ -273,10 +296,31 @@ def store(
         entry.state_bytes = state_bytes
         entry.version = version
         entry.committed_version, entry.committed_bytes = version, state_bytes
-        entry.state_size = size
+        entry.state_size, entry.drift = size, drift
         _resize(entry, size)
         if _bytes > limit:
             _shed(limit, keep=entry)
+
+
+def remeasure(state: Any, data: bytes, measure: Measure | None) -> tuple[int, int]:
+    """Return ``(estimate, drift)`` of a state about to be kept.
+
+    The last measure stands while the state's encoding is the one it was
+    taken for. A change of ``n`` encoded bytes moves the state's memory by
+    at most :data:`~.sizes.MAX_BYTES_PER_BYTE` times ``n``: while those
+    moves add up to less than :data:`MAX_DRIFT` of the estimate, it stands
+    (less the bytes kept), so a write of one field of a large state does
+    not walk it again; past that, or with nothing to start from, the state
+    is measured (:func:`estimate`).
+    """
+    if measure is not None:
+        if measure.data is data:
+            return measure.size, measure.drift
+        moved = sizes.MAX_BYTES_PER_BYTE * sizes.changed_bytes(measure.data, data)
+        drift = measure.drift + moved
+        if drift <= MAX_DRIFT * measure.size:
+            return measure.size + len(data) - len(measure.data), drift
+    return estimate(state, data), 0
 
 
 def _shed(limit: int, keep: CachedActor) -> None:
@@ -291,7 +335,7 @@ def _shed(limit: int, keep: CachedActor) -> None:
             continue
         other.state = other.state_bytes = other.committed_bytes = None
         other.version = other.committed_version = -1
-        other.state_size = INSTANCE_BYTES
+        other.state_size, other.drift = INSTANCE_BYTES, 0
         _resize(other, INSTANCE_BYTES)
 
 

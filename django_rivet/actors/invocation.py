@@ -28,7 +28,7 @@ from django.db.backends.utils import CursorWrapper
 
 from .. import events
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads, encode_state
+from ..encoding import cbor_dumps, cbor_loads, encode_if_changed
 from ..exceptions import (
     ActionTimeout,
     ActorBusy,
@@ -49,7 +49,7 @@ from .rows import ConnRow, LockedRow
 from .websockets import WebSocket
 
 if TYPE_CHECKING:
-    from .cache import CachedActor
+    from .cache import CachedActor, Measure
 
 __all__ = [
     "Invocation",
@@ -163,9 +163,8 @@ class Invocation:
         self.created_bytes: bytes | None = None
         self.input = input
         self.broadcasts: list[tuple[str, bytes]] = []
-        # List items and map entries of the state, counted when it is
-        # encoded (the process cache's memory estimate).
-        self.state_entries = 0
+        # The cache's measure of the state as checked out (cache.remeasure).
+        self.measure: Measure | None = None
         self.destroy_requested = False
         self.sleep_requested = False
         # Effects to run once the transaction commits (sends, publishes,
@@ -332,14 +331,17 @@ class Invocation:
         ``MAX_STATE_BYTES`` is refused with ``actor/state_too_large``
         before anything is written; the caller's transaction rolls back.
         """
-        new_bytes, self.state_entries = encode_state(self.state)
+        # An unchanged state costs one encoding (in C), no walk: see
+        # encode_if_changed.
+        changed = encode_if_changed(self.state, self.state_bytes)
+        new_bytes = self.state_bytes if changed is None else changed
         state: bytes | None = None
-        if new_bytes != self.state_bytes:
+        if changed is not None:
             if self.definition.overrides("on_state_change") and (
                 not self.created or new_bytes != self.created_bytes
             ):
                 self.call_hook("on_state_change", self.state)
-                new_bytes, self.state_entries = encode_state(self.state)
+                new_bytes = cbor_dumps(self.state, "state")
             check_state_size(new_bytes, "actor")
             state = new_bytes
         for conn in self._conns.values():

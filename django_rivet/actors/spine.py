@@ -66,10 +66,11 @@ from ..exceptions import (
     ActorReadOnly,
     Forbidden,
     ReentrantCall,
+    RivetError,
+    UserError,
 )
-from ..models import Actor as ActorRow
 from ..models import db, sql
-from . import cache, interceptors, reads, registry, rows
+from . import cache, interceptors, reads, resolution, rows
 from .calls import INTERNAL, Origin
 from .definition import Actor
 from .errors import (
@@ -122,59 +123,6 @@ class _Progress:
     """How far an attempt got: past this point a failure is never retried."""
 
     user_code: bool = False
-
-
-def _resolve_definition(ref: ActorRef, origin: Origin) -> type[Actor]:
-    if ref.name is not None:
-        definition = registry.get(ref.name, external=origin.external)
-    else:
-        assert ref.actor_id is not None
-        # An actor loaded in this process needs no lookup; invoke() checks
-        # the locked row's name anyway, in case the id now belongs to another
-        # class. The registry, not the cache, says which class serves it now.
-        cached = cache.cached_definition(ref.actor_id)
-        name = (
-            cached.name
-            if cached is not None
-            else ActorRow.objects.filter(pk=ref.actor_id)
-            .values_list("name", flat=True)
-            .first()
-        )
-        if name is None:
-            raise _not_found(ref)
-        definition = registry.get(name)
-    if origin.external and definition.server_only:
-        # Exactly what an unknown name or id gets (see registry.get_external).
-        if ref.name is not None:
-            raise registry.unknown_external(ref.name)
-        raise _not_found(ref)
-    return definition
-
-
-def _not_found(ref: ActorRef) -> ActorNotFound:
-    """The error for an absent actor: only what the caller itself sent."""
-    if ref.actor_id is not None:
-        return ActorNotFound(
-            "Actor not found", metadata={"actor_id": str(ref.actor_id)}
-        )
-    return ActorNotFound(
-        "Actor not found", metadata={"name": ref.name, "key": list(ref.key)}
-    )
-
-
-def _definition_for(
-    ref: ActorRef, row: rows.LockedRow, found: type[Actor]
-) -> type[Actor]:
-    """Return the class serving the locked row; refuse a name/id mismatch."""
-    if row.name == found.name:
-        return found
-    if ref.name is not None:
-        # ?actor_id= names an actor of another class than the URL (or key).
-        raise ActorNotFound(
-            "Actor not found",
-            metadata={"name": ref.name, "actor_id": str(row.id)},
-        )
-    return registry.get(row.name)
 
 
 def invoke(ref: ActorRef, operation: Operation, origin: Origin = INTERNAL) -> Any:
@@ -256,11 +204,11 @@ def _invoke(
     progress: _Progress,
     connection: BaseDatabaseWrapper,
 ) -> Any:
-    definition = _resolve_definition(ref, origin)
-    operation.prepare(definition)
+    definition = resolution.resolve_definition(ref, origin)
+    deferred = resolution.prepare(operation, definition, ref, origin)
     if reads.refuses(operation):
         raise ActorReadOnly.refusing("call another actor's writing action")
-    if getattr(operation, "readonly", False):
+    if deferred is None and getattr(operation, "readonly", False):
         return _read(
             ref, operation, origin, started, definition, outermost, progress, connection
         )
@@ -279,15 +227,15 @@ def _invoke(
                     bound_lock_wait(bound)  # for the creation path's waits
                 if ref.actor_id is not None:
                     # By id: the caller holds the (unguessable) id already.
-                    raise _not_found(ref)
+                    raise resolution.not_found(ref)
                 # Absent: on_auth still runs (on a provisional row), so a
                 # refused caller cannot tell absent from existing.
                 row = rows.provisional_row(ref)
             else:
                 if row.id in active:
                     raise ReentrantCall()
-                definition = _definition_for(ref, row, definition)
-            entry, fresh, state, state_bytes = cache.checkout(row, definition)
+                definition = resolution.definition_for(ref, row, definition)
+            entry, fresh, state, state_bytes, measure = cache.checkout(row, definition)
             checked_out = (row.id, entry, fresh)
             if state_bytes is None and exists:
                 state_bytes = bytes(row.state)
@@ -305,12 +253,13 @@ def _invoke(
                 connection,
                 cursor,
             )
+            invocation.measure = measure
             progress.user_code = True
             active_token = active_ids.set(active | {row.id})
             current_token = current.set(invocation)
             invoking_token = db.invoking.set(True)
             try:
-                result = _run(invocation, operation, fresh, ref)
+                result = _run(invocation, operation, fresh, ref, deferred)
             finally:
                 db.invoking.reset(invoking_token)
                 current.reset(current_token)
@@ -358,7 +307,7 @@ def _read(
     )
     if found is reads.COLD:
         # Destroyed (or evicted) between the load and the read.
-        raise _not_found(ref)
+        raise resolution.not_found(ref)
     return found
 
 
@@ -393,15 +342,28 @@ def bound_lock_wait(milliseconds: int) -> None:
 
 
 def _run(
-    invocation: Invocation, operation: Operation, fresh: bool, ref: ActorRef
+    invocation: Invocation,
+    operation: Operation,
+    fresh: bool,
+    ref: ActorRef,
+    deferred: RivetError | None = None,
 ) -> Any:
     auth = operation.auth
     if auth is not None:
-        invocation.authorize(auth)
+        try:
+            invocation.authorize(auth)
+        except (Forbidden, UserError) as refused:
+            if resolution.by_id_from_outside(ref, invocation.origin):
+                # By id, a refused caller cannot tell this actor from an
+                # absent one (an absent id has no on_auth to ask).
+                raise resolution.not_found(ref) from refused
+            raise
+    if deferred is not None:
+        raise deferred
     # Only an authorized caller learns whether the actor exists.
     if invocation.created:
         if ref.mode == "get":
-            raise _not_found(ref)
+            raise resolution.not_found(ref)
         if invocation.origin.external and not invocation.definition.create_from_clients:
             raise Forbidden(
                 f"Actors of {invocation.definition.name!r} are created by server "
@@ -453,7 +415,7 @@ def _after(invocation: Invocation, outermost: bool) -> None:
         invocation.state,
         invocation.state_bytes,
         invocation.row.version,
-        invocation.state_entries,
+        invocation.measure,
     )
     _maybe_evict_idle()
 

@@ -6,13 +6,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 
 from .. import clock
 from ..encoding import cbor_loads, json_dumps
 
 __all__ = [
+    "NOTED_CHANGE_LIST",
     "ReadOnlyAdmin",
     "cbor_display",
     "pretty",
@@ -68,6 +69,10 @@ else:
     _ModelAdmin = admin.ModelAdmin
 
 
+#: A change list with a line of explanation above it (``rivet_note``).
+NOTED_CHANGE_LIST = "admin/django_rivet/retention_change_list.html"
+
+
 class ReadOnlyAdmin(_ModelAdmin):
     """View-only admin for runtime records."""
 
@@ -79,6 +84,22 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def noted_changelist(
+        self,
+        request: HttpRequest,
+        extra_context: dict[str, Any] | None,
+        label: str,
+        names: Iterable[str],
+    ) -> HttpResponse:
+        """Render the change list with a line naming ``names`` after ``label``.
+
+        For what has no row yet: a page view (GET) writes nothing.
+        """
+        missing = sorted(names)
+        note = f"{label}: {', '.join(missing)}." if missing else ""
+        context = {"rivet_note": note, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def apply_each(
         self,

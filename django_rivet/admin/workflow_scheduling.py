@@ -28,7 +28,7 @@ from ..models import (
     WorkflowStatus,
 )
 from ..workflows import queues, scheduled
-from .rendering import ReadOnlyAdmin
+from .rendering import NOTED_CHANGE_LIST, ReadOnlyAdmin
 
 
 def _workflows_link(text: Any, **filters: str) -> str:
@@ -55,16 +55,17 @@ class WorkflowQueueAdmin(ReadOnlyAdmin):
     fields = readonly_fields
     ordering = ["name"]
 
+    change_list_template = NOTED_CHANGE_LIST
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # List every configured queue, used or not yet.
-        now = clock.now_datetime()
-        WorkflowQueue.objects.bulk_create(
-            [WorkflowQueue(name=name, created_at=now) for name in queues.configured()],
-            ignore_conflicts=True,
+        # A queue's row is written by its first admission pass.
+        used = WorkflowQueue.objects.values_list("name", flat=True)
+        unused = set(queues.configured()) - set(used)
+        return self.noted_changelist(
+            request, extra_context, "Configured, not used yet", unused
         )
-        return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowQueue]:
         oldest = (
@@ -140,11 +141,17 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     fields = readonly_fields
     actions = ["pause_schedules", "resume_schedules", "run_now"]
 
+    change_list_template = NOTED_CHANGE_LIST
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        scheduled.sync()  # rows follow the code
-        return super().changelist_view(request, extra_context)
+        # Rows follow the code at every worker round and sweep (and before
+        # each action).
+        written = ScheduledWorkflow.objects.values_list("name", flat=True)
+        label = "In the code, written at the next worker round or sweep"
+        new = set(scheduled.definitions()) - set(written)
+        return self.noted_changelist(request, extra_context, label, new)
 
     @admin.display(description="last workflow")
     def last_workflow(self, obj: ScheduledWorkflow) -> str:

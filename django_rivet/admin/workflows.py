@@ -2,6 +2,10 @@
 
 Rows and history are read-only; the actions go through the runtime's
 operations, which take the workflow's lease first, so they never race a run.
+A page view (GET) runs no workflow code and writes nothing: the replay
+check, which runs the workflow's code against its history, is an action
+(a POST, with the permission to control workflows), offered on the page as
+a button.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -72,6 +76,7 @@ class WorkflowAdmin(RetentionAdmin):
     )
     fields = readonly_fields
     actions = [
+        "check_replay",
         "cancel_workflows",
         "recover_workflows",
         "resume_workflows",
@@ -121,20 +126,25 @@ class WorkflowAdmin(RetentionAdmin):
 
     @admin.display(description="replay check")
     def replay_check(self, obj: Workflow) -> str:
-        """Replay the history against the deployed code (``rivet_check_replay``)."""
+        """Offer the replay check (``rivet_check_replay``) as a POST button.
+
+        The check runs the workflow's code, so it is never run by a GET.
+        The button submits the page's form (it carries the CSRF token) to
+        the change list's ``check_replay`` action.
+        """
         if obj.status not in WORKFLOW_ACTIVE:
             return "- (finished: nothing will replay it)"
-        try:
-            found = control.check(obj.pk)
-        except Exception as exc:  # show why rather than break the page
-            return format_html("<pre>the check failed: {}</pre>", exc)
-        if found is None:
-            return "replays cleanly against the deployed code"
         return format_html(
-            "<strong>diverges</strong> at <code>{}</code> ({}): {}",
-            found.location or "<root>",
-            found.code,
-            found.reason,
+            '<input type="hidden" name="{}" value="{}">'
+            '<button type="submit" class="button" name="action" '
+            'value="check_replay" formaction="{}" formmethod="post">'
+            "Check the replay now</button>"
+            '<p class="help">Runs the workflow\'s code against its history, '
+            "as the next run would (needs the permission to change "
+            "workflows).</p>",
+            helpers.ACTION_CHECKBOX_NAME,
+            obj.pk,
+            reverse("admin:django_rivet_workflow_changelist"),
         )
 
     @admin.display(description="input")
@@ -211,6 +221,20 @@ class WorkflowAdmin(RetentionAdmin):
     ) -> None:
 
         self._each(request, queryset, "wake", operations.wake)
+
+    @admin.action(description="Check the replay against the deployed code")
+    def check_replay(
+        self, request: HttpRequest, queryset: QuerySet[Workflow]
+    ) -> HttpResponseRedirect | None:
+        for workflow_id in queryset.values_list("id", flat=True)[:MAX_CHECKS]:
+            self.message_user(request, *_replay_verdict(workflow_id))
+        ids = list(queryset.values_list("id", flat=True)[:2])
+        if len(ids) != 1:
+            return None
+        # Back to the page the button is on.
+        return HttpResponseRedirect(
+            reverse("admin:django_rivet_workflow_change", args=[quote(ids[0])])
+        )
 
     @admin.action(description="Replay the selected workflow from a step")
     def replay_workflow(
@@ -289,12 +313,34 @@ class WorkflowAdmin(RetentionAdmin):
             },
         )
 
+    check_replay.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     cancel_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     recover_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     resume_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     wake_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     replay_workflow.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     send_message.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+
+
+# Workflows one replay-check action checks at most (each runs its code).
+MAX_CHECKS = 20
+
+
+def _replay_verdict(workflow_id: str) -> tuple[str, int]:
+    """Return the replay check's message for ``workflow_id`` and its level."""
+    try:
+        found = control.check(workflow_id)
+    except Exception as exc:  # report why rather than fail the request
+        return f"Workflow {workflow_id}: the replay check failed: {exc}", messages.ERROR
+    if found is None:
+        return f"Workflow {workflow_id} replays cleanly against the deployed code.", (
+            messages.SUCCESS
+        )
+    where = found.location or "<root>"
+    return (
+        f"Workflow {workflow_id} diverges at {where} ({found.code}): {found.reason}",
+        messages.WARNING,
+    )
 
 
 def _link(workflow_id: str) -> str:

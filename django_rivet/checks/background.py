@@ -25,16 +25,16 @@ __all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]
 E701 = "RIVET['WORKFLOW_QUEUES'] {problem}."
 E701_HINT = (
     "Map each queue name to its limits, e.g. {'emails': {'concurrency': 5, "
-    "'rate_limit': (100, 60.0)}}: concurrency a positive integer, rate_limit "
-    "(a positive integer, a positive number of seconds); None or absent for "
-    "no limit."
+    "'rate_limit': (100, 60.0), 'max_queued': 10000}}: concurrency and "
+    "max_queued positive integers, rate_limit (a positive integer, a "
+    "positive number of seconds); None or absent for no limit."
 )
 E702 = "Scheduled workflow {name!r} ({where}) {problem}."
 E702_HINT = (
     "Use five cron fields (or @daily...) and an IANA zone name; names of "
     "scheduled workflows are at most 200 characters (tick ids add the time)."
 )
-_QUEUE_OPTIONS = {"concurrency", "rate_limit"}
+_QUEUE_OPTIONS = {"concurrency", "rate_limit", "max_queued"}
 SCHEDULED_NAME_MAX_LENGTH = 200
 
 
@@ -67,9 +67,10 @@ def _queue_problems() -> list[str]:
         unknown = sorted(set(options) - _QUEUE_OPTIONS)
         if unknown:
             problems.append(f"entry {name!r} has unknown options {unknown}")
-        concurrency = options.get("concurrency")
-        if concurrency is not None and not _positive(concurrency, int):
-            problems.append(f"entry {name!r}: concurrency must be a positive integer")
+        for option in ("concurrency", "max_queued"):
+            value = options.get(option)
+            if value is not None and not _positive(value, int):
+                problems.append(f"entry {name!r}: {option} must be a positive integer")
         rate = options.get("rate_limit")
         if rate is not None and not (
             isinstance(rate, list | tuple)

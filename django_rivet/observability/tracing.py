@@ -13,7 +13,11 @@ Where a span's parent comes from (docs/observability.md, "Traces"):
 - otherwise an HTTP request's ``traceparent`` header (and a WebSocket
   handshake's, for the connect); a WebSocket *action* starts a trace of its
   own that links to the handshake's context, since one socket carries many
-  unrelated calls;
+  unrelated calls. ``RIVET["INCOMING_TRACE"]`` decides what the header
+  does: ``"continue"`` (the default, as the OpenTelemetry Django and ASGI
+  instrumentations do) makes it the parent, ``"link"`` starts a trace of the
+  server's own linking to it, ``"new"`` ignores it: a client then chooses no
+  trace id the server stores, and its sampled flag decides nothing;
 - scheduled work, queue messages and workflow runs continue the trace of the
   span that created them, stored with the row as a W3C ``traceparent``; a
   span current when they run (a Celery task's span, say) becomes a link.
@@ -26,6 +30,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.db.models import Model
+
+from ..conf import rivet_settings
 
 try:
     from opentelemetry import propagate, trace
@@ -142,10 +148,11 @@ def start(
     if parent is not None:
         links = _current_link()
     elif not trace.get_current_span().get_span_context().is_valid:
-        remote = parent_from_headers(headers)
+        incoming = rivet_settings.INCOMING_TRACE
+        remote = None if incoming == "new" else parent_from_headers(headers)
         if remote is not None:
             kind = SpanKind.SERVER
-            if link_headers:
+            if link_headers or incoming == "link":
                 links = [Link(trace.get_current_span(remote).get_span_context())]
             else:
                 parent = remote

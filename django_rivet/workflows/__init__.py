@@ -81,10 +81,14 @@ from ..engine import (
     workflow,
 )
 from ..exceptions import (
+    InvalidQueueArguments,
     UnknownWorkflowQueue,
+    WorkflowCannotWait,
     WorkflowDeduplicated,
+    WorkflowFinished,
     WorkflowInboxFull,
     WorkflowNotFound,
+    WorkflowQueueFull,
 )
 
 if TYPE_CHECKING:
@@ -126,16 +130,20 @@ __all__ = [
     "StepResult",
     "StepTimeoutError",
     "StorageLimitError",
+    "InvalidQueueArguments",
     "UnknownWorkflowQueue",
     "WorkflowCancelled",
     "WorkflowContext",
+    "WorkflowCannotWait",
     "WorkflowDeduplicated",
+    "WorkflowFinished",
     "WorkflowDefinition",
     "WorkflowError",
     "WorkflowHandle",
     "WorkflowInboxFull",
     "WorkflowNoReply",
     "WorkflowNotFound",
+    "WorkflowQueueFull",
     "WorkflowRequestTimeout",
     "WorkflowSnapshot",
     "WorkflowTimeout",

@@ -42,7 +42,7 @@ from ..engine import (
 from ..engine.errors import error_from_info
 from ..engine.ops import WorkflowSnapshot
 from ..engine.values import seconds
-from ..models import WORKFLOW_FINISHED, Workflow
+from ..models import WORKFLOW_FINISHED, Workflow, db
 from . import control, operations, published, queries
 
 __all__ = [
@@ -105,6 +105,8 @@ class WorkflowHandle:
         workflow never started, which means no worker runs. Something must
         run the workflow meanwhile: a Celery worker, ``rivet_worker``, the
         embedded worker, or in tests :func:`django_rivet.testing.run_until_idle`.
+        Inside an actor invocation it does not wait: a workflow that has not
+        finished raises ``WorkflowCannotWait`` (``workflow/cannot_wait``).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = _POLL_FIRST
@@ -112,6 +114,8 @@ class WorkflowHandle:
             finished = self._finished()
             if finished is not None:
                 return _outcome(self.workflow_id, *finished)
+            if db.in_invocation():
+                raise published.refuse_wait("handle.result()", self.workflow_id)
             pause = _pause(deadline, delay)
             if pause is None:
                 raise self._timed_out(timeout)
@@ -126,6 +130,8 @@ class WorkflowHandle:
             finished = await sync_to_async(self._finished)()
             if finished is not None:
                 return _outcome(self.workflow_id, *finished)
+            if db.in_invocation():
+                raise published.refuse_wait("handle.aresult()", self.workflow_id)
             pause = _pause(deadline, delay)
             if pause is None:
                 raise await sync_to_async(self._timed_out)(timeout)
@@ -255,7 +261,9 @@ class WorkflowHandle:
         (``workflow/no_reply``) at once if the workflow ends without
         replying. While no worker has picked the workflow up, this runs it
         here up to its reply (so it works without a worker and inside an
-        action's transaction).
+        action's transaction). Inside an actor invocation it never waits:
+        if that run did not reply, the message is withdrawn and
+        ``WorkflowCannotWait`` (``workflow/cannot_wait``) raised at once.
         """
         return published.request(self.workflow_id, name, body, timeout)
 
@@ -270,7 +278,8 @@ class WorkflowHandle:
 
         Without ``timeout``, None at once if it was never set; with one, wait
         up to ``timeout`` seconds for a first value (None if none came, or
-        as soon as the workflow finished without setting it).
+        as soon as the workflow finished without setting it). Inside an
+        actor invocation a wait is refused (``workflow/cannot_wait``).
         """
         return published.get_event(self.workflow_id, key, timeout)
 

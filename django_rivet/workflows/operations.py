@@ -31,9 +31,10 @@ from ..engine import (
     schema,
 )
 from ..engine.ops import WorkflowSnapshot, read_workflow
-from ..exceptions import WorkflowInboxFull, WorkflowNotFound
+from ..exceptions import WorkflowFinished, WorkflowInboxFull, WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
     Workflow,
     WorkflowKV,
     WorkflowMessage,
@@ -100,8 +101,9 @@ def start(
     the surrounding transaction commits. An existing id returns its own
     name (a different workflow name under that id is a ``ValueError``).
     With ``queue`` the workflow is stored ``queued`` and admission starts
-    it (:mod:`.queues`). ``timeout`` (seconds; default: the definition's)
-    sets its deadline.
+    it (:mod:`.queues`); past the queue's ``max_queued`` the start is refused
+    (``workflow/queue_full``). ``timeout`` (seconds; default: the
+    definition's) sets its deadline.
     """
     where = queues.placement(queue, priority, dedup_key)
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
@@ -152,6 +154,7 @@ def start(
         if where is None:
             schedule_wake(workflow_id, now)
         else:
+            queues.check_depth(where.queue)
             queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
 
@@ -235,8 +238,11 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     """Store a message in the workflow's inbox and wake it if it waits for it.
 
     Returns the message id. Raises ``TypeError`` for a body that cannot be
-    stored, ``workflow/not_found`` for an unknown workflow and
-    ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES`` unreceived messages.
+    stored, ``workflow/not_found`` for an unknown workflow,
+    ``workflow/finished`` for one that finished (completed, failed or
+    cancelled: nothing would receive it, and it would be kept until
+    retention) and ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES``
+    unreceived messages.
     """
     data = encode_body(body)
     now = clock.now_datetime()
@@ -248,6 +254,12 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
         if not rows.update(wake_signal=F("wake_signal") + 1):
             raise _not_found(workflow_id)
         status, waiting_for = rows.values_list("status", "waiting_for").get()
+        if status in WORKFLOW_FINISHED:
+            raise WorkflowFinished(
+                f"Workflow {workflow_id!r} has finished ({status}): it takes no "
+                "more messages",
+                metadata={"status": status},
+            )
         check_inbox(workflow_id)
         message = WorkflowMessage.objects.create(
             workflow_id=workflow_id, name=name, body=data

@@ -11,7 +11,12 @@ the reply is recorded (the run then stops and the workflow is due again, for
 a worker to carry on). So a request works with no worker running, in tests
 under ``freeze_time``, and from inside a transaction (an actor action),
 where the message is not committed and no worker could see it. Otherwise
-it polls, like ``handle.result()``.
+it polls, like ``handle.result()`` -- except inside an actor invocation:
+there nothing can answer while it waits (its message is not committed) and
+the wait would hold the invocation's transaction, on SQLite every write of
+the process, so a request that the run here did not answer is withdrawn
+and refused at once (``workflow/cannot_wait``), as is any other wait for a
+workflow (:func:`refuse_wait`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from asgiref.sync import sync_to_async
 
 from ..conf import rivet_settings
 from ..engine import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
+from ..exceptions import WorkflowCannotWait
 from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
 from . import execution, operations
 
@@ -37,6 +43,7 @@ __all__ = [
     "arequest",
     "get_event",
     "read_event",
+    "refuse_wait",
     "request",
     "take_reply",
 ]
@@ -75,6 +82,34 @@ def take_reply(workflow_id: str, message_id: str) -> tuple[bool, Any]:
     return True, value
 
 
+_INSTEAD = (
+    "Send with handle.send() in the action and let the workflow answer the "
+    "actor (a step calling it, or its schedule), or wait outside the action "
+    "(in the view or task that calls it), or read without waiting "
+    "(handle.status, handle.get_event(key) without a timeout)."
+)
+
+
+def refuse_wait(what: str, workflow_id: str) -> WorkflowCannotWait:
+    """Return the error for a wait inside an actor invocation, and log it.
+
+    ``what`` names the call (``handle.result()``...). Nothing the wait could
+    see changes before the invocation commits, and waiting would hold its
+    transaction. The message says what to do instead; the workflow id is
+    only logged, not sent to the action's caller.
+    """
+    logger.warning(
+        "wait for a workflow refused inside an actor invocation workflow=%s call=%s",
+        workflow_id,
+        what,
+    )
+    return WorkflowCannotWait(
+        f"{what} cannot wait for a workflow inside an actor invocation: the "
+        "wait would hold the invocation's transaction (on SQLite, every write "
+        f"of the process) and nothing it waits for is committed. {_INSTEAD}"
+    )
+
+
 def _limit(timeout: float | None) -> float:
     limit = rivet_settings.ACTION_TIMEOUT if timeout is None else timeout
     if limit <= 0:
@@ -95,6 +130,21 @@ def _event_step(workflow_id: str, key: str) -> tuple[bool, Any]:
     return False, None
 
 
+def _event_pause(
+    workflow_id: str, deadline: float | None, delay: float
+) -> float | None:
+    """Return how long to wait before looking again; None past the deadline.
+
+    Inside an actor invocation a wait is refused (:func:`refuse_wait`).
+    """
+    remaining = 0.0 if deadline is None else deadline - time.monotonic()
+    if remaining <= 0:
+        return None
+    if db.in_invocation():
+        raise refuse_wait("handle.get_event(key, timeout=...)", workflow_id)
+    return min(delay, remaining)
+
+
 def get_event(workflow_id: str, key: str, timeout: float | None = None) -> Any:
     """Return the latest value of event ``key``; wait up to ``timeout`` for one.
 
@@ -107,10 +157,10 @@ def get_event(workflow_id: str, key: str, timeout: float | None = None) -> Any:
         done, value = _event_step(workflow_id, key)
         if done:
             return value
-        remaining = 0.0 if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
+        pause = _event_pause(workflow_id, deadline, delay)
+        if pause is None:
             return None
-        time.sleep(min(delay, remaining))
+        time.sleep(pause)
         delay = min(delay * 2, POLL_MAX)
 
 
@@ -122,10 +172,10 @@ async def aget_event(workflow_id: str, key: str, timeout: float | None = None) -
         done, value = await sync_to_async(_event_step)(workflow_id, key)
         if done:
             return value
-        remaining = 0.0 if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
+        pause = _event_pause(workflow_id, deadline, delay)
+        if pause is None:
             return None
-        await asyncio.sleep(min(delay, remaining))
+        await asyncio.sleep(pause)
         delay = min(delay * 2, POLL_MAX)
 
 
@@ -155,12 +205,31 @@ def _request_step(workflow_id: str, message_id: str) -> tuple[bool, Any]:
     return False, None
 
 
+def _withdraw(workflow_id: str, message_id: str) -> bool:
+    """Delete the request's message if the workflow has not received it yet."""
+    found = WorkflowMessage.objects.filter(pk=int(message_id), workflow_id=workflow_id)
+    return bool(found.delete()[0])
+
+
+def _request_here(workflow_id: str, message_id: str) -> Any:
+    """Answer a request inside an invocation from a run here, or refuse it.
+
+    The run here (:func:`_request_step`) is the only thing that can answer
+    before the invocation commits; if it did not, waiting would only hold
+    the transaction. The message is withdrawn, so an action that catches
+    the refusal leaves no request behind.
+    """
+    done, value = _request_step(workflow_id, message_id)
+    if done:
+        return value
+    _withdraw(workflow_id, message_id)
+    raise refuse_wait("handle.request()", workflow_id)
+
+
 def _timed_out(workflow_id: str, name: str, message_id: str, limit: float) -> None:
     # Withdraw the request if the workflow has not received it yet: nobody
     # waits for its answer any more.
-    withdrawn = WorkflowMessage.objects.filter(
-        pk=int(message_id), workflow_id=workflow_id
-    ).delete()[0]
+    withdrawn = _withdraw(workflow_id, message_id)
     logger.info(
         "workflow request timed out workflow=%s name=%s withdrawn=%s",
         workflow_id,
@@ -182,11 +251,15 @@ def request(
     ``timeout`` seconds (default ``RIVET["ACTION_TIMEOUT"]``; the request is
     withdrawn if the workflow has not received it yet) and ``WorkflowNoReply``
     (``workflow/no_reply``) as soon as the workflow finishes without
-    replying.
+    replying. Inside an actor invocation it never waits: the workflow runs
+    here up to its reply, or the request is withdrawn and refused
+    (``workflow/cannot_wait``).
     """
     limit = _limit(timeout)
     deadline = time.monotonic() + limit
     message_id = operations.send(workflow_id, name, body)
+    if db.in_invocation():
+        return _request_here(workflow_id, message_id)
     delay = POLL_FIRST
     while True:
         done, value = _request_step(workflow_id, message_id)

@@ -23,7 +23,12 @@ on every sweep and worker round, so a lost trigger only delays a start.
 
 A ``dedup_key`` is unique among a queue's workflows that have not finished
 (a partial unique index), so starting a second one raises
-:class:`~django_rivet.exceptions.WorkflowDeduplicated` with the holder's id.
+:class:`~django_rivet.exceptions.WorkflowDeduplicated`; the holder's id is
+on the error for server code, never in what a client may be shown (the
+holder may be another caller's). ``max_queued`` bounds how many workflows
+wait in the queue: a start past it raises
+:class:`~django_rivet.exceptions.WorkflowQueueFull` (``workflow/queue_full``,
+429) and stores nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +45,12 @@ from django.db.models import Count, Min, Q
 
 from .. import clock, dispatch
 from ..conf import rivet_settings
-from ..exceptions import UnknownWorkflowQueue, WorkflowDeduplicated
+from ..exceptions import (
+    InvalidQueueArguments,
+    UnknownWorkflowQueue,
+    WorkflowDeduplicated,
+    WorkflowQueueFull,
+)
 from ..models import (
     WORKFLOW_ACTIVE,
     WORKFLOW_ADMITTED,
@@ -63,6 +73,7 @@ __all__ = [
     "admit_after_start",
     "admit_due",
     "admit_on_commit",
+    "check_depth",
     "configured",
     "duplicate_of",
     "next_admission_at",
@@ -86,6 +97,8 @@ class QueueConfig:
     name: str
     concurrency: int | None = None
     rate_limit: tuple[int, float] | None = None
+    # Workflows waiting to start (queued) at most; None: no bound.
+    max_queued: int | None = None
 
 
 def configured() -> dict[str, QueueConfig]:
@@ -98,6 +111,7 @@ def configured() -> dict[str, QueueConfig]:
             name,
             options.get("concurrency"),
             None if rate is None else (int(rate[0]), float(rate[1])),
+            options.get("max_queued"),
         )
     return queues
 
@@ -127,12 +141,12 @@ def placement(
     """Check the queue arguments of a start; ``None`` for a direct start.
 
     Raises ``workflow/unknown_queue`` for a queue that is not configured,
-    ``ValueError``/``TypeError`` for a bad priority or key, or for either
-    without a queue.
+    ``workflow/invalid_queue_args`` (400; also a ``ValueError`` and a
+    ``TypeError``) for a bad priority or key, or for either without a queue.
     """
     if queue is None:
         if priority != 0 or dedup_key is not None:
-            raise ValueError("priority and dedup_key need a queue=")
+            raise _invalid("priority and dedup_key need a queue=")
         return None
     if not isinstance(queue, str) or queue not in configured():
         raise UnknownWorkflowQueue(
@@ -140,16 +154,47 @@ def placement(
             metadata={"queue": queue},
         )
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError("priority is an integer (lower starts first)")
+        raise _invalid("priority is an integer (lower starts first)", "priority")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        raise ValueError("priority must fit in 32 bits")
+        raise _invalid(
+            f"priority is from {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}", "priority"
+        )
     if dedup_key is not None and (
         not isinstance(dedup_key, str)
         or not 0 < len(dedup_key) <= DEDUP_KEY_MAX_LENGTH
         or "\x00" in dedup_key
     ):
-        raise ValueError(f"dedup_key is 1 to {DEDUP_KEY_MAX_LENGTH} characters, no NUL")
+        raise _invalid(
+            f"dedup_key is 1 to {DEDUP_KEY_MAX_LENGTH} characters, no NUL",
+            "dedup_key",
+        )
     return Placement(queue, priority, dedup_key or "")
+
+
+def _invalid(message: str, argument: str | None = None) -> InvalidQueueArguments:
+    metadata = None if argument is None else {"argument": argument}
+    return InvalidQueueArguments(message, metadata=metadata)
+
+
+def check_depth(name: str) -> None:
+    """Refuse a start into a queue holding ``max_queued`` queued workflows.
+
+    Counted in the start's transaction, after its own row is inserted, with
+    a bounded count (at most ``max_queued + 1`` index entries). Not under the
+    queue's lock (a start inside an action would hold it through the
+    action): concurrent starts on PostgreSQL can each pass at the bound, so
+    a queue may exceed it by the starts in flight at that moment.
+    """
+    config = configured().get(name)
+    if config is None or config.max_queued is None:
+        return
+    bound = config.max_queued
+    depth = _of_queue(name).filter(status=WorkflowStatus.QUEUED)[: bound + 1].count()
+    if depth > bound:
+        raise WorkflowQueueFull(
+            f"Workflow queue {name!r} holds {bound} workflows waiting to start",
+            metadata={"queue": name, "limit": bound},
+        )
 
 
 def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicated:
@@ -167,14 +212,13 @@ def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicate
     )
     if not where.dedup_key or holder is None:
         raise error
+    # The holder may be another caller's workflow: its id (and the key,
+    # which may be derived from what that caller sent) stays on the server.
     return WorkflowDeduplicated(
-        f"Workflow {holder!r} holds deduplication key {where.dedup_key!r} "
-        f"in queue {where.queue!r}",
-        metadata={
-            "workflow_id": holder,
-            "queue": where.queue,
-            "dedup_key": where.dedup_key,
-        },
+        f"A workflow of queue {where.queue!r} that has not finished holds this "
+        "deduplication key",
+        metadata={"queue": where.queue},
+        holder=str(holder),
     )
 
 

@@ -10,9 +10,9 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_rivet import workflows
-from django_rivet.models import ScheduledWorkflow, Workflow
+from django_rivet.models import ScheduledWorkflow, Workflow, WorkflowQueue
 from django_rivet.testing import freeze_time
-from django_rivet.workflows import queues, workflow
+from django_rivet.workflows import queues, scheduled, workflow
 from django_rivet.workflows.registry import register_temporarily
 from tests.support.admin import act
 from tests.support.clock import START
@@ -39,7 +39,9 @@ def test_the_queue_page_shows_depth_running_and_oldest_wait(viewer):
     assert "status__exact=queued" in page
     assert ">1</a>" in page and ">2</a>" in page  # depth 1, running 2
     assert "5\xa0minutes" in page
-    assert "idle" in page  # configured, never used: listed too
+    # Configured, never used: named, and the page view wrote no row for it.
+    assert "Configured, not used yet: idle." in page
+    assert not WorkflowQueue.objects.filter(name="idle").exists()
     stats = {s.name: s for s in queues.queue_stats()}
     assert (stats["pair"].depth, stats["pair"].running) == (1, 2)
     workflows_page = viewer.get(
@@ -58,6 +60,13 @@ async def admin_nightly(ctx, tick):
 def test_scheduled_workflows_can_be_paused_resumed_and_run_now(root):
     with register_temporarily(admin_nightly), freeze_time(START):
         listing = root.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
+        # A page view writes nothing: the new schedule is named, not stored.
+        assert "written at the next worker round or sweep: admin_nightly" in (
+            listing.content.decode()
+        )
+        assert not ScheduledWorkflow.objects.exists()
+        scheduled.sync()  # what the next worker round does
+        listing = root.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
         assert "admin_nightly" in listing.content.decode()
         response = act(root, "scheduledworkflow", "pause_schedules", ["admin_nightly"])
         assert "Pause: admin_nightly." in response.content.decode()
@@ -71,6 +80,7 @@ def test_scheduled_workflows_can_be_paused_resumed_and_run_now(root):
 
 def test_viewers_cannot_pause_or_run_scheduled_workflows(viewer):
     with register_temporarily(admin_nightly), freeze_time(START):
+        scheduled.sync()
         viewer.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
         act(viewer, "scheduledworkflow", "pause_schedules", ["admin_nightly"])
         act(viewer, "scheduledworkflow", "run_now", ["admin_nightly"])

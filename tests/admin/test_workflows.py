@@ -159,20 +159,38 @@ def test_the_page_links_parent_and_children(viewer):
     assert ">fam</a> (detached)" in child_page
 
 
-def test_the_page_checks_replay_against_the_deployed_code(viewer):
+def test_the_replay_check_runs_on_a_post_never_on_a_page_view(viewer, client):
     from django_rivet.workflows import registry, workflow
+
+    ran = []
 
     @workflow(name="approval")
     async def renamed(ctx, input):
+        ran.append(input)  # what a replay check runs
         message = await ctx.messages.next("wait-for-approval", names=["approve"])
         return message.body
 
     waiting = workflows.start("approval", {}, id="checked")
     run_until_idle(waiting)
-    assert "replays cleanly against the deployed code" in change_page(viewer, "checked")
     with registry.register_temporarily(renamed):
         html = change_page(viewer, "checked")
-    assert "<strong>diverges</strong> at <code>wait-approval</code>" in html
+        assert ran == []  # a GET ran none of the workflow's code
+        assert 'value="check_replay"' in html and 'formmethod="post"' in html
+        assert "diverges" not in html
+        # A viewer may not run it.
+        assert "diverges" not in act(viewer, "check_replay", "checked").content.decode()
+        assert ran == []
+        operator = log_in_staff(
+            client, "view_workflow", "change_workflow", username="op"
+        )
+        response = act(operator, "check_replay", "checked")
+    assert ran == [{}]
+    page = response.content.decode()
+    assert "Workflow checked diverges at wait-approval" in page
+    assert response.redirect_chain[-1][0].endswith("/checked/change/")
+    assert (
+        "replays cleanly" in act(operator, "check_replay", "checked").content.decode()
+    )
 
 
 def test_the_page_shows_a_failed_steps_traceback(viewer):

@@ -467,6 +467,34 @@ def test_allowing_every_address_to_read_metrics_is_w701():
     assert message.msg == rivet_checks.W801.format(entry="0.0.0.0/0")
 
 
+@override_settings(RIVET={"TRUSTED_PROXIES": ["127.0.0.1", "proxy.local"]})
+def test_a_trusted_proxy_that_is_not_an_address_is_e802():
+    (message,) = [m for m in run_checks() if m.id == "rivet.E802"]
+    assert message.msg == rivet_checks.E802.format(entry="proxy.local")
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "sign"),
+    [
+        (["daphne", "--proxy-headers", "x:app"], {}, "--proxy-headers"),
+        (["uvicorn", "--forwarded-allow-ips=*", "x:app"], {}, "--forwarded-allow-ips"),
+        (["manage.py", "check"], {"FORWARDED_ALLOW_IPS": "*"}, "FORWARDED_ALLOW_IPS"),
+    ],
+)
+def test_metrics_allowed_by_address_behind_a_rewriting_server_is_w802(
+    monkeypatch, argv, environ, sign
+):
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with override_settings(RIVET={"METRICS_ALLOWED_IPS": ["10.0.0.0/8"]}):
+        (message,) = [m for m in run_checks() if m.id == "rivet.W802"]
+    assert sign in message.msg
+    # Nothing to warn about without an address allow-list.
+    assert not [m for m in run_checks() if m.id == "rivet.W802"]
+
+
 @pytest.mark.parametrize(
     "rivet",
     [{"METRICS_ALLOW_STAFF": "yes"}, {"METRICS_ALLOWED_IPS": "127.0.0.1"}],

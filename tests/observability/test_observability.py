@@ -90,6 +90,28 @@ def test_an_http_action_with_a_traceparent_is_a_span_in_that_trace(spans):
     assert span["status"] == "UNSET"
 
 
+@pytest.mark.parametrize("incoming", ["continue", "link", "new"])
+def test_incoming_trace_decides_whether_a_client_chooses_the_trace(spans, incoming):
+    # The client's span is not sampled (flags 00): continued, it decides
+    # that the server's spans are not recorded either.
+    unsampled = f"00-{TRACE_ID}-{PARENT_ID}-00"
+    with override_settings(RIVET={"INCOMING_TRACE": incoming}), freeze_time():
+        post_action(Client(), "shop", "later", headers={"traceparent": unsampled})
+        stored = Schedule.objects.get().traceparent
+    found = named(spans(), "rivet.action")
+    if incoming == "continue":
+        assert found == []  # suppressed by the client's flags
+        assert stored.split("-")[1] == TRACE_ID  # and its trace id stored
+        return
+    (span,) = found
+    assert (span["trace_id"], span["parent_id"]) != (TRACE_ID, PARENT_ID)
+    assert span["parent_id"] is None  # a trace of the server's own
+    # What schedules and workflows continue is the server's trace.
+    assert stored.split("-")[1] == span["trace_id"]
+    linked = [link["trace_id"] for link in span["links"]]
+    assert linked == ([TRACE_ID] if incoming == "link" else [])
+
+
 def test_a_failing_action_span_has_its_error_code_and_an_error_status(spans):
     response = post_action(
         Client(), "shop", "fail", headers={"traceparent": TRACEPARENT}
@@ -353,6 +375,64 @@ def test_listed_addresses_and_networks_may_scrape_without_logging_in():
     assert b"# TYPE rivet_actions_total counter" in inside.content
     assert outside.status_code == 403
     assert v6.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("peer", "headers", "trusted", "status"),
+    [
+        # What the server set REMOTE_ADDR from (daphne --proxy-headers takes
+        # the header's first entry; uvicorn its last untrusted one): refused.
+        ("10.1.2.3", {"HTTP_X_FORWARDED_FOR": "10.1.2.3"}, [], 403),
+        ("10.1.2.3", {"HTTP_X_FORWARDED_FOR": "10.1.2.3, 127.0.0.1"}, [], 403),
+        ("10.1.2.3", {"HTTP_X_REAL_IP": "10.1.2.3"}, ["127.0.0.1"], 403),
+        # A forwarding header and no trusted proxy: the peer may be a proxy.
+        ("10.1.2.3", {"HTTP_X_FORWARDED_FOR": "192.0.2.7"}, [], 403),
+        ("10.1.2.3", {"HTTP_FORWARDED": "for=10.9.9.9"}, [], 403),
+        ("10.1.2.3", {}, [], 200),
+        # Through a trusted proxy: the last address it did not write.
+        ("127.0.0.1", {"HTTP_X_FORWARDED_FOR": "10.1.2.3"}, ["127.0.0.1"], 200),
+        ("127.0.0.1", {"HTTP_X_FORWARDED_FOR": "10.1.2.3"}, [], 403),
+        (
+            "127.0.0.1",
+            {"HTTP_X_FORWARDED_FOR": "10.1.2.3, 192.0.2.7"},
+            ["127.0.0.0/8"],
+            403,
+        ),
+        (
+            "127.0.0.1",
+            {"HTTP_X_FORWARDED_FOR": "192.0.2.7, 10.1.2.3, 172.16.0.1"},
+            ["127.0.0.1", "172.16.0.0/12"],
+            200,
+        ),
+        (
+            "127.0.0.1",
+            {"HTTP_X_FORWARDED_FOR": "garbage, 127.0.0.1"},
+            ["127.0.0.1"],
+            403,
+        ),
+        ("127.0.0.1", {"HTTP_X_REAL_IP": "10.1.2.3"}, ["127.0.0.1"], 403),
+    ],
+)
+def test_a_forwarded_client_address_counts_only_through_trusted_proxies(
+    peer, headers, trusted, status
+):
+    rivet = {"METRICS_ALLOWED_IPS": ["10.0.0.0/8"], "TRUSTED_PROXIES": trusted}
+    with override_settings(RIVET=rivet):
+        response = Client(REMOTE_ADDR=peer).get("/metrics/", **headers)
+    assert response.status_code == status
+
+
+def test_a_server_that_rewrites_remote_addr_is_logged_once(caplog, monkeypatch):
+    from django_rivet.observability import views
+
+    monkeypatch.setattr(views, "_warned_rewrite", False)
+    rivet = {"METRICS_ALLOWED_IPS": ["10.0.0.0/8"]}
+    forwarded = {"HTTP_X_FORWARDED_FOR": "10.1.2.3"}
+    with override_settings(RIVET=rivet), caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            Client(REMOTE_ADDR="10.1.2.3").get("/metrics/", **forwarded)
+    [record] = [r for r in caplog.records if "took REMOTE_ADDR" in r.getMessage()]
+    assert "TRUSTED_PROXIES" in record.getMessage()
 
 
 def test_the_metrics_view_speaks_openmetrics_when_asked():

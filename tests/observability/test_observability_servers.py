@@ -8,7 +8,9 @@
   ``PROMETHEUS_MULTIPROC_DIR`` and a scrape of either counts both.
 """
 
+import contextlib
 import os
+import subprocess
 
 import httpx
 import pytest
@@ -20,9 +22,15 @@ from django_rivet.models import Workflow  # noqa: E402
 from tests.support.otel import read_spans  # noqa: E402
 from tests.support.polling import wait_for  # noqa: E402
 from tests.support.servers import (  # noqa: E402
+    ROOT,
     celery_worker,
+    daphne_command,
     daphne_server,
+    free_port,
     server_env,
+    stop_process,
+    uvicorn_command,
+    wait_for_port,
 )
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
@@ -126,3 +134,44 @@ def test_two_processes_in_multiprocess_mode_add_up_in_one_scrape(tmp_path):
     assert len(pids) >= 2
     # The database gauges are there once, not once per process.
     assert text.count("# TYPE rivet_schedules_pending gauge") == 1
+
+
+@contextlib.contextmanager
+def served(kind, env, *flags):
+    """Run the quickstart's asgi under daphne or uvicorn with extra ``flags``."""
+    port = free_port()
+    command = daphne_command(port) if kind == "daphne" else uvicorn_command(port)
+    command[-1:-1] = flags  # before the application's dotted path
+    proc = subprocess.Popen(command, cwd=ROOT, env=env)
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+def scrape(base, forwarded):
+    headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+    return httpx.get(f"{base}/metrics/", headers=headers, timeout=30).status_code
+
+
+def test_a_forwarded_address_reaches_the_metrics_only_through_a_trusted_proxy():
+    # The audit: METRICS_ALLOWED_IPS = ["10.0.0.0/8"] admitted anyone sending
+    # X-Forwarded-For: 10.1.2.3 to daphne --proxy-headers or to uvicorn
+    # (which trusts the header from 127.0.0.1 by default).
+    allowed = {"DJANGO_SETTINGS_MODULE": "tests.settings.otel"}
+    env = server_env(**allowed, RIVET_TEST_METRICS_FROM="10.0.0.0/8")
+    for kind, flags in (("daphne", ["--proxy-headers"]), ("uvicorn", [])):
+        with served(kind, env, *flags) as base:
+            assert scrape(base, "10.1.2.3") == 403, kind
+            assert scrape(base, "") == 403, kind  # 127.0.0.1 is not listed
+    # A proxy on 127.0.0.1 listed in TRUSTED_PROXIES, the server reading no
+    # header itself: the client is the last address the proxy appended.
+    trusted = server_env(
+        **allowed,
+        RIVET_TEST_METRICS_FROM="10.0.0.0/8",
+        RIVET_TEST_TRUSTED_PROXIES="127.0.0.1",
+    )
+    with served("daphne", trusted) as base:
+        assert scrape(base, "10.1.2.3") == 200
+        assert scrape(base, "10.1.2.3, 192.0.2.7") == 403  # the client wrote 10.x

@@ -16,3 +16,6 @@ if os.environ.get("RIVET_TEST_SPAN_FILE"):
 if os.environ.get("RIVET_TEST_METRICS_FROM"):
     # Prometheus scrapes from loopback in the multi-process test.
     RIVET = {**RIVET, "METRICS_ALLOWED_IPS": [os.environ["RIVET_TEST_METRICS_FROM"]]}  # noqa: F405
+
+if os.environ.get("RIVET_TEST_TRUSTED_PROXIES"):
+    RIVET = {**RIVET, "TRUSTED_PROXIES": [os.environ["RIVET_TEST_TRUSTED_PROXIES"]]}  # noqa: F405

@@ -33,19 +33,35 @@ def in_threads(
     Each thread closes its database connections when it ends: one left open
     would keep the test database from being flushed or dropped.
     """
+    return in_threads_each([work] * count, timeout)
+
+
+def in_threads_each(
+    works: list[Callable[[], object]], timeout: float | None = None
+) -> list[Exception]:
+    """Run each of ``works`` in a thread of its own, at once; return what raised.
+
+    A thread still running after ``timeout`` seconds is reported as a
+    ``TimeoutError`` (the test fails instead of waiting for it).
+    """
     errors: list[Exception] = []
 
-    def run() -> None:
-        try:
-            work()
-        except Exception as exc:  # reported to the caller
-            errors.append(exc)
-        finally:
-            connections.close_all()
+    def runner(work: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                work()
+            except Exception as exc:  # reported to the caller
+                errors.append(exc)
+            finally:
+                connections.close_all()
 
-    threads = [threading.Thread(target=run) for _ in range(count)]
+        return run
+
+    threads = [threading.Thread(target=runner(work), daemon=True) for work in works]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout)
+        if thread.is_alive():
+            errors.append(TimeoutError(f"a thread still runs after {timeout} s"))
     return errors

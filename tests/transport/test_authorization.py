@@ -322,6 +322,49 @@ def test_a_refused_caller_cannot_tell_whether_an_actor_exists(http, server):
     assert conflict.json()["metadata"] == {"actor_id": str(existing.actor_id)}
 
 
+# -- by id, no existence oracle either (audit 2026-12) ----------------------------
+def test_a_refused_caller_cannot_tell_an_existing_id_from_an_absent_one(http, server):
+    existing = actors.get_or_create("gate", "by-id").actor_id
+    kit = {"Content-Type": "application/json", "x-rivet-encoding": "json"}
+    body = json.dumps({"args": []})
+    by_id = "/actors/gate/actions"
+
+    def answers(actor_id, word):
+        headers = gate(word)
+        seen = [
+            http.post(f"{by_id}/bump?actor_id={actor_id}", json={}, headers=headers),
+            # Another class than the id's: metadata named it before.
+            http.post(
+                f"/actors/counter/actions/increment?actor_id={actor_id}", json={}
+            ),
+            http.post(f"{by_id}/nope?actor_id={actor_id}", json={}, headers=headers),
+            http.get(f"/actors?actor_ids={actor_id}", headers=headers),
+            http.delete(f"/actors/{actor_id}", headers=headers),
+            http.post(
+                f"/gateway/{actor_id}/action/bump",
+                content=body,
+                headers={**kit, **headers},
+            ),
+        ]
+        shown = [(r.status_code, r.text.replace(str(actor_id), "ID")) for r in seen]
+        url = ws_url(server, f"actors/gate/connect?actor_id={actor_id}&encoding=json")
+        frames, close = frames_until_close(url, ["rivet"], headers)
+        return shown, close
+
+    absent = uuid.uuid4()
+    for word in ("false", "user"):
+        there, nowhere = answers(existing, word), answers(absent, word)
+        assert there == nowhere
+        assert [status for status, _ in there[0]] == [404, 404, 404, 200, 404, 404]
+    assert stored_count("by-id") == 0  # nothing ran
+    # An allowed caller learns what it may not do to an actor it may see.
+    allowed = gate("allow")
+    delete = http.delete(f"/actors/{existing}", headers=allowed)
+    assert error_of(delete) == (403, "actor", "forbidden")
+    missing = http.post(f"{by_id}/nope?actor_id={existing}", json={}, headers=allowed)
+    assert error_of(missing) == (404, "actor", "action_not_found")
+
+
 # -- server-only actors (finding 12) ----------------------------------------------
 def test_a_server_only_actor_is_unknown_to_every_transport(http, server):
     hidden = actors.get_or_create("backOffice", "x")

@@ -53,10 +53,17 @@ def rivet(**settings):
 
 
 def finished_workflow(workflow_id, message=None):
-    handle = workflows.start("greet", {"name": workflow_id}, id=workflow_id)
+    """A completed workflow, with ``message`` left unreceived in its inbox."""
+    if not message:
+        handle = workflows.start("greet", {"name": workflow_id}, id=workflow_id)
+        assert run_until_idle(handle) == "completed"
+        return handle
+    # Sent while it ran, never received (a finished one refuses messages).
+    handle = workflows.start("approval", {}, id=workflow_id)
+    run_until_idle(handle)
+    handle.send(message, {"late": True})
+    handle.send("approve", {"by": "ann"})
     assert run_until_idle(handle) == "completed"
-    if message:
-        handle.send(message, {"late": True})
     return handle
 
 
@@ -69,7 +76,7 @@ def test_a_finished_workflow_is_kept_for_its_retention_then_purged_whole():
         assert WorkflowMessage.objects.filter(workflow_id="done").exists()
         clock.advance(HOUR)
         assert sweeper.sweep()["purge_finished"] == 0
-        assert workflows.get("done").result() == "hello done"
+        assert workflows.get("done").result() == {"approved_by": "ann"}
         clock.advance(1)
         assert sweeper.sweep()["purge_finished"] > 0
     assert not Workflow.objects.filter(pk="done").exists()

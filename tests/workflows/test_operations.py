@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from datetime import timedelta
 
 import pytest
@@ -30,7 +31,9 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
+from django_rivet.workflows import WorkflowCannotWait, WorkflowFinished
 from django_rivet.workflows import operations as workflow_operations
+from tests.support.threads import in_threads_each
 from tests.testapp.models import StepRow
 
 # pg: the PostgreSQL leg runs this module (JSON-field lookups (filter by wait),
@@ -199,6 +202,94 @@ def test_an_actor_action_gets_a_reply_inside_its_transaction():
     assert [e.kind for e in first.history()] == ["message", "reply", "sleep"]
 
 
+class Waiter(Actor):
+    """Waits for workflows from inside its actions: refused, never held."""
+
+    name = "waiter"
+    initial_state = {"refused": 0}
+    entered = threading.Event()
+
+    @action
+    def ask(self, ctx, workflow_id):
+        self.entered.set()
+        handle = ctx.workflows.get(workflow_id)
+        try:
+            return handle.request("question", {"q": 1}, timeout=3600)
+        except WorkflowCannotWait as error:
+            ctx.state["refused"] += 1
+            return error.qualified_code
+
+    @action
+    def refusals(self, ctx):
+        return ctx.state["refused"]
+
+    @action
+    def result(self, ctx, workflow_id):
+        return ctx.workflows.get(workflow_id).result(timeout=3600)
+
+    @action
+    async def aresult(self, ctx, workflow_id):
+        handle = await ctx.workflows.aget(workflow_id)
+        return await handle.aresult(timeout=3600)
+
+    @action
+    def event(self, ctx, workflow_id, timeout):
+        return ctx.workflows.get(workflow_id).get_event("progress", timeout)
+
+
+def test_a_request_the_workflow_cannot_answer_here_is_refused_at_once():
+    # The workflow waits for "approve", not "question": nothing would
+    # answer before the action commits, so the request does not wait (for
+    # an hour, holding the transaction) but is withdrawn and refused.
+    Waiter.entered.clear()
+    handle = workflows.start("approval", {}, id="busy-approval")
+    run_until_idle(handle)
+    with register_temporarily(Waiter):
+        waiter = actors.get_or_create("waiter", "w")
+        outcome = {}
+
+        def ask():
+            outcome["ask"] = waiter.call("ask", "busy-approval")
+
+        def other_actor():
+            # Another actor's call while the request runs: on SQLite it
+            # needs the write lock the action holds.
+            Waiter.entered.wait(30)
+            outcome["other"] = actors.get_or_create("counter", "bystander").call(
+                "increment", 1
+            )
+
+        errors = in_threads_each([ask, other_actor], timeout=60)
+        assert errors == []
+        assert outcome == {"ask": "workflow/cannot_wait", "other": 1}
+        assert waiter.call("ask", "busy-approval") == "workflow/cannot_wait"
+        assert waiter.call("refusals") == 2
+    # Withdrawn: the workflow gets no request nobody waits for.
+    assert not WorkflowMessage.objects.filter(workflow_id="busy-approval").exists()
+    assert handle.status == "sleeping"
+
+
+def test_result_and_event_waits_are_refused_inside_an_action_not_held():
+    handle = workflows.start("publisher", {}, id="pub-wait")
+    with register_temporarily(Waiter):
+        waiter = actors.get_or_create("waiter", "r")
+        for action_name in ("result", "aresult"):
+            with pytest.raises(WorkflowCannotWait) as refused:
+                waiter.call(action_name, "pub-wait")
+            assert refused.value.qualified_code == "workflow/cannot_wait"
+            assert "pub-wait" not in refused.value.message  # only logged
+        with pytest.raises(WorkflowCannotWait):
+            waiter.call("event", "pub-wait", 3600)
+        assert waiter.call("event", "pub-wait", None) is None  # no wait asked
+        run_until_idle(handle)  # sets progress 1, waits for "next"
+        assert waiter.call("event", "pub-wait", 3600) == {"done": 1}
+        handle.send("next")
+        assert run_until_idle(handle) == "completed"
+        # Finished: nothing to wait for.
+        assert waiter.call("result", "pub-wait") == "published"
+        assert waiter.call("aresult", "pub-wait") == "published"
+
+
 def test_a_workflow_step_requests_from_another_workflow():
     target = workflows.start("asker", {}, id="target")
     run_until_idle(target)
@@ -360,3 +451,27 @@ def test_a_workflow_inbox_is_bounded(monkeypatch):
     assert info.value.qualified_code == "workflow/inbox_full"
     # The refused message was not stored.
     assert WorkflowMessage.objects.filter(workflow_id="inbox-bound").count() == 5
+
+
+def test_a_finished_workflow_refuses_messages_until_recovered():
+    done = workflows.start("greet", {"name": "x"}, id="done-inbox")
+    assert run_until_idle(done) == "completed"
+    with pytest.raises(WorkflowFinished) as info:
+        done.send("late", "x" * 1000)
+    assert info.value.qualified_code == "workflow/finished"
+    assert info.value.http_status == 409
+    assert info.value.metadata == {"status": "completed"}
+    with pytest.raises(WorkflowFinished):
+        done.request("late", timeout=5)
+    stopped = workflows.start("approval", {}, id="cancelled-inbox")
+    run_until_idle(stopped)
+    stopped.cancel()
+    with pytest.raises(WorkflowFinished):
+        stopped.send("approve", {"by": "ann"})
+    assert not WorkflowMessage.objects.filter(
+        workflow_id__in=["done-inbox", "cancelled-inbox"]
+    ).exists()
+    # Resumed, it is a workflow that takes messages again.
+    assert stopped.resume()
+    stopped.send("approve", {"by": "ann"})
+    assert run_until_idle(stopped) == "completed"

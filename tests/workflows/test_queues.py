@@ -5,8 +5,10 @@ the admitted workflows, round after round; ``queues.admit`` is one
 admission pass, as the runtime makes after a start or a finish commits.
 """
 
+import json
+
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from django_rivet import (
     Actor,
@@ -25,7 +27,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.workflows import queues
+from django_rivet.workflows import InvalidQueueArguments, WorkflowQueueFull, queues
 from tests.support.clock import START
 
 # pg: the PostgreSQL leg runs this module (queue admission in raw SQL, under locks).
@@ -37,6 +39,7 @@ QUEUES = {
     "slow": {"rate_limit": (2, 60.0)},
     "both": {"concurrency": 1, "rate_limit": (10, 60.0)},
     "open": {},
+    "capped": {"max_queued": 1000},
 }
 settings = override_settings(RIVET={"WORKFLOW_QUEUES": QUEUES})
 
@@ -171,8 +174,11 @@ def test_a_dedup_key_held_by_a_queued_or_running_workflow_is_refused():
         with pytest.raises(WorkflowDeduplicated) as refused:
             workflows.start("greet", {"name": "x"}, queue="single", dedup_key="user-42")
         assert refused.value.qualified_code == "workflow/duplicate"
+        # Server code learns the holder; what a client may see does not.
         assert refused.value.workflow_id == "holder"
-        assert refused.value.metadata["dedup_key"] == "user-42"
+        assert refused.value.metadata == {"queue": "single"}
+        assert "holder" not in refused.value.message
+        assert "user-42" not in refused.value.message
         assert Workflow.objects.count() == 1  # nothing stored
         # Starting the same id again is idempotent, not a duplicate.
         assert workflows.start("approval", {}, id="holder", queue="single") == first
@@ -203,12 +209,86 @@ def test_bad_queue_arguments_are_refused_and_store_nothing():
         {"dedup_key": "k"},
         {"queue": "open", "priority": "1"},
         {"queue": "open", "priority": 2**31},
+        {"queue": "open", "priority": -(2**63)},
         {"queue": "open", "dedup_key": ""},
         {"queue": "open", "dedup_key": "x" * 256},
+        {"queue": "open", "dedup_key": "a\x00b"},
     ):
-        with pytest.raises((TypeError, ValueError)):
+        with pytest.raises(InvalidQueueArguments) as invalid:
             workflows.start("greet", {"name": "x"}, **kwargs)
+        assert invalid.value.qualified_code == "workflow/invalid_queue_args"
+        assert invalid.value.http_status == 400
+        # What these raised before they had a code.
+        assert isinstance(invalid.value, ValueError | TypeError)
     assert not Workflow.objects.exists()
+
+
+class Signup(Actor):
+    """Starts a queued workflow with what the client sends."""
+
+    name = "signup"
+
+    @action
+    def join(self, ctx, key, priority=0):
+        handle = ctx.workflows.start(
+            "approval", {}, queue="single", dedup_key=key, priority=priority
+        )
+        return handle.workflow_id
+
+
+def _post_join(client, *args):
+    response = client.post(
+        "/rivet/actors/signup/actions/join",
+        json.dumps({"args": list(args)}),
+        content_type="application/json",
+    )
+    return response.status_code, response.json()
+
+
+@settings
+@pytest.mark.django_db(transaction=True)
+def test_clients_learn_nothing_of_another_callers_workflow_and_get_coded_400s():
+    client = Client()
+    with register_temporarily(Signup):
+        status, first = _post_join(client, "user-42")
+        assert status == 200
+        # Another caller choosing the same key: refused, without the
+        # holder's id or the key it holds.
+        status, body = _post_join(client, "user-42")
+        assert (status, body["group"], body["code"]) == (409, "workflow", "duplicate")
+        assert body["metadata"] == {"queue": "single"}
+        assert first["output"] not in json.dumps(body)
+        assert "user-42" not in json.dumps(body)
+        # Out-of-range arguments are the caller's mistake, not a 500.
+        for args in (["x" * 300], ["ok", 2**40], ["a\x00b"], ["", 0]):
+            status, body = _post_join(client, *args)
+            assert status == 400, body
+            assert body["code"] == "invalid_queue_args"
+            assert "Traceback" not in json.dumps(body)
+
+
+@settings
+def test_a_queue_holds_at_most_max_queued_workflows():
+    bounded = {**QUEUES, "bounded": {"concurrency": 1, "max_queued": 2}}
+    with override_settings(RIVET={"WORKFLOW_QUEUES": bounded}), freeze_time(START):
+        running = workflows.start("approval", {}, queue="bounded")
+        run_due()  # admitted: it no longer waits
+        waiting = [workflows.start("approval", {}, queue="bounded") for _ in range(2)]
+        with pytest.raises(WorkflowQueueFull) as full:
+            workflows.start("approval", {}, queue="bounded")
+        assert full.value.qualified_code == "workflow/queue_full"
+        assert full.value.http_status == 429
+        assert full.value.metadata == {"queue": "bounded", "limit": 2}
+        assert Workflow.objects.filter(queue="bounded").count() == 3
+        # Starting an id again is not another workflow.
+        assert workflows.start(
+            "approval", {}, id=waiting[0].workflow_id, queue="bounded"
+        )
+        # Once one starts, there is room again.
+        approve(running)
+        run_due()
+        workflows.start("approval", {}, queue="bounded")
+    assert ERROR_CLASSES[("workflow", "queue_full")] is WorkflowQueueFull
 
 
 @settings
@@ -298,6 +378,10 @@ def rivet_errors(rivet):
         (
             {"e": {"concurrency": 0}},
             "entry 'e': concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"max_queued": -1}},
+            "entry 'e': max_queued must be a positive integer",
         ),
         (
             {"e": {"rate_limit": 100}},

@@ -22,7 +22,11 @@ from django_rivet.engine import (
     WorkflowError,
     workflow,
 )
-from django_rivet.exceptions import AlreadyRegistered, WorkflowNotFound
+from django_rivet.exceptions import (
+    AlreadyRegistered,
+    WorkflowFinished,
+    WorkflowNotFound,
+)
 from django_rivet.models import Workflow, WorkflowMessage, WorkflowStatus
 from django_rivet.testing import (
     arun_until_idle,
@@ -242,7 +246,8 @@ def test_cancel_stops_a_sleeping_workflow_for_good():
     assert handle.cancel() is True
     assert handle.status == "cancelled"
     assert handle.snapshot().state == "cancelled"
-    handle.send("approve", {"by": "late"})
+    with pytest.raises(WorkflowFinished):  # a late message: nothing to take it
+        handle.send("approve", {"by": "late"})
     assert run_until_idle(handle) == "cancelled"
     assert handle.cancel() is False  # already finished
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_rivet.exceptions import InvalidCron, WorkflowNotFound
+from django_rivet.management.base import RivetCommand, printable
 from django_rivet.workflows.scheduled import backfill
 
 
@@ -16,12 +17,12 @@ def _moment(value: str) -> datetime:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise CommandError(
-            f"{value!r} is not an ISO 8601 date or time (2026-06-01T02:00)"
+            f"{printable(value)!r} is not an ISO 8601 date or time (2026-06-01T02:00)"
         ) from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     """Start the workflows of a scheduled workflow's ticks in a time range."""
 
     help = (
@@ -46,7 +47,8 @@ class Command(BaseCommand):
             raise CommandError("--to is before --from")
         try:
             started, existing = backfill(options["name"], start, end)
-        except (WorkflowNotFound, InvalidCron, ValueError) as exc:
+        except (WorkflowNotFound, InvalidCron, ValueError, OverflowError) as exc:
+            # OverflowError: a tick before year 1 or after 9999.
             raise CommandError(str(exc)) from exc
         self.stdout.write(
             f"Started {started} workflow(s); {existing} tick(s) had one already."

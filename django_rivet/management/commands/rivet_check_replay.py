@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from django_rivet.management.base import RivetCommand, bounded_int, printable
 from django_rivet.models import WORKFLOW_ACTIVE, Workflow
 from django_rivet.workflows import ReplayDivergence, control
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     """Replay in-flight workflows against the deployed code; exit 1 on divergence."""
 
     help = (
@@ -31,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--name", help="Only workflows with this name.")
         parser.add_argument(
             "--limit",
-            type=int,
+            type=bounded_int(1),
             default=None,
             help="Check at most this many workflows (the oldest first).",
         )
@@ -43,8 +44,6 @@ class Command(BaseCommand):
             rows = rows.filter(name=options["name"])
         rows = rows.order_by("created_at", "id")
         if options["limit"] is not None:
-            if options["limit"] < 1:
-                raise CommandError("--limit must be at least 1")
             rows = rows[: options["limit"]]
         checked = 0
         diverged: list[tuple[str, ReplayDivergence]] = []
@@ -59,9 +58,10 @@ class Command(BaseCommand):
             if found is not None:
                 diverged.append((name, found))
                 where = found.location or "<root>"
+                reason = printable(found.reason)
                 self.stdout.write(
-                    f"{workflow_id} ({name}): diverges at {where!r} "
-                    f"[{found.code}]: {found.reason}"
+                    f"{printable(workflow_id)} ({printable(name)}): diverges at "
+                    f"{printable(repr(where))} [{found.code}]: {reason}"
                 )
         self.stdout.write(
             f"Checked {checked} in-flight workflow(s): {len(diverged)} would diverge."

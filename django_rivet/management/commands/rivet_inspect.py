@@ -16,11 +16,12 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_rivet import clock
 from django_rivet.actors.rows import canonical_key, normalize_key
 from django_rivet.encoding import json_dumps
+from django_rivet.management.base import RivetCommand, bounded_int, printable
 from django_rivet.models import Actor, Workflow
 from django_rivet.workflows.client import WorkflowHandle
 
@@ -28,10 +29,10 @@ from django_rivet.workflows.client import WorkflowHandle
 _VALUES = ("input", "output", "error", "state")
 
 
-# C0 controls (newlines included: every printed value is on one line), DEL
-# and C1 controls, shown as \\xNN escapes.
-_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+# JSON escapes C0 controls in strings itself, not DEL and C1: escape those.
 _HIGH_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+# Rows one list shows at most.
+MAX_LIMIT = 10_000
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -42,7 +43,7 @@ def _stamp(value: float | None) -> str | None:
     return None if value is None else clock.to_datetime(value).isoformat()
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     """Print actors and workflows, or one of them in detail."""
 
     help = (
@@ -67,14 +68,18 @@ class Command(BaseCommand):
         parser.add_argument("--name", help="Only actors/workflows with this name.")
         parser.add_argument("--status", help="Only workflows with this status.")
         parser.add_argument(
-            "--limit", type=int, default=20, help="Rows per list (default 20)."
+            "--limit",
+            type=bounded_int(1, MAX_LIMIT),
+            default=20,
+            help=f"Rows per list (default 20, at most {MAX_LIMIT}).",
         )
         parser.add_argument("--json", action="store_true", help="Print JSON.")
 
     def _write(self, text: str) -> None:
         # Stored values are anyone's input: their control characters (ESC
-        # sequences) must not reach the terminal of whoever inspects them.
-        self.stdout.write(text.translate(_CONTROLS))
+        # sequences, newlines) must not reach the terminal of whoever
+        # inspects them; every printed value stays on its line.
+        self.stdout.write(printable(text))
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Print what was asked for."""
@@ -142,7 +147,7 @@ class Command(BaseCommand):
 
         row = Workflow.objects.filter(pk=workflow_id).first()
         if row is None:
-            raise CommandError(f"No workflow has id {workflow_id!r}.")
+            raise CommandError(f"No workflow has id {printable(repr(workflow_id))}.")
         handle = WorkflowHandle(row.id, row.name)
         snapshot = handle.snapshot()
         return {
@@ -196,7 +201,7 @@ class Command(BaseCommand):
             key = canonical_key(normalize_key(ident[1:]))
             row = rows.filter(name=ident[0], key=key).first()
         if row is None:
-            raise CommandError(f"No actor matches {' '.join(ident)!r}.")
+            raise CommandError(f"No actor matches {printable(repr(' '.join(ident)))}.")
         return {
             "id": str(row.id),
             "name": row.name,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
+from django_rivet.management.base import RivetCommand, bounded_int
 from django_rivet.upkeep.retention import (
     PURGE_BATCH,
     TABLES,
@@ -13,8 +14,11 @@ from django_rivet.upkeep.retention import (
     purge_all,
 )
 
+# Rows per transaction at most (SQLite binds each id of a batch).
+MAX_BATCH = 10_000
 
-class Command(BaseCommand):
+
+class Command(RivetCommand):
     """Delete what the retention settings let go, in bounded batches."""
 
     help = (
@@ -36,16 +40,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--batch-size",
-            type=int,
+            type=bounded_int(1, MAX_BATCH),
             default=PURGE_BATCH,
-            help=f"Rows per transaction (default {PURGE_BATCH}).",
+            help=f"Rows per transaction (default {PURGE_BATCH}, at most {MAX_BATCH}).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Purge (or count) and print one line per table."""
         batch = options["batch_size"]
-        if batch < 1:
-            raise CommandError("--batch-size must be at least 1")
         if options["dry_run"]:
             counts = eligible_counts()
             self.stdout.write("Dry run: nothing deleted. Eligible rows:")

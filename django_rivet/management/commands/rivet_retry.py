@@ -5,14 +5,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from django_rivet.management.base import INT64_MAX, RivetCommand, printable
 from django_rivet.models import QueueMessage, Schedule
 from django_rivet.scheduling.queue_delivery import retry_messages
 from django_rivet.scheduling.schedule_runs import retry_schedules
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     """Make failed schedules or queue messages pending again."""
 
     help = (
@@ -54,11 +55,16 @@ def _schedule_id(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise CommandError(f"{value!r} is not a schedule id (a UUID)") from None
+        raise CommandError(
+            f"{printable(value)!r} is not a schedule id (a UUID)"
+        ) from None
 
 
 def _message_id(value: str) -> int:
     try:
-        return int(value)
+        found = int(value)
     except ValueError:
-        raise CommandError(f"{value!r} is not a message id (an integer)") from None
+        found = 0
+    if not 0 < found <= INT64_MAX:
+        raise CommandError(f"{printable(value)!r} is not a message id (an integer)")
+    return found

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
+from django_rivet.management.base import RivetCommand
 from django_rivet.upkeep.sweeper import sweep
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     """Run one sweep: fire lost schedules, cron runs and queue messages."""
 
     help = (

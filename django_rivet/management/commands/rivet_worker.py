@@ -8,13 +8,14 @@ import sys
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from django_rivet import dispatch
+from django_rivet.management.base import RivetCommand, bounded_float
 from django_rivet.upkeep.worker import Worker
 
 
-class Command(BaseCommand):
+class Command(RivetCommand):
     """Fire schedules and cron, deliver queues and sweep, in a loop."""
 
     help = (
@@ -32,7 +33,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--poll-interval",
-            type=float,
+            type=bounded_float(0, 3600),
             default=1.0,
             help="Longest sleep between checks for work made by other processes "
             "(seconds, default 1).",

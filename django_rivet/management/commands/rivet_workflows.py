@@ -10,12 +10,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_rivet import clock
+from django_rivet.management.base import (
+    RivetCommand,
+    bounded_int,
+    parse_duration,
+    printable,
+)
 from django_rivet.models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
 from django_rivet.workflows import queries
 from django_rivet.workflows.client import WorkflowHandle
@@ -26,22 +31,9 @@ _TARGETS = {
     "recover": [WorkflowStatus.FAILED.value],
     "resume": [WorkflowStatus.CANCELLED.value],
 }
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
 
-def parse_duration(text: str) -> float:
-    """Return seconds for ``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
-    found = _DURATION.match(text or "")
-    if found is None:
-        raise CommandError(
-            f"Cannot read the duration {text!r}: use a number of seconds or "
-            "a number with s, m, h, d or w (e.g. 12h, 7d)"
-        )
-    return float(found.group(1)) * _UNITS[found.group(2) or "s"]
-
-
-class Command(BaseCommand):
+class Command(RivetCommand):
     """List workflows matching filters, or act on each of them."""
 
     help = (
@@ -70,7 +62,7 @@ class Command(BaseCommand):
         parser.add_argument("--parent", help="Only the children of this workflow.")
         parser.add_argument(
             "--limit",
-            type=int,
+            type=bounded_int(1),
             default=None,
             help="At most this many workflows, newest first (list: 100).",
         )
@@ -106,8 +98,6 @@ class Command(BaseCommand):
         if limit is None and verb == "list":
             limit = 100
         if limit is not None:
-            if limit < 1:
-                raise CommandError("--limit must be at least 1")
             rows = rows[:limit]
         found = list(rows)
         if verb == "list":
@@ -117,10 +107,13 @@ class Command(BaseCommand):
 
     def _list(self, rows: list[Workflow]) -> None:
         for row in rows:
-            waits = ",".join(row.waiting_for or []) or "-"
+            # Ids, names and message names are anyone's: one escaped field
+            # each, so none can add a column, a line or a terminal escape.
+            waits = ",".join(printable(name) for name in row.waiting_for or []) or "-"
+            parent = printable(row.parent_id) if row.parent_id else "-"
             self.stdout.write(
-                f"{row.id}\t{row.name}\t{row.status}\t{row.created_at.isoformat()}"
-                f"\twaits={waits}\tparent={row.parent_id or '-'}"
+                f"{printable(row.id)}\t{printable(row.name)}\t{row.status}\t"
+                f"{row.created_at.isoformat()}\twaits={waits}\tparent={parent}"
             )
         self.stdout.write(f"{len(rows)} workflow(s)")
 
@@ -128,22 +121,24 @@ class Command(BaseCommand):
         done = skipped = failed = 0
         past = {"cancel": "cancelled", "recover": "recovered", "resume": "resumed"}
         for row in rows:
+            shown = printable(row.id)
             if dry_run:
-                self.stdout.write(f"would {verb} {row.id} ({row.name}, {row.status})")
+                name = printable(row.name)
+                self.stdout.write(f"would {verb} {shown} ({name}, {row.status})")
                 done += 1
                 continue
             handle = WorkflowHandle(row.id, row.name)
             try:
                 changed = getattr(handle, verb)()
             except Exception as exc:  # report and go on with the others
-                self.stderr.write(f"could not {verb} {row.id}: {exc}")
+                self.stderr.write(f"could not {verb} {shown}: {printable(exc)}")
                 failed += 1
                 continue
             if changed:
-                self.stdout.write(f"{past[verb]} {row.id}")
+                self.stdout.write(f"{past[verb]} {shown}")
                 done += 1
             else:
-                self.stdout.write(f"skipped {row.id} (its status does not allow it)")
+                self.stdout.write(f"skipped {shown} (its status does not allow it)")
                 skipped += 1
         summary = f"{past[verb] if not dry_run else 'would ' + verb}: {done}"
         self.stdout.write(f"{summary}, skipped: {skipped}, errors: {failed}")

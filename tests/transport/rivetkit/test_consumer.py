@@ -78,13 +78,14 @@ async def test_refusal_sends_an_error_then_closes_with_group_dot_code():
     assert connected
     error = cbor2.loads(await comm.receive_from(10))["body"]
     assert error["tag"] == "Error"
-    assert (error["val"]["group"], error["val"]["code"]) == ("actor", "forbidden")
+    # Addressed by id, a refused caller is told what an unknown id is told.
+    assert (error["val"]["group"], error["val"]["code"]) == ("actor", "not_found")
     assert error["val"]["actionId"] is None
     closed = await comm.receive_output(10)
     assert closed == {
         "type": "websocket.close",
-        "code": 4403,
-        "reason": "actor.forbidden",
+        "code": 4400,
+        "reason": "actor.not_found",
     }
     assert not await sync_to_async(Connection.objects.exists)()
 
