@@ -42,6 +42,7 @@ from ._errors.actor import (
     QueueMessageTooLarge,
     ReentrantCall,
     StateTooLarge,
+    StateVersionAhead,
     TooManyConnections,
     TooManySchedules,
     ValueTooDeep,
@@ -101,6 +102,7 @@ __all__ = [
     "RequestTooLarge",
     "RivetError",
     "StateTooLarge",
+    "StateVersionAhead",
     "TooManyConnections",
     "TooManyFrames",
     "TooManySchedules",
@@ -148,6 +150,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         TooManyConnections,
         InternalError,
         StateTooLarge,
+        StateVersionAhead,
         ActorBusy,
         ActorUnavailable,
     )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events
 from ..encoding import cbor_dumps
+from ..typed import shape_of
 from .handles import ActorsAPI, WorkflowsAPI
 from .kv import ActorKVStore
 from .services import CronAPI, QueueAPI, ScheduleAPI, services
@@ -28,12 +29,35 @@ if TYPE_CHECKING:
 
     from .calls import Origin, User
 
-__all__ = ["ActorContext", "Conn", "Running"]
+__all__ = ["ActorContext", "Conn", "Running", "event_args"]
 
 
 class _Named(Protocol):
     @property
     def name(self) -> str: ...
+
+    @property
+    def events(self) -> dict[str, Any]: ...
+
+
+def event_args(
+    definition: _Named, event: str, args: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """Return an event's arguments as sent: declared types converted.
+
+    ``events = {"message": Message}`` (or a tuple of types, one per
+    argument) declares them (docs/types.md); undeclared events go as they are.
+    """
+    declared = definition.events.get(event) if definition.events else None
+    if declared is None:
+        return args
+    hints = declared if isinstance(declared, tuple) else (declared,)
+    converted = list(args)
+    for index, (hint, value) in enumerate(zip(hints, args, strict=False)):
+        shape = shape_of(hint)
+        if shape is not None:
+            converted[index] = shape.dump(value, f"event {event} args[{index}]")
+    return tuple(converted)
 
 
 class Running(Protocol):
@@ -111,6 +135,7 @@ class Conn:
 
     def send(self, event: str, *args: Any) -> None:
         """Send an event to this connection only, after commit."""
+        args = event_args(self._invocation.definition, event, args)
         message = {
             "type": events.SEND_MESSAGE,
             "name": event,
@@ -209,6 +234,7 @@ class ActorContext:
         """Send ``event`` to every subscribed connection, after commit."""
         if not isinstance(event, str) or not event:
             raise TypeError("event must be a non-empty string")
+        args = event_args(self._invocation.definition, event, args)
         self._invocation.broadcasts.append((event, events.encode_args(event, args)))
 
     def destroy(self) -> None:

@@ -27,7 +27,7 @@ from django.db.backends.utils import CursorWrapper
 
 from .. import events
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads, encode_state
+from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
     ActionTimeout,
     ActorBusy,
@@ -39,7 +39,7 @@ from ..exceptions import (
 )
 from ..models import Actor as ActorRow
 from ..models import Connection, db
-from . import registry, rows
+from . import registry, rows, states
 from .calls import AuthInfo, AuthRequest, Origin
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
@@ -162,6 +162,9 @@ class Invocation:
         self.state_entries = 0
         self.destroy_requested = False
         self.sleep_requested = False
+        # The state_version the loaded state was migrated from (it is
+        # written back with the class's, even if its bytes did not change).
+        self.migrated_from: int | None = None
         self._conns: dict[uuid.UUID, Conn] = {}
         self._conns_loaded = False
         self.conn: Conn | None = None
@@ -291,14 +294,22 @@ class Invocation:
         ``MAX_STATE_BYTES`` is refused with ``actor/state_too_large``
         before anything is written; the caller's transaction rolls back.
         """
-        new_bytes, self.state_entries = encode_state(self.state)
+        definition = self.definition
+        new_bytes, self.state_entries, self.state = states.encode(
+            definition, self.state
+        )
         state: bytes | None = None
-        if new_bytes != self.state_bytes:
-            if self.definition.overrides("on_state_change") and (
-                not self.created or new_bytes != self.created_bytes
+        changed = new_bytes != self.state_bytes
+        if changed or self.migrated_from is not None:
+            if (
+                changed
+                and definition.overrides("on_state_change")
+                and (not self.created or new_bytes != self.created_bytes)
             ):
                 self.call_hook("on_state_change", self.state)
-                new_bytes, self.state_entries = encode_state(self.state)
+                new_bytes, self.state_entries, self.state = states.encode(
+                    definition, self.state
+                )
             check_state_size(new_bytes, "actor")
             state = new_bytes
         for conn in self._conns.values():
@@ -324,9 +335,11 @@ class Invocation:
                 before=log,
                 connection=self.connection,
                 cursor=self.cursor,
+                state_version=definition.state_version,
             )
             if state is not None:
                 self.row.version += 1
+                self.row.state_version = definition.state_version
         self.state_bytes = new_bytes
 
     def destroy_now(self) -> None:

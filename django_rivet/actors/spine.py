@@ -58,7 +58,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock, observability
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads
+from ..encoding import cbor_loads
 from ..exceptions import (
     ActionTimeout,
     ActorAlreadyExists,
@@ -68,7 +68,7 @@ from ..exceptions import (
 )
 from ..models import Actor as ActorRow
 from ..models import db, sql
-from . import cache, registry, rows
+from . import cache, registry, rows, states
 from .calls import INTERNAL, Origin
 from .definition import Actor
 from .errors import (
@@ -280,7 +280,9 @@ def _invoke(
                 definition = _definition_for(ref, row, definition)
             entry, fresh, state, state_bytes = cache.checkout(row, definition)
             checked_out = (row.id, entry, fresh)
-            if state_bytes is None and exists:
+            # Read from the row: migrated and typed before any hook runs.
+            decoded = state_bytes is None and exists
+            if decoded:
                 state_bytes = bytes(row.state)
                 state = cbor_loads(state_bytes) if state_bytes else None
             invocation = Invocation(
@@ -301,7 +303,7 @@ def _invoke(
             current_token = current.set(invocation)
             invoking_token = db.invoking.set(True)
             try:
-                result = _run(invocation, operation, fresh, ref)
+                result = _run(invocation, operation, fresh, ref, decoded)
             finally:
                 db.invoking.reset(invoking_token)
                 current.reset(current_token)
@@ -348,8 +350,14 @@ def bound_lock_wait(milliseconds: int) -> None:
 
 
 def _run(
-    invocation: Invocation, operation: Operation, fresh: bool, ref: ActorRef
+    invocation: Invocation,
+    operation: Operation,
+    fresh: bool,
+    ref: ActorRef,
+    decoded: bool,
 ) -> Any:
+    if decoded:
+        invocation.state = states.load(invocation, invocation.state)
     auth = operation.auth
     if auth is not None:
         invocation.authorize(auth)
@@ -365,18 +373,24 @@ def _run(
             )
         if not rows.insert_row(invocation.row):
             raise _Raced()
-        invocation.state = invocation.call(
-            invocation.instance.create_state, invocation.ctx, invocation.input
+        definition = invocation.definition
+        invocation.state = states.typed(
+            definition,
+            invocation.call(
+                invocation.instance.create_state, invocation.ctx, invocation.input
+            ),
         )
         invocation.call_hook("on_create", invocation.input)
-        if invocation.definition.overrides("on_state_change"):
-            invocation.created_bytes = cbor_dumps(invocation.state, "state")
+        if definition.overrides("on_state_change"):
+            invocation.created_bytes, _, invocation.state = states.encode(
+                definition, invocation.state
+            )
     elif ref.mode == "create":
         raise ActorAlreadyExists(
             f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",
             metadata={"actor_id": str(invocation.actor_id)},
         )
-    if fresh:
+    if fresh and getattr(operation, "wakes", True):
         invocation.call_hook("on_wake")
     if invocation.origin.conn_id is not None and invocation.conn is None:
         invocation.conn = invocation.load_conn(invocation.origin.conn_id)

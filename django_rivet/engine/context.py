@@ -21,7 +21,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import children, entries, flow, messages, published, schema, steps
+from . import children, entries, flow, messages, published, schema, shapes, steps
 from .execution import Run
 from .scope import Scope
 from .values import Message, StepResult, seconds
@@ -97,6 +97,13 @@ class WorkflowContext:
             ephemeral,
             transaction,
         )
+        shape = shapes.step_shape(fn)
+        if shape is not None:
+            # A return annotation: recorded as a value of the domain, given
+            # back as the annotated type (the first run and replays alike).
+            return self._scope.enter(
+                lambda: shapes.run_typed_step(self._scope, name, fn, options, shape)
+            )
         return self._scope.enter(lambda: steps.run_step(self._scope, name, fn, options))
 
     def try_step(
@@ -104,6 +111,11 @@ class WorkflowContext:
     ) -> Coroutine[Any, Any, StepResult[Any]]:
         """Run a step like :meth:`step`, returning failures as a ``StepResult``."""
         opts = steps.StepOptions(**options)
+        shape = shapes.step_shape(fn)
+        if shape is not None:
+            return self._scope.enter(
+                lambda: shapes.try_typed_step(self._scope, name, fn, opts, shape)
+            )
         return self._scope.enter(lambda: steps.try_step(self._scope, name, fn, opts))
 
     def try_block(
