@@ -316,6 +316,9 @@ def _invoke(
             cache.drop(checked_out[0], checked_out[1])
         raise
     _after(invocation, outermost)
+    if fresh and not getattr(operation, "wakes", True):
+        # Not woken (a state migration): the next call here wakes it.
+        cache.drop(invocation.actor_id, invocation.cached)
     return result
 
 
