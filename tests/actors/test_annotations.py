@@ -16,7 +16,6 @@ from urllib.parse import quote
 
 import cbor2
 import pytest
-from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from django_rivet import InvalidArgs, InvalidOutput, actors
