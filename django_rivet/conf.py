@@ -123,6 +123,9 @@ IP_NETWORKS = Kind(
     "a list of IP addresses or networks", lambda v: isinstance(v, list | tuple), list
 )
 HTTP_URL = Kind("an http(s) URL", _http_url)
+OPENAPI_ACCESS = Kind(
+    "None, 'staff' or 'public'", lambda v: v is None or v in ("staff", "public")
+)
 BACKEND_NAME = Kind(
     "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
     lambda v: v is None or (isinstance(v, str) and bool(v)),
@@ -278,6 +281,10 @@ SETTINGS: dict[str, Setting] = {
     # Everyone else gets 403.
     "METRICS_ALLOW_STAFF": Setting(True, BOOLEAN),
     "METRICS_ALLOWED_IPS": Setting([], IP_NETWORKS),
+    # GET <prefix>/openapi.json, the OpenAPI document of the HTTP routes
+    # (docs/types.md): None serves nothing (404), "staff" active staff users
+    # only, "public" anyone.
+    "OPENAPI": Setting(None, OPENAPI_ACCESS),
 }
 
 #: Every key of ``settings.RIVET`` with its default value.

@@ -11,6 +11,7 @@ what a client sends (a ``Decimal`` may be a number or a string) and
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 import typing
@@ -94,9 +95,32 @@ class Schemas:
         made, defs = adapter_class.json_schemas(
             [(key, mode, shape.adapter) for key, mode, shape, _ in self._pending],
             ref_template=self.ref_prefix + "{model}",
+            schema_generator=_generator(),
         )
         for key, mode, _, schema in self._pending:
             schema.update(made[(key, mode)])
         self.definitions.update(defs.get("$defs", {}))
         self._pending.clear()
         return self.definitions
+
+
+@functools.cache
+def _generator() -> type[Any]:
+    """pydantic's schema generator; what is sent always holds defaulted fields.
+
+    In ``serialization`` mode a field with a default is required: the
+    server always sends it (pydantic leaves it optional unless a model's
+    config says otherwise). A ``TypedDict`` key that is not required may
+    still be absent.
+    """
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class Generator(GenerateJsonSchema):
+        def field_is_required(self, field: Any, total: bool) -> bool:
+            if self.mode != "serialization":
+                return bool(super().field_is_required(field, total))
+            if field.get("type") == "typed-dict-field":
+                return bool(field.get("required", total))
+            return not field.get("serialization_exclude")
+
+    return Generator
