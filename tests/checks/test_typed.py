@@ -113,7 +113,7 @@ def test_a_workflow_whose_input_cannot_be_converted_is_e106():
     )
 
 
-# -- without pydantic -------------------------------------------------------------------
+# -- without pydantic -----------------------------------------------------------------
 WITHOUT_PYDANTIC = textwrap.dedent(
     """
     import importlib.abc, json, sys
