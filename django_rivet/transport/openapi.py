@@ -103,8 +103,8 @@ def document(
         "info": {
             "title": "django-rivet actors",
             "version": _version(),
-            "description": "The HTTP routes of the project's actors "
-            "(docs/protocol.md); bodies may also be CBOR (application/cbor).",
+            "description": "The HTTP routes of the project's actors; bodies "
+            "may also be CBOR (application/cbor).",
         },
         "paths": paths,
         "components": {"schemas": components, "parameters": PARAMETERS},
@@ -129,7 +129,10 @@ def _answers(ok: dict[str, Any], status: str = "200") -> dict[str, Any]:
             "description": "Success",
             "content": {m: {"schema": ok} for m in MEDIA},
         },
-        "default": {"description": "An error (docs/protocol.md)", "content": error},
+        "default": {
+            "description": "An error: {group, code, message, metadata}",
+            "content": error,
+        },
     }
 
 

@@ -81,6 +81,12 @@ def _pydantic() -> Any:
     return pydantic
 
 
+def _serialization_error() -> type[Exception]:
+    from pydantic_core import PydanticSerializationError
+
+    return PydanticSerializationError
+
+
 def needs_shape(hint: Any) -> bool:
     """Tell whether values of ``hint`` need converting (not a builtin annotation)."""
     try:
@@ -115,11 +121,14 @@ def _shared(hint: Any) -> Shape:
 class Shape:
     """Convert values of one annotation: :meth:`load` in, :meth:`dump` out."""
 
-    __slots__ = ("_adapter", "hint")
+    __slots__ = ("_adapter", "_json", "hint")
 
     def __init__(self, hint: Any) -> None:
         self.hint = hint
         self._adapter: Any = None
+        # Dumped in pydantic's json mode (one pass in Rust) when nothing in
+        # the type dumps differently there than the domain carries it.
+        self._json = False
 
     def __repr__(self) -> str:
         return f"<Shape {describe(self.hint)}>"
@@ -141,6 +150,7 @@ class Shape:
                     f"The annotation {describe(self.hint)} cannot be converted: "
                     f"{exc.message}"
                 ) from exc
+            self._json = not (_types(adapter.core_schema) & _NOT_JSON)
             self._adapter = adapter
         return adapter
 
@@ -165,9 +175,14 @@ class Shape:
         A value of another type is dumped as well as pydantic can (and then
         refused where it is loaded or checked).
         """
+        adapter = self.adapter
         try:
-            raw = self.adapter.dump_python(value, by_alias=True, warnings=False)
-        except _pydantic().PydanticSerializationError as exc:
+            if self._json:
+                return adapter.dump_python(
+                    value, mode="json", by_alias=True, warnings=False
+                )
+            raw = adapter.dump_python(value, by_alias=True, warnings=False)
+        except _serialization_error() as exc:
             raise error(
                 f"{where}: cannot be converted: {exc}",
                 metadata={"path": where, "reason": str(exc)},
@@ -184,6 +199,41 @@ class Shape:
         """
         domain = self.dump(value, where, error)
         return domain, self.load(domain, where, error)
+
+
+# Core schema types whose json-mode dump is not what the domain carries:
+# datetime, UUID and bytes are CBOR tags and byte strings there (json mode
+# makes strings), a float's NaN or infinity must be refused (json mode makes
+# null), and Any or custom functions may hold any of these.
+_NOT_JSON = frozenset(
+    {
+        "any",
+        "bytes",
+        "callable",
+        "datetime",
+        "float",
+        "function-plain",
+        "function-wrap",
+        "is-instance",
+        "uuid",
+    }
+)
+
+
+def _types(schema: Any, found: set[str] | None = None) -> set[str]:
+    """Return every ``type`` named in a pydantic core schema."""
+    found = set() if found is None else found
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        if isinstance(kind, str):
+            found.add(kind)
+        for item in schema.values():
+            if isinstance(item, dict | list):
+                _types(item, found)
+    elif isinstance(schema, list):
+        for item in schema:
+            _types(item, found)
+    return found
 
 
 def invalid(exc: Any, where: str, error: type[RivetError]) -> RivetError:

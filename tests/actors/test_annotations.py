@@ -40,6 +40,9 @@ BAD_ORDER = {
 }
 
 
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
 def post(client, action, args, key="k", encoding="json"):
     path = f"/rivet/actors/typedShop/actions/{action}?key={key}"
     if encoding == "cbor":
@@ -52,7 +55,6 @@ def post(client, action, args, key="k", encoding="json"):
 
 
 # -- HTTP ---------------------------------------------------------------------------
-@pytest.mark.django_db
 @pytest.mark.parametrize("encoding", ["json", "cbor"])
 def test_a_model_of_dataclasses_and_a_typeddict_round_trips_exactly_over_http(
     client, encoding
@@ -70,7 +72,6 @@ def test_a_model_of_dataclasses_and_a_typeddict_round_trips_exactly_over_http(
     )
 
 
-@pytest.mark.django_db
 def test_dates_and_enums_arrive_as_their_types(client):
     assert post(client, "delivery", ["2026-12-24", "blue"]) == (
         200,
@@ -78,7 +79,6 @@ def test_dates_and_enums_arrive_as_their_types(client):
     )
 
 
-@pytest.mark.django_db
 @pytest.mark.parametrize("encoding", ["json", "cbor"])
 def test_a_wrong_field_is_invalid_args_naming_its_path_and_nothing_is_written(
     client, encoding
@@ -100,7 +100,6 @@ def test_a_wrong_field_is_invalid_args_naming_its_path_and_nothing_is_written(
     assert Actor.objects.values_list("version", "state").get(key='["w"]') == before
 
 
-@pytest.mark.django_db
 def test_typed_state_and_results_over_http(client):
     assert post(client, "add", [ORDER["lines"][0], "first"], key="s") == (
         200,
@@ -116,7 +115,6 @@ def test_typed_state_and_results_over_http(client):
     }
 
 
-@pytest.mark.django_db
 def test_a_result_that_does_not_fit_its_annotation_is_invalid_output(client):
     status, body = post(client, "wrong_result", [])
     assert (status, body["code"]) == (500, "invalid_output")
@@ -125,7 +123,6 @@ def test_a_result_that_does_not_fit_its_annotation_is_invalid_output(client):
 
 
 # -- the shell ----------------------------------------------------------------------
-@pytest.mark.django_db
 def test_handle_call_takes_and_returns_the_declared_types():
     shop = actors.get_or_create("typedShop", "shell")
     order = Order.model_validate(ORDER)
@@ -147,7 +144,6 @@ def test_handle_call_takes_and_returns_the_declared_types():
 
 
 # -- WebSockets ---------------------------------------------------------------------
-@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("encoding", ["json", "cbor"])
 async def test_round_trips_over_the_rivet_websocket(encoding):
     comm = RivetCommunicator("typedShop", ["ws"], encoding=encoding)
@@ -192,7 +188,6 @@ async def rivetkit_reply(comm, encoding):
     return body["tag"], body["val"]
 
 
-@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("encoding", ["json", "cbor"])
 async def test_round_trips_over_the_rivetkit_websocket(encoding):
     comm = rivetkit_communicator(encoding)
@@ -212,7 +207,6 @@ async def test_round_trips_over_the_rivetkit_websocket(encoding):
     await comm.disconnect()
 
 
-@pytest.mark.django_db(transaction=True)
 async def test_round_trips_over_the_rivetkit_websocket_in_bare():
     comm = rivetkit_communicator("bare")
     connected, _ = await comm.connect(10)
@@ -226,7 +220,6 @@ async def test_round_trips_over_the_rivetkit_websocket_in_bare():
 
 
 # -- queues and schedules -----------------------------------------------------------
-@pytest.mark.django_db
 def test_a_typed_queue_body_is_checked_when_sent_and_converted_for_its_handler(
     client,
 ):
@@ -250,7 +243,6 @@ def test_a_typed_queue_body_is_checked_when_sent_and_converted_for_its_handler(
     assert shop.call("total") == Decimal("15.470")
 
 
-@pytest.mark.django_db
 def test_typed_schedule_arguments_are_stored_as_the_wire_carries_them():
     from django_rivet import Actor, action
     from django_rivet.testing import freeze_time, register_temporarily

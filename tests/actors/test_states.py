@@ -16,7 +16,9 @@ from django_rivet.exceptions import InvalidValue
 from django_rivet.models import Actor as ActorRow
 from django_rivet.testing import register_temporarily, reset_actor_cache
 
-pytestmark = pytest.mark.django_db
+# pg: migrations ride in the invocation's transaction (rolled back with it),
+# and rivet_migrate_state locks and writes in batches.
+pytestmark = [pytest.mark.pg, pytest.mark.django_db]
 
 
 @dataclass
@@ -235,7 +237,6 @@ def run_command(*args):
     return out.getvalue(), err.getvalue()
 
 
-@pytest.mark.pg
 def test_rivet_migrate_state_migrates_10000_actors_in_batches():
     bulk_old_carts(10_000)
     with register_temporarily(CartV2):
@@ -254,7 +255,6 @@ def test_rivet_migrate_state_migrates_10000_actors_in_batches():
     assert "Migrated 0 'versionedCart' actor(s)" in out
 
 
-@pytest.mark.pg
 def test_rivet_migrate_state_lists_the_actors_it_could_not_migrate():
     bulk_old_carts(5, poison={3})
     ActorRow.objects.filter(key='["bulk-00004"]').update(state_version=7)

@@ -85,6 +85,7 @@ def test_the_document_validates_and_describes_actions_from_their_annotations():
     assert not any("/actors/backOffice" in path for path in doc["paths"])
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_request_built_from_the_document_succeeds(client):
     doc = openapi_document()
     operation = doc["paths"][ACTION]["post"]

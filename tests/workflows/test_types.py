@@ -11,7 +11,7 @@ from django_rivet.models import Workflow
 from django_rivet.testing import run_until_idle
 from tests.testapp.shop import Color, Order, Receipt
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ORDER = {
     "id": "o-9",

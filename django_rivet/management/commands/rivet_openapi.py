@@ -16,7 +16,7 @@ class Command(BaseCommand):
     help = (
         "Write the OpenAPI 3.1 document of django-rivet's HTTP routes for the "
         "registered actor classes: each action, queue and actor route, with "
-        "JSON Schemas from the annotations (docs/types.md). The routes' "
+        "JSON Schemas from the annotations. The routes' "
         "prefix is where django_rivet.urls is mounted, unless --prefix says."
     )
 

@@ -23,7 +23,7 @@ class Command(BaseCommand):
         "their annotations. `createClient<RivetRegistry>()` of rivet.js "
         "then checks every call; with --rivetkit the module also exports "
         "RivetKitRegistry for the official client's createClient<>() (it "
-        "imports types from the `rivetkit` npm package). See docs/types.md."
+        "imports types from the `rivetkit` npm package)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
