@@ -27,6 +27,7 @@ from typing import Any
 from ..exceptions import InvalidArgs, InvalidOutput, RivetError
 from ..typed import Shape, shape_of
 from ..typed.shapes import describe as describe_hint
+from ..typed.shapes import resolved_hints
 
 __all__ = ["HandlerTypes", "describe", "matches", "mismatch", "positional"]
 
@@ -59,14 +60,7 @@ class HandlerTypes:
     def resolve(self) -> None:
         """Read the annotations; ``TypeError`` if a name cannot be resolved."""
         function = self._function
-        try:
-            hints = typing.get_type_hints(function, include_extras=True)
-        except Exception as exc:
-            name = getattr(function, "__qualname__", repr(function))
-            raise TypeError(
-                f"The annotations of {name} cannot be resolved: {exc}. Define the "
-                "types they name at module level."
-            ) from exc
+        hints = resolved_hints(function)
         parameters = list(inspect.signature(function).parameters.values())[2:]
         self.params = tuple(
             (p.name, shape_of(hints.get(p.name, p.empty)))
@@ -107,19 +101,13 @@ class HandlerTypes:
         Raises ``request/invalid_args`` naming the path
         (``args[0].items[2].price``), the argument and the reason.
         """
-        if not self.resolved:
-            self.resolve()
-        if self.plain:
-            return args
-        converted = list(args)
-        for index, value in enumerate(converted):
-            name, shape = self._shape(index)
-            if shape is not None:
-                converted[index] = _named(name, shape.load, value, f"{where}[{index}]")
-        return converted
+        return self._convert(args, where, "load")
 
     def dump_args(self, args: Any) -> Any:
         """Return ``args`` given in this process as the wire carries them."""
+        return self._convert(args, "args", "dump")
+
+    def _convert(self, args: Any, where: str, way: str, single: bool = False) -> Any:
         if not self.resolved:
             self.resolve()
         if self.plain:
@@ -128,26 +116,18 @@ class HandlerTypes:
         for index, value in enumerate(converted):
             name, shape = self._shape(index)
             if shape is not None:
-                converted[index] = _named(name, shape.dump, value, f"args[{index}]")
+                method = shape.load if way == "load" else shape.dump
+                path = where if single else f"{where}[{index}]"
+                converted[index] = _named(name, method, value, path)
         return converted
 
     def load_body(self, body: Any) -> Any:
         """Return a queue message's body as its handler takes it."""
-        if not self.resolved:
-            self.resolve()
-        name, shape = self._shape(0)
-        if shape is None:
-            return body
-        return _named(name, shape.load, body, "body")
+        return self._convert([body], "body", "load", single=True)[0]
 
     def dump_body(self, body: Any) -> Any:
         """Return a queue message's body given in this process as stored."""
-        if not self.resolved:
-            self.resolve()
-        name, shape = self._shape(0)
-        if shape is None:
-            return body
-        return _named(name, shape.dump, body, "body")
+        return self._convert([body], "body", "dump", single=True)[0]
 
     def dump_result(self, output: Any, action: str) -> tuple[Any, Any]:
         """Return the handler's ``output`` as ``(domain value, typed value)``.

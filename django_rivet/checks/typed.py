@@ -74,31 +74,41 @@ def _actor_shapes(cls: type[Actor]) -> Iterator[tuple[str, Any]]:
 
 def _check_state(cls: type[Actor], where: str) -> list[Any]:
     docs = docs_url("types")
-    version = cls.state_version
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        text = E107.format(
-            cls=where,
-            attribute="state_version",
-            value=version,
-            expected="it must be an integer, 1 or more",
+    version, state_type = cls.state_version, cls.state_type
+    wrong = [
+        (attribute, value, expected)
+        for attribute, value, ok, expected in (
+            (
+                "state_version",
+                version,
+                isinstance(version, int)
+                and not isinstance(version, bool)
+                and version >= 1,
+                "it must be an integer, 1 or more",
+            ),
+            (
+                "state_type",
+                state_type,
+                state_type is None or isinstance(state_type, type),
+                "it must be a class (a dataclass or a pydantic model)",
+            ),
         )
-        return [message("rivet.E107", text, E107_HINT.format(docs=docs), cls)]
-    state_type = cls.state_type
-    if state_type is not None and not isinstance(state_type, type):
-        text = E107.format(
-            cls=where,
-            attribute="state_type",
-            value=state_type,
-            expected="it must be a class (a dataclass or a pydantic model)",
-        )
-        return [message("rivet.E107", text, E107_HINT.format(docs=docs), cls)]
-    if version > 1 and not cls.overrides("migrate_state"):
-        text = E105.format(cls=where, version=version)
+        if not ok
+    ]
+    if wrong:
         return [
             message(
-                "rivet.E105", text, E105_HINT.format(version=version, docs=docs), cls
+                "rivet.E107",
+                E107.format(cls=where, attribute=a, value=v, expected=e),
+                E107_HINT.format(docs=docs),
+                cls,
             )
+            for a, v, e in wrong
         ]
+    if version > 1 and not cls.overrides("migrate_state"):
+        text = E105.format(cls=where, version=version)
+        hint = E105_HINT.format(version=version, docs=docs)
+        return [message("rivet.E105", text, hint, cls)]
     return []
 
 

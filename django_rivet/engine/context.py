@@ -97,26 +97,18 @@ class WorkflowContext:
             ephemeral,
             transaction,
         )
-        shape = shapes.step_shape(fn)
-        if shape is not None:
-            # A return annotation: recorded as a value of the domain, given
-            # back as the annotated type (the first run and replays alike).
-            return self._scope.enter(
-                lambda: shapes.run_typed_step(self._scope, name, fn, options, shape)
-            )
-        return self._scope.enter(lambda: steps.run_step(self._scope, name, fn, options))
+        # A return annotation: the result is recorded as a value of the
+        # domain, and given back as the annotated type (first run and replays).
+        run = shapes.stepper(fn, steps.run_step, shapes.run_typed_step)
+        return self._scope.enter(lambda: run(self._scope, name, fn, options))
 
     def try_step(
         self, name: str, fn: Callable[[], Any], **options: Any
     ) -> Coroutine[Any, Any, StepResult[Any]]:
         """Run a step like :meth:`step`, returning failures as a ``StepResult``."""
         opts = steps.StepOptions(**options)
-        shape = shapes.step_shape(fn)
-        if shape is not None:
-            return self._scope.enter(
-                lambda: shapes.try_typed_step(self._scope, name, fn, opts, shape)
-            )
-        return self._scope.enter(lambda: steps.try_step(self._scope, name, fn, opts))
+        run = shapes.stepper(fn, steps.try_step, shapes.try_typed_step)
+        return self._scope.enter(lambda: run(self._scope, name, fn, opts))
 
     def try_block(
         self,

@@ -10,13 +10,14 @@ annotations cost a look at ``__annotations__``.
 
 from __future__ import annotations
 
+import functools
 import inspect
-import typing
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..exceptions import InvalidValue, RivetError
 from ..typed import Shape, returned_shape, shape_of
+from ..typed.shapes import resolved_hints
 from .errors import StepOutputError
 from .scope import Scope
 from .steps import StepOptions, run_step, try_step
@@ -26,6 +27,7 @@ __all__ = [
     "WorkflowShapes",
     "dumping",
     "run_typed_step",
+    "stepper",
     "try_typed_step",
     "workflow_shapes",
 ]
@@ -79,15 +81,8 @@ def workflow_shapes(fn: Callable[..., Any]) -> WorkflowShapes:
     found = _CACHE.get(key)
     if found is not None:
         return found
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-        names = list(inspect.signature(fn).parameters)
-    except Exception as exc:
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise TypeError(
-            f"The annotations of workflow {name} cannot be resolved ({exc}); define "
-            "the types they name at module level"
-        ) from exc
+    hints = resolved_hints(fn)
+    names = list(inspect.signature(fn).parameters)
     input_hint = hints.get(names[1]) if len(names) > 1 else None
     shapes = WorkflowShapes(shape_of(input_hint), shape_of(hints.get("return")))
     if shapes.input is None and shapes.output is None:
@@ -143,6 +138,24 @@ def try_typed_step(
     return run()
 
 
-def step_shape(fn: Callable[[], Any]) -> Shape | None:
-    """Return the shape of a step function's result (None: recorded as it is)."""
-    return returned_shape(fn)
+def stepper(
+    fn: Callable[[], Any], plain: Callable[..., Any], typed: Callable[..., Any]
+) -> Callable[..., Any]:
+    """Return ``plain`` for a step function without a shape, else ``typed`` bound
+    to its shape (``run_step``/``run_typed_step``, ``try_step``/``try_typed_step``).
+    """
+    shape = returned_shape(fn)
+    if shape is None:
+        return plain
+    return functools.partial(_with_shape, typed, shape)
+
+
+def _with_shape(
+    typed: Callable[..., Any],
+    shape: Shape,
+    scope: Scope,
+    name: str,
+    fn: Callable[[], Any],
+    options: StepOptions,
+) -> Any:
+    return typed(scope, name, fn, options, shape)

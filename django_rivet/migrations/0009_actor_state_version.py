@@ -4,15 +4,10 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
-    dependencies = [
-        ('django_rivet', '0005_workflow_children_deadlines'),
-    ]
+    dependencies = [("django_rivet", "0005_workflow_children_deadlines")]
 
     operations = [
         migrations.AddField(
-            model_name='actor',
-            name='state_version',
-            field=models.PositiveIntegerField(default=1),
+            "actor", "state_version", models.PositiveIntegerField(default=1)
         ),
     ]

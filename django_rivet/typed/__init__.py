@@ -16,22 +16,12 @@ Schema; :mod:`.typescript` writes JSON Schemas as TypeScript.
 """
 
 from .convert import to_domain
-from .shapes import (
-    TYPES_EXTRA,
-    MissingTypesExtra,
-    Shape,
-    needs_shape,
-    pydantic_installed,
-    returned_shape,
-    shape_of,
-)
+from .shapes import TYPES_EXTRA, MissingTypesExtra, Shape, returned_shape, shape_of
 
 __all__ = [
     "TYPES_EXTRA",
     "MissingTypesExtra",
     "Shape",
-    "needs_shape",
-    "pydantic_installed",
     "returned_shape",
     "shape_of",
     "to_domain",

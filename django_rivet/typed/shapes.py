@@ -13,7 +13,6 @@ whose pydantic ``TypeAdapter`` is built on first use.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import types
 import typing
@@ -28,8 +27,10 @@ __all__ = [
     "TYPES_EXTRA",
     "MissingTypesExtra",
     "Shape",
+    "describe",
+    "invalid",
     "needs_shape",
-    "pydantic_installed",
+    "resolved_hints",
     "returned_shape",
     "shape_of",
 ]
@@ -62,11 +63,6 @@ _UNIONS = (typing.Union, types.UnionType)
 
 class MissingTypesExtra(ImportError):
     """An annotation needs pydantic to convert values, and it is not installed."""
-
-
-def pydantic_installed() -> bool:
-    """Tell whether pydantic (the ``types`` extra) can be imported."""
-    return importlib.util.find_spec("pydantic") is not None
 
 
 @functools.cache
@@ -298,11 +294,21 @@ def returned_shape(fn: Callable[..., Any]) -> Shape | None:
 
 
 def _return_hint(fn: Callable[..., Any]) -> Any:
+    return resolved_hints(fn).get("return")
+
+
+def resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Return ``fn``'s annotations, resolved (``Annotated`` kept).
+
+    Raises ``TypeError`` naming the function when a name in them cannot be
+    resolved (a class local to a function, under ``from __future__ import
+    annotations``, or one not defined yet).
+    """
     try:
-        return typing.get_type_hints(fn, include_extras=True).get("return")
+        return typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise TypeError(
-            f"The return annotation of {name} cannot be resolved ({exc}); define "
-            "the type at module level"
+            f"The annotations of {name} cannot be resolved: {exc}. Define the "
+            "types they name at module level."
         ) from exc

@@ -169,63 +169,73 @@ def _members(rows: list[str], indent: str) -> str:
     return "{\n" + "\n".join(f"{indent}  {row}" for row in rows) + f"\n{indent}}}"
 
 
-def _actor_type(actor: ActorAPI, indent: str) -> str:
-    inner = indent + "    "
+def _texts(
+    actor: ActorAPI, indent: str
+) -> tuple[
+    list[tuple[str, str, str]], list[tuple[str, str, str]], list[tuple[str, list[str]]]
+]:
+    """Return the TypeScript of ``actor``'s actions, queues and events.
+
+    ``(name, arguments, result)``, ``(name, body, reply)`` and ``(name,
+    argument types)``.
+    """
     actions = [
-        f"{property_name(a.name)}: {{ args: {_args(a, inner)}; "
-        f"result: {typescript(a.result, inner)} }};"
+        (property_name(a.name), _args(a, indent), typescript(a.result, indent))
         for a in actor.actions
     ]
     queues = [
-        f"{property_name(q.name)}: {{ body: {typescript(q.body, inner)}; "
-        f"response: {typescript(q.reply, inner)} }};"
+        (property_name(q.name), typescript(q.body, indent), typescript(q.reply, indent))
         for q in actor.queues
     ]
     events = [
-        f"{property_name(name)}: [{', '.join(typescript(a, inner) for a in args)}];"
+        (property_name(name), [typescript(arg, indent) for arg in args])
         for name, args in actor.events.items()
     ]
+    return actions, queues, events
+
+
+def _actor_type(actor: ActorAPI, indent: str) -> str:
+    actions, queues, events = _texts(actor, indent + "    ")
+    inner = indent + "  "
     rows = [
-        f"actions: {_members(actions, indent + '  ')};",
-        f"queues: {_members(queues, indent + '  ')};",
-        f"events: {_members(events, indent + '  ')};",
-        f"state: {typescript(actor.state, indent + '  ')};",
-        f"connParams: {typescript(actor.conn_params, indent + '  ')};",
-        f"input: {typescript(actor.input, indent + '  ')};",
+        "actions: "
+        + _members(
+            [f"{n}: {{ args: {a}; result: {r} }};" for n, a, r in actions], inner
+        )
+        + ";",
+        "queues: "
+        + _members(
+            [f"{n}: {{ body: {b}; response: {r} }};" for n, b, r in queues], inner
+        )
+        + ";",
+        "events: "
+        + _members([f"{n}: [{', '.join(types)}];" for n, types in events], inner)
+        + ";",
+        f"state: {typescript(actor.state, inner)};",
+        f"connParams: {typescript(actor.conn_params, inner)};",
+        f"input: {typescript(actor.input, inner)};",
     ]
     return _members(rows, indent)
 
 
 def _rivetkit_actor(actor: ActorAPI, indent: str) -> str:
-    inner = indent + "  "
-    actions = [
-        f"{property_name(a.name)}: (c: any, ...args: {_args(a, inner)}) => "
-        f"{typescript(a.result, inner)};"
-        for a in actor.actions
-    ]
-    events = [
-        f"{property_name(name)}: ReturnType<typeof event<{_event_args(args, inner)}>>;"
-        for name, args in actor.events.items()
-    ]
-    queues = [
-        f"{property_name(q.name)}: ReturnType<typeof queue<"
-        f"{typescript(q.body, inner)}, {typescript(q.reply, inner)}>>;"
-        for q in actor.queues
-    ]
-    state = typescript(actor.state, inner)
-    params = typescript(actor.conn_params, inner)
-    input = typescript(actor.input, inner)
+    actions, queues, events = _texts(actor, indent + "  ")
+    calls = [f"{n}: (c: any, ...args: {a}) => {r};" for n, a, r in actions]
+    tokens = [f"{n}: ReturnType<typeof event<{_event_args(t)}>>;" for n, t in events]
+    messages = [f"{n}: ReturnType<typeof queue<{b}, {r}>>;" for n, b, r in queues]
+    state = typescript(actor.state, indent + "  ")
+    params = typescript(actor.conn_params, indent + "  ")
+    input = typescript(actor.input, indent + "  ")
     return (
         f"ActorDefinition<{state}, {params}, unknown, unknown, {input}, undefined, "
-        f"{_members(events, indent) if events else 'Record<never, never>'}, "
-        f"{_members(queues, indent) if queues else 'Record<never, never>'}, "
-        f"{_members(actions, indent)}>"
+        f"{_members(tokens, indent) if tokens else 'Record<never, never>'}, "
+        f"{_members(messages, indent) if messages else 'Record<never, never>'}, "
+        f"{_members(calls, indent)}>"
     )
 
 
-def _event_args(args: tuple[Any, ...], indent: str) -> str:
+def _event_args(types: list[str]) -> str:
     # One argument: its type; several: their tuple (rivetkit's InferEventArgs).
-    types = [typescript(arg, indent) for arg in args]
     return types[0] if len(types) == 1 else f"[{', '.join(types)}]"
 
 

@@ -17,7 +17,8 @@ from typing_extensions import TypedDict
 
 from django_rivet.domain import value_problem
 from django_rivet.exceptions import InvalidArgs, InvalidValue
-from django_rivet.typed import Shape, needs_shape, returned_shape, shape_of, to_domain
+from django_rivet.typed import Shape, returned_shape, shape_of, to_domain
+from django_rivet.typed.shapes import needs_shape
 
 
 class Mood(enum.Enum):

@@ -1,4 +1,12 @@
-"""``manage.py rivet_migrate_state <actor> [--dry-run] [--batch N]``."""
+"""``manage.py rivet_migrate_state <actor> [--dry-run] [--batch N]``.
+
+Migrates every stored actor of a class whose state is older than the
+class's ``state_version`` now, instead of on each actor's next call:
+``migrate_state`` runs for each, in batches of ``--batch`` actors per
+transaction. ``--dry-run`` runs the migrations and rolls them back. Actors
+whose migration raises are listed and left as they were, and the command
+exits with status 1.
+"""
 
 from __future__ import annotations
 
@@ -18,29 +26,14 @@ from django_rivet.exceptions import ActorNotFound
 class Command(BaseCommand):
     """Migrate the stored states of one actor class to its ``state_version``."""
 
-    help = (
-        "Migrate every stored actor of a class whose state is older than the "
-        "class's state_version, now instead of on each actor's next call: "
-        "migrate_state runs for each, in batches of --batch actors per "
-        "transaction. --dry-run runs the migrations and rolls them back. "
-        "Actors whose migration raises are listed and left as they were "
-        "(the command then exits with status 1)."
-    )
+    help = "Migrate the stored states of an actor class to its state_version now."
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Add the actor name, --dry-run and --batch."""
         parser.add_argument("actor", help="The actor class's registered name.")
-        parser.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="Run every migration, then roll it back.",
-        )
-        parser.add_argument(
-            "--batch",
-            type=int,
-            default=DEFAULT_BATCH,
-            help=f"Actors per transaction (default {DEFAULT_BATCH}).",
-        )
+        parser.add_argument("--dry-run", action="store_true", help="Roll back.")
+        batch = f"Actors per transaction (default {DEFAULT_BATCH})."
+        parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=batch)
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Migrate (or try) and say what happened."""

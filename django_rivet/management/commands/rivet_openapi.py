@@ -1,38 +1,34 @@
-"""``manage.py rivet_openapi [-o openapi.json] [--prefix /rivet/]``."""
+"""``manage.py rivet_openapi [-o openapi.json] [--prefix /rivet/]``.
+
+Writes the OpenAPI 3.1 document of django-rivet's HTTP routes for the
+registered actor classes: each action, queue and actor route, with JSON
+Schemas from the annotations. The routes' prefix is where
+``django_rivet.urls`` is mounted, unless ``--prefix`` says.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from django_rivet.management.documents import DocumentCommand
 from django_rivet.transport.openapi import document, dumps
 
 
-class Command(BaseCommand):
+class Command(DocumentCommand):
     """Write the OpenAPI document of the HTTP routes."""
 
-    help = (
-        "Write the OpenAPI 3.1 document of django-rivet's HTTP routes for the "
-        "registered actor classes: each action, queue and actor route, with "
-        "JSON Schemas from the annotations. The routes' "
-        "prefix is where django_rivet.urls is mounted, unless --prefix says."
-    )
+    subject = "the OpenAPI document"
+    help = "Write the OpenAPI document of the HTTP routes of the actor classes."
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Add -o and --prefix."""
-        parser.add_argument("-o", "--output", help="Write to this file.")
-        parser.add_argument(
-            "--prefix", help="The routes' prefix (default: where they are mounted)."
-        )
+        super().add_arguments(parser)
+        prefix = "The routes' prefix (default: where they are mounted)."
+        parser.add_argument("--prefix", help=prefix)
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the document and write it."""
-        text = dumps(document(prefix=options.get("prefix")))
-        output = options.get("output")
-        if output:
-            Path(output).write_text(text, encoding="utf-8")
-            self.stdout.write(f"Wrote the OpenAPI document to {output}.")
-        else:
-            self.stdout.write(text, ending="")
+        doc = document(prefix=options.get("prefix"))
+        self.write_document(dumps(doc), options.get("output"))
