@@ -346,6 +346,7 @@ class RivetSettings:
     WORKFLOW_QUEUES: dict[str, Any]
     METRICS_ALLOW_STAFF: bool
     METRICS_ALLOWED_IPS: list[str]
+    OPENAPI: str | None
 
     def __init__(self, declared: dict[str, Setting] | None = None) -> None:
         self.declared = declared if declared is not None else SETTINGS

@@ -54,6 +54,7 @@ DOCUMENTED_DEFAULTS = {
     # Who may read the metrics view (issue 28).
     "METRICS_ALLOW_STAFF": True,
     "METRICS_ALLOWED_IPS": [],
+    "OPENAPI": None,
 }
 
 
