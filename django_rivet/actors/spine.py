@@ -64,6 +64,7 @@ from ..exceptions import (
     ActorAlreadyExists,
     ActorNotFound,
     Forbidden,
+    InvalidArgs,
     ReentrantCall,
 )
 from ..models import Actor as ActorRow
@@ -377,6 +378,9 @@ def _run(
         if not rows.insert_row(invocation.row):
             raise _Raced()
         definition = invocation.definition
+        shape = states.input_shape(definition)
+        if shape is not None:
+            invocation.input = shape.load(invocation.input, "input", InvalidArgs)
         invocation.state = states.typed(
             definition,
             invocation.call(

@@ -22,13 +22,14 @@ from typing import Any, Protocol
 
 from ..encoding import encode_state
 from ..exceptions import InvalidValue, StateVersionAhead
-from ..typed import shape_of
+from ..typed import Shape, shape_of
+from ..typed.shapes import resolved_hints
 from .context import ActorContext
 from .definition import Actor
 
 logger = logging.getLogger("django_rivet.actors")
 
-__all__ = ["Loading", "encode", "load", "typed"]
+__all__ = ["Loading", "encode", "input_shape", "load", "typed"]
 
 
 class _Versioned(Protocol):
@@ -129,3 +130,15 @@ def _instance(value: Any, hint: Any) -> bool:
         return isinstance(value, hint)
     except TypeError:  # TypedDict, a generic alias: not checkable
         return False
+
+
+def input_shape(definition: type[Actor]) -> Shape | None:
+    """Return the shape of the creation input (``create_state``'s or ``on_create``'s
+    ``input`` annotation), or ``None``: the input goes to them as it is.
+    """
+    for hook in ("create_state", "on_create"):
+        if definition.overrides(hook):
+            shape = shape_of(resolved_hints(getattr(definition, hook)).get("input"))
+            if shape is not None:
+                return shape
+    return None

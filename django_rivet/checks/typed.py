@@ -16,6 +16,7 @@ from django.core.checks import Tags, register
 
 from ..actors import registry
 from ..actors.definition import Actor
+from ..actors.states import input_shape
 from ..conf import docs_url
 from ..engine.shapes import workflow_shapes
 from ..typed import TYPES_EXTRA, MissingTypesExtra, Shape, shape_of
@@ -67,6 +68,7 @@ def _actor_shapes(cls: type[Actor]) -> Iterator[tuple[str, Any]]:
                 yield f"{kind} {spec.wire_name!r}", spec.types.shapes
     if cls.state_type is not None:
         yield "state_type", lambda: [shape_of(cls.state_type)]
+    yield "The creation input", lambda: [input_shape(cls)]
     for event, declared in (cls.events or {}).items():
         hints = declared if isinstance(declared, tuple) else (declared,)
         yield f"Event {event!r}", lambda hints=hints: [shape_of(h) for h in hints]

@@ -112,7 +112,30 @@ def test_typed_state_and_results_over_http(client):
     assert post(client, "basket", [], key="s")[1]["output"] == {
         "lines": ORDER["lines"],
         "total": "15.470",
+        "budget": None,
     }
+
+
+def test_a_typed_creation_input_is_converted_for_create_state(client):
+    response = client.put(
+        "/rivet/actors/typedShop?key=opened",
+        {"input": {"budget": "20.00"}},
+        content_type="application/json",
+    )
+    assert response.status_code == 200
+    assert post(client, "basket", [], key="opened")[1]["output"]["budget"] == "20.00"
+    response = client.put(
+        "/rivet/actors/typedShop?key=refused",
+        {"input": {"budget": "lots"}},
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert response.json()["metadata"]["path"] == "input.budget"
+    assert not Actor.objects.filter(key='["refused"]').exists()
+    shop = actors.get_or_create(
+        "typedShop", "shell-opened", input={"budget": Decimal(5)}
+    )
+    assert shop.call("basket").budget == Decimal(5)
 
 
 def test_a_result_that_does_not_fit_its_annotation_is_invalid_output(client):

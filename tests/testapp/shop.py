@@ -46,6 +46,11 @@ class Order(BaseModel):
 class Basket:
     lines: list[Line] = field(default_factory=list)
     total: Decimal = Decimal("0")
+    budget: Decimal | None = None
+
+
+class Opening(TypedDict):
+    budget: Decimal
 
 
 class ConnInfo(TypedDict):
@@ -59,6 +64,9 @@ class TypedShop(Actor):
 
     state_type = Basket
     events = {"added": Line}
+
+    def create_state(self, ctx, input: Opening | None) -> Basket:
+        return Basket(budget=None if input is None else input["budget"])
 
     def on_before_connect(self, ctx, params: ConnInfo | None):
         return None
