@@ -132,5 +132,6 @@ class MigratingBench(Actor):
         return {"n": state["count"], "history": [state["count"]]}
 
     @action
-    def touch(self, ctx) -> int:
+    def bump(self, ctx) -> int:
+        ctx.state.n += 1
         return ctx.state.n
