@@ -63,9 +63,9 @@ def store_old_states(name: str, keys: list[str], state: bytes, version: int) -> 
 
     P1T: between trials (untimed), what an earlier deploy left behind.
     """
-    from django_rivet.models import Actor
-
     from django.db import connection
+
+    from django_rivet.models import Actor
 
     rows = Actor.objects.filter(name=name, key__in=[f'["{k}"]' for k in keys])
     rows.update(state=state, state_version=version)
