@@ -41,9 +41,7 @@ from ..engine import (
 )
 from ..engine.errors import error_from_info
 from ..engine.ops import WorkflowSnapshot
-from ..engine.shapes import workflow_shapes
 from ..engine.values import seconds
-from ..exceptions import WorkflowNotFound
 from ..models import WORKFLOW_FINISHED, Workflow
 from . import control, operations, published, queries, registry
 
@@ -169,7 +167,7 @@ class WorkflowHandle:
         snapshot = operations.snapshot(self.workflow_id)
         output = snapshot.output
         if status == "completed":
-            output = _typed_output(self.name, output)
+            output = registry.typed_output(self.name, output)
         return status, output, snapshot.error
 
     def snapshot(self) -> WorkflowSnapshot:
@@ -326,15 +324,6 @@ def _pause(deadline: float | None, delay: float) -> float | None:
     if remaining <= 0:
         return None
     return min(delay, remaining)
-
-
-def _typed_output(name: str, output: Any) -> Any:
-    """Return ``output`` as the workflow function's return annotation says."""
-    try:
-        definition = registry.get(name)
-    except WorkflowNotFound:  # not registered here: as stored
-        return output
-    return workflow_shapes(definition.fn).load_output(output)
 
 
 _CANCELLED_BECAUSE = {
