@@ -132,13 +132,22 @@ def _instance(value: Any, hint: Any) -> bool:
         return False
 
 
+_INPUT_SHAPES: dict[type[Actor], Shape | None] = {}
+
+
 def input_shape(definition: type[Actor]) -> Shape | None:
     """Return the shape of the creation input (``create_state``'s or ``on_create``'s
     ``input`` annotation), or ``None``: the input goes to them as it is.
+
+    Looked up once per class.
     """
+    if definition in _INPUT_SHAPES:
+        return _INPUT_SHAPES[definition]
+    found = None
     for hook in ("create_state", "on_create"):
         if definition.overrides(hook):
-            shape = shape_of(resolved_hints(getattr(definition, hook)).get("input"))
-            if shape is not None:
-                return shape
-    return None
+            found = shape_of(resolved_hints(getattr(definition, hook)).get("input"))
+            if found is not None:
+                break
+    _INPUT_SHAPES[definition] = found
+    return found
