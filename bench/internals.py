@@ -58,6 +58,23 @@ def actor_cache_size() -> int:
     return len(cache.cached_ids())
 
 
+def store_old_states(name: str, keys: list[str], state: bytes, version: int) -> None:
+    """Store ``state`` (CBOR) as the ``version`` state of actors ``name``/``keys``.
+
+    P1T: between trials (untimed), what an earlier deploy left behind.
+    """
+    from django.db import connection
+
+    from django_rivet.models import Actor
+
+    rows = Actor.objects.filter(name=name, key__in=[f'["{k}"]' for k in keys])
+    rows.update(state=state, state_version=version)
+    if connection.vendor == "sqlite":
+        # The untimed writes are checkpointed now, not during the timed calls.
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
 def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
     """Insert ``image`` into a workflow's KV rows (P6's prepared history)."""
     from django.db import transaction
@@ -94,5 +111,6 @@ def describe() -> dict[str, Any]:
             "django_rivet.models.WorkflowKV / Workflow (tables, lease columns)",
             "django_rivet.actors.cache.cached_ids (P9 checks the cache)",
             "django_rivet.upkeep.worker.start/stop_embedded_worker (P8)",
+            "django_rivet.models.Actor state/state_version columns (P1T)",
         ]
     }

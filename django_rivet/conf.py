@@ -128,6 +128,9 @@ INCOMING_TRACES = ("continue", "link", "new")
 INCOMING_TRACE = Kind(
     "'continue', 'link' or 'new'", lambda v: isinstance(v, str) and v in INCOMING_TRACES
 )
+OPENAPI_ACCESS = Kind(
+    "None, 'staff' or 'public'", lambda v: v is None or v in ("staff", "public")
+)
 BACKEND_NAME = Kind(
     "None, 'celery', 'worker', 'none' or the dotted path of a backend class",
     lambda v: v is None or (isinstance(v, str) and bool(v)),
@@ -302,6 +305,10 @@ SETTINGS: dict[str, Setting] = {
     # The proxies in front of the server whose X-Forwarded-For is believed:
     # addresses or networks (rivet.E802 checks each). Empty: none is.
     "TRUSTED_PROXIES": Setting([], IP_NETWORKS),
+    # GET <prefix>/openapi.json, the OpenAPI document of the HTTP routes
+    # (docs/types.md): None serves nothing (404), "staff" active staff users
+    # only, "public" anyone.
+    "OPENAPI": Setting(None, OPENAPI_ACCESS),
 }
 
 #: Every key of ``settings.RIVET`` with its default value.
@@ -367,6 +374,7 @@ class RivetSettings:
     RIVETKIT_LIST_FROM_BROWSERS: bool
     TRUSTED_PROXIES: list[str]
     INCOMING_TRACE: str
+    OPENAPI: str | None
 
     def __init__(self, declared: dict[str, Setting] | None = None) -> None:
         self.declared = declared if declared is not None else SETTINGS

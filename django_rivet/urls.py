@@ -5,7 +5,7 @@ path("rivet/", include("django_rivet.urls"))
 
 from django.urls import path, re_path
 
-from .transport import http
+from .transport import http, openapi
 from .transport.rivetkit import manager as rivetkit_manager
 from .transport.rivetkit import urls as rivetkit_urls
 
@@ -25,6 +25,8 @@ urlpatterns = [
         http.request_view,
         name="request",
     ),
+    # Off (404) unless RIVET["OPENAPI"] says who may read it.
+    path("openapi.json", openapi.openapi_view, name="openapi"),
 ]
 
 # The official RivetKit client's endpoints, under the same prefix.

@@ -58,6 +58,7 @@ DOCUMENTED_DEFAULTS = {
     "RIVETKIT_LIST_FROM_BROWSERS": False,
     "INCOMING_TRACE": "continue",
     "TRUSTED_PROXIES": [],
+    "OPENAPI": None,
 }
 
 

@@ -1,3 +1,7 @@
+import enum
+from dataclasses import dataclass, field
+from decimal import Decimal
+
 from django_rivet import Actor, action
 
 
@@ -114,3 +118,65 @@ class Asker(Actor):
             return ctx.workflows.get(workflow_id).request("question", 1, timeout)
         except (WorkflowCannotWait, TimeoutError) as error:
             return type(error).__name__
+
+
+# -- typed values (P1T) -------------------------------------------------------------
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass
+class Item:
+    sku: str
+    price: Decimal
+    qty: int
+    color: Color
+
+
+@dataclass
+class Receipt:
+    sku: str
+    total: Decimal
+    count: int
+
+
+class TypedBench(Actor):
+    """One action typed (a dataclass with a Decimal and an Enum in and out),
+    and the same work untyped, on the same state."""
+
+    name = "typedBench"
+    initial_state = {"n": 0}
+
+    @action
+    def add(self, ctx, item: Item) -> Receipt:
+        ctx.state["n"] += item.qty
+        return Receipt(item.sku, item.price * item.qty, ctx.state["n"])
+
+    @action
+    def add_plain(self, ctx, item: dict) -> dict:
+        ctx.state["n"] += item["qty"]
+        total = Decimal(item["price"]) * item["qty"]
+        return {"sku": item["sku"], "total": str(total), "count": ctx.state["n"]}
+
+
+@dataclass
+class Tally:
+    n: int = 0
+    history: list[int] = field(default_factory=list)
+
+
+class MigratingBench(Actor):
+    """A typed state at version 2; version 1 stored ``{"count": n}``."""
+
+    name = "migratingBench"
+    state_type = Tally
+    state_version = 2
+
+    def migrate_state(self, ctx, state, from_version):
+        return {"n": state["count"], "history": [state["count"]]}
+
+    @action
+    def bump(self, ctx) -> int:
+        ctx.state.n += 1
+        return ctx.state.n

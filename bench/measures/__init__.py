@@ -6,6 +6,7 @@ from types import ModuleType
 
 from bench.measures import (
     p01_call,
+    p01_typed,
     p02_http,
     p03_ws,
     p04_flush,
@@ -28,6 +29,7 @@ MEASURES: dict[str, ModuleType] = {
     module.ID: module
     for module in (
         p01_call,
+        p01_typed,
         p02_http,
         p03_ws,
         p04_flush,

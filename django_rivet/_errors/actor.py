@@ -29,6 +29,7 @@ __all__ = [
     "QueueMessageTooLarge",
     "ReentrantCall",
     "StateTooLarge",
+    "StateVersionAhead",
     "TooManyConnections",
     "TooManySchedules",
     "ValueTooDeep",
@@ -256,6 +257,19 @@ class StateTooLarge(RivetError):
     code = "state_too_large"
     http_status = 400
     default_message = "The actor state is too large"
+
+
+class StateVersionAhead(RivetError):
+    """The stored state has a newer ``state_version`` than this code knows; nothing ran.
+
+    A process still running the previous deploy met an actor that a newer
+    one migrated: retried, the call reaches an upgraded process.
+    """
+
+    group = "actor"
+    code = "state_version_ahead"
+    http_status = 503
+    default_message = "The actor's state was written by a newer version of the code"
 
 
 class ActorBusy(RivetError):

@@ -28,8 +28,9 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from django.db.models import Q, QuerySet
 
-from ..exceptions import ActorNotFound
+from ..exceptions import ActorNotFound, InvalidArgs
 from ..models import Actor, db, sql
+from . import registry, states
 from .errors import database_error
 from .handles import Criteria
 from .lanes import ainvoke
@@ -191,6 +192,10 @@ def _lookup(ref: ActorRef) -> ActorHandle:
 
 def _ref(name: str, key: Any, mode: Mode, input: Any = None) -> ActorRef:
     if input is not None:
+        # An input of the annotated type goes as the wire would carry it.
+        shape = states.input_shape(registry.get(name)) if mode != "get" else None
+        if shape is not None:
+            input = shape.dump(input, "input", InvalidArgs)
         # What the wire would refuse as input, the shell refuses too.
         check_arguments(input, "input")
     return ActorRef.of(name, key, mode=mode, input=input)

@@ -24,6 +24,7 @@ from asgiref.sync import async_to_sync
 from .. import events
 from ..encoding import cbor_dumps
 from ..exceptions import ActorReadOnly
+from ..typed import shape_of
 from .handles import ActorsAPI, WorkflowsAPI
 from .kv import ActorKVStore
 from .services import CronAPI, QueueAPI, ScheduleAPI, services
@@ -38,7 +39,7 @@ logger = logging.getLogger("django_rivet.actors")
 
 M = TypeVar("M")
 
-__all__ = ["ActorContext", "Conn", "Running"]
+__all__ = ["ActorContext", "Conn", "Running", "event_args"]
 
 refuse_write = ActorReadOnly.refusing
 
@@ -109,6 +110,29 @@ async def _awaited(awaitable: Any) -> None:
 class _Named(Protocol):
     @property
     def name(self) -> str: ...
+
+    @property
+    def events(self) -> dict[str, Any]: ...
+
+
+def event_args(
+    definition: _Named, event: str, args: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """Return an event's arguments as sent: declared types converted.
+
+    ``events = {"message": Message}`` (or a tuple of types, one per
+    argument) declares them (docs/types.md); undeclared events go as they are.
+    """
+    declared = definition.events.get(event) if definition.events else None
+    if declared is None:
+        return args
+    hints = declared if isinstance(declared, tuple) else (declared,)
+    converted = list(args)
+    for index, (hint, value) in enumerate(zip(hints, args, strict=False)):
+        shape = shape_of(hint)
+        if shape is not None:
+            converted[index] = shape.dump(value, f"event {event} args[{index}]")
+    return tuple(converted)
 
 
 class Running(Protocol):
@@ -196,6 +220,7 @@ class Conn:
         """Send an event to this connection only, after commit."""
         if self._invocation.readonly:
             raise refuse_write("send events (conn.send)")
+        args = event_args(self._invocation.definition, event, args)
         message = {
             "type": events.SEND_MESSAGE,
             "name": event,
@@ -314,6 +339,7 @@ class ActorContext:
             raise TypeError("event must be a non-empty string")
         if self._invocation.readonly:
             raise refuse_write("broadcast events")
+        args = event_args(self._invocation.definition, event, args)
         self._invocation.broadcasts.append((event, events.encode_args(event, args)))
 
     def destroy(self) -> None:

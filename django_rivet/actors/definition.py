@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import inspect
 import re
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 from django.core.exceptions import ImproperlyConfigured
 
 from ..exceptions import ActionNotFound, InvalidArgs
+from .annotations import HandlerTypes, describe, matches, mismatch, positional
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -73,6 +73,27 @@ class HandlerSpec:
     # when it has that many arguments, checked without binding (which costs
     # more than the rest of an invocation's argument handling).
     positional: tuple[tuple[str, Any], ...] | None = None
+    # What the annotations convert (None, or ``plain``: nothing).
+    types: HandlerTypes | None = None
+
+    def arguments(self, args: Any) -> Any:
+        """Check the wire's ``args``; return them as the handler takes them.
+
+        Annotated types (docs/types.md) are converted, ``request/invalid_args``
+        naming the path of a value that does not fit.
+        """
+        self.check_args(args)
+        types = self.types
+        if types is None or types.plain:
+            return args
+        return types.load_args(args)
+
+    def wire_args(self, args: Any) -> Any:
+        """Return ``args`` given in this process (typed) as the wire carries them."""
+        types = self.types
+        if types is None or types.plain:
+            return args
+        return types.dump_args(args)
 
     def check_args(self, args: Any) -> None:
         """Raise ``request/invalid_args`` unless ``args`` fit the signature."""
@@ -81,8 +102,8 @@ class HandlerSpec:
         positional = self.positional
         if positional is not None and len(args) == len(positional):
             for (name, hint), value in zip(positional, args, strict=True):
-                if hint is not None and not _matches(value, hint):
-                    raise _mismatch(self.wire_name, name, hint)
+                if hint is not None and not matches(value, hint):
+                    raise mismatch(self.wire_name, name, hint)
             return
         try:
             bound = self.signature.bind(None, None, *args)
@@ -99,8 +120,8 @@ class HandlerSpec:
             ) from exc
         for name, value in list(bound.arguments.items())[2:]:
             hint = self.hints.get(name)
-            if hint is not None and not _matches(value, hint):
-                raise _mismatch(self.wire_name, name, hint)
+            if hint is not None and not matches(value, hint):
+                raise mismatch(self.wire_name, name, hint)
 
     def arity(self) -> tuple[int, int | None]:
         """Return how many arguments a call takes: (at least, at most or None)."""
@@ -132,7 +153,7 @@ class HandlerSpec:
             text = "*" if parameter.kind == inspect.Parameter.VAR_POSITIONAL else ""
             text += parameter.name
             if hint is not None:
-                text += f": {_describe(hint)}"
+                text += f": {describe(hint)}"
             if parameter.default is not inspect.Parameter.empty:
                 text += " = ..."
             names.append(text)
@@ -140,61 +161,6 @@ class HandlerSpec:
 
 
 _PLAIN = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
-
-def _mismatch(wire_name: str, name: str, hint: Any) -> InvalidArgs:
-    return InvalidArgs(
-        f"Argument {name!r} of {wire_name!r} must be {_describe(hint)}",
-        metadata={"argument": name},
-    )
-
-
-def _positional(
-    signature: inspect.Signature, hints: dict[str, Any]
-) -> tuple[tuple[str, Any], ...] | None:
-    """Return :attr:`HandlerSpec.positional` for ``signature``, or ``None``."""
-    params = list(signature.parameters.values())
-    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if len(params) < 2 or any(
-        p.kind not in plain or p.default is not inspect.Parameter.empty for p in params
-    ):
-        return None
-    return tuple((p.name, hints.get(p.name)) for p in params[2:])
-
-
-_SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
-    str: (str,),
-    bytes: (bytes,),
-    bool: (bool,),
-    int: (int,),
-    float: (int, float),
-    list: (list, tuple),
-    dict: (dict,),
-    type(None): (type(None),),
-}
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Check ``value`` against simple builtin annotations; accept the rest."""
-    if hint is Any or hint is inspect.Parameter.empty:
-        return True
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(hint))
-    if origin is not None:
-        hint = origin
-    if hint is None:
-        hint = type(None)
-    allowed = _SIMPLE_TYPES.get(hint)
-    if allowed is None:
-        return True
-    if hint in (int, float) and isinstance(value, bool):
-        return False
-    return isinstance(value, allowed)
-
-
-def _describe(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint)
 
 
 @overload
@@ -277,8 +243,9 @@ def _spec(attribute: str, function: Callable[..., Any], wire_name: str) -> Handl
         hints=hints,
         timeout=getattr(function, _TIMEOUT_MARK, None),
         max_retries=getattr(function, _RETRIES_MARK, None),
-        positional=_positional(signature, hints),
+        positional=positional(signature, hints),
         readonly=bool(getattr(function, _READONLY_MARK, False)),
+        types=HandlerTypes(function),
     )
 
 
@@ -316,6 +283,16 @@ class Actor:
     #: Bytes of one queue message body, CBOR-encoded (default 64 KiB).
     queue_max_message_bytes: ClassVar[int | None] = None
 
+    # Typed, versioned state (docs/types.md).
+    #: The class of ``ctx.state`` (a dataclass or pydantic model), stored as
+    #: its fields; None: any value of the domain, as it is.
+    state_type: ClassVar[Any] = None
+    #: The version of the state's shape; raise it with a ``migrate_state``.
+    state_version: ClassVar[int] = 1
+    #: Declared events, ``{"message": Message}`` (a tuple of types for several
+    #: arguments): broadcast arguments are converted, clients get the types.
+    events: ClassVar[dict[str, Any]] = {}
+
     actions: ClassVar[dict[str, HandlerSpec]] = {}
     queue_handlers: ClassVar[dict[str, HandlerSpec]] = {}
 
@@ -352,6 +329,19 @@ class Actor:
     def create_state(self, ctx: ActorContext, input: Any) -> Any:
         """Return the initial state (default: a deep copy of initial_state)."""
         return copy.deepcopy(self.initial_state)
+
+    def migrate_state(self, ctx: ActorContext, state: Any, from_version: int) -> Any:
+        """Return ``state``, stored by version ``from_version``, in today's shape.
+
+        Runs once per actor, when an invocation first loads a state older
+        than ``state_version``, in that invocation's transaction. ``state``
+        is the stored value as it is (maps, lists...); return a
+        ``state_type`` instance or a value that converts to one.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} stores version {self.state_version} states "
+            f"but has no migrate_state for version {from_version}"
+        )
 
     # -- lifecycle hooks (no-ops unless overridden) -----------------------
     def on_create(self, ctx: ActorContext, input: Any) -> object:

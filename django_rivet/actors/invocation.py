@@ -28,7 +28,7 @@ from django.db.backends.utils import CursorWrapper
 
 from .. import events
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads, encode_if_changed
+from ..encoding import cbor_dumps, cbor_loads
 from ..exceptions import (
     ActionTimeout,
     ActorBusy,
@@ -41,7 +41,7 @@ from ..exceptions import (
 )
 from ..models import Actor as ActorRow
 from ..models import Connection, db
-from . import registry, rows, websockets
+from . import registry, rows, states, websockets
 from .calls import AuthInfo, AuthRequest, Origin
 from .context import ActorContext, Conn
 from .definition import Actor, HandlerSpec
@@ -172,6 +172,9 @@ class Invocation:
         # invocation's work is done, from its own thread -- async handlers
         # add them from an event loop, where the database cannot be asked.
         self._commit_hooks: list[Callable[[], Any]] = []
+        # The state_version the loaded state was migrated from (it is
+        # written back with the class's, even if its bytes did not change).
+        self.migrated_from: int | None = None
         self._conns: dict[uuid.UUID, Conn] = {}
         self._conns_loaded = False
         self.conn: Conn | None = None
@@ -332,16 +335,19 @@ class Invocation:
         before anything is written; the caller's transaction rolls back.
         """
         # An unchanged state costs one encoding (in C), no walk: see
-        # encode_if_changed.
-        changed = encode_if_changed(self.state, self.state_bytes)
-        new_bytes = self.state_bytes if changed is None else changed
+        # states.encode and encoding.encode_if_changed.
+        definition = self.definition
+        new_bytes, self.state = states.encode(definition, self.state, self.state_bytes)
         state: bytes | None = None
-        if changed is not None:
-            if self.definition.overrides("on_state_change") and (
-                not self.created or new_bytes != self.created_bytes
+        changed = new_bytes != self.state_bytes
+        if changed or self.migrated_from is not None:
+            if (
+                changed
+                and definition.overrides("on_state_change")
+                and (not self.created or new_bytes != self.created_bytes)
             ):
                 self.call_hook("on_state_change", self.state)
-                new_bytes = cbor_dumps(self.state, "state")
+                new_bytes, self.state = states.encode(definition, self.state)
             check_state_size(new_bytes, "actor")
             state = new_bytes
         for conn in self._conns.values():
@@ -367,9 +373,11 @@ class Invocation:
                 before=log,
                 connection=self.connection,
                 cursor=self.cursor,
+                state_version=definition.state_version,
             )
             if state is not None:
                 self.row.version += 1
+                self.row.state_version = definition.state_version
         self.state_bytes = new_bytes
         self.register_commit_hooks()
 

@@ -88,16 +88,29 @@ class CallAction:
                 message += f"; did you mean {suggestion!r}?"
             raise ActionNotFound(message, metadata={"action": self.action})
         if not self.args_checked:
+            # A caller in this process: typed values go as the wire would
+            # carry them (the handler gets a copy), under the same rule.
+            self.args = spec.wire_args(self.args)
             check_arguments(self.args)
-        spec.check_args(self.args)
+        self.args = spec.arguments(self.args)
         self.spec = spec
         self.label = f"action {self.action}"
 
     def run(self, invocation: Invocation) -> Any:
-        """Run the action; its output is checked (and encoded) before commit."""
-        assert self.spec is not None
-        output = invocation.run_handler(self.spec, self.args)
-        return checked_output(self.action, output, self.encoder)
+        """Run the action; its output is checked (and encoded) before commit.
+
+        An annotated result is converted to the domain first; a caller in
+        this process (no encoder) gets it back as the annotated type.
+        """
+        spec = self.spec
+        assert spec is not None
+        output = invocation.run_handler(spec, self.args)
+        types = spec.types
+        if types is None or types.result is None:
+            return checked_output(self.action, output, self.encoder)
+        domain, typed = types.dump_result(output, self.action)
+        encoded = checked_output(self.action, domain, self.encoder)
+        return typed if self.encoder is None else encoded
 
 
 @functools.lru_cache(maxsize=1024)

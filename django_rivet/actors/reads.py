@@ -45,7 +45,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..encoding import cbor_loads
 from ..exceptions import ActionTimeout, ActorReadOnly, NotRegistered, ReentrantCall
 from ..models import db, sql
-from . import cache, registry, rows
+from . import cache, registry, rows, states
 from .calls import Origin
 from .definition import Actor
 from .errors import is_read_only_write
@@ -158,7 +158,13 @@ def read(
             row, same = found
             state_bytes = held_bytes if same and held_bytes is not None else row.state
             entry = cache.reader(row.id, definition)
-            if entry is None or row.name != definition.name:
+            if (
+                entry is None
+                or row.name != definition.name
+                or row.state_version != definition.state_version
+            ):
+                # Not loaded here, another class, or a state to migrate
+                # (a write): the locked path takes it.
                 return COLD
             invocation = _invocation(
                 row, definition, entry, state_bytes, origin, started, cursor
@@ -193,7 +199,7 @@ def _invocation(
         row,
         definition,
         entry,
-        cbor_loads(state_bytes) if state_bytes else None,
+        states.typed(definition, cbor_loads(state_bytes) if state_bytes else None),
         state_bytes,
         origin,
         started,
@@ -277,7 +283,11 @@ class Round:
             row, same = found
             state_bytes = held_bytes if same and held_bytes is not None else row.state
             entry = cache.reader(row.id, definition)
-            if row.name != definition.name or entry is None:
+            if (
+                row.name != definition.name
+                or entry is None
+                or row.state_version != definition.state_version
+            ):
                 self.broken = True
                 return False
             self.found, self.entry, self.remember = (row, state_bytes), entry, not same

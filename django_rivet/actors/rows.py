@@ -152,6 +152,8 @@ class LockedRow:
     state: bytes
     version: int
     event_seq: int
+    # The version of the stored state's shape (Actor.state_version).
+    state_version: int = 1
     conn: ConnRow | None = None
     conn_fetched: bool = False
 
@@ -198,11 +200,13 @@ def fetch_locked(
         return None
     width = len(sql.ACTOR_COLUMNS if by_id else sql.ACTOR_COLUMNS_BY_KEY)
     if by_id:
-        actor_id, name, key_parts, state, version, event_seq = found[:width]
+        actor_id, name, key_parts, state, version, event_seq, state_version = found[
+            :width
+        ]
         if isinstance(key_parts, str):
             key_parts = json.loads(key_parts)
     else:
-        actor_id, state, version, event_seq = found[:width]
+        actor_id, state, version, event_seq, state_version = found[:width]
         assert ref.name is not None
         name, key_parts = ref.name, list(ref.key)
     row = LockedRow(
@@ -212,6 +216,7 @@ def fetch_locked(
         state=bytes(state),
         version=version,
         event_seq=event_seq,
+        state_version=state_version,
     )
     if with_conn:
         row.conn_fetched = True
@@ -254,7 +259,7 @@ def fetch_committed(
     if found is None:
         return None
     found = found[dialect.read_marker_columns :]
-    actor_id, name, key_parts, state, version, event_seq = found[:6]
+    actor_id, name, key_parts, state, version, event_seq, state_version = found[:7]
     if isinstance(key_parts, str):
         key_parts = json.loads(key_parts)
     row = LockedRow(
@@ -264,11 +269,12 @@ def fetch_committed(
         state=b"" if state is None else bytes(state),
         version=version,
         event_seq=event_seq,
+        state_version=state_version,
     )
     if conn_id is not None:
         row.conn_fetched = True
-        if found[6] is not None:
-            row.conn = _conn_row(*found[6:])
+        if found[7] is not None:
+            row.conn = _conn_row(*found[7:])
     return row, state is None
 
 
@@ -351,8 +357,11 @@ def update_row(
     before: Sequence[tuple[str, list[Any]]] = (),
     connection: BaseDatabaseWrapper | None = None,
     cursor: CursorWrapper | None = None,
+    state_version: int = 1,
 ) -> None:
     """Write a new state (bumping the version) and/or event seq of a row.
+
+    A state is written with the ``state_version`` of its shape.
 
     ``before``: statements (SQL, params) to run first, none reading what
     another writes (the event log's insert and trim). On PostgreSQL they
@@ -366,7 +375,7 @@ def update_row(
     dialect = sql.dialect(connection)
     params: list[Any] = []
     if state is not None:
-        params.append(state)
+        params += [state, state_version]
     if event_seq is not None:
         params.append(event_seq)
     params.append(dialect.now_param(connection, clock.now_datetime()))

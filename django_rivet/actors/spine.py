@@ -58,19 +58,20 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock
 from ..conf import rivet_settings
-from ..encoding import cbor_dumps, cbor_loads
+from ..encoding import cbor_loads
 from ..exceptions import (
     ActionTimeout,
     ActorAlreadyExists,
     ActorNotFound,
     ActorReadOnly,
     Forbidden,
+    InvalidArgs,
     ReentrantCall,
     RivetError,
     UserError,
 )
 from ..models import db, sql
-from . import cache, interceptors, reads, resolution, rows
+from . import cache, interceptors, reads, resolution, rows, states
 from .calls import INTERNAL, Origin
 from .definition import Actor
 from .errors import (
@@ -237,7 +238,9 @@ def _invoke(
                 definition = resolution.definition_for(ref, row, definition)
             entry, fresh, state, state_bytes, measure = cache.checkout(row, definition)
             checked_out = (row.id, entry, fresh)
-            if state_bytes is None and exists:
+            # Read from the row: migrated and typed before any hook runs.
+            decoded = state_bytes is None and exists
+            if decoded:
                 state_bytes = bytes(row.state)
                 state = cbor_loads(state_bytes) if state_bytes else None
             invocation = Invocation(
@@ -259,7 +262,7 @@ def _invoke(
             current_token = current.set(invocation)
             invoking_token = db.invoking.set(True)
             try:
-                result = _run(invocation, operation, fresh, ref, deferred)
+                result = _run(invocation, operation, fresh, ref, decoded, deferred)
             finally:
                 db.invoking.reset(invoking_token)
                 current.reset(current_token)
@@ -272,6 +275,9 @@ def _invoke(
             cache.drop(checked_out[0], checked_out[1])
         raise
     _after(invocation, outermost)
+    if fresh and not getattr(operation, "wakes", True):
+        # Not woken (a state migration): the next call here wakes it.
+        cache.drop(invocation.actor_id, invocation.cached)
     return result
 
 
@@ -346,8 +352,11 @@ def _run(
     operation: Operation,
     fresh: bool,
     ref: ActorRef,
+    decoded: bool,
     deferred: RivetError | None = None,
 ) -> Any:
+    if decoded:
+        invocation.state = states.load(invocation, invocation.state)
     auth = operation.auth
     if auth is not None:
         try:
@@ -372,18 +381,27 @@ def _run(
             )
         if not rows.insert_row(invocation.row):
             raise _Raced()
-        invocation.state = invocation.call(
-            invocation.instance.create_state, invocation.ctx, invocation.input
+        definition = invocation.definition
+        shape = states.input_shape(definition)
+        if shape is not None:
+            invocation.input = shape.load(invocation.input, "input", InvalidArgs)
+        invocation.state = states.typed(
+            definition,
+            invocation.call(
+                invocation.instance.create_state, invocation.ctx, invocation.input
+            ),
         )
         invocation.call_hook("on_create", invocation.input)
-        if invocation.definition.overrides("on_state_change"):
-            invocation.created_bytes = cbor_dumps(invocation.state, "state")
+        if definition.overrides("on_state_change"):
+            invocation.created_bytes, invocation.state = states.encode(
+                definition, invocation.state
+            )
     elif ref.mode == "create":
         raise ActorAlreadyExists(
             f"Actor {ref.name!r} with key {list(ref.key)!r} already exists",
             metadata={"actor_id": str(invocation.actor_id)},
         )
-    if fresh:
+    if fresh and getattr(operation, "wakes", True):
         invocation.call_hook("on_wake")
     if invocation.origin.conn_id is not None and invocation.conn is None:
         invocation.conn = invocation.load_conn(invocation.origin.conn_id)

@@ -14,9 +14,12 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
+from ..actors import registry
+from ..actors.migration import migrate_stored
 from ..actors.operations import RunHook
 from ..actors.rows import ActorRef
 from ..actors.spine import invoke
+from ..exceptions import ActorNotFound
 from ..models import Actor, ActorEvent, ActorKV, Connection
 from .editing import DELETE, ActorStateForm, EditKV, KVEntryForm, run_edit, show
 from .rendering import ReadOnlyAdmin, cbor_display, render_key
@@ -67,8 +70,16 @@ def quoted(value: Any) -> str:
 
 @admin.register(Actor)
 class ActorAdmin(EditingAdmin):
-    list_display = ["name", "key", "id", "version", "kv_size", "updated_at"]
-    list_filter = ["name"]
+    list_display = [
+        "name",
+        "key",
+        "id",
+        "version",
+        "shown_state_version",
+        "kv_size",
+        "updated_at",
+    ]
+    list_filter = ["name", "state_version"]
     search_fields = ["name", "key", "=id"]
     ordering = ["name", "key"]
     readonly_fields = (
@@ -76,6 +87,7 @@ class ActorAdmin(EditingAdmin):
         "name",
         "key_parts",
         "decoded_state",
+        "shown_state_version",
         "version",
         "event_seq",
         "kv_size",
@@ -86,7 +98,7 @@ class ActorAdmin(EditingAdmin):
     form = ActorStateForm
     change_permission = "django_rivet.change_actor"
     edit_fields = ("state_json", "edited_version")
-    actions = ["destroy_actors"]
+    actions = ["destroy_actors", "migrate_states"]
 
     decoded_state = cbor_display("state")
 
@@ -101,6 +113,53 @@ class ActorAdmin(EditingAdmin):
             f"Edited the state (version {data['edited_version']}) as an invocation: "
             f"{quoted(form.before)} -> {quoted(data['state'])}"
         )
+
+    @admin.display(description="state version", ordering="state_version")
+    def shown_state_version(self, obj: Actor) -> str:
+        """The stored state's version, and whether the code is ahead or behind."""
+        try:
+            current = registry.get(obj.name).state_version
+        except ActorNotFound:
+            return str(obj.state_version)
+        if obj.state_version < current:
+            return f"{obj.state_version} (code: {current}; migrates on next load)"
+        if obj.state_version > current:
+            return (
+                f"{obj.state_version} (code: {current}; refused: newer than the code)"
+            )
+        return str(obj.state_version)
+
+    @admin.action(description="Migrate the selected actors' state (migrate_state)")
+    def migrate_states(self, request: HttpRequest, queryset: QuerySet[Actor]) -> None:
+        migrated = 0
+        rows = queryset.values_list("name", "id")
+        by_name: dict[str, list[Any]] = {}
+        for name, actor_id in rows:
+            by_name.setdefault(name, []).append(actor_id)
+        for name, ids in sorted(by_name.items()):
+            try:
+                definition = registry.get(name)
+            except ActorNotFound:
+                self.message_user(
+                    request,
+                    f"No actor class is registered as {name!r}.",
+                    messages.ERROR,
+                )
+                continue
+            report = migrate_stored(definition, ids=ids)
+            migrated += report.migrated
+            for actor_id, error in report.failed:
+                self.message_user(
+                    request, f"Could not migrate {actor_id}: {error}", messages.ERROR
+                )
+        self.message_user(
+            request, f"Migrated the state of {migrated} actor(s).", messages.SUCCESS
+        )
+
+    def has_migrate_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_rivet.change_actor")
+
+    migrate_states.allowed_permissions = ["migrate"]  # type: ignore[attr-defined]
 
     @admin.action(description="Destroy selected actors (runs on_destroy)")
     def destroy_actors(self, request: HttpRequest, queryset: QuerySet[Actor]) -> None:

@@ -15,3 +15,4 @@ from .retention import *  # noqa: F403
 from .runtime import *  # noqa: F403
 from .settings import *  # noqa: F403
 from .transport import *  # noqa: F403
+from .typed import *  # noqa: F403

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from ..encoding import Encoding
-from ..exceptions import RivetError
+from ..exceptions import InvalidOutput, RivetError
 
 MEDIA_TYPES: dict[str, str] = {"json": "application/json", "cbor": "application/cbor"}
 # Close codes after which reconnecting cannot help.
@@ -29,6 +29,39 @@ class SocketOptions(Protocol):
     origin: str
 
 
+class Conversions:
+    """The typed values of an actor class's actions, as a remote caller sees them.
+
+    Given the ``Actor`` class (``client.actor(Cart, key)``), arguments of
+    annotated types are sent as the wire carries them and results come back
+    as the annotated types (docs/types.md), as with ``handle.call`` on the
+    server. The class is read for its ``actions`` only: importing a
+    project's actor module needs no settings. Without it, values go as they
+    are.
+    """
+
+    def __init__(self, definition: Any = None) -> None:
+        self._actions: dict[str, Any] = dict(getattr(definition, "actions", {}) or {})
+
+    def _types(self, action: str) -> Any:
+        spec = self._actions.get(action)
+        return None if spec is None else getattr(spec, "types", None)
+
+    def args(self, action: str, args: tuple[Any, ...]) -> list[Any]:
+        """Return an action's arguments as the wire carries them."""
+        types = self._types(action)
+        if types is None or types.plain:
+            return list(args)
+        return list(types.dump_args(list(args)))
+
+    def output(self, action: str, value: Any) -> Any:
+        """Return an action's output as its result annotation declares it."""
+        types = self._types(action)
+        if types is None or types.plain or types.result is None:
+            return value
+        return types.result.load(value, "output", InvalidOutput)
+
+
 class SocketTarget(Protocol):
     """The actor a WebSocket connection opens (an ``ActorClient``).
 
@@ -39,6 +72,11 @@ class SocketTarget(Protocol):
     @property
     def client(self) -> SocketOptions:
         """The client whose options the connection uses."""
+        ...
+
+    @property
+    def conversions(self) -> Conversions:
+        """The typed values of the actor's actions."""
         ...
 
     def connect_url(self, params: list[tuple[str, str]]) -> str:

@@ -161,14 +161,20 @@ class AsyncConnection:
             await asyncio.wait_for(self._connected.wait(), limit)
         self._next_id += 1
         action_id = self._next_id
+        conversions = self.actor.conversions
         data = self._checked(
-            {"type": "action", "id": action_id, "name": action, "args": list(args)}
+            {
+                "type": "action",
+                "id": action_id,
+                "name": action,
+                "args": conversions.args(action, args),
+            }
         )
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[action_id] = future
         try:
             self._send_data(data)
-            return await asyncio.wait_for(future, limit)
+            return conversions.output(action, await asyncio.wait_for(future, limit))
         finally:
             self._pending.pop(action_id, None)
 

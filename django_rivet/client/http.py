@@ -13,6 +13,7 @@ from ..encoding import Encoding, decode_trusted, encode
 from ..exceptions import error_from_dict
 from .base import (
     MEDIA_TYPES,
+    Conversions,
     HTTPError,
     _key_list,
 )
@@ -49,14 +50,27 @@ class Client:
 
     def actor(
         self,
-        name: str,
+        name: str | type,
         key: Any = None,
         *,
         actor_id: str | None = None,
         create: bool = True,
     ) -> ActorClient:
-        """Address an actor by name and key (or ``actor_id``)."""
-        return ActorClient(self, name, _key_list(key), actor_id=actor_id, create=create)
+        """Address an actor by name and key (or ``actor_id``).
+
+        ``name`` may be the ``Actor`` class itself: its actions' annotated
+        arguments and results are then converted (docs/types.md).
+        """
+        definition: Any = None if isinstance(name, str) else name
+        wire_name = name if isinstance(name, str) else str(definition.name)
+        return ActorClient(
+            self,
+            wire_name,
+            _key_list(key),
+            actor_id=actor_id,
+            create=create,
+            conversions=Conversions(definition),
+        )
 
     # -- HTTP plumbing --------------------------------------------------------------
     @property
@@ -167,12 +181,14 @@ class ActorClient:
         *,
         actor_id: str | None = None,
         create: bool = True,
+        conversions: Conversions | None = None,
     ) -> None:
         self.client = client
         self.name = name
         self.key = key
         self.actor_id = actor_id
         self.create_missing = create
+        self.conversions = conversions or Conversions()
 
     def _params(self, create: bool | None = None) -> list[tuple[str, str]]:
         if self.actor_id is not None:
@@ -198,9 +214,9 @@ class ActorClient:
             "POST",
             f"{self._path}/actions/{action}",
             self._params(self.create_missing),
-            {"args": list(args)},
+            {"args": self.conversions.args(action, args)},
         )
-        return result["output"]
+        return self.conversions.output(action, result["output"])
 
     async def acall(self, action: str, *args: Any) -> Any:
         """Async :meth:`call`."""
@@ -208,9 +224,9 @@ class ActorClient:
             "POST",
             f"{self._path}/actions/{action}",
             self._params(self.create_missing),
-            {"args": list(args)},
+            {"args": self.conversions.args(action, args)},
         )
-        return result["output"]
+        return self.conversions.output(action, result["output"])
 
     # -- lifecycle ------------------------------------------------------------------
     def get_or_create(self, input: Any = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import children, entries, flow, messages, published, schema, steps
+from . import children, entries, flow, messages, published, schema, shapes, steps
 from .execution import Run
 from .scope import Scope
 from .values import Message, StepResult, seconds
@@ -97,14 +97,18 @@ class WorkflowContext:
             ephemeral,
             transaction,
         )
-        return self._scope.enter(lambda: steps.run_step(self._scope, name, fn, options))
+        # A return annotation: the result is recorded as a value of the
+        # domain, and given back as the annotated type (first run and replays).
+        run = shapes.stepper(fn, steps.run_step, shapes.run_typed_step)
+        return self._scope.enter(lambda: run(self._scope, name, fn, options))
 
     def try_step(
         self, name: str, fn: Callable[[], Any], **options: Any
     ) -> Coroutine[Any, Any, StepResult[Any]]:
         """Run a step like :meth:`step`, returning failures as a ``StepResult``."""
         opts = steps.StepOptions(**options)
-        return self._scope.enter(lambda: steps.try_step(self._scope, name, fn, opts))
+        run = shapes.stepper(fn, steps.try_step, shapes.try_typed_step)
+        return self._scope.enter(lambda: run(self._scope, name, fn, opts))
 
     def try_block(
         self,

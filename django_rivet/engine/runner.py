@@ -44,6 +44,7 @@ from .ops import (
     read_workflow,
     recover_workflow,
 )
+from .shapes import workflow_shapes
 from .storage import Storage, driver_call
 from .values import (
     ErrorHook,
@@ -253,9 +254,12 @@ class WorkflowRun:
         if storage.state == "cancelled":
             return WorkflowOutcome("cancelled")
         previously_failed = storage.state == "failed"
+        typed = workflow_shapes(self.fn)
         if not storage.has_field(keys.WORKFLOW_INPUT):
             try:
-                stored = schema.roundtrip(self.input, "Workflow input")
+                stored = schema.roundtrip(
+                    typed.dump_input(self.input, StepOutputError), "Workflow input"
+                )
                 storage.set_field(keys.WORKFLOW_INPUT, stored)
             except (StepOutputError, StorageLimitError) as error:
                 return await self._fail(
@@ -279,9 +283,9 @@ class WorkflowRun:
         scope = WorkflowContext.root_scope(run)
         storage.state = "running"
         try:
-            output = await self.fn(scope.context, input)
+            output = await self.fn(scope.context, typed.load_input(input))
             scope.finish()
-            output = schema.roundtrip(output, "Workflow output")
+            output = schema.roundtrip(typed.dump_output(output), "Workflow output")
             storage.set_field(keys.WORKFLOW_OUTPUT, output)
         except WorkflowInterrupt as pause:
             return await self._pause(storage, pause)
@@ -417,7 +421,7 @@ class WorkflowRun:
         run = self._new_run(storage, rollback=True)
         scope = WorkflowContext.root_scope(run)
         try:
-            await self.fn(scope.context, input)
+            await self.fn(scope.context, workflow_shapes(self.fn).load_input(input))
         except EvictedError:
             return WorkflowOutcome("rolling_back", error=error)
         except StorageError:

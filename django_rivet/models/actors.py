@@ -22,6 +22,9 @@ class Actor(models.Model):
     state = models.BinaryField(default=b"")
     # Bumped on every state write; lets a process reuse its decoded state.
     version = models.PositiveBigIntegerField(default=0)
+    # The actor class's state_version when the state was written (typed,
+    # versioned state: docs/types.md); older states migrate when loaded.
+    state_version = models.PositiveIntegerField(default=1)
     # Last event sequence number handed out (the replayable event log).
     event_seq = models.PositiveBigIntegerField(default=0)
     # Bytes of KV keys and values, for the per-actor KV quota.

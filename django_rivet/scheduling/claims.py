@@ -299,8 +299,7 @@ class Firing(ABC, Generic[C]):
         if not self.consumed:
             return None
         assert self.spec is not None
-        args = self.arguments()
-        self.spec.check_args(args)
+        args = self.spec.arguments(self.arguments())
         result = invocation.run_handler(self.spec, args)
         self.finish(invocation, result)
         return result

@@ -140,6 +140,9 @@ class DeliverMessage(Firing[MessageClaim]):
 
     def finish(self, invocation: Invocation, result: Any) -> None:
         """Store the reply for a waiting sender."""
+        types = self.spec.types if self.spec is not None else None
+        if types is not None and types.result is not None:
+            result = types.result.dump(result, "response")
         QueueMessage.objects.filter(pk=self.claim.id).update(
             response=cbor_dumps(result, "response"), finished_at=clock.now_datetime()
         )

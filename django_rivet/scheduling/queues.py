@@ -79,9 +79,23 @@ MAX_MESSAGE_BYTES = 64 * 1024
 WAIT_POLL_INTERVAL = 0.05
 
 
-def _encode_body(queue: str, body: Any) -> bytes:
+def _check_queue_name(queue: str) -> None:
     if not isinstance(queue, str) or not queue:
         raise TypeError("queue is a non-empty string")
+
+
+def _encode_body(definition: type[Actor], queue: str, body: Any) -> bytes:
+    """Encode ``body`` for the handler of ``queue`` (which must exist).
+
+    A handler that annotates its message (docs/types.md) gets a body given
+    in this process as the wire carries it, checked now: a body that does
+    not fit is ``request/invalid_args`` naming its path (``body.items[0]``),
+    and nothing is stored.
+    """
+    types = definition.queue_handlers[queue].types
+    if types is not None and not types.plain:
+        body = types.dump_body(body)
+        types.load_body(body)
     return cbor_dumps(body, "body")
 
 
@@ -127,8 +141,10 @@ class EnqueueMessage:
     """Operation: store a message for one of the actor's queue handlers."""
 
     queue: str
-    data: bytes
+    body: Any
     label: str | None = None
+    # The body encoded for its handler (prepare).
+    data: bytes = b""
 
     @property
     def auth(self) -> AuthRequest:
@@ -138,6 +154,7 @@ class EnqueueMessage:
     def prepare(self, definition: type[Actor]) -> None:
         """Refuse queues the actor has no handler for, and oversized bodies."""
         _check_queue(definition, self.queue)
+        self.data = _encode_body(definition, self.queue, self.body)
         _check_size(definition, self.data)
         self.label = f"send {self.queue}"
 
@@ -161,8 +178,9 @@ class ActorQueue:
         The message is stored with this invocation and handled after it
         commits, in a later invocation.
         """
-        data = _encode_body(queue, body)
+        _check_queue_name(queue)
         _check_queue(self._invocation.definition, queue)
+        data = _encode_body(self._invocation.definition, queue, body)
         _check_size(self._invocation.definition, data)
         _store(self._invocation, queue, data)
         return {"status": "queued"}
@@ -282,9 +300,9 @@ def send(
     still running or waits for a retry; the message stays queued and is
     handled once).
     """
-    data = _encode_body(queue, body)
+    _check_queue_name(queue)
     deadline = _wait_limit(timeout)
-    operation = EnqueueMessage(queue, data)
+    operation = EnqueueMessage(queue, body)
     actor_id, message_id = invoke(ref, operation, origin or INTERNAL)
     if not wait:
         return {"status": "queued"}
@@ -303,9 +321,9 @@ async def asend(
     origin: Origin | None = None,
 ) -> dict[str, Any]:
     """Async :func:`send`; waiting does not hold a thread between checks."""
-    data = _encode_body(queue, body)
+    _check_queue_name(queue)
     deadline = _wait_limit(timeout)
-    operation = EnqueueMessage(queue, data)
+    operation = EnqueueMessage(queue, body)
     actor_id, message_id = await ainvoke(ref, operation, origin or INTERNAL)
     if not wait:
         return {"status": "queued"}

@@ -44,8 +44,11 @@ def encode_call(invocation: Invocation, action: str, args: tuple[Any, ...]) -> b
             f"Actor {definition.name!r} has no action {action!r}",
             metadata={"action": action},
         )
-    spec.check_args(list(args))
-    return cbor_dumps(list(args), "args")
+    # Typed arguments are stored as the wire carries them, checked now
+    # against the action's annotations (request/invalid_args).
+    stored = spec.wire_args(list(args))
+    spec.arguments(stored)
+    return cbor_dumps(stored, "args")
 
 
 def _schedule_info(row: Schedule) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from ..engine.errors import error_from_info
 from ..engine.ops import WorkflowSnapshot
 from ..engine.values import seconds
 from ..models import WORKFLOW_FINISHED, Workflow, db
-from . import control, operations, published, queries
+from . import control, operations, published, queries, registry
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -171,7 +171,10 @@ class WorkflowHandle:
         if status not in WORKFLOW_FINISHED:
             return None
         snapshot = operations.snapshot(self.workflow_id)
-        return status, snapshot.output, snapshot.error
+        output = snapshot.output
+        if status == "completed":
+            output = registry.typed_output(self.name, output)
+        return status, output, snapshot.error
 
     def snapshot(self) -> WorkflowSnapshot:
         """Return the stored ``state``, ``output``, ``error`` and ``input``."""

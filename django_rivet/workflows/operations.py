@@ -31,7 +31,13 @@ from ..engine import (
     schema,
 )
 from ..engine.ops import WorkflowSnapshot, read_workflow
-from ..exceptions import WorkflowFinished, WorkflowInboxFull, WorkflowNotFound
+from ..engine.shapes import workflow_shapes
+from ..exceptions import (
+    InvalidArgs,
+    WorkflowFinished,
+    WorkflowInboxFull,
+    WorkflowNotFound,
+)
 from ..models import (
     WORKFLOW_ACTIVE,
     WORKFLOW_FINISHED,
@@ -109,7 +115,10 @@ def start(
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
         raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
-    stored = schema.roundtrip(input, "Workflow input")
+    # An annotated input (docs/types.md) is checked and stored as the wire
+    # carries it: request/invalid_args naming its path, nothing stored.
+    typed_input = workflow_shapes(definition.fn).dump_input(input, InvalidArgs)
+    stored = schema.roundtrip(typed_input, "Workflow input")
     encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, stored)
     # The size check every stored value goes through: refused here, before
     # the workflow exists, rather than failing its first run.

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import sys
 from contextlib import AbstractContextManager
+from typing import Any
 
 from django.conf import settings
 
 from ..engine import WorkflowDefinition
 from ..engine import values as engine_values
+from ..engine.shapes import workflow_shapes
 from ..exceptions import WorkflowNotFound
 from ..registries import NameRegistry, unknown_name
 
@@ -101,6 +103,15 @@ def unregister(name: str) -> None:
 def get(name: str) -> WorkflowDefinition:
     """Return the definition registered as ``name`` or raise ``workflow/not_found``."""
     return definitions.get(name)
+
+
+def typed_output(name: str, output: Any) -> Any:
+    """Return a stored output as workflow ``name``'s return annotation declares it."""
+    try:
+        definition = get(name)
+    except WorkflowNotFound:  # not registered here: as stored
+        return output
+    return workflow_shapes(definition.fn).load_output(output)
 
 
 def all_workflows() -> dict[str, WorkflowDefinition]:

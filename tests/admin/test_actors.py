@@ -69,3 +69,23 @@ def test_viewers_cannot_destroy(viewer, counter):
         {"action": "destroy_actors", "_selected_action": [str(counter.actor_id)]},
     )
     assert ActorRow.objects.filter(pk=counter.actor_id).exists()
+
+
+def test_the_state_version_is_shown_and_the_admin_migrates_it(root):
+    from django_rivet.testing import register_temporarily
+    from tests.actors.test_states import CartV2, old_cart
+
+    behind = old_cart("admin")
+    with register_temporarily(CartV2):
+        changelist = reverse("admin:django_rivet_actor_changelist")
+        page = root.get(changelist).content.decode()
+        assert "1 (code: 2; migrates on next load)" in page
+        response = root.post(
+            changelist,
+            {"action": "migrate_states", "_selected_action": [str(behind.actor_id)]},
+            follow=True,
+        )
+        assert "Migrated the state of 1 actor(s)." in response.content.decode()
+        assert ActorRow.objects.get(pk=behind.actor_id).state_version == 2
+        url = reverse("admin:django_rivet_actor_change", args=[behind.actor_id])
+        assert "&quot;total&quot;: &quot;3.75&quot;" in root.get(url).content.decode()

@@ -140,13 +140,13 @@ def test_the_statements_before_an_actor_update_run_with_it():
             [7, pk.get_db_prep_value(other.pk, connection)],
         )
     ]
-    params = [b"state", dialect().now_param(connection, clock.now_datetime())]
+    params = [b"state", 3, dialect().now_param(connection, clock.now_datetime())]
     params.append(pk.get_db_prep_value(actor.pk, connection))
     with transaction.atomic(), connection.cursor() as cursor:
         statement = dialect().actor_update_sql(True, False)
         dialect().execute_after(cursor, before, statement, params)
     actor.refresh_from_db()
-    assert (bytes(actor.state), actor.version) == (b"state", 1)
+    assert (bytes(actor.state), actor.version, actor.state_version) == (b"state", 1, 3)
     assert Actor.objects.get(pk=other.pk).event_seq == 7
 
 

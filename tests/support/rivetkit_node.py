@@ -1,7 +1,7 @@
-"""Node, the official ``rivetkit`` npm package, and a restartable daphne.
+"""Node, npm packages (the official ``rivetkit``, ``typescript``), a restartable daphne.
 
-The package (about 340 MB with its dependencies) is installed once per
-machine and version into ``RIVET_NODE_CACHE`` (default
+Each package (rivetkit is about 340 MB with its dependencies) is installed
+once per machine and version into ``RIVET_NODE_CACHE`` (default
 ``~/.cache/django-rivet/node``; put it inside the work tree only under the
 git-ignored ``.cache/``), with ``npm install --ignore-scripts``, under a file
 lock so parallel test sessions share one install. Tests skip when node or
@@ -60,33 +60,38 @@ def require_node() -> None:
 
 def install_rivetkit(version: str) -> Path:
     """Install ``rivetkit@version`` once; return its ``node_modules`` folder."""
+    return install_package("rivetkit", version)
+
+
+def install_package(package: str, version: str) -> Path:
+    """Install npm ``package@version`` once; return its ``node_modules`` folder."""
     require_node()
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
-    target = root / f"rivetkit-{version}"
+    target = root / f"{package}-{version}"
     modules = target / "node_modules"
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _installed_version(modules) == version:
+        if _installed_version(modules, package) == version:
             return modules
-        staging = root / f"rivetkit-{version}.partial"
+        staging = root / f"{package}-{version}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         (staging / "package.json").write_text('{"private": true}\n')
         subprocess.run(
             ["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund",
-             "--loglevel=error", f"rivetkit@{version}"],
+             "--loglevel=error", f"{package}@{version}"],
             cwd=staging, check=True, timeout=600,
         )  # fmt: skip
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-    assert _installed_version(modules) == version
+    assert _installed_version(modules, package) == version
     return modules
 
 
-def _installed_version(modules: Path) -> str | None:
+def _installed_version(modules: Path, package: str = "rivetkit") -> str | None:
     try:
-        data = json.loads((modules / "rivetkit" / "package.json").read_text())
+        data = json.loads((modules / package / "package.json").read_text())
     except (OSError, ValueError):
         return None
     return data.get("version")

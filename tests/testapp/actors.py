@@ -11,6 +11,7 @@ from django.http import HttpResponse
 from django_rivet import Actor, ActorBusy, UserError, action, queue_handler
 
 from .models import Note
+from .shop import TypedShop, typed_checkout  # noqa: F401 (registered here)
 
 
 class Base(Actor):

@@ -31,9 +31,17 @@ __all__ = ["AdmissionSQL", "Dialect", "Statement"]
 Statement = tuple[str, list[Any]]
 
 # The columns the actor statements read, in this order.
-ACTOR_COLUMNS = ("id", "name", "key_parts", "state", "version", "event_seq")
+ACTOR_COLUMNS = (
+    "id",
+    "name",
+    "key_parts",
+    "state",
+    "version",
+    "event_seq",
+    "state_version",
+)
 # By name and key, the row's name and key are the ones asked for: not read.
-ACTOR_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq")
+ACTOR_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq", "state_version")
 CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
 
 
@@ -188,19 +196,29 @@ class Dialect(ABC):
     def actor_update_sql(self, with_state: bool, with_event_seq: bool) -> str:
         """Return the write of an actor row's state and/or event seq.
 
-        Its parameters: the state, the event seq, ``updated_at``, the id.
+        Its parameters: the state and its ``state_version``, the event seq,
+        ``updated_at``, the id.
         """
 
         def build() -> str:
             assignments: list[str] = []
             if with_state:
-                assignments.append("{state} = %s, {version} = {version} + 1")
+                assignments.append(
+                    "{state} = %s, {state_version} = %s, {version} = {version} + 1"
+                )
             if with_event_seq:
                 assignments.append("{event_seq} = %s")
             assignments.append("{updated_at} = %s")
             names = {
                 name: quote(name)
-                for name in ("state", "version", "event_seq", "updated_at", "id")
+                for name in (
+                    "state",
+                    "state_version",
+                    "version",
+                    "event_seq",
+                    "updated_at",
+                    "id",
+                )
             }
             sql = "UPDATE {table} SET " + ", ".join(assignments) + " WHERE {id} = %s"
             return sql.format(table=table("Actor"), **names)
