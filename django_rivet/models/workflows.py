@@ -173,6 +173,10 @@ class Workflow(models.Model):
     priority = models.IntegerField(default=0)
     dedup_key = models.CharField(max_length=255, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
+    # A delayed start (``workflows.start(..., run_after=...)``) of a queued
+    # workflow: admission passes it over until then (a direct start waits
+    # in ``wake_at`` instead).
+    run_after = models.DateTimeField(null=True, blank=True)
     # The W3C traceparent of the span that started it ("" without tracing):
     # every run's span continues that trace (docs/observability.md).
     traceparent = models.CharField(max_length=55, blank=True, default="")

@@ -476,11 +476,15 @@ def cancel_claimed(
 
 # -- due work (the in-process worker, run_due) -----------------------------------------
 def run_due(limit: int = 100) -> int:
-    """Run up to ``limit`` due workflows (and expired leases) here; return how many."""
+    """Run up to ``limit`` due workflows (and expired leases) here; return how many.
+
+    Lowest ``priority`` first (a queue's admission order, or a task's), then
+    the longest due.
+    """
     now = clock.now_datetime()
     ids = list(
         Workflow.objects.runnable(now)
-        .order_by("wake_at")
+        .order_by("priority", "wake_at")
         .values_list("pk", flat=True)[:limit]
     )
     return sum(1 for workflow_id in ids if run(workflow_id) is not None)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError
 from django.db.models import F
+from django.utils import timezone
 
 from .. import clock, observability
 from ..engine import (
@@ -53,6 +55,7 @@ logger = logging.getLogger("django_rivet.workflows")
 __all__ = [
     "MAX_ID_LENGTH",
     "cancel",
+    "due_time",
     "history",
     "recover",
     "replay",
@@ -93,6 +96,8 @@ def start(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | None = None,
+    run_after: datetime | None = None,
+    order: int = 0,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
@@ -101,7 +106,9 @@ def start(
     name (a different workflow name under that id is a ``ValueError``).
     With ``queue`` the workflow is stored ``queued`` and admission starts
     it (:mod:`.queues`). ``timeout`` (seconds; default: the definition's)
-    sets its deadline.
+    sets its deadline. ``run_after`` delays the first run (a queued
+    workflow is admitted only once it is due). ``order`` is the priority of
+    a direct start among due workflows (lower first; the task backend's).
     """
     where = queues.placement(queue, priority, dedup_key)
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
@@ -113,7 +120,11 @@ def start(
     # the workflow exists, rather than failing its first run.
     check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
     now = clock.now_datetime()
-    placed = where.fields() if where is not None else wake_fields(now)
+    due = now if run_after is None or run_after <= now else run_after
+    if where is not None:
+        placed = where.fields(None if due is now else due)
+    else:
+        placed = {"wake_at": due, "priority": order, **wake_fields(due)}
     own_transaction = not db.in_atomic_block()
     with db.atomic():
         if sql.dialect(db.connection()).locks_by_writing_first:
@@ -150,10 +161,30 @@ def start(
             workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
         )
         if where is None:
-            schedule_wake(workflow_id, now)
+            schedule_wake(workflow_id, due)
+        elif due is not now:
+            queues.admit_when_due(where.queue, due)
         else:
             queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
+
+
+def due_time(run_after: datetime | float | timedelta | None) -> datetime | None:
+    """Return when a start with ``run_after`` is due (None: now).
+
+    An aware datetime, or seconds or a timedelta from now; anything else is
+    a ``TypeError``, a naive datetime a ``ValueError``.
+    """
+    if run_after is None:
+        return None
+    if isinstance(run_after, datetime):
+        if timezone.is_naive(run_after):
+            raise ValueError("run_after must be an aware datetime")
+        return run_after
+    delay = clock.as_seconds(run_after)
+    if delay is None:
+        raise TypeError("run_after is a datetime, or seconds or a timedelta")
+    return clock.to_datetime(clock.now() + delay)
 
 
 def definition_of(workflow: str | WorkflowDefinition) -> WorkflowDefinition:

@@ -325,7 +325,8 @@ class Dialect(ABC):
                 f"{quote('updated_at')} = %s{{extra}} "
                 f"WHERE {status} = 'queued' AND {id_} IN ("
                 f"SELECT {id_} FROM {workflows} WHERE {quote('queue')} = %s "
-                f"AND {status} = 'queued' ORDER BY {quote('priority')}, "
+                f"AND {status} = 'queued' AND ({quote('run_after')} IS NULL "
+                f"OR {quote('run_after')} <= %s) ORDER BY {quote('priority')}, "
                 f"{quote('created_at')}, {id_} LIMIT %s) RETURNING {id_}",
             )
 
