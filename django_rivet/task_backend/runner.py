@@ -60,6 +60,7 @@ class _Attempt:
         self.result_id = result_id
         self.attempts = attempts
         self.ran = False  # False: the attempt was replayed from the history
+        self.retried = False  # its recorded failure was reset (recover)
         self.error: dict[str, Any] | None = None
         self.exception: BaseException | None = None
         self.task: compat.Task | None = None
@@ -72,6 +73,10 @@ class _Attempt:
 
     def call(self) -> Any:
         """Call the task function (the ``attempt N run`` step)."""
+        if not self.ran:
+            # Its start was recorded, its run reset: a failed task recovered
+            # from the admin or a handle runs its last attempt again.
+            self.ran = self.retried = True
         try:
             task = self.task = self.spec.task()
             result = self.result = self.attempts.result(
@@ -91,9 +96,15 @@ class _Attempt:
             else:
                 value = task.call(*self.spec.args, **self.spec.kwargs)
             return compat.normalize_json(value)
+        except KeyboardInterrupt:
+            raise
         except BaseException as exc:
             self.exception = exc
             self.error = {"path": _class_path(exc), "traceback": traceback_text(exc)}
+            if not isinstance(exc, Exception):
+                # SystemExit and the like fail the attempt (as Django's
+                # immediate backend records them), never the worker.
+                raise TaskFailed(f"{self.error['path']}: {exc}") from exc
             raise
 
     def recorded_error(self, failure: Any) -> dict[str, Any]:
@@ -158,6 +169,10 @@ async def run_task(ctx: WorkflowContext, data: dict[str, Any]) -> Any:
             f"{name} run", attempt.call, ephemeral=True, max_retries=0, timeout=None
         )
         if outcome.ok:
+            if attempt.retried:
+                # The recorded error of the attempt it ran again stays in
+                # the history (the admin shows it), not in the code's path.
+                await ctx.removed(f"{name} error", "step")
             attempt.finished("SUCCESSFUL", outcome.value)
             return outcome.value
         failure = outcome.failure
