@@ -23,7 +23,9 @@ from .base import message
 __all__ = ["BACKEND", "E901", "E901_HINT", "E902", "E902_HINT", "check_tasks"]
 
 BACKEND = "django_rivet.task_backend.RivetTaskBackend"
-E902 = "TASKS[{alias!r}] names RivetTaskBackend, but Django's Tasks framework is missing."
+E902 = (
+    "TASKS[{alias!r}] names RivetTaskBackend, but Django's Tasks framework is missing."
+)
 E902_HINT = (
     "Django >= 6.0 ships it (django.tasks); on Django 5.2 install the "
     "django-tasks backport: pip install 'django-rivet[tasks]', and add "
@@ -49,7 +51,9 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     for alias, entry in _entries():
         if not compat.AVAILABLE:
             found.append(
-                message("rivet.E902", E902.format(alias=alias), E902_HINT, "settings.TASKS")
+                message(
+                    "rivet.E902", E902.format(alias=alias), E902_HINT, "settings.TASKS"
+                )
             )
         elif compat.SOURCE == "django_tasks" and not apps.is_installed("django_tasks"):
             queues = entry.get("QUEUES", [compat.DEFAULT_TASK_QUEUE_NAME])

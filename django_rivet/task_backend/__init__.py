@@ -24,8 +24,7 @@ and the retry policy of the scheduler, and nothing below imports it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.core.checks import CheckMessage
@@ -39,6 +38,9 @@ from .results import TASK_WORKFLOW, Attempts, TaskSpec, read
 from .runner import run_task
 
 __all__ = ["TASK_WORKFLOW", "RivetTaskBackend", "register_workflow"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def register_workflow() -> None:
@@ -60,8 +62,8 @@ class RivetTaskBackend(compat.BaseTaskBackend):
         self.max_retries = int(self.options.get("max_retries", 0) or 0)
 
     def enqueue(
-        self, task: compat.Task, args: Any, kwargs: Any
-    ) -> compat.TaskResult:
+        self, task: compat.Task[_P, _R], args: list[Any], kwargs: dict[str, Any]
+    ) -> compat.TaskResult[_P, _R]:
         """Store the task as a workflow, in the caller's transaction.
 
         Its first run is dispatched when that transaction commits: a
@@ -72,8 +74,8 @@ class RivetTaskBackend(compat.BaseTaskBackend):
         self.validate_task(task)
         spec = TaskSpec(
             task.module_path,
-            compat.normalize_json(list(args)),
-            compat.normalize_json(dict(kwargs)),
+            cast(list[Any], compat.normalize_json(list(args))),
+            cast(dict[str, Any], compat.normalize_json(dict(kwargs))),
             self.alias,
             task.queue_name,
             task.priority,
@@ -99,17 +101,17 @@ class RivetTaskBackend(compat.BaseTaskBackend):
             enqueued_at=clock.now_datetime(),
         )
         compat.task_enqueued.send(sender=type(self), task_result=result)
-        return result
+        return cast("compat.TaskResult[_P, _R]", result)
 
-    def get_result(self, result_id: str) -> compat.TaskResult:
+    def get_result(self, result_id: str) -> compat.TaskResult[..., Any]:
         """Return the task's result as stored now (``TaskResultDoesNotExist``)."""
         return read(result_id)
 
-    async def aget_result(self, result_id: str) -> compat.TaskResult:
+    async def aget_result(self, result_id: str) -> compat.TaskResult[..., Any]:
         """Async :meth:`get_result`."""
         return await sync_to_async(read)(result_id)
 
-    def check(self, **kwargs: Any) -> Iterable[CheckMessage]:
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
         """Check this backend's ``TASKS`` entry (``rivet.E901``)."""
-        yield from super().check(**kwargs)
-        yield from options_problems(self.alias, self.queues, self.options)
+        found = list(super().check(**kwargs))
+        return found + options_problems(self.alias, self.queues, self.options)

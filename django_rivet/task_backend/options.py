@@ -32,7 +32,9 @@ def _problems(queues: Iterable[Any], options: Any) -> list[str]:
     problems = []
     for name in queues:
         if not isinstance(name, str) or not 0 < len(name) <= QUEUE_NAME_MAX_LENGTH:
-            problems.append(f"has a queue name {name!r} that is not 1 to 128 characters")
+            problems.append(
+                f"has a queue name {name!r} that is not 1 to 128 characters"
+            )
     if not isinstance(options, Mapping):
         return [*problems, f"has OPTIONS {options!r} that is not a dict"]
     for key in sorted(set(options) - set(OPTIONS), key=str):

@@ -32,7 +32,7 @@ TASK_WORKFLOW = "rivet.task"
 
 _ATTEMPT = re.compile(r"^attempt (\d+)( run| error)?$")
 
-_STATUSES = {
+_STATUSES: dict[str, str] = {
     WorkflowStatus.RUNNING: "RUNNING",
     WorkflowStatus.COMPLETED: "SUCCESSFUL",
     WorkflowStatus.FAILED: "FAILED",
@@ -85,7 +85,7 @@ class TaskSpec:
             data.get("run_after"),
         )
 
-    def task(self) -> compat.Task:
+    def task(self) -> compat.Task[..., Any]:
         """Return the ``Task`` (imported by its path), as it was enqueued."""
         found = import_string(self.path)
         if not isinstance(found, compat.Task):
@@ -125,13 +125,13 @@ class Attempts:
 
     def result(
         self,
-        task: compat.Task,
+        task: compat.Task[..., Any],
         result_id: str,
         spec: TaskSpec,
         status: compat.TaskResultStatus,
         enqueued_at: datetime | None,
         finished_at: datetime | None = None,
-    ) -> compat.TaskResult:
+    ) -> compat.TaskResult[..., Any]:
         """Return the ``TaskResult`` these attempts make."""
         return compat.TaskResult(
             task=task,
@@ -167,7 +167,7 @@ def _attempts(history: list[HistoryEntry]) -> Attempts:
     return attempts
 
 
-def read(result_id: str) -> compat.TaskResult:
+def read(result_id: str) -> compat.TaskResult[..., Any]:
     """Return the ``TaskResult`` of the task ``result_id`` as stored now.
 
     Raises ``TaskResultDoesNotExist`` for an id that is no task (or one that
@@ -175,9 +175,7 @@ def read(result_id: str) -> compat.TaskResult:
     """
     row = (
         Workflow.objects.filter(pk=str(result_id), name=TASK_WORKFLOW)
-        .values_list(
-            "status", "created_at", "updated_at", "finished_at", "lease_owner"
-        )
+        .values_list("status", "created_at", "updated_at", "finished_at", "lease_owner")
         .first()
     )
     if row is None:

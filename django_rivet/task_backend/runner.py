@@ -23,13 +23,14 @@ an attempt replayed from the history fires nothing again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 from typing import Any
 
 from .. import clock
-from ..engine import WorkflowContext, workflow
+from ..engine import WorkflowContext, WorkflowDefinition
 from ..scheduling.retries import backoff, traceback_text
 from ..signals import work_failed
 from . import compat
@@ -63,8 +64,8 @@ class _Attempt:
         self.retried = False  # its recorded failure was reset (recover)
         self.error: dict[str, Any] | None = None
         self.exception: BaseException | None = None
-        self.task: compat.Task | None = None
-        self.result: compat.TaskResult | None = None
+        self.task: compat.Task[..., Any] | None = None
+        self.result: compat.TaskResult[..., Any] | None = None
 
     def begin(self) -> dict[str, Any]:
         """Record who runs the attempt, and when (the ``attempt N`` step)."""
@@ -86,7 +87,9 @@ class _Attempt:
                 compat.TaskResultStatus.RUNNING,
                 enqueued_at=None,
             )
-            compat.task_started.send(sender=type(task.get_backend()), task_result=result)
+            compat.task_started.send(
+                sender=type(task.get_backend()), task_result=result
+            )
             if task.takes_context:
                 value = task.call(
                     compat.TaskContext(task_result=result),
@@ -151,8 +154,7 @@ class _Attempt:
         )
 
 
-@workflow(name=TASK_WORKFLOW)
-async def run_task(ctx: WorkflowContext, data: dict[str, Any]) -> Any:
+async def _run_task(ctx: WorkflowContext, data: dict[str, Any]) -> Any:
     """Run a task's attempts until one succeeds or its retries are spent."""
     spec = TaskSpec.from_input(data)
     attempts = Attempts()
@@ -178,7 +180,7 @@ async def run_task(ctx: WorkflowContext, data: dict[str, Any]) -> Any:
         failure = outcome.failure
         error = await ctx.step(
             f"{name} error",
-            lambda: attempt.recorded_error(failure),
+            functools.partial(attempt.recorded_error, failure),
             ephemeral=True,
             max_retries=0,
             timeout=None,
@@ -191,3 +193,6 @@ async def run_task(ctx: WorkflowContext, data: dict[str, Any]) -> Any:
             )
         await ctx.sleep(f"{name} backoff", backoff(number))
 
+
+#: The built-in workflow (registered when the app is ready).
+run_task = WorkflowDefinition(name=TASK_WORKFLOW, fn=_run_task)

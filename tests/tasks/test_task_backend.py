@@ -98,7 +98,7 @@ def test_enqueue_then_a_worker_runs_it_and_refresh_reads_every_field():
     assert result.enqueued_at is not None and result.started_at is None
     assert result.worker_ids == [] and result.errors == []
     with pytest.raises(ValueError, match="not finished"):
-        result.return_value
+        _ = result.return_value
     assert tasks_api.CALLS == []  # nothing runs at enqueue
     run(result)
     assert tasks_api.CALLS == [("add", (2, 3))]
@@ -178,7 +178,7 @@ def test_a_failure_records_the_exception_class_and_its_traceback(signals):
     result = run(tasks_api.failing.enqueue("once"))
     assert result.status == TaskResultStatus.FAILED and result.is_finished
     with pytest.raises(ValueError, match="Task failed"):
-        result.return_value
+        _ = result.return_value
     [error] = result.errors
     assert error.exception_class is tasks_api.TaskBoom
     assert error.exception_class_path == "tests.testapp.tasks_api.TaskBoom"
@@ -221,7 +221,7 @@ def test_max_retries_2_runs_three_times_with_growing_delays_then_fails(signals):
                 frozen.advance(1)
     times = [at for name, at in tasks_api.CALLS if name == "failing"]
     assert len(times) == 3
-    delays = [later - earlier for earlier, later in zip(times, times[1:])]
+    delays = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
     assert delays[0] < delays[1]
     assert set(statuses[:-1]) == {TaskResultStatus.READY}  # between attempts
     assert result.status == TaskResultStatus.FAILED
@@ -327,7 +327,9 @@ def test_a_limited_queue_counts_a_delayed_task_only_once_it_is_due():
 
 # -- workflows.start(run_after=...) ---------------------------------------------------
 @pytest.mark.parametrize(
-    "run_after", [60, timedelta(seconds=60), "datetime"], ids=["seconds", "timedelta", "datetime"]
+    "run_after",
+    [60, timedelta(seconds=60), "datetime"],
+    ids=["seconds", "timedelta", "datetime"],
 )
 def test_a_workflow_started_with_run_after_is_pending_until_then(run_after):
     with freeze_time() as frozen:
@@ -354,7 +356,9 @@ def test_run_after_refuses_a_naive_datetime_and_other_types():
 
 def test_a_queued_workflow_with_run_after_waits_uncounted_then_is_admitted():
     with override_settings(**LIMITED), freeze_time() as frozen:
-        handle = workflows.start("greet", {"name": "ann"}, queue="limited", run_after=30)
+        handle = workflows.start(
+            "greet", {"name": "ann"}, queue="limited", run_after=30
+        )
         from django_rivet.workflows.queues import next_admission_at, queue_stats
 
         assert [s.depth for s in queue_stats() if s.name == "limited"] == [0]
