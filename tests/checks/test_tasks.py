@@ -5,7 +5,6 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
-
 from django.test import override_settings
 
 from django_rivet.checks import tasks as task_checks
