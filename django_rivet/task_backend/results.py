@@ -12,6 +12,7 @@ the run in progress.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,30 +61,12 @@ class TaskSpec:
 
     def to_input(self) -> dict[str, Any]:
         """Return the workflow input (stored with the workflow)."""
-        return {
-            "task": self.path,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "backend": self.backend,
-            "queue": self.queue_name,
-            "priority": self.priority,
-            "max_retries": self.max_retries,
-            "run_after": self.run_after,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_input(cls, data: dict[str, Any]) -> TaskSpec:
         """Read the workflow input back."""
-        return cls(
-            data["task"],
-            list(data.get("args") or []),
-            dict(data.get("kwargs") or {}),
-            data.get("backend") or "default",
-            data.get("queue") or compat.DEFAULT_TASK_QUEUE_NAME,
-            int(data.get("priority") or 0),
-            int(data.get("max_retries") or 0),
-            data.get("run_after"),
-        )
+        return cls(**data)
 
     def task(self) -> compat.Task[..., Any]:
         """Return the ``Task`` (imported by its path), as it was enqueued."""

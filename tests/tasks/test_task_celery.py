@@ -15,21 +15,12 @@ from django.utils import timezone
 
 from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
-from tests.support.servers import celery_worker, kill9, server_env
+from tests.support.servers import celery_worker, kill9
 from tests.tasks.compat import TaskResultStatus
 from tests.testapp import tasks_api
 from tests.testapp.models import StepRow
 
 pytestmark = [*SEVERAL_PROCESSES, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def env(redis_url):
-    # Short leases and sweeps (tests/settings/workflow.py).
-    return server_env(
-        RIVET_TEST_REDIS_URL=redis_url,
-        DJANGO_SETTINGS_MODULE="tests.settings.workflow",
-    )
 
 
 def finished(result):
