@@ -111,6 +111,7 @@ def start(
     a direct start among due workflows (lower first; the task backend's).
     """
     where = queues.placement(queue, priority, dedup_key)
+    fresh = workflow_id is None
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
         raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
@@ -126,39 +127,30 @@ def start(
     else:
         placed = {"wake_at": due, "priority": order, **wake_fields(due)}
     own_transaction = not db.in_atomic_block()
+    fields = {
+        **start_fields(
+            definition.name, definition.timeout if timeout is None else timeout, now
+        ),
+        "traceparent": observability.traceparent(),
+        **placed,
+    }
     with db.atomic():
-        if sql.dialect(db.connection()).locks_by_writing_first:
-            # A write first takes the database write lock (SQLite), so the
-            # lookup and the insert below see one snapshot; a read first
-            # fails with "database is locked" if another writer commits in
-            # between.
-            Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
-        try:
-            row, created = Workflow.objects.get_or_create(
-                id=workflow_id,
-                defaults={
-                    **start_fields(
-                        definition.name,
-                        definition.timeout if timeout is None else timeout,
-                        now,
-                    ),
-                    "traceparent": observability.traceparent(),
-                    **placed,
-                },
-            )
-        except IntegrityError as error:
-            if where is None:
-                raise
-            raise queues.duplicate_of(where, error) from error
-        if not created:
-            if row.name != definition.name:
-                raise ValueError(
-                    f"Workflow id {workflow_id!r} is already used by a "
-                    f"{row.name!r} workflow"
-                )
-            return workflow_id, row.name
+        if fresh and (where is None or not where.dedup_key):
+            # A random id is new: no lookup, and nothing to collide with.
+            Workflow.objects.create(id=workflow_id, **fields)
+        else:
+            found = _create_or_find(workflow_id, fields, where)
+            if found is not None:
+                if found != definition.name:
+                    raise ValueError(
+                        f"Workflow id {workflow_id!r} is already used by a "
+                        f"{found!r} workflow"
+                    )
+                return workflow_id, found
         WorkflowKV.objects.create(
-            workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
+            workflow_id=workflow_id,
+            key=keys.workflow_key(keys.WORKFLOW_INPUT),
+            value=encoded,
         )
         if where is None:
             schedule_wake(workflow_id, due)
@@ -167,6 +159,27 @@ def start(
         else:
             queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
+
+
+def _create_or_find(
+    workflow_id: str, fields: dict[str, Any], where: queues.Placement | None
+) -> str | None:
+    """Create the workflow row; return the name of the one holding the id.
+
+    Call in a transaction; None when this call created it.
+    """
+    if sql.dialect(db.connection()).locks_by_writing_first:
+        # A write first takes the database write lock (SQLite), so the
+        # lookup and the insert below see one snapshot; a read first fails
+        # with "database is locked" if another writer commits in between.
+        Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
+    try:
+        row, created = Workflow.objects.get_or_create(id=workflow_id, defaults=fields)
+    except IntegrityError as error:
+        if where is None:
+            raise
+        raise queues.duplicate_of(where, error) from error
+    return None if created else row.name
 
 
 def due_time(run_after: datetime | float | timedelta | None) -> datetime | None:
