@@ -102,7 +102,7 @@ class WorkflowAdmin(RetentionAdmin):
         if not obj.parent_id:
             return "-"
         detached = " (detached)" if obj.detached else ""
-        return format_html("{}{}", _link(obj.parent_id), detached)
+        return format_html("{}{}", workflow_link(obj.parent_id), detached)
 
     @admin.display(description="children")
     def children(self, obj: Workflow) -> str:
@@ -115,7 +115,10 @@ class WorkflowAdmin(RetentionAdmin):
             format_html_join(
                 "",
                 "<li>{} ({}, {})</li>",
-                ((_link(child_id), name, status) for child_id, name, status in found),
+                (
+                    (workflow_link(child_id), name, status)
+                    for child_id, name, status in found
+                ),
             ),
         )
 
@@ -297,7 +300,7 @@ class WorkflowAdmin(RetentionAdmin):
     send_message.allowed_permissions = ["control"]  # type: ignore[attr-defined]
 
 
-def _link(workflow_id: str) -> str:
+def workflow_link(workflow_id: str) -> str:
     url = reverse("admin:django_rivet_workflow_change", args=[quote(workflow_id)])
     return format_html('<a href="{}">{}</a>', url, workflow_id)
 

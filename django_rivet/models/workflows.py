@@ -252,6 +252,31 @@ class Workflow(models.Model):
 Workflow._meta.get_field("waiting_for").register_lookup(HasName)
 
 
+#: The workflow every task of Django's Tasks framework runs as
+#: (``django_rivet.task_backend``).
+TASK_WORKFLOW = "rivet.task"
+
+
+class DjangoTaskManager(models.Manager["DjangoTask"]):
+    """Only the workflows that run tasks."""
+
+    def get_queryset(self) -> models.QuerySet[DjangoTask]:
+        return super().get_queryset().filter(name=TASK_WORKFLOW)
+
+
+class DjangoTask(Workflow):
+    """A task of Django's Tasks framework: the workflow it runs as (admin)."""
+
+    objects = DjangoTaskManager()  # type: ignore[misc,assignment]
+
+    class Meta:
+        proxy = True
+        verbose_name = "Django task"
+
+    def __str__(self) -> str:
+        return f"task {self.id} ({self.status})"
+
+
 class WorkflowKV(base.KVRow):
     """One key of a workflow's private KV namespace (the engine's history)."""
 

@@ -22,14 +22,11 @@ from django.utils.module_loading import import_string
 
 from .. import clock
 from ..engine import HistoryEntry
-from ..models import Workflow, WorkflowStatus
+from ..models import TASK_WORKFLOW, Workflow, WorkflowStatus
 from ..workflows import operations
 from . import compat
 
-__all__ = ["TASK_WORKFLOW", "Attempts", "TaskSpec", "read", "status_of"]
-
-#: The name of the built-in workflow every task runs as.
-TASK_WORKFLOW = "rivet.task"
+__all__ = ["TASK_WORKFLOW", "Attempts", "TaskSpec", "read", "recorded", "status_of"]
 
 _ATTEMPT = re.compile(r"^attempt (\d+)( run| error)?$")
 
@@ -150,6 +147,13 @@ def _attempts(history: list[HistoryEntry]) -> Attempts:
     return attempts
 
 
+def recorded(result_id: str) -> tuple[TaskSpec, Attempts, Any]:
+    """Return what the task's workflow stored: its spec, attempts and output."""
+    snapshot = operations.snapshot(result_id)
+    attempts = _attempts(operations.history(result_id))
+    return TaskSpec.from_input(snapshot.input), attempts, snapshot.output
+
+
 def read(result_id: str) -> compat.TaskResult[..., Any]:
     """Return the ``TaskResult`` of the task ``result_id`` as stored now.
 
@@ -164,9 +168,7 @@ def read(result_id: str) -> compat.TaskResult[..., Any]:
     if row is None:
         raise compat.TaskResultDoesNotExist(result_id)
     state, enqueued_at, updated_at, finished_at, owner = row
-    snapshot = operations.snapshot(result_id)
-    spec = TaskSpec.from_input(snapshot.input)
-    attempts = _attempts(operations.history(result_id))
+    spec, attempts, output = recorded(result_id)
     status = status_of(state)
     if status == compat.TaskResultStatus.RUNNING:
         # The attempt in progress is recorded when it ends: its worker holds
@@ -178,5 +180,5 @@ def read(result_id: str) -> compat.TaskResult[..., Any]:
         spec.task(), str(result_id), spec, status, enqueued_at, finished_at
     )
     if status == compat.TaskResultStatus.SUCCESSFUL:
-        object.__setattr__(result, "_return_value", snapshot.output)
+        object.__setattr__(result, "_return_value", output)
     return result
