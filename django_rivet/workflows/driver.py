@@ -119,6 +119,11 @@ class DjangoDriver:
         # Keys this driver saw stored (listed or written): a write of none
         # of them tries a plain INSERT first (see _upsert).
         self._stored: set[bytes] = set()
+        # The run's last batch, held to be written in the transaction that
+        # releases the workflow (defer_next_batch, write_held): one commit
+        # for both. Any other database call writes it first.
+        self._defer_next = False
+        self._held: builtins.list[KVWrite] = []
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -134,7 +139,34 @@ class DjangoDriver:
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
+        self._defer_next = False
+        if self._held:
+            await self._blocking(blocking.storage_errors(self.write_held))
         return await self._blocking(blocking.storage_errors(fn), *args)
+
+    def defer_next_batch(self) -> None:
+        """Hold the run's last batch for the release (the engine's hint).
+
+        Only for a run holding a lease on its private loop outside any
+        transaction: the host that releases it writes the batch then
+        (:meth:`write_held`, :func:`~.execution.release`).
+        """
+        if (
+            self.private_loop
+            and self._fence.token is not None
+            and not self.atomic_batch
+            and not db.in_atomic_block()
+        ):
+            self._defer_next = True
+
+    def write_held(self) -> None:
+        """Write the held batch, fenced (in the release's transaction).
+
+        Raises :class:`LeaseLost` when the lease moved on: nothing lands.
+        """
+        held, self._held = self._held, []
+        if held:
+            self._write_rows(held)
 
     # Fenced writes ---------------------------------------------------------------
 
@@ -269,6 +301,10 @@ class DjangoDriver:
             return
         if self.atomic_batch:
             self._check_atomic_unit(writes)
+        if self._defer_next:
+            self._defer_next = False
+            self._held.extend(writes)
+            return
         await self._db(self._write_rows, writes)
 
     async def batch_delete(self, keys: builtins.list[bytes]) -> None:

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,54 +168,121 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
 
 
 class Heartbeat:
-    """Renew a lease from a thread of its own while a run is in progress.
+    """Renew a lease while a run is in progress, from the process's renewer.
 
     The run's writes renew the lease too; the heartbeat covers long steps
-    between writes. It opens a database connection only if it has to renew
-    (runs shorter than one interval never do), and calls ``on_lost`` once if
-    the lease turns out to be gone.
+    between writes. Every heartbeat of a process is served by one renewer
+    thread (:class:`_Renewer`), so a run pays for no thread of its own: a
+    run shorter than one interval never renews. ``on_lost`` is called once
+    (from the renewer's thread) if the lease turns out to be gone.
     """
 
     def __init__(self, lease: Lease, on_lost: Callable[[], None]) -> None:
         self.lease = lease
         self.on_lost = on_lost
         self.interval = max(lease_seconds() / 3.0, 0.05)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run,
-            name=f"rivet-heartbeat-{lease.workflow_id[:32]}",
-            daemon=True,
-        )
+        self.due = 0.0  # time.monotonic() of the next renewal
 
     def start(self) -> None:
         """Start renewing."""
-        self._thread.start()
+        self.due = time.monotonic() + self.interval
+        _renewer().add(self)
 
     def stop(self) -> None:
-        """Stop renewing and wait for the thread."""
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join()
+        """Stop renewing (waits for a renewal of this lease in progress)."""
+        _renewer().remove(self)
+
+    def renew(self) -> bool:
+        """Renew the lease once; False (``on_lost`` called) if it is gone."""
+        expires = clock.to_datetime(clock.now() + lease_seconds())
+        held = Workflow.objects.filter(
+            pk=self.lease.workflow_id, lease_token=self.lease.token
+        ).update(lease_expires_at=expires)
+        if held:
+            self.due = time.monotonic() + self.interval
+            return True
+        logger.warning("workflow lease lost workflow=%s", self.lease.workflow_id)
+        self.on_lost()
+        return False
+
+
+class _Renewer:
+    """The thread renewing this process's heartbeats when each is due.
+
+    It opens a database connection only when a lease needs renewing, and
+    closes it once no heartbeat is left.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.beats: set[Heartbeat] = set()
+        self.changed = threading.Condition()
+        self.renewing = threading.Lock()  # held while one renewal runs
+        self.thread: threading.Thread | None = None
+
+    def add(self, beat: Heartbeat) -> None:
+        with self.changed:
+            self.beats.add(beat)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="rivet-heartbeat", daemon=True
+                )
+                self.thread.start()
+            self.changed.notify()
+
+    def remove(self, beat: Heartbeat) -> None:
+        with self.renewing, self.changed:
+            self.beats.discard(beat)
+
+    def _due(self) -> list[Heartbeat]:
+        """Wait until a heartbeat is due; return the due ones (with the lock)."""
+        while True:
+            now = time.monotonic()
+            due = [beat for beat in self.beats if beat.due <= now]
+            if due:
+                return due
+            if not self.beats:
+                self.changed.wait(60.0)
+                if not self.beats:
+                    return []
+                continue
+            self.changed.wait(min(beat.due for beat in self.beats) - now)
 
     def _run(self) -> None:
         used = False
-        try:
-            while not self._stop.wait(self.interval):
-                used = True
-                expires = clock.to_datetime(clock.now() + lease_seconds())
-                held = Workflow.objects.filter(
-                    pk=self.lease.workflow_id, lease_token=self.lease.token
-                ).update(lease_expires_at=expires)
-                if not held:
-                    logger.warning(
-                        "workflow lease lost workflow=%s", self.lease.workflow_id
-                    )
-                    self.on_lost()
-                    return
-        except Exception:
-            logger.exception(
-                "workflow heartbeat failed workflow=%s", self.lease.workflow_id
-            )
-        finally:
-            if used:
-                connections.close_all()  # this thread's connections only
+        while True:
+            with self.changed:
+                due = self._due()
+            if not due:
+                if used:
+                    connections.close_all()  # this thread's connections only
+                    used = False
+                continue
+            for beat in due:
+                with self.renewing:
+                    if beat not in self.beats:
+                        continue  # stopped meanwhile
+                    used = True
+                    try:
+                        if not beat.renew():
+                            with self.changed:
+                                self.beats.discard(beat)
+                    except Exception:
+                        beat.due = time.monotonic() + beat.interval
+                        logger.exception(
+                            "workflow heartbeat failed workflow=%s",
+                            beat.lease.workflow_id,
+                        )
+
+
+_shared: _Renewer | None = None
+_shared_lock = threading.Lock()
+
+
+def _renewer() -> _Renewer:
+    """Return this process's renewer (a forked child makes its own)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared.pid != os.getpid():
+            _shared = _Renewer()
+        return _shared
