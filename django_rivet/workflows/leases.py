@@ -233,18 +233,23 @@ class _Renewer:
     def remove(self, beat: Heartbeat) -> None:
         with self.renewing, self.changed:
             self.beats.discard(beat)
+            if not self.beats:
+                self.changed.notify()  # to close its connection now
 
-    def _due(self) -> list[Heartbeat]:
-        """Wait until a heartbeat is due; return the due ones (with the lock)."""
+    def _due(self, used: bool) -> list[Heartbeat]:
+        """Wait until a heartbeat is due; return the due ones (with the lock).
+
+        An empty list: no heartbeat is left and the connection is open.
+        """
         while True:
             now = time.monotonic()
             due = [beat for beat in self.beats if beat.due <= now]
             if due:
                 return due
             if not self.beats:
-                self.changed.wait(60.0)
-                if not self.beats:
+                if used:
                     return []
+                self.changed.wait()  # until a heartbeat is added
                 continue
             self.changed.wait(min(beat.due for beat in self.beats) - now)
 
@@ -252,11 +257,10 @@ class _Renewer:
         used = False
         while True:
             with self.changed:
-                due = self._due()
+                due = self._due(used)
             if not due:
-                if used:
-                    connections.close_all()  # this thread's connections only
-                    used = False
+                connections.close_all()  # this thread's connections only
+                used = False
                 continue
             for beat in due:
                 with self.renewing:
