@@ -26,6 +26,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskResultStatus",
     "normalize_json",
+    "task",
     "task_backends",
     "task_enqueued",
     "task_finished",
@@ -40,6 +41,7 @@ _WHERE: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
     "TaskResult": (("django.tasks", ""), ("django_tasks", "")),
     "TaskResultStatus": (("django.tasks", ""), ("django_tasks", "")),
     "task_backends": (("django.tasks", ""), ("django_tasks", "")),
+    "task": (("django.tasks", ""), ("django_tasks", "")),
     "BaseTaskBackend": (("django.tasks.backends.base", ""),) * 2,
     "TaskError": (("django.tasks.base", ""), ("django_tasks.base", "")),
     "InvalidTask": (
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
         TaskContext,
         TaskResult,
         TaskResultStatus,
+        task,
         task_backends,
     )
     from django.tasks.backends.base import BaseTaskBackend
