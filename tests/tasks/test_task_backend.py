@@ -366,3 +366,14 @@ def test_a_queued_workflow_with_run_after_waits_uncounted_then_is_admitted():
         assert run_until_idle(handle) == "queued"
         frozen.advance(30)
         assert run_until_idle(handle) == "completed"
+
+
+def test_retention_purges_a_finished_task_s_result():
+    from django_rivet.upkeep.retention import purge_pass
+
+    with freeze_time() as frozen:
+        result = run(tasks_api.add.enqueue(1, 2))
+        frozen.advance(7 * 86400 + 1)  # WORKFLOW_RETENTION's default
+        purge_pass(100)
+    with pytest.raises(TaskResultDoesNotExist):
+        result.refresh()
