@@ -134,6 +134,13 @@ def start(
         "traceparent": observability.traceparent(),
         **placed,
     }
+    if (
+        fresh
+        and where is None
+        and _start_in_one_statement(workflow_id, fields, encoded)
+    ):
+        schedule_wake(workflow_id, due)  # once the caller commits, or now
+        return workflow_id, definition.name
     with db.atomic():
         if fresh and (where is None or not where.dedup_key):
             # A random id is new: no lookup, and nothing to collide with.
@@ -159,6 +166,24 @@ def start(
         else:
             queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
+
+
+def _start_in_one_statement(
+    workflow_id: str, fields: dict[str, Any], encoded: bytes
+) -> bool:
+    """Insert a new workflow and its input in one statement, where the
+    database has one (:meth:`~..models.sql.Dialect.start_sql`); else False."""
+    connection = db.connection()
+    columns = Workflow._meta.concrete_fields
+    statement = sql.dialect(connection).start_sql([str(f.column) for f in columns])
+    if statement is None:
+        return False
+    row = Workflow(id=workflow_id, **fields)
+    params = [f.get_db_prep_save(f.pre_save(row, True), connection) for f in columns]
+    key = keys.workflow_key(keys.WORKFLOW_INPUT)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*params, key, encoded])
+    return True
 
 
 def _create_or_find(

@@ -332,6 +332,15 @@ class Dialect(ABC):
 
         return self._cached(("admission", *admitted), build)  # type: ignore[no-any-return]
 
+    # -- starting a workflow ----------------------------------------------------------
+    def start_sql(self, columns: Sequence[str]) -> str | None:
+        """Return one statement inserting a workflow row and its input.
+
+        Parameters: the row's ``columns``, then the input's key and value.
+        None where the two inserts go in a transaction of their own instead.
+        """
+        return None
+
     # -- JSON --------------------------------------------------------------------------
     @abstractmethod
     def json_list_contains(
