@@ -134,16 +134,13 @@ def start(
         "traceparent": observability.traceparent(),
         **placed,
     }
-    if (
-        fresh
-        and where is None
-        and _start_in_one_statement(workflow_id, fields, encoded)
-    ):
+    if fresh and where is None:
+        # A random id is new: no lookup, nothing to collide with.
+        _insert_new(workflow_id, fields, encoded)
         schedule_wake(workflow_id, due)  # once the caller commits, or now
         return workflow_id, definition.name
     with db.atomic():
-        if fresh and (where is None or not where.dedup_key):
-            # A random id is new: no lookup, and nothing to collide with.
+        if fresh and where is not None and not where.dedup_key:  # nothing to collide
             Workflow.objects.create(id=workflow_id, **fields)
         else:
             found = _create_or_find(workflow_id, fields, where)
@@ -168,22 +165,26 @@ def start(
     return workflow_id, definition.name
 
 
-def _start_in_one_statement(
-    workflow_id: str, fields: dict[str, Any], encoded: bytes
-) -> bool:
-    """Insert a new workflow and its input in one statement, where the
-    database has one (:meth:`~..models.sql.Dialect.start_sql`); else False."""
+def _insert_new(workflow_id: str, fields: dict[str, Any], encoded: bytes) -> None:
+    """Insert a new workflow and its input with the database's statements.
+
+    (:meth:`~..models.sql.Dialect.start_sql`: written once, not compiled by
+    the ORM at each start.) One statement runs as it is, in the caller's
+    transaction or its own; two run in a transaction.
+    """
     connection = db.connection()
     columns = Workflow._meta.concrete_fields
-    statement = sql.dialect(connection).start_sql([str(f.column) for f in columns])
-    if statement is None:
-        return False
+    statements = sql.dialect(connection).start_sql([str(f.column) for f in columns])
     row = Workflow(id=workflow_id, **fields)
     params = [f.get_db_prep_save(f.pre_save(row, True), connection) for f in columns]
     key = keys.workflow_key(keys.WORKFLOW_INPUT)
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [*params, key, encoded])
-    return True
+    if len(statements) == 1:
+        with connection.cursor() as cursor:
+            cursor.execute(statements[0], [*params, key, encoded])
+        return
+    with db.atomic(), connection.cursor() as cursor:
+        cursor.execute(statements[0], params)
+        cursor.execute(statements[1], [workflow_id, key, encoded])
 
 
 def _create_or_find(

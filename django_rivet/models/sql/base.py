@@ -333,13 +333,24 @@ class Dialect(ABC):
         return self._cached(("admission", *admitted), build)  # type: ignore[no-any-return]
 
     # -- starting a workflow ----------------------------------------------------------
-    def start_sql(self, columns: Sequence[str]) -> str | None:
-        """Return one statement inserting a workflow row and its input.
+    def start_sql(self, columns: Sequence[str]) -> list[str]:
+        """Return the statements inserting a workflow row and its input.
 
-        Parameters: the row's ``columns``, then the input's key and value.
-        None where the two inserts go in a transaction of their own instead.
+        Parameters: the row's ``columns``, then the input's key and value,
+        in that order over the statements. Several statements run in one
+        transaction; one runs as it is (its own, in autocommit).
         """
-        return None
+
+        def build() -> list[str]:
+            names = ", ".join(quote(column) for column in columns)
+            values = ", ".join(["%s"] * len(columns))
+            kv = f"{quote('workflow_id')}, {quote('key')}, {quote('value')}"
+            return [
+                f"INSERT INTO {table('Workflow')} ({names}) VALUES ({values})",
+                f"INSERT INTO {table('WorkflowKV')} ({kv}) VALUES (%s, %s, %s)",
+            ]
+
+        return self._cached(("start", *columns), build)  # type: ignore[no-any-return]
 
     # -- JSON --------------------------------------------------------------------------
     @abstractmethod
