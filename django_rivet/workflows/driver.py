@@ -141,7 +141,8 @@ class DjangoDriver:
         """Run database code, reporting database failures as storage errors."""
         self._defer_next = False
         if self._held:
-            await self._blocking(blocking.storage_errors(self.write_held))
+            held, self._held = self._held, []
+            await self._blocking(blocking.storage_errors(self._write_rows), held)
         return await self._blocking(blocking.storage_errors(fn), *args)
 
     def defer_next_batch(self) -> None:
@@ -160,13 +161,14 @@ class DjangoDriver:
             self._defer_next = True
 
     def write_held(self) -> None:
-        """Write the held batch, fenced (in the release's transaction).
+        """Write the held batch, fenced, in the caller's transaction (the
+        one releasing the workflow).
 
         Raises :class:`LeaseLost` when the lease moved on: nothing lands.
         """
         held, self._held = self._held, []
         if held:
-            self._write_rows(held)
+            self._fence.write_in_transaction(lambda: self._upsert(held))
 
     # Fenced writes ---------------------------------------------------------------
 

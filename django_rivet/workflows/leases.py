@@ -21,15 +21,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
+from ..models import WORKFLOW_ACTIVE, Workflow, db, sql
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -63,15 +64,20 @@ class Lease:
     detached: bool = False
 
 
-def _claimable(now: datetime, *, run: bool) -> Q:
-    free = Q(lease_token="")
-    expired = ~Q(lease_token="") & Q(lease_expires_at__lt=now)
-    if not run:
-        # Operations (cancel, recover, replay) never take over a crashed
-        # run's lease: the sweeper resumes that run first.
-        return free
-    active = Q(status__in=WORKFLOW_ACTIVE)
-    return active & ((free & Q(wake_at__lte=now)) | expired)
+# What a claim reads of the row it claimed (Lease's fields after the token).
+_CLAIMED = (
+    "name",
+    "status",
+    "wake_at",
+    "wake_signal",
+    "cancel_requested",
+    "retry_count",
+    "queue",
+    "deadline_at",
+    "cancel_reason",
+    "parent_id",
+    "detached",
+)
 
 
 def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
@@ -79,63 +85,60 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
 
     A run claim (``run=True``) takes an active workflow that is due, or whose
     lease expired, and marks it running. An operation claim takes any
-    workflow nobody holds, whatever its status or wake-up time.
+    workflow nobody holds, whatever its status or wake-up time (operations
+    -- cancel, recover, replay -- never take over a crashed run's lease: the
+    sweeper resumes that run first). One
+    statement (:meth:`~..models.sql.Dialect.lease_claim_sql`): its own
+    transaction in autocommit, which takes the row lock on PostgreSQL
+    (skipping a row another transaction holds) and the write lock on SQLite.
     """
+    connection = db.connection()
     now = clock.now_datetime()
     token = uuid.uuid4().hex
-    claimable = _claimable(now, run=run)
-    changes: dict[str, Any] = {
-        "lease_token": token,
-        "lease_owner": _OWNER,
-        "lease_expires_at": clock.to_datetime(clock.now() + lease_seconds()),
-    }
+    when = connection.ops.adapt_datetimefield_value
+    expires = when(clock.to_datetime(clock.now() + lease_seconds()))
+    params: list[Any] = [token, _OWNER, expires]
     if run:
-        changes.update(
-            status=WorkflowStatus.RUNNING,
-            run_count=F("run_count") + 1,
-            updated_at=now,
-        )
-    with db.atomic():
-        rows = Workflow.objects.filter(pk=workflow_id)
-        if sql.dialect(db.connection()).skip_locked:
-            picked = rows.filter(claimable).select_for_update(skip_locked=True)
-            if not picked.values_list("pk", flat=True):
-                return None
-        if not rows.filter(claimable).update(**changes):
-            return None
-        # Read under the lock the update took (the row lock on PostgreSQL,
-        # the database write lock on SQLite).
-        found = rows.values_list(
-            "name",
-            "status",
-            "wake_at",
-            "wake_signal",
-            "cancel_requested",
-            "retry_count",
-            "queue",
-            "deadline_at",
-            "cancel_reason",
-            "parent_id",
-            "detached",
-        ).get()
-    name, status, wake_at, wake_signal, cancel_requested, retry_count = found[:6]
-    queue, deadline_at, cancel_reason, parent_id, detached = found[6:]
+        params += [when(now), workflow_id, when(now), when(now)]
+    else:
+        params.append(workflow_id)
+    statement = sql.dialect(connection).lease_claim_sql(run, WORKFLOW_ACTIVE, _CLAIMED)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    row = dict(zip(_CLAIMED, found, strict=True))
     return Lease(
         workflow_id,
         token,
-        name,
-        status,
-        wake_at,
-        wake_signal,
-        cancel_requested,
-        retry_count,
+        row["name"],
+        row["status"],
+        _datetime(row["wake_at"]),
+        int(row["wake_signal"]),
+        bool(row["cancel_requested"]),
+        int(row["retry_count"]),
         run=run,
-        queue=queue,
-        deadline_at=deadline_at,
-        cancel_reason=cancel_reason,
-        parent_id=parent_id,
-        detached=detached,
+        queue=row["queue"],
+        deadline_at=_datetime(row["deadline_at"]),
+        cancel_reason=row["cancel_reason"],
+        parent_id=row["parent_id"],
+        detached=bool(row["detached"]),
     )
+
+
+def _datetime(value: Any) -> datetime | None:
+    """Return a timestamp column read by raw SQL as an aware datetime."""
+    if value is None or isinstance(value, datetime):
+        return (
+            value
+            if value is None or timezone.is_aware(value)
+            else (timezone.make_aware(value, UTC))
+        )
+    parsed = parse_datetime(str(value))
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
 
 
 def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
@@ -155,7 +158,9 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
         **fields,
     }
     rows = Workflow.objects.filter(pk=lease.workflow_id, lease_token=lease.token)
-    with db.atomic():
+    # In the caller's transaction when there is one (a run's release, with
+    # its last batch): no savepoint, a failure rolls back both.
+    with db.atomic(savepoint=False):
         quiet = rows.filter(wake_signal=lease.wake_signal, cancel_requested=False)
         if quiet.update(**released):
             return released

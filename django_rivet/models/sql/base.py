@@ -206,6 +206,50 @@ class Dialect(ABC):
     # What the lease check appends to lock the row it found.
     _lease_check_lock: ClassVar[str] = ""
 
+    def lease_claim_sql(
+        self, run: bool, active: Sequence[str], returning: Sequence[str]
+    ) -> str:
+        """Return a claim of a workflow's lease in one statement.
+
+        Parameters: token, owner, expiry, (a run: updated_at), the id, (a
+        run: now, now). A run claim takes an ``active`` workflow that is due
+        or whose lease expired, and marks it running; an operation claim any
+        one nobody holds. Returns the ``returning`` columns of the row it
+        claimed, none when it claimed nothing. PostgreSQL skips a row
+        another transaction holds (``SKIP LOCKED``) instead of waiting.
+        """
+
+        def build() -> str:
+            workflows = table("Workflow")
+            token, expires = quote("lease_token"), quote("lease_expires_at")
+            sets = [f"{token} = %s", f"{quote('lease_owner')} = %s", f"{expires} = %s"]
+            where = f"{token} = ''"
+            if run:
+                count = quote("run_count")
+                sets += [
+                    f"{quote('status')} = 'running'",
+                    f"{count} = {count} + 1",
+                    f"{quote('updated_at')} = %s",
+                ]
+                statuses = ", ".join(f"'{status}'" for status in active)
+                where = (
+                    f"{quote('status')} IN ({statuses}) AND (({token} = '' AND "
+                    f"{quote('wake_at')} <= %s) OR (NOT ({token} = '') AND "
+                    f"{expires} < %s))"
+                )
+            return (
+                f"UPDATE {workflows} SET {', '.join(sets)} WHERE "
+                f"{self._claim_row('%s')} AND {where} "
+                f"RETURNING {', '.join(quote(column) for column in returning)}"
+            )
+
+        key = ("claim", run, *active, "|", *returning)
+        return self._cached(key, build)  # type: ignore[no-any-return]
+
+    def _claim_row(self, placeholder: str) -> str:
+        """Return the claim's condition on the row's id (one parameter)."""
+        return f"{quote('id')} = {placeholder}"
+
     # -- workflow KV rows --------------------------------------------------------------
     def _kv_insert_parts(self, rows: int, upsert: bool) -> tuple[str, str, str]:
         """Return ``INSERT INTO <kv> (<columns>)``, ``rows`` tuples, ``ON CONFLICT``.

@@ -41,6 +41,14 @@ class PostgreSQLDialect(Dialect):
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
+    def _claim_row(self, placeholder: str) -> str:
+        """Pick the row with ``SKIP LOCKED``: a held one is skipped, not awaited."""
+        workflows, id_ = table("Workflow"), quote("id")
+        return (
+            f"{id_} IN (SELECT {id_} FROM {workflows} WHERE {id_} = {placeholder} "
+            "FOR UPDATE SKIP LOCKED)"
+        )
+
     def start_sql(self, columns: Sequence[str]) -> list[str]:
         """Insert both rows in one statement (a data-modifying ``WITH``).
 
