@@ -302,12 +302,7 @@ class WorkflowRun:
         return WorkflowOutcome("completed", output=output)
 
     async def _last_flush(self, storage: Storage) -> None:
-        """Flush what the run ends with (it pauses, completes or fails next).
-
-        A driver with ``defer_next_batch()`` may hold that batch and write
-        it with whatever ends the run on its side (the Django host: in the
-        transaction that releases the workflow, one commit for both).
-        """
+        """Flush what the run ends with (a driver may hold it: see driver)."""
         defer = getattr(self.driver, "defer_next_batch", None)
         if defer is not None:
             defer()

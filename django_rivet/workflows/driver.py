@@ -119,9 +119,7 @@ class DjangoDriver:
         # Keys this driver saw stored (listed or written): a write of none
         # of them tries a plain INSERT first (see _upsert).
         self._stored: set[bytes] = set()
-        # The run's last batch, held to be written in the transaction that
-        # releases the workflow (defer_next_batch, write_held): one commit
-        # for both. Any other database call writes it first.
+        # The run's last batch, written with the release (write_held).
         self._defer_next = False
         self._held: builtins.list[KVWrite] = []
 
@@ -146,11 +144,10 @@ class DjangoDriver:
         return await self._blocking(blocking.storage_errors(fn), *args)
 
     def defer_next_batch(self) -> None:
-        """Hold the run's last batch for the release (the engine's hint).
+        """Hold the run's last batch for its release (a leased run's only).
 
-        Only for a run holding a lease on its private loop outside any
-        transaction: the host that releases it writes the batch then
-        (:meth:`write_held`, :func:`~.execution.release`).
+        One commit for both (:func:`~.execution.release`); any other
+        database call of the run writes it first.
         """
         if (
             self.private_loop
@@ -161,11 +158,7 @@ class DjangoDriver:
             self._defer_next = True
 
     def write_held(self) -> None:
-        """Write the held batch, fenced, in the caller's transaction (the
-        one releasing the workflow).
-
-        Raises :class:`LeaseLost` when the lease moved on: nothing lands.
-        """
+        """Write the held batch in the releasing transaction (``LeaseLost``)."""
         held, self._held = self._held, []
         if held:
             self._fence.write_in_transaction(lambda: self._upsert(held))
@@ -407,7 +400,7 @@ class DjangoDriver:
 
     async def add_message(self, name: str, data: Any) -> str:
         """Append a message to the inbox and return its id."""
-        body = encode_body(data)
+        body = encode_message_body(data)
 
         def add() -> str:
             row = WorkflowMessage.objects.create(
@@ -498,15 +491,6 @@ class DjangoDriver:
     async def child_outcome(self, child_id: str) -> ChildOutcome | None:
         """Return how the child ended, or None while it is active."""
         return await self._db(children.outcome, child_id)  # type: ignore[no-any-return]
-
-
-def encode_body(data: Any) -> bytes:
-    """Encode a message body for the inbox.
-
-    Raises ``TypeError`` if it cannot be stored and ``StorageLimitError``
-    (``workflow/storage_limit``) if it is larger than a workflow can record.
-    """
-    return encode_message_body(data)
 
 
 if TYPE_CHECKING:  # DjangoDriver must satisfy the engine's protocol.

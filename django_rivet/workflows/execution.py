@@ -42,6 +42,7 @@ from ..models import (
     db,
 )
 from . import children, leases, queues, registry
+from .blocking import run_private
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .wakeups import schedule_wake, wake_fields
@@ -71,23 +72,6 @@ T = TypeVar("T")
 def retry_delay(retry_count: int) -> float:
     """Return the backoff before retrying after ``retry_count`` failed runs."""
     return float(min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16)))
-
-
-def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run engine code on an event loop private to this thread.
-
-    Its driver (``private_loop=True``) does its database work inline, on this
-    thread's connection and inside the caller's transaction if there is one.
-    Call it from synchronous code (never from a thread running a loop).
-    """
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
 
 
 def run_if_idle(

@@ -224,21 +224,26 @@ class _Renewer:
         self.changed = threading.Condition()
         self.renewing = threading.Lock()  # held while one renewal runs
         self.thread: threading.Thread | None = None
+        self.connected = False  # the thread has a database connection open
 
     def add(self, beat: Heartbeat) -> None:
         with self.changed:
+            # The thread sleeps until the earliest renewal: wake it only
+            # when this one comes first (most runs end before theirs).
+            first = all(beat.due < other.due for other in self.beats)
             self.beats.add(beat)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
                     target=self._run, name="rivet-heartbeat", daemon=True
                 )
                 self.thread.start()
-            self.changed.notify()
+            elif first:
+                self.changed.notify()
 
     def remove(self, beat: Heartbeat) -> None:
         with self.renewing, self.changed:
             self.beats.discard(beat)
-            if not self.beats:
+            if not self.beats and self.connected:
                 self.changed.notify()  # to close its connection now
 
     def _due(self, used: bool) -> list[Heartbeat]:
@@ -259,19 +264,18 @@ class _Renewer:
             self.changed.wait(min(beat.due for beat in self.beats) - now)
 
     def _run(self) -> None:
-        used = False
         while True:
             with self.changed:
-                due = self._due(used)
+                due = self._due(self.connected)
             if not due:
                 connections.close_all()  # this thread's connections only
-                used = False
+                self.connected = False
                 continue
             for beat in due:
                 with self.renewing:
                     if beat not in self.beats:
                         continue  # stopped meanwhile
-                    used = True
+                    self.connected = True
                     try:
                         if not beat.renew():
                             with self.changed:

@@ -26,6 +26,7 @@ from ..engine import (
     ReplayRefusedError,
     WorkflowDefinition,
     check_record,
+    encode_message_body,
     keys,
     read_history,
     recover_workflow,
@@ -45,7 +46,7 @@ from ..models import (
 )
 from . import leases, queues, registry
 from .children import start_fields
-from .driver import DjangoDriver, encode_body
+from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
 from .wakeups import schedule_wake, wake_fields
@@ -308,7 +309,7 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     stored, ``workflow/not_found`` for an unknown workflow and
     ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES`` unreceived messages.
     """
-    data = encode_body(body)
+    data = encode_message_body(body)
     now = clock.now_datetime()
     with db.atomic():
         # The signal bump comes first: it locks the row, so a run releasing
