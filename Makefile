@@ -12,7 +12,7 @@ RUN_STAMP := $(VENV)/.installed-run
 
 $(STAMP): pyproject.toml
 	@echo "==> installing django-rivet and its dependencies into $(VENV)"
-	scripts/install.sh $(VENV) $(PYTHON) -e '.[postgres,redis,client,dev,docs]'
+	scripts/install.sh $(VENV) $(PYTHON) -e '.[postgres,redis,client,dev,docs,tasks]'
 	touch $(STAMP) $(RUN_STAMP)
 	@echo "==> installed into $(VENV)"
 

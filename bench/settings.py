@@ -9,6 +9,7 @@ The runner passes everything through the environment:
   broker; otherwise the in-memory layer and no broker.
 """
 
+import importlib.util
 import os
 import sys
 from urllib.parse import unquote, urlsplit
@@ -39,6 +40,17 @@ INSTALLED_APPS = [
     "django_rivet",
     "bench.benchapp",
 ]
+# P16: Django's Tasks framework (built in from Django 6.0, the backport on
+# 5.2) on django-rivet ("default") and on django-tasks-db ("db", its own
+# worker), side by side on one database.
+if importlib.util.find_spec("django.tasks") is None:
+    INSTALLED_APPS.append("django_tasks")
+if importlib.util.find_spec("django_tasks_db") is not None:
+    INSTALLED_APPS.append("django_tasks_db")
+TASKS = {
+    "default": {"BACKEND": "django_rivet.task_backend.RivetTaskBackend"},
+    "db": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+}
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -37,6 +37,8 @@ class RivetConfig(AppConfig):
         from .actors import cache, client, registry, services, spine
         from .models import db
         from .scheduling import cron, queues, schedules
+        from .task_backend import compat as tasks_compat
+        from .task_backend import register_workflow as register_task_workflow
         from .upkeep import worker
         from .workflows import client as workflows
         from .workflows import registry as workflow_registry
@@ -44,6 +46,9 @@ class RivetConfig(AppConfig):
         autodiscover_modules("actors", "workflows")
         registry.register_discovered()
         workflow_registry.discover()
+        if tasks_compat.AVAILABLE:
+            # Django's tasks run as the built-in ``rivet.task`` workflow.
+            register_task_workflow()
 
         services.bind(
             actors=client,

@@ -11,10 +11,12 @@ name and its arguments, and the configured backend carries it out:
   worker of ``make run``, or ``manage.py rivet_worker``), which reads due
   times from the database itself;
 - :class:`NullBackend` does nothing: a worker or sweeper elsewhere picks the
-  work up within ``SWEEP_INTERVAL``.
+  work up within ``SWEEP_INTERVAL``;
+- ``django_rivet.task_backend.dispatch.TasksDispatch`` (``"tasks"``)
+  enqueues a Django task on another library's tasks backend.
 
 ``RIVET["DISPATCH_BACKEND"]`` picks one by name (``"celery"``, ``"worker"``,
-``"none"``) or dotted path; the default (``None``) is ``"worker"`` when
+``"none"``, ``"tasks"``) or dotted path; the default (``None``) is ``"worker"`` when
 ``EMBEDDED_WORKER`` is on, else ``"celery"`` when a Celery broker is
 configured, else ``"none"`` (system check ``rivet.W004`` says so). The
 style is that of Django's cache and email backends: the layers below the
@@ -34,6 +36,8 @@ import threading
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
+from django.core import checks
+from django.core.checks import CheckMessage
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
@@ -98,6 +102,10 @@ class DispatchBackend(Protocol):
         """
         ...
 
+    def check(self) -> list[CheckMessage]:
+        """Return what is wrong with this backend's setup (system checks)."""
+        ...
+
 
 # -- the worker loop's wake-up -------------------------------------------------------
 _worker_wakeup = threading.Event()
@@ -127,6 +135,10 @@ class WorkerBackend:
 
     eta_tasks = False
 
+    def check(self) -> list[CheckMessage]:
+        """Nothing to check: the loop reads the database itself."""
+        return []
+
     def wake(self, job: Job, args: list[Any], eta: float | None = None) -> bool:
         """Wake the loop; it computes when the job is due by itself."""
         notify_worker()
@@ -138,6 +150,10 @@ class NullBackend:
 
     eta_tasks = False
 
+    def check(self) -> list[CheckMessage]:
+        """Nothing to check (``rivet.W004`` says when nothing dispatches)."""
+        return []
+
     def wake(self, job: Job, args: list[Any], eta: float | None = None) -> bool:
         """Leave the job to the next sweep."""
         return True
@@ -147,6 +163,14 @@ class CeleryBackend:
     """Send the ``rivet.<job>`` Celery task (``django_rivet.tasks``)."""
 
     eta_tasks = True
+
+    def check(self) -> list[CheckMessage]:
+        """Warn when Celery has no broker to send to (``rivet.W006``)."""
+        if celery_configured():
+            return []
+        return [
+            checks.Warning(W006, hint=W006_HINT, obj="settings.RIVET", id="rivet.W006")
+        ]
 
     def wake(self, job: Job, args: list[Any], eta: float | None = None) -> bool:
         """Send the task; log and return False when the broker refuses.
@@ -177,10 +201,19 @@ class CeleryBackend:
         return True
 
 
+W006 = "RIVET['DISPATCH_BACKEND'] is 'celery', but Celery has no broker."
+W006_HINT = (
+    "Set CELERY_BROKER_URL and load the project's Celery app in every process "
+    "(import it in the project package's __init__.py); until then due work "
+    "waits for a sweep."
+)
+
 BACKENDS: dict[str, str] = {
     "celery": "django_rivet.dispatch.CeleryBackend",
     "worker": "django_rivet.dispatch.WorkerBackend",
     "none": "django_rivet.dispatch.NullBackend",
+    # Due work as Django tasks on another library's backend (docs/tasks.md).
+    "tasks": "django_rivet.task_backend.dispatch.TasksDispatch",
 }
 
 

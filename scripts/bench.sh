@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
-if ! "$PY" -c 'import dbos, pyinstrument' 2>/dev/null \
+if ! "$PY" -c 'import dbos, pyinstrument, django_tasks_db' 2>/dev/null \
   || ! test -x "$(dirname "$PY")/py-spy"; then
   scripts/install.sh "${VENV:-.venv}" python3 -e '.[bench]'
 fi

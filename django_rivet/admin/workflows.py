@@ -107,7 +107,7 @@ class WorkflowAdmin(RetentionAdmin):
         if not obj.parent_id:
             return "-"
         detached = " (detached)" if obj.detached else ""
-        return format_html("{}{}", _link(obj.parent_id), detached)
+        return format_html("{}{}", workflow_link(obj.parent_id), detached)
 
     @admin.display(description="children")
     def children(self, obj: Workflow) -> str:
@@ -120,7 +120,10 @@ class WorkflowAdmin(RetentionAdmin):
             format_html_join(
                 "",
                 "<li>{} ({}, {})</li>",
-                ((_link(child_id), name, status) for child_id, name, status in found),
+                (
+                    (workflow_link(child_id), name, status)
+                    for child_id, name, status in found
+                ),
             ),
         )
 
@@ -343,7 +346,7 @@ def _replay_verdict(workflow_id: str) -> tuple[str, int]:
     )
 
 
-def _link(workflow_id: str) -> str:
+def workflow_link(workflow_id: str) -> str:
     url = reverse("admin:django_rivet_workflow_change", args=[quote(workflow_id)])
     return format_html('<a href="{}">{}</a>', url, workflow_id)
 

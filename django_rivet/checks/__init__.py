@@ -14,5 +14,6 @@ from .observability import *  # noqa: F403
 from .retention import *  # noqa: F403
 from .runtime import *  # noqa: F403
 from .settings import *  # noqa: F403
+from .tasks import *  # noqa: F403
 from .transport import *  # noqa: F403
 from .typed import *  # noqa: F403

@@ -1,5 +1,6 @@
 """Dispatch, Channels, actor and workflow names, deployment (rivet.E002, E003,
-E101, E102, E201, W001-W004).
+E101, E102, E201, W001-W004; the dispatch backend's own check: W006, E903,
+W903).
 
 Messages are module constants so tests compare them by equality.
 """
@@ -25,9 +26,16 @@ from .base import message
 
 @register(Tags.compatibility)
 def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Warn when due work would only run on another process's sweep."""
+    """Check the chosen dispatch backend, or warn when nothing dispatches."""
     if rivet_settings.raw("DISPATCH_BACKEND") is not None:
-        return []
+        if dispatch.overridden():
+            return []
+        try:
+            chosen = dispatch.backend()
+        except ImportError:
+            return []  # rivet.E004 names the setting
+        check = getattr(chosen, "check", None)  # older custom backends have none
+        return list(check()) if check is not None else []
     if rivet_settings.valid("EMBEDDED_WORKER") is None:
         return []  # rivet.E004
     if dispatch.overridden():

@@ -92,6 +92,10 @@ class EngineDriver(Protocol):
     workflows and tell how they ended (``ctx.child``; see
     :class:`~django_rivet.engine.children.ChildHost`). A host wakes a
     parent waiting for a child under the name ``child:<child id>``.
+    ``defer_next_batch()`` says that the next ``batch`` is the last write
+    of the run (it completes, fails or pauses next): the driver may hold it
+    and write it with what ends the run on its side, as long as any other
+    call it gets first writes it before anything else.
     """
 
     atomic_batch: bool

@@ -298,12 +298,19 @@ class WorkflowRun:
         storage.state = "completed"
         storage.set_field(keys.WORKFLOW_ERROR, UNSET)
         try:
-            await storage.flush()
+            await self._last_flush(storage)
         except StorageLimitError as error:
             return await self._fail(storage, error, input, previously_failed)
         await self._alarm(None)
         logger.debug("workflow completed workflow=%s", self.workflow_id)
         return WorkflowOutcome("completed", output=output)
+
+    async def _last_flush(self, storage: Storage) -> None:
+        """Flush what the run ends with (a driver may hold it: see driver)."""
+        defer = getattr(self.driver, "defer_next_batch", None)
+        if defer is not None:
+            defer()
+        await storage.flush()
 
     async def _alarm(self, wake_at: float | None) -> None:
         """Set the driver alarm at ``wake_at``, or clear it for None."""
@@ -342,7 +349,7 @@ class WorkflowRun:
     ) -> WorkflowOutcome:
         storage.state = "sleeping"
         try:
-            await storage.flush()
+            await self._last_flush(storage)
         except StorageLimitError as error:
             input = storage.get_field(keys.WORKFLOW_INPUT)
             return await self._fail(storage, error, input, False)
@@ -393,7 +400,10 @@ class WorkflowRun:
         """
         storage.state = state
         try:
-            await storage.flush()
+            if state == "failed":
+                await self._last_flush(storage)
+            else:
+                await storage.flush()
         except StorageLimitError as exc:
             logger.warning(
                 "workflow changes refused as too large workflow=%s error=%r",

@@ -37,9 +37,11 @@ from .scheduling import (
     WorkflowQueue,
 )
 from .workflows import (
+    TASK_WORKFLOW,
     WORKFLOW_ACTIVE,
     WORKFLOW_ADMITTED,
     WORKFLOW_FINISHED,
+    DjangoTask,
     Workflow,
     WorkflowKV,
     WorkflowMessage,
@@ -47,6 +49,7 @@ from .workflows import (
 )
 
 __all__ = [
+    "TASK_WORKFLOW",
     "WORKFLOW_ACTIVE",
     "WORKFLOW_ADMITTED",
     "WORKFLOW_FINISHED",
@@ -64,6 +67,7 @@ __all__ = [
     "Schedule",
     "ScheduleStatus",
     "ScheduledWorkflow",
+    "DjangoTask",
     "Workflow",
     "WorkflowKV",
     "WorkflowMessage",

@@ -173,6 +173,10 @@ class Workflow(models.Model):
     priority = models.IntegerField(default=0)
     dedup_key = models.CharField(max_length=255, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
+    # A delayed start (``workflows.start(..., run_after=...)``) of a queued
+    # workflow: admission passes it over until then (a direct start waits
+    # in ``wake_at`` instead).
+    run_after = models.DateTimeField(null=True, blank=True)
     # The W3C traceparent of the span that started it ("" without tracing):
     # every run's span continues that trace (docs/observability.md).
     traceparent = models.CharField(max_length=55, blank=True, default="")
@@ -246,6 +250,31 @@ class Workflow(models.Model):
 
 
 Workflow._meta.get_field("waiting_for").register_lookup(HasName)
+
+
+#: The workflow every task of Django's Tasks framework runs as
+#: (``django_rivet.task_backend``).
+TASK_WORKFLOW = "rivet.task"
+
+
+class DjangoTaskManager(models.Manager["DjangoTask"]):
+    """Only the workflows that run tasks."""
+
+    def get_queryset(self) -> models.QuerySet[DjangoTask]:
+        return super().get_queryset().filter(name=TASK_WORKFLOW)
+
+
+class DjangoTask(Workflow):
+    """A task of Django's Tasks framework: the workflow it runs as (admin)."""
+
+    objects = DjangoTaskManager()  # type: ignore[misc,assignment]
+
+    class Meta:
+        proxy = True
+        verbose_name = "Django task"
+
+    def __str__(self) -> str:
+        return f"task {self.id} ({self.status})"
 
 
 class WorkflowKV(base.KVRow):

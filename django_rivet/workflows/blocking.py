@@ -17,15 +17,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
-from typing import Any
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import Error as DatabaseError
 
 from ..engine import StorageError
 
-__all__ = ["call", "call_sync_or_async", "off_the_loop", "run", "storage_errors"]
+T = TypeVar("T")
+
+__all__ = [
+    "call",
+    "call_sync_or_async",
+    "off_the_loop",
+    "run",
+    "run_private",
+    "storage_errors",
+]
 
 
 async def run(private_loop: bool, fn: Callable[..., Any], *args: Any) -> Any:
@@ -88,3 +98,29 @@ def call_sync_or_async(fn: Callable[[], Any]) -> Any:
     if inspect.isawaitable(output):
         output = async_to_sync(_await)(output)
     return output
+
+
+# The event loop each thread runs its workflows on (run_private).
+_loops = threading.local()
+
+
+def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run engine code on an event loop private to this thread.
+
+    Its driver (``private_loop=True``) does its database work inline, on this
+    thread's connection and inside the caller's transaction if there is one.
+    Call it from synchronous code (never from a thread running a loop).
+    """
+    # One loop per thread, reused run after run (a loop costs a socket pair);
+    # a new one when that one is busy (engine code run from inside a run).
+    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
+    if loop is None or loop.is_running() or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        if getattr(_loops, "loop", None) is None:
+            _loops.loop = loop
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        if loop is not getattr(_loops, "loop", None):
+            loop.close()

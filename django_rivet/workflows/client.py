@@ -365,6 +365,7 @@ def start(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
+    run_after: datetime | float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
 
@@ -383,7 +384,10 @@ def start(
     (``workflow/duplicate``, with the holder's id). ``timeout`` (seconds or a
     timedelta; default: the ``@workflow``'s) is the deadline: when it passes
     the workflow is cancelled with reason ``timeout`` (its rollbacks run) and
-    ``result()`` raises ``WorkflowTimeout``. See docs/workflows.md.
+    ``result()`` raises ``WorkflowTimeout``. ``run_after`` (an aware
+    datetime, or seconds or a timedelta from now) delays the first run: the
+    workflow is ``pending`` (``queued``, not counted by its queue) until
+    then. See docs/workflows.md.
     """
     limit = seconds(timeout)
     if limit is not None and limit <= 0:
@@ -397,6 +401,7 @@ def start(
         priority=priority,
         dedup_key=dedup_key,
         timeout=limit,
+        run_after=operations.due_time(run_after),
     )
     return WorkflowHandle(workflow_id, name)
 
@@ -410,6 +415,7 @@ async def astart(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
+    run_after: datetime | float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
     return await sync_to_async(start)(
@@ -420,6 +426,7 @@ async def astart(
         priority=priority,
         dedup_key=dedup_key,
         timeout=timeout,
+        run_after=run_after,
     )
 
 

@@ -119,6 +119,9 @@ class DjangoDriver:
         # Keys this driver saw stored (listed or written): a write of none
         # of them tries a plain INSERT first (see _upsert).
         self._stored: set[bytes] = set()
+        # The run's last batch, written with the release (write_held).
+        self._defer_next = False
+        self._held: builtins.list[KVWrite] = []
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -134,7 +137,31 @@ class DjangoDriver:
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
+        self._defer_next = False
+        if self._held:
+            held, self._held = self._held, []
+            await self._blocking(blocking.storage_errors(self._write_rows), held)
         return await self._blocking(blocking.storage_errors(fn), *args)
+
+    def defer_next_batch(self) -> None:
+        """Hold the run's last batch for its release (a leased run's only).
+
+        One commit for both (:func:`~.execution.release`); any other
+        database call of the run writes it first.
+        """
+        if (
+            self.private_loop
+            and self._fence.token is not None
+            and not self.atomic_batch
+            and not db.in_atomic_block()
+        ):
+            self._defer_next = True
+
+    def write_held(self) -> None:
+        """Write the held batch in the releasing transaction (``LeaseLost``)."""
+        held, self._held = self._held, []
+        if held:
+            self._fence.write_in_transaction(lambda: self._upsert(held))
 
     # Fenced writes ---------------------------------------------------------------
 
@@ -269,6 +296,10 @@ class DjangoDriver:
             return
         if self.atomic_batch:
             self._check_atomic_unit(writes)
+        if self._defer_next:
+            self._defer_next = False
+            self._held.extend(writes)
+            return
         await self._db(self._write_rows, writes)
 
     async def batch_delete(self, keys: builtins.list[bytes]) -> None:
@@ -369,7 +400,7 @@ class DjangoDriver:
 
     async def add_message(self, name: str, data: Any) -> str:
         """Append a message to the inbox and return its id."""
-        body = encode_body(data)
+        body = encode_message_body(data)
 
         def add() -> str:
             row = WorkflowMessage.objects.create(
@@ -460,15 +491,6 @@ class DjangoDriver:
     async def child_outcome(self, child_id: str) -> ChildOutcome | None:
         """Return how the child ended, or None while it is active."""
         return await self._db(children.outcome, child_id)  # type: ignore[no-any-return]
-
-
-def encode_body(data: Any) -> bytes:
-    """Encode a message body for the inbox.
-
-    Raises ``TypeError`` if it cannot be stored and ``StorageLimitError``
-    (``workflow/storage_limit``) if it is larger than a workflow can record.
-    """
-    return encode_message_body(data)
 
 
 if TYPE_CHECKING:  # DjangoDriver must satisfy the engine's protocol.

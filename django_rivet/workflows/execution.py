@@ -42,6 +42,7 @@ from ..models import (
     db,
 )
 from . import children, leases, queues, registry
+from .blocking import run_private
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .wakeups import schedule_wake, wake_fields
@@ -71,23 +72,6 @@ T = TypeVar("T")
 def retry_delay(retry_count: int) -> float:
     """Return the backoff before retrying after ``retry_count`` failed runs."""
     return float(min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16)))
-
-
-def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run engine code on an event loop private to this thread.
-
-    Its driver (``private_loop=True``) does its database work inline, on this
-    thread's connection and inside the caller's transaction if there is one.
-    Call it from synchronous code (never from a thread running a loop).
-    """
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
 
 
 def run_if_idle(
@@ -342,8 +326,13 @@ def _log_event(event: Any) -> None:
         )
 
 
-def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
+def release(
+    lease: Lease, driver: DjangoDriver | None = None, **fields: Any
+) -> tuple[str, datetime | None]:
     """Release ``lease`` writing ``fields``; schedule the next run if any.
+
+    ``driver``: the run's, whose held last batch is written in the same
+    transaction (fenced: if the lease moved on, neither lands).
 
     Returns the status and the wake-up time written (None when the workflow
     finished, or when the lease had been lost). An active workflow with a
@@ -362,12 +351,17 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
             wake_at = fields["wake_at"] = deadline
     if status in WORKFLOW_ACTIVE and "wake_at" in fields:
         fields.update(wake_fields(wake_at))
-    with db.atomic():
-        written = leases.release(lease, **fields)
-        if written is not None and status in WORKFLOW_FINISHED and lease.parent_id:
-            children.notify_parent(lease.workflow_id, lease.parent_id)
-        if written is not None and status not in WORKFLOW_ACTIVE and lease.queue:
-            queues.admit_on_commit(lease.queue)  # its slot is free
+    try:
+        with db.atomic():
+            if driver is not None:
+                driver.write_held()
+            written = leases.release(lease, **fields)
+            _after_release(lease, written, status)
+    except LeaseLost:
+        # Fenced out as at any write (a cancel was requested, or a successor
+        # took over): its last batch is dropped, as a failed flush would be.
+        logger.info("workflow run fenced out workflow=%s", lease.workflow_id)
+        return release(lease, status=WorkflowStatus.SLEEPING)
     if written is None or status not in WORKFLOW_ACTIVE:
         if written is not None and status == WorkflowStatus.CANCELLED:
             # After the commit: the parent's row lock is gone by then, so
@@ -382,6 +376,14 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
     if not (lease.run and due_now):  # run() goes on with it right away
         schedule_wake(lease.workflow_id, wake_at)
     return status, wake_at
+
+
+def _after_release(lease: Lease, written: Any, status: str) -> None:
+    """What a finish sets off, in the release's transaction."""
+    if written is not None and status in WORKFLOW_FINISHED and lease.parent_id:
+        children.notify_parent(lease.workflow_id, lease.parent_id)
+    if written is not None and status not in WORKFLOW_ACTIVE and lease.queue:
+        queues.admit_on_commit(lease.queue)  # its slot is free
 
 
 def _release_for_retry(
@@ -406,6 +408,7 @@ def _release_outcome(
     if state in WORKFLOW_FINISHED:
         return release(
             lease,
+            driver,
             status=state,
             wake_at=None,
             waiting_for=[],
@@ -425,6 +428,7 @@ def _release_outcome(
     wake = driver.alarm if driver.alarm_set else outcome.sleep_until
     return release(
         lease,
+        driver,
         status=WorkflowStatus.SLEEPING,
         wake_at=None if wake is None else clock.to_datetime(wake),
         waiting_for=list(outcome.waiting_for),
@@ -476,11 +480,15 @@ def cancel_claimed(
 
 # -- due work (the in-process worker, run_due) -----------------------------------------
 def run_due(limit: int = 100) -> int:
-    """Run up to ``limit`` due workflows (and expired leases) here; return how many."""
+    """Run up to ``limit`` due workflows (and expired leases) here; return how many.
+
+    Lowest ``priority`` first (a queue's admission order, or a task's), then
+    the longest due.
+    """
     now = clock.now_datetime()
     ids = list(
         Workflow.objects.runnable(now)
-        .order_by("wake_at")
+        .order_by("priority", "wake_at")
         .values_list("pk", flat=True)[:limit]
     )
     return sum(1 for workflow_id in ids if run(workflow_id) is not None)

@@ -143,6 +143,20 @@ class LeaseFence:
                 self.check()
         return output
 
+    def write_in_transaction(self, write: Callable[[], T]) -> T:
+        """Run ``write()`` in the caller's transaction, checking the lease.
+
+        Its first INSERT of KV rows carries the check, else a check follows;
+        a lost lease raises :class:`LeaseLost` (the caller rolls back). For
+        writes that ride in a transaction the host opened anyway (a run's
+        last batch, in the one releasing the workflow).
+        """
+        with self._owing_check():
+            output = write()
+            if self.check_owed:
+                self.check()
+        return output
+
     @contextlib.contextmanager
     def _owing_check(self) -> Iterator[None]:
         self.check_owed = True

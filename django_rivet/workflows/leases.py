@@ -17,18 +17,20 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
+from ..models import WORKFLOW_ACTIVE, Workflow, db, sql
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -62,15 +64,20 @@ class Lease:
     detached: bool = False
 
 
-def _claimable(now: datetime, *, run: bool) -> Q:
-    free = Q(lease_token="")
-    expired = ~Q(lease_token="") & Q(lease_expires_at__lt=now)
-    if not run:
-        # Operations (cancel, recover, replay) never take over a crashed
-        # run's lease: the sweeper resumes that run first.
-        return free
-    active = Q(status__in=WORKFLOW_ACTIVE)
-    return active & ((free & Q(wake_at__lte=now)) | expired)
+# What a claim reads of the row it claimed (Lease's fields after the token).
+_CLAIMED = (
+    "name",
+    "status",
+    "wake_at",
+    "wake_signal",
+    "cancel_requested",
+    "retry_count",
+    "queue",
+    "deadline_at",
+    "cancel_reason",
+    "parent_id",
+    "detached",
+)
 
 
 def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
@@ -78,63 +85,60 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
 
     A run claim (``run=True``) takes an active workflow that is due, or whose
     lease expired, and marks it running. An operation claim takes any
-    workflow nobody holds, whatever its status or wake-up time.
+    workflow nobody holds, whatever its status or wake-up time (operations
+    -- cancel, recover, replay -- never take over a crashed run's lease: the
+    sweeper resumes that run first). One
+    statement (:meth:`~..models.sql.Dialect.lease_claim_sql`): its own
+    transaction in autocommit, which takes the row lock on PostgreSQL
+    (skipping a row another transaction holds) and the write lock on SQLite.
     """
+    connection = db.connection()
     now = clock.now_datetime()
     token = uuid.uuid4().hex
-    claimable = _claimable(now, run=run)
-    changes: dict[str, Any] = {
-        "lease_token": token,
-        "lease_owner": _OWNER,
-        "lease_expires_at": clock.to_datetime(clock.now() + lease_seconds()),
-    }
+    when = connection.ops.adapt_datetimefield_value
+    expires = when(clock.to_datetime(clock.now() + lease_seconds()))
+    params: list[Any] = [token, _OWNER, expires]
     if run:
-        changes.update(
-            status=WorkflowStatus.RUNNING,
-            run_count=F("run_count") + 1,
-            updated_at=now,
-        )
-    with db.atomic():
-        rows = Workflow.objects.filter(pk=workflow_id)
-        if sql.dialect(db.connection()).skip_locked:
-            picked = rows.filter(claimable).select_for_update(skip_locked=True)
-            if not picked.values_list("pk", flat=True):
-                return None
-        if not rows.filter(claimable).update(**changes):
-            return None
-        # Read under the lock the update took (the row lock on PostgreSQL,
-        # the database write lock on SQLite).
-        found = rows.values_list(
-            "name",
-            "status",
-            "wake_at",
-            "wake_signal",
-            "cancel_requested",
-            "retry_count",
-            "queue",
-            "deadline_at",
-            "cancel_reason",
-            "parent_id",
-            "detached",
-        ).get()
-    name, status, wake_at, wake_signal, cancel_requested, retry_count = found[:6]
-    queue, deadline_at, cancel_reason, parent_id, detached = found[6:]
+        params += [when(now), workflow_id, when(now), when(now)]
+    else:
+        params.append(workflow_id)
+    statement = sql.dialect(connection).lease_claim_sql(run, WORKFLOW_ACTIVE, _CLAIMED)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    row = dict(zip(_CLAIMED, found, strict=True))
     return Lease(
         workflow_id,
         token,
-        name,
-        status,
-        wake_at,
-        wake_signal,
-        cancel_requested,
-        retry_count,
+        row["name"],
+        row["status"],
+        _datetime(row["wake_at"]),
+        int(row["wake_signal"]),
+        bool(row["cancel_requested"]),
+        int(row["retry_count"]),
         run=run,
-        queue=queue,
-        deadline_at=deadline_at,
-        cancel_reason=cancel_reason,
-        parent_id=parent_id,
-        detached=detached,
+        queue=row["queue"],
+        deadline_at=_datetime(row["deadline_at"]),
+        cancel_reason=row["cancel_reason"],
+        parent_id=row["parent_id"],
+        detached=bool(row["detached"]),
     )
+
+
+def _datetime(value: Any) -> datetime | None:
+    """Return a timestamp column read by raw SQL as an aware datetime."""
+    if value is None or isinstance(value, datetime):
+        return (
+            value
+            if value is None or timezone.is_aware(value)
+            else (timezone.make_aware(value, UTC))
+        )
+    parsed = parse_datetime(str(value))
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
 
 
 def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
@@ -154,7 +158,9 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
         **fields,
     }
     rows = Workflow.objects.filter(pk=lease.workflow_id, lease_token=lease.token)
-    with db.atomic():
+    # In the caller's transaction when there is one (a run's release, with
+    # its last batch): no savepoint, a failure rolls back both.
+    with db.atomic(savepoint=False):
         quiet = rows.filter(wake_signal=lease.wake_signal, cancel_requested=False)
         if quiet.update(**released):
             return released
@@ -167,54 +173,129 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
 
 
 class Heartbeat:
-    """Renew a lease from a thread of its own while a run is in progress.
+    """Renew a lease while a run is in progress, from the process's renewer.
 
     The run's writes renew the lease too; the heartbeat covers long steps
-    between writes. It opens a database connection only if it has to renew
-    (runs shorter than one interval never do), and calls ``on_lost`` once if
-    the lease turns out to be gone.
+    between writes. Every heartbeat of a process is served by one renewer
+    thread (:class:`_Renewer`), so a run pays for no thread of its own: a
+    run shorter than one interval never renews. ``on_lost`` is called once
+    (from the renewer's thread) if the lease turns out to be gone.
     """
 
     def __init__(self, lease: Lease, on_lost: Callable[[], None]) -> None:
         self.lease = lease
         self.on_lost = on_lost
         self.interval = max(lease_seconds() / 3.0, 0.05)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run,
-            name=f"rivet-heartbeat-{lease.workflow_id[:32]}",
-            daemon=True,
-        )
+        self.due = 0.0  # time.monotonic() of the next renewal
 
     def start(self) -> None:
         """Start renewing."""
-        self._thread.start()
+        self.due = time.monotonic() + self.interval
+        _renewer().add(self)
 
     def stop(self) -> None:
-        """Stop renewing and wait for the thread."""
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join()
+        """Stop renewing (waits for a renewal of this lease in progress)."""
+        _renewer().remove(self)
+
+    def renew(self) -> bool:
+        """Renew the lease once; False (``on_lost`` called) if it is gone."""
+        expires = clock.to_datetime(clock.now() + lease_seconds())
+        held = Workflow.objects.filter(
+            pk=self.lease.workflow_id, lease_token=self.lease.token
+        ).update(lease_expires_at=expires)
+        if held:
+            self.due = time.monotonic() + self.interval
+            return True
+        logger.warning("workflow lease lost workflow=%s", self.lease.workflow_id)
+        self.on_lost()
+        return False
+
+
+class _Renewer:
+    """The thread renewing this process's heartbeats when each is due.
+
+    It opens a database connection only when a lease needs renewing, and
+    closes it once no heartbeat is left.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.beats: set[Heartbeat] = set()
+        self.changed = threading.Condition()
+        self.renewing = threading.Lock()  # held while one renewal runs
+        self.thread: threading.Thread | None = None
+        self.connected = False  # the thread has a database connection open
+
+    def add(self, beat: Heartbeat) -> None:
+        with self.changed:
+            # The thread sleeps until the earliest renewal: wake it only
+            # when this one comes first (most runs end before theirs).
+            first = all(beat.due < other.due for other in self.beats)
+            self.beats.add(beat)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="rivet-heartbeat", daemon=True
+                )
+                self.thread.start()
+            elif first:
+                self.changed.notify()
+
+    def remove(self, beat: Heartbeat) -> None:
+        with self.renewing, self.changed:
+            self.beats.discard(beat)
+            if not self.beats and self.connected:
+                self.changed.notify()  # to close its connection now
+
+    def _due(self, used: bool) -> list[Heartbeat]:
+        """Wait until a heartbeat is due; return the due ones (with the lock).
+
+        An empty list: no heartbeat is left and the connection is open.
+        """
+        while True:
+            now = time.monotonic()
+            due = [beat for beat in self.beats if beat.due <= now]
+            if due:
+                return due
+            if not self.beats:
+                if used:
+                    return []
+                self.changed.wait()  # until a heartbeat is added
+                continue
+            self.changed.wait(min(beat.due for beat in self.beats) - now)
 
     def _run(self) -> None:
-        used = False
-        try:
-            while not self._stop.wait(self.interval):
-                used = True
-                expires = clock.to_datetime(clock.now() + lease_seconds())
-                held = Workflow.objects.filter(
-                    pk=self.lease.workflow_id, lease_token=self.lease.token
-                ).update(lease_expires_at=expires)
-                if not held:
-                    logger.warning(
-                        "workflow lease lost workflow=%s", self.lease.workflow_id
-                    )
-                    self.on_lost()
-                    return
-        except Exception:
-            logger.exception(
-                "workflow heartbeat failed workflow=%s", self.lease.workflow_id
-            )
-        finally:
-            if used:
+        while True:
+            with self.changed:
+                due = self._due(self.connected)
+            if not due:
                 connections.close_all()  # this thread's connections only
+                self.connected = False
+                continue
+            for beat in due:
+                with self.renewing:
+                    if beat not in self.beats:
+                        continue  # stopped meanwhile
+                    self.connected = True
+                    try:
+                        if not beat.renew():
+                            with self.changed:
+                                self.beats.discard(beat)
+                    except Exception:
+                        beat.due = time.monotonic() + beat.interval
+                        logger.exception(
+                            "workflow heartbeat failed workflow=%s",
+                            beat.lease.workflow_id,
+                        )
+
+
+_shared: _Renewer | None = None
+_shared_lock = threading.Lock()
+
+
+def _renewer() -> _Renewer:
+    """Return this process's renewer (a forked child makes its own)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared.pid != os.getpid():
+            _shared = _Renewer()
+        return _shared

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError
 from django.db.models import F
+from django.utils import timezone
 
 from .. import clock, observability
 from ..engine import (
@@ -24,6 +26,7 @@ from ..engine import (
     ReplayRefusedError,
     WorkflowDefinition,
     check_record,
+    encode_message_body,
     keys,
     read_history,
     recover_workflow,
@@ -50,7 +53,7 @@ from ..models import (
 )
 from . import leases, queues, registry
 from .children import start_fields
-from .driver import DjangoDriver, encode_body
+from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
 from .wakeups import schedule_wake, wake_fields
@@ -60,6 +63,7 @@ logger = logging.getLogger("django_rivet.workflows")
 __all__ = [
     "MAX_ID_LENGTH",
     "cancel",
+    "due_time",
     "history",
     "recover",
     "replay",
@@ -100,6 +104,8 @@ def start(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | None = None,
+    run_after: datetime | None = None,
+    order: int = 0,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
@@ -109,9 +115,13 @@ def start(
     With ``queue`` the workflow is stored ``queued`` and admission starts
     it (:mod:`.queues`); past the queue's ``max_queued`` the start is refused
     (``workflow/queue_full``). ``timeout`` (seconds; default: the
-    definition's) sets its deadline.
+    definition's) sets its deadline. ``run_after`` delays the first run (a
+    queued workflow is admitted only once it is due). ``order`` is the
+    priority of a direct start among due workflows (lower first; the task
+    backend's).
     """
     where = queues.placement(queue, priority, dedup_key)
+    fresh = workflow_id is None
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
         raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
@@ -124,48 +134,110 @@ def start(
     # the workflow exists, rather than failing its first run.
     check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
     now = clock.now_datetime()
-    placed = where.fields() if where is not None else wake_fields(now)
+    due = now if run_after is None or run_after <= now else run_after
+    if where is not None:
+        placed = where.fields(None if due is now else due)
+    else:
+        placed = {"wake_at": due, "priority": order, **wake_fields(due)}
     own_transaction = not db.in_atomic_block()
+    fields = {
+        **start_fields(
+            definition.name, definition.timeout if timeout is None else timeout, now
+        ),
+        "traceparent": observability.traceparent(),
+        **placed,
+    }
+    if fresh and where is None:
+        # A random id is new: no lookup, nothing to collide with.
+        _insert_new(workflow_id, fields, encoded)
+        schedule_wake(workflow_id, due)  # once the caller commits, or now
+        return workflow_id, definition.name
     with db.atomic():
-        if sql.dialect(db.connection()).locks_by_writing_first:
-            # A write first takes the database write lock (SQLite), so the
-            # lookup and the insert below see one snapshot; a read first
-            # fails with "database is locked" if another writer commits in
-            # between.
-            Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
-        try:
-            row, created = Workflow.objects.get_or_create(
-                id=workflow_id,
-                defaults={
-                    **start_fields(
-                        definition.name,
-                        definition.timeout if timeout is None else timeout,
-                        now,
-                    ),
-                    "traceparent": observability.traceparent(),
-                    **placed,
-                },
-            )
-        except IntegrityError as error:
-            if where is None:
-                raise
-            raise queues.duplicate_of(where, error) from error
-        if not created:
-            if row.name != definition.name:
-                raise ValueError(
-                    f"Workflow id {workflow_id!r} is already used by a "
-                    f"{row.name!r} workflow"
-                )
-            return workflow_id, row.name
+        if fresh and where is not None and not where.dedup_key:  # nothing to collide
+            Workflow.objects.create(id=workflow_id, **fields)
+        else:
+            found = _create_or_find(workflow_id, fields, where)
+            if found is not None:
+                if found != definition.name:
+                    raise ValueError(
+                        f"Workflow id {workflow_id!r} is already used by a "
+                        f"{found!r} workflow"
+                    )
+                return workflow_id, found
         WorkflowKV.objects.create(
-            workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
+            workflow_id=workflow_id,
+            key=keys.workflow_key(keys.WORKFLOW_INPUT),
+            value=encoded,
         )
         if where is None:
-            schedule_wake(workflow_id, now)
+            schedule_wake(workflow_id, due)
+        elif due is not now:
+            queues.admit_when_due(where.queue, due)
         else:
             queues.check_depth(where.queue)
             queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
+
+
+def _insert_new(workflow_id: str, fields: dict[str, Any], encoded: bytes) -> None:
+    """Insert a new workflow and its input with the database's statements.
+
+    (:meth:`~..models.sql.Dialect.start_sql`: written once, not compiled by
+    the ORM at each start.) One statement runs as it is, in the caller's
+    transaction or its own; two run in a transaction.
+    """
+    connection = db.connection()
+    columns = Workflow._meta.concrete_fields
+    statements = sql.dialect(connection).start_sql([str(f.column) for f in columns])
+    row = Workflow(id=workflow_id, **fields)
+    params = [f.get_db_prep_save(f.pre_save(row, True), connection) for f in columns]
+    key = keys.workflow_key(keys.WORKFLOW_INPUT)
+    if len(statements) == 1:
+        with connection.cursor() as cursor:
+            cursor.execute(statements[0], [*params, key, encoded])
+        return
+    with db.atomic(), connection.cursor() as cursor:
+        cursor.execute(statements[0], params)
+        cursor.execute(statements[1], [workflow_id, key, encoded])
+
+
+def _create_or_find(
+    workflow_id: str, fields: dict[str, Any], where: queues.Placement | None
+) -> str | None:
+    """Create the workflow row; return the name of the one holding the id.
+
+    Call in a transaction; None when this call created it.
+    """
+    if sql.dialect(db.connection()).locks_by_writing_first:
+        # A write first takes the database write lock (SQLite), so the
+        # lookup and the insert below see one snapshot; a read first fails
+        # with "database is locked" if another writer commits in between.
+        Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
+    try:
+        row, created = Workflow.objects.get_or_create(id=workflow_id, defaults=fields)
+    except IntegrityError as error:
+        if where is None:
+            raise
+        raise queues.duplicate_of(where, error) from error
+    return None if created else row.name
+
+
+def due_time(run_after: datetime | float | timedelta | None) -> datetime | None:
+    """Return when a start with ``run_after`` is due (None: now).
+
+    An aware datetime, or seconds or a timedelta from now; anything else is
+    a ``TypeError``, a naive datetime a ``ValueError``.
+    """
+    if run_after is None:
+        return None
+    if isinstance(run_after, datetime):
+        if timezone.is_naive(run_after):
+            raise ValueError("run_after must be an aware datetime")
+        return run_after
+    delay = clock.as_seconds(run_after)
+    if delay is None:
+        raise TypeError("run_after is a datetime, or seconds or a timedelta")
+    return clock.to_datetime(clock.now() + delay)
 
 
 def definition_of(workflow: str | WorkflowDefinition) -> WorkflowDefinition:
@@ -253,7 +325,7 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
     retention) and ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES``
     unreceived messages.
     """
-    data = encode_body(body)
+    data = encode_message_body(body)
     now = clock.now_datetime()
     with db.atomic():
         # The signal bump comes first: it locks the row, so a run releasing

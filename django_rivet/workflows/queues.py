@@ -124,11 +124,13 @@ class Placement:
     priority: int = 0
     dedup_key: str = ""
 
-    def fields(self) -> dict[str, Any]:
-        """Return the row fields of a queued workflow."""
+    def fields(self, run_after: datetime | None = None) -> dict[str, Any]:
+        """Return the row fields of a queued workflow (not admitted before
+        ``run_after``)."""
         return {
             "status": WorkflowStatus.QUEUED,
             "wake_at": None,
+            "run_after": run_after,
             "queue": self.queue,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
@@ -325,7 +327,7 @@ def _start_queued(name: str, now: datetime, free: int) -> list[str]:
     moment = _when(now)
     params = [moment, moment, moment, *(_when(v) for v in extra.values())]
     with db.connection().cursor() as cursor:
-        cursor.execute(statement, [*params, name, free])
+        cursor.execute(statement, [*params, name, moment, free])
         return [str(row[0]) for row in cursor.fetchall()]
 
 
@@ -349,7 +351,7 @@ def admit(name: str, limit: int = ADMIT_BATCH) -> int:
     with _admission_transaction(name, now):
         free = _free_slots(config, now, limit)
         if free <= 0:
-            queued = Workflow.objects.filter(queue=name, status=WorkflowStatus.QUEUED)
+            queued = _queued(now).filter(queue=name)
             _wake_when_the_window_reopens(config, queued, now)
             return 0
         started = _start_queued(name, now, free)
@@ -390,6 +392,27 @@ def admit_after_start(name: str, own_transaction: bool) -> None:
         admit_on_commit(name)
 
 
+def admit_when_due(name: str, run_after: datetime) -> None:
+    """Run an admission pass for ``name`` at ``run_after`` (a delayed start).
+
+    Sent once the transaction commits, as any wake-up: a Celery ETA task
+    within the horizon, the worker's wake-up otherwise; every sweep and
+    worker round runs a pass too, which catches what was not sent.
+    """
+    eta = clock.to_timestamp(run_after)
+    if dispatch.backend().eta_tasks and not dispatch.within_eta_horizon(eta):
+        return
+    dispatch.wake_on_commit("admit_workflows", [name], eta=eta)
+
+
+def _queued(now: datetime) -> Any:
+    """Return the queued workflows that may be admitted now (their
+    ``run_after`` passed); the others are not counted anywhere yet."""
+    return Workflow.objects.filter(status=WorkflowStatus.QUEUED).filter(
+        Q(run_after__isnull=True) | Q(run_after__lte=now)
+    )
+
+
 def admit_on_commit(name: str) -> None:
     """Run an admission pass for ``name`` once the current transaction commits."""
     db.on_commit(lambda: admit(name), robust=True)
@@ -398,7 +421,7 @@ def admit_on_commit(name: str) -> None:
 def admit_due(limit: int = ADMIT_BATCH) -> int:
     """Run an admission pass for every queue with queued workflows."""
     names = list(
-        Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+        _queued(clock.now_datetime())
         .order_by()
         .values_list("queue", flat=True)
         .distinct()
@@ -407,19 +430,20 @@ def admit_due(limit: int = ADMIT_BATCH) -> int:
 
 
 def next_admission_at() -> float | None:
-    """Return when a full rate window of a queue with queued workflows reopens.
+    """Return when a full rate window of a queue with queued workflows
+    reopens, or a delayed queued workflow becomes due.
 
     For the worker loop's sleep. Queues held by their concurrency wait for a
     finish instead, which runs its own pass.
     """
     now = clock.now_datetime()
-    waiting = set(
-        Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+    waiting = set(_queued(now).order_by().values_list("queue", flat=True).distinct())
+    delayed = (
+        Workflow.objects.filter(status=WorkflowStatus.QUEUED, run_after__gt=now)
         .order_by()
-        .values_list("queue", flat=True)
-        .distinct()
+        .aggregate(at=Min("run_after"))["at"]
     )
-    times = []
+    times = [] if delayed is None else [clock.to_timestamp(delayed)]
     for name, config in configured().items():
         if name not in waiting or config.rate_limit is None:
             continue
@@ -450,7 +474,7 @@ def queue_stats() -> list[QueueStats]:
     """Return every configured queue, and any other one holding workflows."""
     queued: dict[str, tuple[int, datetime | None]] = {
         name: (depth, oldest)
-        for name, depth, oldest in Workflow.objects.filter(status=WorkflowStatus.QUEUED)
+        for name, depth, oldest in _queued(clock.now_datetime())
         .values("queue")
         .annotate(depth=Count("pk"), oldest=Min("created_at"))
         .order_by()

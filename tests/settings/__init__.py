@@ -6,6 +6,7 @@ PostgreSQL (``make test`` does, with a throwaway cluster), and
 ``RIVET_TEST_REDIS_URL`` for tests that need Redis.
 """
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -31,6 +32,17 @@ INSTALLED_APPS = [
     "django_rivet",
     "tests.testapp",
 ]
+# Django's Tasks framework: built in from Django 6.0, the django-tasks
+# backport (an app) on Django 5.2.
+if importlib.util.find_spec("django.tasks") is None:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": "django_rivet.task_backend.RivetTaskBackend",
+        "QUEUES": ["default", "emails", "limited"],
+        "OPTIONS": {"max_retries": 0},
+    }
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

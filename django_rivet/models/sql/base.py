@@ -273,6 +273,50 @@ class Dialect(ABC):
     # What the lease check appends to lock the row it found.
     _lease_check_lock: ClassVar[str] = ""
 
+    def lease_claim_sql(
+        self, run: bool, active: Sequence[str], returning: Sequence[str]
+    ) -> str:
+        """Return a claim of a workflow's lease in one statement.
+
+        Parameters: token, owner, expiry, (a run: updated_at), the id, (a
+        run: now, now). A run claim takes an ``active`` workflow that is due
+        or whose lease expired, and marks it running; an operation claim any
+        one nobody holds. Returns the ``returning`` columns of the row it
+        claimed, none when it claimed nothing. PostgreSQL skips a row
+        another transaction holds (``SKIP LOCKED``) instead of waiting.
+        """
+
+        def build() -> str:
+            workflows = table("Workflow")
+            token, expires = quote("lease_token"), quote("lease_expires_at")
+            sets = [f"{token} = %s", f"{quote('lease_owner')} = %s", f"{expires} = %s"]
+            where = f"{token} = ''"
+            if run:
+                count = quote("run_count")
+                sets += [
+                    f"{quote('status')} = 'running'",
+                    f"{count} = {count} + 1",
+                    f"{quote('updated_at')} = %s",
+                ]
+                statuses = ", ".join(f"'{status}'" for status in active)
+                where = (
+                    f"{quote('status')} IN ({statuses}) AND (({token} = '' AND "
+                    f"{quote('wake_at')} <= %s) OR (NOT ({token} = '') AND "
+                    f"{expires} < %s))"
+                )
+            return (
+                f"UPDATE {workflows} SET {', '.join(sets)} WHERE "
+                f"{self._claim_row('%s')} AND {where} "
+                f"RETURNING {', '.join(quote(column) for column in returning)}"
+            )
+
+        key = ("claim", run, *active, "|", *returning)
+        return self._cached(key, build)  # type: ignore[no-any-return]
+
+    def _claim_row(self, placeholder: str) -> str:
+        """Return the claim's condition on the row's id (one parameter)."""
+        return f"{quote('id')} = {placeholder}"
+
     # -- workflow KV rows --------------------------------------------------------------
     def _kv_insert_parts(self, rows: int, upsert: bool) -> tuple[str, str, str]:
         """Return ``INSERT INTO <kv> (<columns>)``, ``rows`` tuples, ``ON CONFLICT``.
@@ -392,7 +436,8 @@ class Dialect(ABC):
                 f"{quote('updated_at')} = %s{{extra}} "
                 f"WHERE {status} = 'queued' AND {id_} IN ("
                 f"SELECT {id_} FROM {workflows} WHERE {quote('queue')} = %s "
-                f"AND {status} = 'queued' ORDER BY {quote('priority')}, "
+                f"AND {status} = 'queued' AND ({quote('run_after')} IS NULL "
+                f"OR {quote('run_after')} <= %s) ORDER BY {quote('priority')}, "
                 f"{quote('created_at')}, {id_} LIMIT %s) RETURNING {id_}",
             )
 
@@ -407,6 +452,26 @@ class Dialect(ABC):
         may order text otherwise; it uses ``LIKE`` there.
         """
         return Q(**{f"{field}__gte": prefix, f"{field}__lt": prefix + "\U0010ffff"})
+
+    # -- starting a workflow ----------------------------------------------------------
+    def start_sql(self, columns: Sequence[str]) -> list[str]:
+        """Return the statements inserting a workflow row and its input.
+
+        Parameters: the row's ``columns``, then the input's key and value,
+        in that order over the statements. Several statements run in one
+        transaction; one runs as it is (its own, in autocommit).
+        """
+
+        def build() -> list[str]:
+            names = ", ".join(quote(column) for column in columns)
+            values = ", ".join(["%s"] * len(columns))
+            kv = f"{quote('workflow_id')}, {quote('key')}, {quote('value')}"
+            return [
+                f"INSERT INTO {table('Workflow')} ({names}) VALUES ({values})",
+                f"INSERT INTO {table('WorkflowKV')} ({kv}) VALUES (%s, %s, %s)",
+            ]
+
+        return self._cached(("start", *columns), build)  # type: ignore[no-any-return]
 
     # -- JSON --------------------------------------------------------------------------
     @abstractmethod
