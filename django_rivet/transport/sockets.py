@@ -15,9 +15,11 @@ the base owns:
   ``on_before_connect``, ``create_conn_state``, ``on_connect`` and the row),
   with the same close code for the same refusal in every flavour.
 * **Frames in order, bounded.** Frames are taken from the server at once
-  into a queue bounded by count and bytes (:class:`.flow.Inbound`), then
-  decoded and handled one at a time, in the order sent: actions through the
-  runtime (``on_auth`` per action), subscriptions through ``can_subscribe``.
+  into a queue bounded by count and bytes (:class:`.flow.Inbound`; under
+  daphne the socket is read only while the consumer takes them,
+  :class:`.flow.DaphneReads`), then decoded and handled one at a time, in
+  the order sent, after any replay: actions through the runtime
+  (``on_auth`` per action), subscriptions through ``can_subscribe``.
 * **Events exactly once, in order, or a coded notice**
   (:class:`.delivery.Stream`), with replay after ``since``: the connection's
   :class:`~.subscriptions.Subscriptions` follow the actor's events.
@@ -56,25 +58,17 @@ from ..actors.rows import ActorRef
 from ..conf import rivet_settings
 from ..encoding import run_decoder
 from ..events import channel_receive
-from ..exceptions import (
-    ConnectionExpired,
-    EventLogTruncated,
-    RequestTooLarge,
-    RivetError,
-    TooManyFrames,
-)
+from ..exceptions import ConnectionExpired, EventLogTruncated, RivetError
 from ..signals import socket_opened
 from . import parsing
 from .codec import FrameCodec
-from .flow import Inbound, Outbound
+from .flow import DaphneReads, Inbound, Outbound
 from .frames import (
     CLOSE_EXPIRED,
     CLOSE_INTERNAL,
     CLOSE_NORMAL,
     CLOSE_SLOW_CONSUMER,
     CLOSE_TIMEOUT,
-    CLOSE_TOO_LARGE,
-    CLOSE_TOO_MANY,
     DISCONNECT_REASONS,
     ActionFrame,
     FrameError,
@@ -134,8 +128,9 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
         self.base_send = send
         self.outbound = Outbound(send)
+        reads = DaphneReads.attach(receive, self.outbound.daphne)
         socket_opened.send(sender=type(self))  # starts the embedded worker
-        sources = [receive, self._stop_message]
+        sources = [receive if reads is None else reads.receive, self._stop_message]
         if self.channel_layer is not None:
             self.channel_name = await self.channel_layer.new_channel()
             layer, name = self.channel_layer, self.channel_name
@@ -150,6 +145,8 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         finally:
             self.closed = True
             self.outbound.close()
+            if reads is not None:
+                reads.close()
             await self._run_cleanup()
 
     async def _stop_message(self) -> dict[str, Any]:
@@ -240,7 +237,6 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
                     },
                 )
             )
-        await self.subscriptions.start()
         self._reader = asyncio.create_task(self._read_frames())
 
     async def _accept(self) -> None:
@@ -269,7 +265,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
 
     # -- frames from the client -----------------------------------------------------
     async def websocket_receive(self, message: dict[str, Any]) -> None:
-        """Queue one client frame (never waits: the server's queue stays empty).
+        """Queue one client frame, or refuse it (never waits, see ``_refuse``).
 
         A frame over ``MAX_INCOMING_MESSAGE_BYTES`` is not read at all: an
         error frame, then the close code 4413, which tells the client to fail
@@ -278,29 +274,10 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         """
         if self.conn_id is None or self.closed or self._refusal is not None:
             return
-        data = message.get("bytes")
-        if data is None:
-            data = message.get("text") or ""
-        size = len(data) if isinstance(data, bytes) else _utf8_size(data)
         limit = rivet_settings.MAX_INCOMING_MESSAGE_BYTES
-        if size > limit:
-            await self._refuse_frames(
-                RequestTooLarge(
-                    f"The frame is {size} bytes; the limit is {limit}",
-                    metadata={"size": size, "limit": limit},
-                ),
-                CLOSE_TOO_LARGE,
-            )
-        elif not self.inbound.put(data, size):
-            await self._refuse_frames(
-                TooManyFrames(
-                    metadata={
-                        "max_frames": self.inbound.max_frames,
-                        "max_bytes": self.inbound.max_bytes,
-                    }
-                ),
-                CLOSE_TOO_MANY,
-            )
+        refusal = self.inbound.take(message, limit)
+        if refusal is not None:
+            await self._refuse_frames(*refusal)
 
     async def _refuse_frames(self, error: RivetError, code: int) -> None:
         """Answer frames the server will not read with ``error``, then close.
@@ -318,10 +295,24 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         self._refusal = asyncio.create_task(self._send_refusal(error, code))
 
     async def _send_refusal(self, error: RivetError, code: int) -> None:
-        await self.send_error_frame(error)
+        # At once, also to a client that does not read (and sends past the
+        # bounds): the error frame does not wait for room, and a running
+        # action's answer has CLOSE_TIMEOUT to go first.
+        await self.send_error_frame(error, urgent=True)
         await self._close_when_answered(code, close_reason(error))
+        if not self.closed:
+            await asyncio.sleep(CLOSE_TIMEOUT)
+            await self._close(code, close_reason(error))
 
     async def _read_frames(self) -> None:
+        # The replay after since runs here, not in websocket_connect: the
+        # server's messages are still taken, and bounded, while it runs;
+        # frames wait for it in self.inbound.
+        try:
+            await self.subscriptions.start()
+        except Exception:
+            logger.exception("replay failed conn_id=%s", self.conn_id)
+            await self._close(CLOSE_INTERNAL, "rivet.internal_error")
         while (data := await self.inbound.get()) is not None:
             if self.closed:
                 return
@@ -389,16 +380,19 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         )
 
     # -- sending ------------------------------------------------------------------
-    async def send_error_frame(self, error: RivetError, action_id: Any = None) -> None:
+    async def send_error_frame(
+        self, error: RivetError, action_id: Any = None, urgent: bool = False
+    ) -> None:
         try:
             data = self.encode_error(error, action_id)
         except (TypeError, ValueError):  # unencodable metadata
             error = copy.copy(error)
             error.metadata = None
             data = self.encode_error(error, action_id)
-        await self.send_frame(data)
+        await self.send_frame(data, urgent)
 
-    async def send_frame(self, data: bytes) -> None:
+    async def send_frame(self, data: bytes, urgent: bool = False) -> None:
+        """Send ``data``; ``urgent``: before a close (no room awaited, 1 s)."""
         if self.closed:
             return
         message: dict[str, Any] = (
@@ -407,16 +401,15 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             else {"type": "websocket.send", "bytes": data}
         )
         assert self.outbound is not None
+        timeout = CLOSE_TIMEOUT if urgent else rivet_settings.SLOW_CONSUMER_TIMEOUT
         try:
-            taken = await self.outbound.send(
-                message, rivet_settings.SLOW_CONSUMER_TIMEOUT
-            )
+            taken = await self.outbound.send(message, timeout, room=not urgent)
         except OSError:
             # The client is gone (uvicorn raises ClientDisconnected); the
             # server's websocket.disconnect follows and cleans up.
             self.closed = True
             return
-        if not taken:
+        if not taken and not urgent:
             # The client does not read: give up on it; it reconnects with
             # since and catches up from the log.
             logger.warning(
@@ -447,6 +440,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
         if not (await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT))[0]:
             logger.info("close frame not taken, ending conn_id=%s", self.conn_id)
             self._stopped.set()
+        self.outbound.close()  # sends waiting for room end, unsent
         await self.subscriptions.stop()  # nothing more to send
 
     async def _send_close(self, code: int, reason: str) -> None:
@@ -493,8 +487,3 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             return
         await disconnect_cleanup(self.ref, self.conn_id)
         logger.debug("disconnected conn_id=%s", self.conn_id)
-
-
-def _utf8_size(text: str) -> int:
-    # Most frames are ASCII: their size needs no encoded copy.
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
