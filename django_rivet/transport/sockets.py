@@ -77,7 +77,7 @@ from .frames import (
 )
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
-from .parsing import SUBPROTOCOL, event_name, handshake_request, loggable_path
+from .parsing import SUBPROTOCOL, event_name, handshake_request, masked_scope
 from .subscriptions import Subscriptions
 
 logger = logging.getLogger("django_rivet.transport")
@@ -183,7 +183,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
                 transport="websocket",
                 user=self.scope.get("user"),
                 headers=plan.headers,
-                request=self.scope,
+                request=masked_scope(self.scope),
                 params=plan.params,
                 http_request=handshake_request(self.scope),
             )
@@ -255,7 +255,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             self.flavour,
             code,
             error.qualified_code,
-            loggable_path(str(self.scope.get("path", ""))),
+            masked_scope(self.scope)["path"],
         )
         # Accepted first: a close before accepting reaches browsers as 1006
         # with no reason, so the client could not tell why.
