@@ -12,13 +12,12 @@ from urllib.parse import quote
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.http import JsonResponse
 from django.test import Client
 
 from django_rivet import Actor, action, actors
 from django_rivet.actors.registry import register_temporarily
-from django_rivet.testing import websocket_application
+from tests.transport.rivetkit.test_consumer import communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -137,11 +136,7 @@ async def test_a_websocket_handshake_is_masked_for_actor_code(by):
         target, query = f"{handle.actor_id}@{TOKEN}", ""
     else:
         target, query = "witness", BY_NAME
-    comm = WebsocketCommunicator(
-        websocket_application("rivet/"),
-        f"/rivet/gateway/{target}/connect{query}",
-        subprotocols=["rivet", "rivet_encoding.json"],
-    )
+    comm = communicator(target, query=query)
     connected, _ = await comm.connect(10)
     assert connected
     init = json.loads(await comm.receive_from(10))
