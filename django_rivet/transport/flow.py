@@ -11,8 +11,8 @@ ASGI server runs the project:
   not the server in front of it: uvicorn stops reading a socket while its
   application has not taken the last frame, but daphne reads every frame
   into an unbounded ``asyncio.Queue`` (the ASGI ``receive``) as fast as the
-  client sends, faster than any consumer takes them (measured: +1.2 GiB of
-  server memory for a client sending 1.2 GiB without reading). For daphne,
+  client sends, faster than any consumer takes them (a client that sent
+  without reading grew daphne by hundreds of MiB). For daphne,
   :class:`DaphneReads` applies uvicorn's rule through the socket's twisted
   transport (an ``IPushProducer``): once the application took a message the
   transport stops reading; it reads again when the application asks for
@@ -352,7 +352,8 @@ class DaphneReads:
     read of the socket brings (64 KiB, and autobahn's one partial message),
     however fast the client sends and however long the application is
     busy elsewhere. Reading stays paused while the application drains what
-    is queued; a paused socket costs a client that sends nothing.
+    is queued. The cost: a pause and a resume of the transport per message
+    (about 8 µs of CPU, measured).
     """
 
     def __init__(self, receive: Receive, queue: Any, transport: Any) -> None:

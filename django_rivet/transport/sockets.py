@@ -265,7 +265,7 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
 
     # -- frames from the client -----------------------------------------------------
     async def websocket_receive(self, message: dict[str, Any]) -> None:
-        """Queue one client frame, or refuse it (never waits, see ``_refuse``).
+        """Queue one client frame, or refuse it (never waits: ``_refuse_frames``).
 
         A frame over ``MAX_INCOMING_MESSAGE_BYTES`` is not read at all: an
         error frame, then the close code 4413, which tells the client to fail
