@@ -47,7 +47,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 APP_NAME = "django_rivet"
-# A gateway token in a path (``gateway/{id}@{token}``), masked in logs.
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:

@@ -289,7 +289,17 @@ def masked_request(request: HttpRequest) -> HttpRequest:
     clone = copy.copy(request)
     clone.path = path
     clone.path_info = mask_tokens(request.path_info)
-    clone.META = {**request.META, "QUERY_STRING": masked, "PATH_INFO": clone.path_info}
+    clone.META = {
+        **request.META,
+        # What servers put there of the request line (uWSGI's REQUEST_URI,
+        # gunicorn's RAW_URI), too.
+        **{
+            key: mask_tokens(request.META[key])
+            for key in ("PATH_INFO", "REQUEST_URI", "RAW_URI")
+            if isinstance(request.META.get(key), str)
+        },
+        "QUERY_STRING": masked,
+    }
     clone.GET = QueryDict(masked, encoding=request.encoding)
     if isinstance(getattr(request, "scope", None), dict):
         clone.scope = masked_scope(request.scope)  # type: ignore[attr-defined]
