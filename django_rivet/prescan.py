@@ -264,10 +264,14 @@ def json_excess(
             brackets = quoted
     if brackets is None:
         # A placeholder for each string keeps ["x"] from reading as [].
-        structure = _JSON_STRING.sub(b"0", raw).translate(None, b" \t\r\n")
+        structure = _JSON_STRING.sub(b"0", raw)
+        commas = structure.count(b",")
+        if commas > max_entries:  # each comma is one entry after another
+            return too_many(max_entries)
+        structure = structure.translate(None, b" \t\r\n")
         opened = structure.count(b"[") + structure.count(b"{")
         empty = structure.count(b"[]") + structure.count(b"{}")
-        if structure.count(b",") + opened - empty > max_entries:
+        if commas + opened - empty > max_entries:
             return too_many(max_entries)
         if opened <= max_depth:
             return None
