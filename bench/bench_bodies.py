@@ -6,7 +6,8 @@ calls a trivial action (``counter.getCount``) in a loop, one request at a
 time, and records each round trip. Meanwhile *attackers* post bodies of about
 1 MiB (the default ``MAX_HTTP_BODY_BYTES``) to an action, ``ATTACKERS`` at
 once, ``ROUNDS`` times; each shape is a body that is expensive to decode for
-its size (the most list items a message may hold, ``MAX_ENTRIES``).
+its size (the most list items a message may hold, ``MAX_ENTRIES``), and
+three past it that are refused before decoding (issue 40).
 
 Reported per shape: the bystander's worst and 99th-percentile latency while
 the attack runs, the same without any attack (the floor), and how long the
@@ -63,11 +64,18 @@ def shapes() -> dict[str, tuple[bytes, str]]:
     maps = _fill(['{"a":1}'] * (count // 2), '{"args": [[', "]]}", LIMIT)
     floats = _fill([repr(0.1 + n) for n in range(count)], '{"args": [[', "]]}", LIMIT)
     cbor_ints = cbor2.dumps({"args": [[2**40 + n for n in range(count)]]})
+    # Past MAX_ENTRIES (issue 40): refused from their bytes, before decoding.
+    empty_lists = cbor2.dumps({"args": [[[]] * 1_000_000]})
+    empty_maps = cbor2.dumps({"args": [[{"": {}}] * 349_000]})
+    json_lists = _fill(["[]"] * 349_000, '{"args":[[', "]]}", LIMIT)
     return {
         "json-100k-strings": (strings, "application/json"),
         "json-50k-maps": (maps, "application/json"),
         "json-100k-floats": (floats, "application/json"),
         "cbor-100k-ints": (cbor_ints, "application/cbor"),
+        "cbor-1m-empty-lists": (empty_lists, "application/cbor"),
+        "cbor-349k-empty-maps": (empty_maps, "application/cbor"),
+        "json-349k-empty-lists": (json_lists, "application/json"),
     }
 
 

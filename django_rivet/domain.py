@@ -33,6 +33,7 @@ __all__ = [
     "check_depth",
     "check_value",
     "format_path",
+    "is_paced",
     "paced",
     "refused_type",
     "value_problem",
@@ -140,6 +141,11 @@ def paced() -> Iterator[None]:
         yield
     finally:
         _pacing.on = False
+
+
+def is_paced() -> bool:
+    """Whether this thread's walks pause now and then (inside :func:`paced`)."""
+    return _pacing.on
 
 
 def _paced(children: Any) -> Iterator[Any]:

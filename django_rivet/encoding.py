@@ -56,6 +56,7 @@ import cbor2
 
 from .domain import MAX_DEPTH, MAX_ENTRIES, check_value, paced, value_problem
 from .exceptions import InvalidEncoding, MalformedRequest
+from .prescan import cbor_excess, json_excess
 
 __all__ = [
     "ALLOWED_CBOR_TAGS",
@@ -388,17 +389,21 @@ def decode_message(
 
     Raises :class:`MalformedRequest` when the data cannot be decoded at all
     (syntax, refused tags, non-string CBOR map keys, trailing bytes, nesting
-    beyond what the decoder builds). A message that decodes but carries values
-    JSON cannot (NaN, ``undefined``, too deep, too many entries...) is returned
-    with the refusal, so that a caller can still read, say, a frame's id to
-    answer the right request. ``undefined=True`` admits CBOR ``undefined``
-    (the RivetKit client's convention).
+    beyond what the decoder builds), and before decoding when its bytes hold
+    more entries or nesting than the limits (:mod:`~django_rivet.prescan`).
+    A message that decodes but carries values JSON cannot (NaN,
+    ``undefined``, too deep, too many entries...) is returned with the
+    refusal, so that a caller can still read, say, a frame's id to answer the
+    right request. ``undefined=True`` admits CBOR ``undefined`` (the RivetKit
+    client's convention).
     """
     if encoding == "cbor":
         if isinstance(data, str):
             raise MalformedRequest("CBOR must arrive as binary data")
+        _refuse_excess(cbor_excess(data), encoding)
         value = _cbor_decode(data, strict=True)
     else:
+        _refuse_excess(json_excess(data), encoding)
         try:
             text = data if isinstance(data, str) else bytes(data).decode("utf-8")
             # NaN and Infinity decode to floats, refused below with the rest.
@@ -414,6 +419,13 @@ def decode_message(
         f"Malformed {encoding.upper()}: {reason}{where}",
         metadata={"path": path, "reason": reason} if path else {"reason": reason},
     )
+
+
+def _refuse_excess(excess: str | None, encoding: Encoding) -> None:
+    if excess is not None:
+        raise MalformedRequest(
+            f"Malformed {encoding.upper()}: {excess}", metadata={"reason": excess}
+        )
 
 
 def decode(

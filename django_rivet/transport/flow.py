@@ -3,14 +3,21 @@
 Memory per socket must stay bounded whatever the client does and whatever
 ASGI server runs the project:
 
-* **Inbound** (:class:`Inbound`). Servers differ: uvicorn stops reading a
-  socket while its application has not taken the last frame; daphne reads
-  every frame into an unbounded queue. So the consumer always takes frames
-  at once, into a queue of its own bounded by count and bytes
+* **Inbound** (:class:`Inbound`, :class:`DaphneReads`). The consumer takes
+  frames at once into a queue of its own bounded by count and bytes
   (``MAX_PENDING_FRAMES``, ``MAX_PENDING_FRAME_BYTES``); a client that
   sends more than that ahead of the answers is refused with
-  ``request/too_many_frames`` and closed (4429), so a flood costs the
-  server at most the bound.
+  ``request/too_many_frames`` and closed (4429). That bounds the consumer,
+  not the server in front of it: uvicorn stops reading a socket while its
+  application has not taken the last frame, but daphne reads every frame
+  into an unbounded ``asyncio.Queue`` (the ASGI ``receive``) as fast as the
+  client sends, faster than any consumer takes them (a client that sent
+  without reading grew daphne by hundreds of MiB). For daphne,
+  :class:`DaphneReads` applies uvicorn's rule through the socket's twisted
+  transport (an ``IPushProducer``): once the application took a message the
+  transport stops reading; it reads again when the application asks for
+  the next one with none queued. The client's kernel buffers then hold
+  what it sends, not the server.
 * **Outbound** (:class:`Outbound`). The consumer never queues frames of
   its own: every sender (the action loop, the event stream) awaits its
   ``send``. Pure ASGI has one backpressure signal, a ``send`` that waits
@@ -21,10 +28,12 @@ ASGI server runs the project:
   daphne a small adapter (:class:`DaphneFlow`) registers with the socket's
   twisted transport as its push producer, which twisted pauses while more
   than its high-water mark (64 KiB) is unsent; sends wait while it is
-  paused. The adapter finds daphne's protocol through any middleware that
-  wraps ``send`` (channels' ``SessionMiddleware`` does); if it cannot, it
-  logs a warning once and the socket runs without it (its server buffer is
-  then unbounded, as before).
+  paused.
+
+Both daphne adapters find daphne's protocol through any middleware that
+wraps ``send`` (channels' ``SessionMiddleware`` does); if they cannot, a
+warning is logged once and the socket runs without them (daphne's buffers
+are then unbounded, both ways).
 """
 
 from __future__ import annotations
@@ -37,11 +46,23 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..exceptions import RequestTooLarge, RivetError, TooManyFrames
+from .frames import CLOSE_TOO_LARGE, CLOSE_TOO_MANY
+
 logger = logging.getLogger("django_rivet.transport")
 
-__all__ = ["DaphneFlow", "Inbound", "Outbound", "find_daphne_protocol"]
+__all__ = [
+    "DaphneFlow",
+    "DaphneReads",
+    "Inbound",
+    "Outbound",
+    "find_daphne_protocol",
+]
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+#: Why frames are refused: the error to answer with and the close code.
+Refusal = tuple[RivetError, int]
 
 # How far (and through how many objects) to look for daphne's protocol
 # behind wrappers of ``send``: middleware adds one or two levels each.
@@ -141,6 +162,8 @@ class DaphneFlow:
         else:
             raise TypeError("daphne's transport has a pull producer")
         self._protocol = protocol
+        #: daphne's protocol of the socket (:class:`DaphneReads` reads it too).
+        self.protocol: Any = protocol
 
     @classmethod
     def attach(cls, send: Any) -> DaphneFlow | None:
@@ -213,6 +236,7 @@ class Outbound:
     def __init__(self, send: Send) -> None:
         self._send = send
         self.daphne = DaphneFlow.attach(send)
+        self.closed = False
 
     async def send(
         self, message: dict[str, Any], timeout: float | None, room: bool = True
@@ -221,25 +245,29 @@ class Outbound:
 
         ``room=False`` sends without waiting for daphne's buffer to drain
         (a close frame must go out to a client that does not read);
-        ``timeout=None`` waits as long as the server's ``send`` does.
+        ``timeout=None`` waits as long as the server's ``send`` does. Once
+        closed, nothing is sent (True: there is nothing to wait for).
         """
         daphne = self.daphne
         if daphne is not None and not (room and daphne.paused):
             # daphne's send hands the frame to twisted and never waits: no
             # timer to arm (one per frame otherwise, for every event).
-            await self._send(message)
+            if not self.closed:
+                await self._send(message)
             return True
         try:
             async with asyncio.timeout(timeout):
                 if room and self.daphne is not None and self.daphne.paused:
                     await self.daphne.wait()
-                await self._send(message)
+                if not self.closed:
+                    await self._send(message)
         except TimeoutError:
             return False
         return True
 
     def close(self) -> None:
-        """Stop watching the socket."""
+        """Stop watching the socket; sends waiting for room end, unsent."""
+        self.closed = True
         if self.daphne is not None:
             self.daphne.close()
 
@@ -257,6 +285,29 @@ class Inbound:
 
     def __len__(self) -> int:
         return len(self._frames)
+
+    def take(self, message: dict[str, Any], max_frame: int) -> Refusal | None:
+        """Queue a ``websocket.receive``'s frame, or say why it is refused.
+
+        A frame over ``max_frame`` bytes is not read at all (4413), nor are
+        frames beyond the pending bounds (4429).
+        """
+        data = message.get("bytes")
+        if data is None:
+            data = message.get("text") or ""
+        size = len(data) if isinstance(data, bytes) else _utf8_size(data)
+        if size > max_frame:
+            error: RivetError = RequestTooLarge(
+                f"The frame is {size} bytes; the limit is {max_frame}",
+                metadata={"size": size, "limit": max_frame},
+            )
+            return error, CLOSE_TOO_LARGE
+        if not self.put(data, size):
+            error = TooManyFrames(
+                metadata={"max_frames": self.max_frames, "max_bytes": self.max_bytes}
+            )
+            return error, CLOSE_TOO_MANY
+        return None
 
     def put(self, data: bytes | str, size: int) -> bool:
         """Queue a frame; False (nothing queued) when it would pass a bound."""
@@ -284,3 +335,74 @@ class Inbound:
         self._frames.clear()
         self.bytes = 0
         self._ready.set()
+
+
+def _utf8_size(text: str) -> int:
+    # Most frames are ASCII: their size needs no encoded copy.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+class DaphneReads:
+    """Read a daphne socket only while its application waits for a message.
+
+    Wraps the application's ``receive``: after each message it took, the
+    socket's twisted transport stops reading (``pauseProducing``); it reads
+    again (``resumeProducing``) once the application asks for a message
+    with none queued -- uvicorn's rule. So daphne's queue holds what one
+    read of the socket brings (64 KiB, and autobahn's one partial message),
+    however fast the client sends and however long the application is
+    busy elsewhere. Reading stays paused while the application drains what
+    is queued. The cost: a pause and a resume of the transport per message
+    (about 8 µs of CPU, measured).
+    """
+
+    def __init__(self, receive: Receive, queue: Any, transport: Any) -> None:
+        self._receive = receive
+        self._queue = queue
+        self._transport = transport
+        self.paused = False
+
+    @classmethod
+    def attach(cls, receive: Receive, daphne: DaphneFlow | None) -> DaphneReads | None:
+        """Return the adapter for a daphne socket, else ``None`` (logged)."""
+        if daphne is None:
+            return None
+        # daphne's WebSocketProtocol puts what it reads in application_queue
+        # (whose get() is receive, unless a middleware wraps it).
+        queue = getattr(daphne.protocol, "application_queue", None)
+        transport = getattr(daphne.protocol, "transport", None)
+        if not all(
+            callable(method)
+            for method in (
+                getattr(queue, "empty", None),
+                getattr(transport, "pauseProducing", None),
+                getattr(transport, "resumeProducing", None),
+            )
+        ):
+            _warn_once(
+                "daphne-reads",
+                "daphne's receive queue or transport was not found: sockets of "
+                "this process run without inbound flow control",
+            )
+            return None
+        return cls(receive, queue, transport)
+
+    async def receive(self) -> dict[str, Any]:
+        """The application's ``receive``, reading the socket only meanwhile."""
+        if self.paused and self._queue.empty():
+            self.paused = False
+            self._transport.resumeProducing()
+        message = await self._receive()
+        if not self.paused:
+            self.paused = True
+            self._transport.pauseProducing()
+        return message
+
+    def close(self) -> None:
+        """Leave the socket reading (the application ends)."""
+        if self.paused:
+            self.paused = False
+            try:
+                self._transport.resumeProducing()
+            except Exception:  # already disconnected
+                logger.debug("resuming the transport failed", exc_info=True)

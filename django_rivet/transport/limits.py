@@ -20,7 +20,6 @@ it), so a body size limit in the proxy in front stays advised
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -30,6 +29,7 @@ from django.urls import Resolver404, resolve
 from ..conf import rivet_settings
 from ..encoding import encode
 from ..exceptions import InvalidEncoding, MalformedRequest, RequestTooLarge
+from ..tokens import mask_tokens
 
 __all__ = [
     "BodyLimitMiddleware",
@@ -47,8 +47,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 APP_NAME = "django_rivet"
-# A gateway token in a path (``gateway/{id}@{token}``), masked in logs.
-_TOKEN_IN_PATH = re.compile(r"@[^/]*")
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:
@@ -142,7 +140,7 @@ class BodyLimitMiddleware:
             )
         logger.info(
             "body refused before reading path=%r size=%s limit=%s",
-            _TOKEN_IN_PATH.sub("@***", str(scope.get("path", ""))),
+            mask_tokens(str(scope.get("path", ""))),
             length,
             limit,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import io
 import re
 import uuid
@@ -17,7 +18,7 @@ from urllib.parse import parse_qs
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.utils.datastructures import CaseInsensitiveMapping
 
 from ..actors.rows import ActorRef, Mode
@@ -28,6 +29,7 @@ from ..exceptions import (
     NoChannelLayer,
     RequestTooLarge,
 )
+from ..tokens import MASK, mask_query, mask_tokens
 
 __all__ = [
     "MAX_CONN_PARAMS_BYTES",
@@ -38,7 +40,8 @@ __all__ = [
     "ConnectRequest",
     "event_name",
     "handshake_request",
-    "loggable_path",
+    "masked_request",
+    "masked_scope",
     "parse_actor_id",
     "parse_bool",
     "parse_conn_params",
@@ -104,14 +107,6 @@ def query_params(query_string: str) -> dict[str, list[str]]:
             f"The query string has more than {limit} parameters",
             metadata={"limit": limit},
         ) from exc
-
-
-_TOKEN_IN_PATH = re.compile(r"@[^/]*")
-
-
-def loggable_path(path: str) -> str:
-    """Return ``path`` with a gateway token (``gateway/{id}@{token}``) masked."""
-    return _TOKEN_IN_PATH.sub("@***", path)
 
 
 def _single(query: dict[str, list[str]], name: str) -> str | None:
@@ -239,7 +234,8 @@ def handshake_request(scope: dict[str, Any]) -> HttpRequest:
     A ``GET`` with the handshake's path, query (``GET``), headers, client
     (``META["REMOTE_ADDR"]``) and scheme (``ws``/``wss`` read as
     ``http``/``https``), and the ``user`` and ``session`` that Channels'
-    ``AuthMiddlewareStack`` put in the scope.
+    ``AuthMiddlewareStack`` put in the scope; a gateway token in the path or
+    query is masked (:func:`masked_scope`).
     """
     http_scope = {
         **scope,
@@ -247,11 +243,84 @@ def handshake_request(scope: dict[str, Any]) -> HttpRequest:
         "method": "GET",
         "scheme": _HTTP_SCHEMES.get(str(scope.get("scheme") or "ws"), "http"),
     }
-    request = ASGIRequest(http_scope, io.BytesIO())
+    request = ASGIRequest(masked_scope(http_scope), io.BytesIO())
     for name in ("user", "session"):
         if name in scope:
             setattr(request, name, scope[name])
     return request
+
+
+def masked_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    """``scope``, or a copy with a gateway token masked in its path and query.
+
+    What actor code is handed (``ctx.request``, ``info.request``): the
+    client's token reaches ``on_auth`` as a header, never in a path that
+    code may log.
+    """
+    path = str(scope.get("path", ""))
+    query = bytes(scope.get("query_string", b"")).decode("latin-1")
+    masked_path, masked = mask_tokens(path), mask_query(query)
+    if masked_path == path and masked == query:
+        return scope
+    masked_copy: dict[str, Any] = {
+        **scope,
+        "path": masked_path,
+        "query_string": masked.encode("latin-1"),
+    }
+    raw_path = scope.get("raw_path")
+    if raw_path is not None:
+        raw = mask_tokens(bytes(raw_path).decode("latin-1"))
+        masked_copy["raw_path"] = raw.encode("latin-1")
+    route = scope.get("url_route")
+    if isinstance(route, dict) and isinstance(route.get("kwargs"), dict):
+        masked_copy["url_route"] = {**route, "kwargs": _masked_route(route["kwargs"])}
+    return masked_copy
+
+
+def masked_request(request: HttpRequest) -> HttpRequest:
+    """``request``, or a copy with a gateway token masked in its path and query.
+
+    The copy shares everything else (headers, body, user, session).
+    """
+    query = request.META.get("QUERY_STRING", "")
+    path, masked = mask_tokens(request.path), mask_query(query)
+    if path == request.path and masked == query:
+        return request
+    clone = copy.copy(request)
+    clone.path = path
+    clone.path_info = mask_tokens(request.path_info)
+    clone.META = {
+        **request.META,
+        # What servers put there of the request line (uWSGI's REQUEST_URI,
+        # gunicorn's RAW_URI), too.
+        **{
+            key: mask_tokens(request.META[key])
+            for key in ("PATH_INFO", "REQUEST_URI", "RAW_URI")
+            if isinstance(request.META.get(key), str)
+        },
+        "QUERY_STRING": masked,
+    }
+    clone.GET = QueryDict(masked, encoding=request.encoding)
+    if isinstance(getattr(request, "scope", None), dict):
+        clone.scope = masked_scope(request.scope)  # type: ignore[attr-defined]
+    match = request.resolver_match
+    if match is not None:
+        # A ResolverMatch refuses copy.copy (it cannot be pickled).
+        clone.resolver_match = object.__new__(type(match))
+        clone.resolver_match.__dict__.update(
+            vars(match),
+            kwargs=_masked_route(match.kwargs),
+            captured_kwargs=_masked_route(getattr(match, "captured_kwargs", {})),
+        )
+    return clone
+
+
+def _masked_route(kwargs: dict[str, Any]) -> dict[str, Any]:
+    # The gateway routes' target: "{actor_id}@{token}".
+    target = kwargs.get("target")
+    if not isinstance(target, str) or "@" not in target:
+        return kwargs
+    return {**kwargs, "target": target.partition("@")[0] + "@" + MASK}
 
 
 def required_channel(consumer: Any) -> str:

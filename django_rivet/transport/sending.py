@@ -51,17 +51,24 @@ class Sender:
         raise NotImplementedError
 
     # -- sending ------------------------------------------------------------------
-    async def send_error_frame(self, error: RivetError, action_id: Any = None) -> None:
+    async def send_error_frame(
+        self, error: RivetError, action_id: Any = None, urgent: bool = False
+    ) -> None:
         try:
             data = self.encode_error(error, action_id)
         except (TypeError, ValueError):  # unencodable metadata
             error = copy.copy(error)
             error.metadata = None
             data = self.encode_error(error, action_id)
-        await self.send_frame(data)
+        await self.send_frame(data, urgent)
 
-    async def send_frame(self, data: bytes) -> None:
-        """Send an encoded frame, as text or binary as the codec says."""
+    async def send_frame(self, data: bytes, urgent: bool = False) -> None:
+        """Send an encoded frame, as text or binary as the codec says.
+
+        ``urgent``: before a close -- no room awaited, ``CLOSE_TIMEOUT`` at
+        most, and a client that does not take it is not closed as slow (the
+        close follows anyway).
+        """
         if self.closed:
             return
         message: dict[str, Any] = (
@@ -69,23 +76,22 @@ class Sender:
             if self.text_frames()
             else {"type": "websocket.send", "bytes": data}
         )
-        await self.send_message(message)
+        await self.send_message(message, urgent)
 
-    async def send_message(self, message: dict[str, Any]) -> None:
+    async def send_message(self, message: dict[str, Any], urgent: bool = False) -> None:
         """Send a ``websocket.send`` message under flow control."""
         if self.closed:
             return
         assert self.outbound is not None
+        timeout = CLOSE_TIMEOUT if urgent else rivet_settings.SLOW_CONSUMER_TIMEOUT
         try:
-            taken = await self.outbound.send(
-                message, rivet_settings.SLOW_CONSUMER_TIMEOUT
-            )
+            taken = await self.outbound.send(message, timeout, room=not urgent)
         except OSError:
             # The client is gone (uvicorn raises ClientDisconnected); the
             # server's websocket.disconnect follows and cleans up.
             self.closed = True
             return
-        if not taken:
+        if not taken and not urgent:
             # The client does not read: give up on it; it reconnects with
             # since and catches up from the log.
             logger.warning(
@@ -116,6 +122,7 @@ class Sender:
         if not (await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT))[0]:
             logger.info("close frame not taken, ending conn_id=%s", self.conn_id)
             self._stopped.set()
+        self.outbound.close()  # sends waiting for room end, unsent
         await self.subscriptions.stop()  # nothing more to send
 
     async def _send_close(self, code: int, reason: str) -> None:

@@ -15,9 +15,11 @@ the base owns:
   ``on_before_connect``, ``create_conn_state``, ``on_connect`` and the row),
   with the same close code for the same refusal in every flavour.
 * **Frames in order, bounded.** Frames are taken from the server at once
-  into a queue bounded by count and bytes (:class:`.flow.Inbound`), then
-  decoded and handled one at a time, in the order sent: actions through the
-  runtime (``on_auth`` per action), subscriptions through ``can_subscribe``.
+  into a queue bounded by count and bytes (:class:`.flow.Inbound`; under
+  daphne the socket is read only while the consumer takes them,
+  :class:`.flow.DaphneReads`), then decoded and handled one at a time, in
+  the order sent, after any replay: actions through the runtime
+  (``on_auth`` per action), subscriptions through ``can_subscribe``.
 * **Events exactly once, in order, or a coded notice**
   (:class:`.delivery.Stream`), with replay after ``since``: the connection's
   :class:`~.subscriptions.Subscriptions` follow the actor's events.
@@ -54,23 +56,16 @@ from ..actors.rows import ActorRef
 from ..conf import rivet_settings
 from ..encoding import run_decoder
 from ..events import channel_receive
-from ..exceptions import (
-    ConnectionExpired,
-    EventLogTruncated,
-    RequestTooLarge,
-    RivetError,
-    TooManyFrames,
-)
+from ..exceptions import ConnectionExpired, EventLogTruncated, RivetError
 from ..signals import socket_opened
 from . import parsing
 from .codec import FrameCodec
-from .flow import Inbound, Outbound
+from .flow import DaphneReads, Inbound, Outbound
 from .frames import (
     CLOSE_EXPIRED,
     CLOSE_INTERNAL,
     CLOSE_NORMAL,
-    CLOSE_TOO_LARGE,
-    CLOSE_TOO_MANY,
+    CLOSE_TIMEOUT,
     DISCONNECT_REASONS,
     ActionFrame,
     ConnectPlan,
@@ -80,7 +75,7 @@ from .frames import (
 )
 from .heartbeat import disconnect_cleanup, heartbeat
 from .limits import outgoing_too_large
-from .parsing import SUBPROTOCOL, event_name, handshake_request, loggable_path
+from .parsing import SUBPROTOCOL, event_name, handshake_request, masked_scope
 from .sending import Sender
 from .subscriptions import Subscriptions
 
@@ -134,8 +129,9 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
         self.channel_layer = get_channel_layer(rivet_settings.CHANNEL_LAYER)
         self.base_send = send
         self.outbound = Outbound(send)
+        reads = DaphneReads.attach(receive, self.outbound.daphne)
         socket_opened.send(sender=type(self))  # starts the embedded worker
-        sources = [receive, self._stop_message]
+        sources = [receive if reads is None else reads.receive, self._stop_message]
         if self.channel_layer is not None:
             self.channel_name = await self.channel_layer.new_channel()
             layer, name = self.channel_layer, self.channel_name
@@ -150,6 +146,8 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
         finally:
             self.closed = True
             self.outbound.close()
+            if reads is not None:
+                reads.close()
             await self._run_cleanup()
 
     async def _stop_message(self) -> dict[str, Any]:
@@ -186,7 +184,7 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
                 transport=self.transport,
                 user=self.scope.get("user"),
                 headers=plan.headers,
-                request=self.scope,
+                request=masked_scope(self.scope),
                 params=plan.params,
                 http_request=handshake_request(self.scope),
             )
@@ -236,7 +234,6 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
                     },
                 )
             )
-        await self.subscriptions.start()
         self._reader = asyncio.create_task(self._read_frames())
 
     def connect_operation(self, plan: ConnectPlan) -> Connect:
@@ -265,7 +262,7 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
             self.flavour,
             code,
             error.qualified_code,
-            loggable_path(str(self.scope.get("path", ""))),
+            masked_scope(self.scope)["path"],
         )
         # Accepted first: a close before accepting reaches browsers as 1006
         # with no reason, so the client could not tell why.
@@ -275,7 +272,7 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
 
     # -- frames from the client -----------------------------------------------------
     async def websocket_receive(self, message: dict[str, Any]) -> None:
-        """Queue one client frame (never waits: the server's queue stays empty).
+        """Queue one client frame, or refuse it (never waits: ``_refuse_frames``).
 
         A frame over ``MAX_INCOMING_MESSAGE_BYTES`` is not read at all: an
         error frame, then the close code 4413, which tells the client to fail
@@ -284,29 +281,10 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
         """
         if self.conn_id is None or self.closed or self._refusal is not None:
             return
-        data = message.get("bytes")
-        if data is None:
-            data = message.get("text") or ""
-        size = len(data) if isinstance(data, bytes) else _utf8_size(data)
         limit = rivet_settings.MAX_INCOMING_MESSAGE_BYTES
-        if size > limit:
-            await self._refuse_frames(
-                RequestTooLarge(
-                    f"The frame is {size} bytes; the limit is {limit}",
-                    metadata={"size": size, "limit": limit},
-                ),
-                CLOSE_TOO_LARGE,
-            )
-        elif not self.inbound.put(data, size):
-            await self._refuse_frames(
-                TooManyFrames(
-                    metadata={
-                        "max_frames": self.inbound.max_frames,
-                        "max_bytes": self.inbound.max_bytes,
-                    }
-                ),
-                CLOSE_TOO_MANY,
-            )
+        refusal = self.inbound.take(message, limit)
+        if refusal is not None:
+            await self._refuse_frames(*refusal)
 
     async def _refuse_frames(self, error: RivetError, code: int) -> None:
         """Answer frames the server will not read with ``error``, then close.
@@ -324,10 +302,24 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
         self._refusal = asyncio.create_task(self._send_refusal(error, code))
 
     async def _send_refusal(self, error: RivetError, code: int) -> None:
-        await self.send_error_frame(error)
+        # At once, also to a client that does not read (and sends past the
+        # bounds): the error frame does not wait for room, and a running
+        # action's answer has CLOSE_TIMEOUT to go first.
+        await self.send_error_frame(error, urgent=True)
         await self._close_when_answered(code, close_reason(error))
+        if not self.closed:
+            await asyncio.sleep(CLOSE_TIMEOUT)
+            await self._close(code, close_reason(error))
 
     async def _read_frames(self) -> None:
+        # The replay after since runs here, not in websocket_connect: the
+        # server's messages are still taken, and bounded, while it runs;
+        # frames wait for it in self.inbound.
+        try:
+            await self.subscriptions.start()
+        except Exception:
+            logger.exception("replay failed conn_id=%s", self.conn_id)
+            await self._close(CLOSE_INTERNAL, "rivet.internal_error")
         while (data := await self.inbound.get()) is not None:
             if self.closed:
                 return
@@ -433,8 +425,3 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
             return
         await disconnect_cleanup(self.ref, self.conn_id)
         logger.debug("disconnected conn_id=%s", self.conn_id)
-
-
-def _utf8_size(text: str) -> int:
-    # Most frames are ASCII: their size needs no encoded copy.
-    return len(text) if text.isascii() else len(text.encode("utf-8"))

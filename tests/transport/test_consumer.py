@@ -21,6 +21,7 @@ from django_rivet.actors.rows import ActorRef
 from django_rivet.models import Actor as ActorRow
 from django_rivet.models import ActorEvent, Connection
 from django_rivet.testing import RivetCommunicator
+from django_rivet.transport.delivery import Stream
 from tests.support.polling import await_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -794,3 +795,34 @@ async def test_event_names_with_nul_are_refused(event):
     refused = RivetCommunicator("ledger", ["nul-event"], subscribe=[event])
     assert (await refused.handshake())["code"] == "malformed"
     await refused.disconnect()
+
+
+async def test_frames_past_the_bound_during_a_since_replay_are_refused_at_once(
+    monkeypatch,
+):
+    # A replay that never finishes (a client that does not read its events):
+    # frames must still be taken, and refused past the bound (issue 40).
+    await increment(["replay-flood"])
+    stuck = asyncio.Event()
+
+    async def replay(stream, since, names):
+        await stuck.wait()
+
+    monkeypatch.setattr(Stream, "replay", replay)
+    with override_settings(RIVET={"MAX_PENDING_FRAMES": 3}):
+        comm = RivetCommunicator(
+            "counter", ["replay-flood"], since=0, subscribe="changed"
+        )
+        assert (await comm.handshake())["type"] == "init"
+        for _ in range(4):
+            await comm.send_action("increment")
+        error = await comm.receive_frame()
+        assert (error["code"], error["metadata"]["max_frames"]) == (
+            "too_many_frames",
+            3,
+        )
+        assert await comm.receive_close() == 4429
+        stuck.set()  # the replay ends: the connection's cleanup awaits it
+        await comm.disconnect()
+    # Refused frames were not run.
+    assert await actor_state("counter", ["replay-flood"]) == {"count": 1}

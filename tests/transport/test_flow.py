@@ -1,16 +1,23 @@
-"""Flow control's bounds, without a server: the inbound queue and finding daphne.
+"""Flow control's bounds, without a server: the inbound queue, daphne's adapters.
 
 The same bounds run through real daphne and uvicorn processes in
 test_transport_matrix.py; these pin the two rules they rest on.
 """
 
+import asyncio
 import functools
 import logging
 
 from channels.sessions import InstanceSessionWrapper
 
 from django_rivet.transport import flow
-from django_rivet.transport.flow import DaphneFlow, Inbound, find_daphne_protocol
+from django_rivet.transport.flow import (
+    DaphneFlow,
+    DaphneReads,
+    Inbound,
+    Outbound,
+    find_daphne_protocol,
+)
 
 
 class FakeTransport:
@@ -92,3 +99,84 @@ def test_the_inbound_queue_refuses_past_either_bound():
     assert by_bytes.put(b"12345", 5) and by_bytes.put(b"12345", 5)
     assert not by_bytes.put(b"1", 1)
     assert len(by_bytes) == 2 and by_bytes.bytes == 10
+
+
+def test_a_frame_is_refused_with_the_close_code_of_its_bound():
+    inbound = Inbound(max_frames=2, max_bytes=1000)
+    assert inbound.take({"type": "websocket.receive", "text": "é" * 10}, 100) is None
+    assert inbound.bytes == 20  # UTF-8 bytes, not characters
+    too_large, code = inbound.take({"bytes": b"x" * 101}, 100)
+    assert (too_large.qualified_code, code) == ("request/too_large", 4413)
+    assert too_large.metadata == {"size": 101, "limit": 100}
+    assert inbound.take({"bytes": b"x"}, 100) is None
+    too_many, code = inbound.take({"bytes": b"x"}, 100)
+    assert (too_many.qualified_code, code) == ("request/too_many_frames", 4429)
+    assert len(inbound) == 2
+
+
+class ReadingTransport(FakeTransport):
+    """A twisted transport's read side: paused or reading."""
+
+    reading = True
+
+    def pauseProducing(self):  # noqa: N802 - twisted's interface
+        self.reading = False
+
+    def resumeProducing(self):  # noqa: N802
+        self.reading = True
+
+
+async def test_a_daphne_socket_is_read_only_while_the_consumer_waits_for_a_frame():
+    protocol, send = daphne_send()
+    protocol.transport = ReadingTransport()
+    protocol.application_queue = queue = asyncio.Queue()
+    reads = DaphneReads.attach(queue.get, DaphneFlow.attach(send))
+    assert reads is not None
+    for n in range(3):  # what one read of the socket brought
+        queue.put_nowait({"type": "websocket.receive", "text": str(n)})
+    assert (await reads.receive())["text"] == "0"
+    # The consumer is busy with that frame: nothing more is read meanwhile.
+    assert not protocol.transport.reading
+    assert (await reads.receive())["text"] == "1"
+    assert (await reads.receive())["text"] == "2"
+    assert not protocol.transport.reading  # drained only by the consumer
+    waiting = asyncio.ensure_future(reads.receive())
+    await asyncio.sleep(0)
+    assert protocol.transport.reading  # nothing queued, the consumer waits
+    queue.put_nowait({"type": "websocket.disconnect"})
+    assert (await waiting)["type"] == "websocket.disconnect"
+    assert not protocol.transport.reading
+    reads.close()
+    assert protocol.transport.reading
+
+
+def test_a_daphne_without_a_pausable_transport_runs_unpaused_and_is_logged(caplog):
+    flow._warned.discard("daphne-reads")
+    protocol, send = daphne_send()  # a FakeTransport: no pauseProducing
+    protocol.application_queue = asyncio.Queue()
+    with caplog.at_level(logging.WARNING, logger="django_rivet.transport"):
+        assert (
+            DaphneReads.attach(protocol.application_queue.get, DaphneFlow.attach(send))
+            is None
+        )
+    assert "without inbound flow control" in caplog.text
+    assert DaphneReads.attach(protocol.application_queue.get, None) is None
+
+
+async def test_a_send_waiting_for_room_ends_unsent_when_the_socket_closes():
+    protocol, send = daphne_send()
+    sent = []
+
+    async def recording_send(message):
+        sent.append(message)
+
+    outbound = Outbound(send)
+    outbound._send = recording_send
+    outbound.daphne.pauseProducing()  # the client does not read
+    waiting = asyncio.ensure_future(outbound.send({"type": "websocket.send"}, 30))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert await outbound.send({"type": "websocket.close"}, None, room=False)
+    outbound.close()
+    assert await waiting is True  # nothing to wait for any more
+    assert sent == [{"type": "websocket.close"}]

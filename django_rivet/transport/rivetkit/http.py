@@ -40,10 +40,11 @@ from ...actors.rows import ActorRef
 from ...encoding import Encoded, json_dumps, run_decoder
 from ...exceptions import MalformedRequest, error_from_dict
 from ...scheduling import queues
+from ...tokens import mask_tokens
 from ..http import add_retry_after, api_view
 from ..limits import check_body_size, outgoing_too_large, read_body_bytes
 from ..operations import HandleRequest, csrf_rejection
-from ..parsing import loggable_path, query_params
+from ..parsing import masked_request, query_params
 from . import protocol
 from .addressing import (
     TOKEN_HEADER,
@@ -159,7 +160,7 @@ def _masked_logging(view: View) -> View:
                 level,
                 "%s: %s",
                 response.reason_phrase,
-                loggable_path(request.path),
+                mask_tokens(request.path),
                 extra={"status_code": response.status_code},
             )
         return response
@@ -178,13 +179,14 @@ async def _origin(request: HttpRequest, token: str | None, params: Any) -> Origi
     headers = dict(request.headers)
     if token is not None and TOKEN_HEADER not in request.headers:
         headers[TOKEN_HEADER] = token
+    masked = masked_request(request)  # the token is in headers, not the path
     return Origin(
         transport="http",
         user=user,
         headers=CaseInsensitiveMapping(headers),
-        request=request,
+        request=masked,
         params=params,
-        http_request=request,
+        http_request=masked,
     )
 
 
@@ -278,6 +280,8 @@ async def gateway_request_view(
     rejection = await csrf_rejection(request, await addressed_definition(address))
     if rejection is not None:
         return rejection
+    # One masked copy for ctx.request and on_request (they share its body).
+    request = masked_request(request)
     origin = await _gateway_origin(request, address)
     response: HttpResponseBase = await ainvoke(
         _ref(address), HandleRequest(request), origin
