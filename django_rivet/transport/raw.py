@@ -93,7 +93,9 @@ class RawSocket:
                 error.qualified_code,
             )
 
-    async def send_error_frame(self, error: RivetError, action_id: Any = None) -> None:
+    async def send_error_frame(
+        self, error: RivetError, action_id: Any = None, urgent: bool = False
+    ) -> None:
         """Send nothing: the client speaks the actor's protocol, not ours."""
         logger.info(
             "raw websocket error not sent flavour=%s error=%s",
