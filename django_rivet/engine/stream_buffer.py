@@ -106,3 +106,11 @@ class StreamBuffer:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+
+    def stop(self) -> None:
+        """Stop committing in the background (the run ended)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()

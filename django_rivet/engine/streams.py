@@ -13,8 +13,9 @@ write again appends nothing, and a crash before the write committed lets
 the replay append it. **At least once from inside a step** (an ``async``
 step function calling ``await ctx.write_stream(...)``): such writes have
 no source, are committed before the step's output is recorded, and a
-retried step writes them again (DBOS's rule). Inside a ``transaction=True``
-step they commit in the step's transaction, so there exactly once.
+retried step writes them again (DBOS's rule). A ``transaction=True`` step
+cannot write (its function runs inside the driver's transaction, where the
+engine's writes cannot reach it): write from the body after it.
 
 **Grouped commits.** Writes wait in memory (:class:`StreamBuffer`) and
 commit together: :data:`FLUSH_DELAY` seconds after the first one waiting,
@@ -36,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import cbor
-from .errors import StepOutputError
+from .errors import CriticalError, StepOutputError
 from .limits import check_record
 from .scope import Scope
 from .stream_buffer import FLUSH_BYTES, FLUSH_DELAY, FLUSH_VALUES, StreamBuffer
@@ -123,14 +124,15 @@ async def run_stream_write(
     run = scope.run
     if run.rollback:
         return
+    if _step.get() == "transactional":
+        raise CriticalError(
+            "ctx.write_stream and ctx.close_stream cannot run inside a "
+            "transaction=True step: write from the workflow body after it"
+        )
     data = b"" if close else encode_value(value, key)
     source = None
     if count is not None:
         source = stream_source(scope, "close" if close else "write", key, count)
     buffer: StreamBuffer = run.storage.streams
     buffer.add(StreamWrite(key, data, source, close))
-    mode = _step.get()
-    if mode == "transactional":
-        await buffer.commit()  # inside the step's transaction
-    else:
-        await buffer.settle()
+    await buffer.settle()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
 import threading
 import uuid
@@ -45,7 +46,9 @@ __all__ = [
     "publish",
     "remove_listener",
     "send_to_channel",
+    "send_to_group",
     "serving_loop",
+    "workflow_group",
 ]
 
 # Channel-layer message types, dispatched by type: "rivet.events" goes to the
@@ -72,6 +75,15 @@ def actor_group(actor_id: uuid.UUID | str) -> str:
         actor_id.hex if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id).hex
     )
     return f"rivet.actor.{hex_id}"
+
+
+def workflow_group(workflow_id: str) -> str:
+    """Return the channel-layer group of the processes following a workflow.
+
+    Workflow ids are free text: the group carries a digest of it.
+    """
+    digest = hashlib.blake2b(workflow_id.encode("utf-8", "surrogatepass"))
+    return f"rivet.workflow.{digest.hexdigest()[:40]}"
 
 
 class LayerHealth:
@@ -292,6 +304,14 @@ def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     _send(layer, "send", layer.send, channel_name, message)
+
+
+def send_to_group(group: str, message: dict[str, Any]) -> None:
+    """Send one message to every process in ``group`` (at most once, never raises)."""
+    layer = get_layer()
+    if layer is None:
+        return
+    _send(layer, "group_send", layer.group_send, group, message)
 
 
 def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:

@@ -41,7 +41,7 @@ from ..models import (
     WorkflowStatus,
     db,
 )
-from . import children, leases, queues, registry
+from . import children, leases, queues, registry, streams
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .wakeups import schedule_wake, wake_fields
@@ -404,6 +404,8 @@ def _release_outcome(
     state = outcome.state
     now = clock.now_datetime()
     if state in WORKFLOW_FINISHED:
+        if driver.streamed:  # its readers end once they read everything
+            db.on_commit(lambda: streams.announce(lease.workflow_id, [], ended=True))
         return release(
             lease,
             status=state,

@@ -261,7 +261,7 @@ def _streams(effects: Effects) -> Callable[..., Awaitable[Any]]:
         await ctx.write_stream("body", {"after": a})
         written = await ctx.step("chunk", chunk(ctx, 2), retry_backoff_base=5)
         await ctx.sleep("pause", 60)
-        for index in range(3, 130):  # past one group (FLUSH_VALUES)
+        for index in range(3, 8):
             await ctx.write_stream("body", index)
         await ctx.close_stream("body")
         return written

@@ -104,20 +104,19 @@ async def test_step_writes_come_again_when_the_step_is_retried(clock):
     assert values(driver, "tokens") == ["try1", "try2"]
 
 
-async def test_transactional_step_writes_commit_with_the_step(clock):
+async def test_a_transactional_step_cannot_write(clock):
     driver = CountingDriver()
 
     async def wf(ctx, _):
         async def work():
             await ctx.write_stream("t", "inside")
-            assert driver.appends == [1]  # committed at once, in the step's call
-            return 1
 
         return await ctx.step("work", work, transaction=True)
 
     outcome = await run_workflow("wf-1", wf, None, driver)
-    assert outcome.output == 1
-    assert values(driver, "t") == ["inside"]
+    assert outcome.state == "failed"
+    assert "transaction=True" in str(outcome.error)
+    assert values(driver, "t") == []
 
 
 async def test_values_written_after_the_close_are_dropped(clock, caplog):
