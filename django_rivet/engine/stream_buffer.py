@@ -58,6 +58,9 @@ class StreamBuffer:
 
     async def settle(self) -> None:
         """Flush now if enough waits (or the last background flush failed)."""
+        failure = self.failure
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure  # the process is going down (KeyboardInterrupt...)
         if not self.pending:
             return
         loop = asyncio.get_running_loop()
@@ -84,7 +87,9 @@ class StreamBuffer:
         # flush, which raises it in the run.
         try:
             await self._flush()
-        except Exception as exc:  # noqa: BLE001 - kept for the run to raise
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # kept for the run to raise
             self.failure = exc
             logger.debug("background stream flush failed", exc_info=True)
 

@@ -96,11 +96,8 @@ def append_rows(workflow_id: str, writes: list[StreamWrite]) -> list[Appended]:
         sources = [write.source for write in mine if write.source is not None]
         known: set[str] = set()
         if sources:
-            known = set(
-                WorkflowStreamValue.objects.filter(
-                    stream=stream, source__in=sources
-                ).values_list("source", flat=True)
-            )
+            rows = WorkflowStreamValue.objects.filter(stream=stream, source__in=sources)
+            known = {str(source) for source in rows.values_list("source", flat=True)}
         taken, closed = accept(mine, known, stream.closed, f"{workflow_id}/{key}")
         if not taken and closed == stream.closed:
             continue
