@@ -7,6 +7,7 @@ from .base import RivetError
 __all__ = [
     "UnknownWorkflowQueue",
     "WorkflowDeduplicated",
+    "WorkflowForbidden",
     "WorkflowInboxFull",
     "WorkflowNotFound",
 ]
@@ -51,3 +52,12 @@ class UnknownWorkflowQueue(RivetError):
     group = "workflow"
     code = "unknown_queue"
     http_status = 400
+
+
+class WorkflowForbidden(RivetError):
+    """Reading the workflow's stream over HTTP is not allowed (or it does not exist)."""
+
+    group = "workflow"
+    code = "forbidden"
+    http_status = 403
+    default_message = "Reading this workflow's streams is not allowed"

@@ -27,7 +27,7 @@ __all__ = ["INTERNAL", "AuthInfo", "AuthRequest", "Origin"]
 class Origin:
     """Who is calling; decides ``ctx.conn``, ``ctx.user``, ``ctx.fire_info``."""
 
-    transport: str = "internal"  # http|websocket|schedule|cron|queue|internal
+    transport: str = "internal"  # http|websocket|sse|schedule|cron|queue|internal
     user: User | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     request: Any = None  # the HttpRequest, or the ASGI scope of a WebSocket
@@ -41,7 +41,7 @@ class Origin:
     @property
     def external(self) -> bool:
         """Tell whether ``on_auth`` guards this call."""
-        return self.transport in ("http", "websocket")
+        return self.transport in ("http", "websocket", "sse")
 
 
 INTERNAL = Origin()

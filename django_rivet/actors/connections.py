@@ -61,6 +61,7 @@ __all__ = [
     "Connect",
     "ConnectResult",
     "Disconnect",
+    "FollowEvents",
     "Subscribe",
     "heartbeat_interval",
     "refused_subscriptions",
@@ -90,6 +91,10 @@ def heartbeat_interval() -> float:
 def stale_after() -> float:
     """Return the age (seconds) after which a connection counts as dead."""
     return STALE_HEARTBEATS * heartbeat_interval()
+
+
+# The connection id of a follower (FollowEvents), which has no connection.
+FOLLOWER = uuid.UUID(int=0)
 
 
 # -- operations (run by invoke, inside the actor's transaction) --------------------
@@ -242,6 +247,42 @@ class Connect:
         return ConnectResult(
             invocation.actor_id,
             row.id,
+            head,
+            oldest,
+            truncated,
+            refused,
+            invocation.definition.name,
+        )
+
+
+@dataclass(slots=True)
+class FollowEvents:
+    """Admit a follower of the actor's events (Server-Sent Events).
+
+    ``on_auth`` (``info.kind == "connect"``, the caller's ``info.transport``)
+    and ``can_subscribe`` (``ctx.conn`` is None) decide, as for a
+    connection; there is no ``Connection`` row, no connection hooks and no
+    connection state: a follower only receives events.
+    """
+
+    subscriptions: list[str] = field(default_factory=list)
+    since: int | None = None
+    label: str | None = "follow"
+    auth = AuthRequest("connect")
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check before I/O: the transport validated the names."""
+
+    def run(self, invocation: Invocation) -> ConnectResult:
+        """Return where the event log stands and which names were refused."""
+        refused = refused_subscriptions(invocation, self.subscriptions)
+        head = int(invocation.row.event_seq)
+        oldest, truncated = None, False
+        if self.since is not None:
+            oldest, truncated = events.window(invocation.actor_id, self.since, head)
+        return ConnectResult(
+            invocation.actor_id,
+            FOLLOWER,
             head,
             oldest,
             truncated,

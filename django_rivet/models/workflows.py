@@ -336,8 +336,8 @@ class WorkflowStreamValue(models.Model):
     offset = models.PositiveBigIntegerField()
     value = models.BinaryField()
     # A write from the workflow body names its place in the code: a replay
-    # writing it again is recognised (None: written inside a step).
-    source = models.CharField(max_length=32, null=True, blank=True)
+    # writing it again is recognised ("": written inside a step).
+    source = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         verbose_name = "workflow stream value"
@@ -349,7 +349,7 @@ class WorkflowStreamValue(models.Model):
             ),
             models.UniqueConstraint(
                 fields=["stream", "source"],
-                condition=models.Q(source__isnull=False),
+                condition=~models.Q(source=""),
                 name="rivet_wfstreamvalue_source",
             ),
         ]

@@ -107,8 +107,8 @@ def append_rows(workflow_id: str, writes: list[StreamWrite]) -> list[Appended]:
                 stream=stream,
                 offset=first + index,
                 value=write.value,
-                source=write.source,
-            )  # fmt: skip
+                source=write.source or "",
+            )
             for index, write in enumerate(taken)
         )
         WorkflowStream.objects.filter(pk=stream.pk).update(

@@ -33,12 +33,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django_rivet.clock import VirtualClock
-from django_rivet.engine import cbor
 from django_rivet.engine import (
     CriticalError,
     Loop,
     StorageError,
     WorkflowOutcome,
+    cbor,
     read_history,
     run_workflow,
 )
@@ -332,9 +332,7 @@ class Reference:
     history: list[tuple[str, str, str, Any]]
     effects: collections.Counter[str]
     calls: int
-    streams: dict[str, tuple[list[Any], bool]] = dataclasses.field(
-        default_factory=dict
-    )
+    streams: dict[str, tuple[list[Any], bool]] = dataclasses.field(default_factory=dict)
 
 
 async def stream_contents(inner: Any) -> dict[str, tuple[list[Any], bool]]:
@@ -394,9 +392,7 @@ async def reference(
     )
     history = _shape(await read_history(inner))
     streams = await stream_contents(inner)
-    return Reference(
-        _outcome(outcome), history, effects.counts, driver.calls, streams
-    )
+    return Reference(_outcome(outcome), history, effects.counts, driver.calls, streams)
 
 
 def _done_steps(history: list[Any]) -> set[str]:
