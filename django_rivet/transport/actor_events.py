@@ -8,7 +8,10 @@ with its :class:`~.delivery.Stream` on the process's feed of the actor,
 replaying the log after ``since`` -- into an :class:`EventSocket` that
 encodes SSE messages instead of frames:
 
-* ``id: <seq>``, ``event: <name>``, ``data: <JSON array of the args>``;
+* first ``event: init`` with ``{"actor_id", "seq"}`` (the actor's last seq
+  when the follower was admitted; its ``id:`` is ``since``, or that seq, so
+  a reconnection resumes from there), then ``id: <seq>``, ``event: <name>``,
+  ``data: <JSON array of the args>`` per event;
 * ``actor/event_log_truncated``, ``actor/events_missed``, refused
   subscriptions and undeliverable events as ``event: error`` with the
   WebSocket's error frame as data (an object, where events carry arrays);
@@ -129,6 +132,11 @@ async def _body(
 ) -> AsyncIterator[bytes]:
     sender: asyncio.Task[None] | None = None
     try:
+        # Like the WebSocket's init frame; its id is where a reconnection
+        # resumes if no event comes first (EventSource sends it back).
+        resume = result.head if since is None else since
+        init = {"actor_id": str(result.actor_id), "seq": result.head}
+        await socket.send_frame(sse.frame(init, id=resume, event="init"))
         for refusal in result.refused.values():
             await socket.send_error_frame(refusal)
         if result.truncated:

@@ -43,6 +43,7 @@ logger = logging.getLogger("django_rivet.transport")
 
 __all__ = [
     "CONTENT_TYPE",
+    "OUTBOX_BYTES",
     "SSE_ROUTES",
     "BoundedSend",
     "Outbox",

@@ -119,7 +119,7 @@ async def _body(reader: StreamReader) -> AsyncIterator[bytes]:
         if reader.closed:
             return None
         try:
-            found = await reader.next(wait=timeout)
+            found = await reader.next(wait=timeout, max_bytes=sse.OUTBOX_BYTES)
         except WorkflowNotFound:  # deleted since the request was authorized
             found = None
         if found is None:

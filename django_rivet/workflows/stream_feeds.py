@@ -165,13 +165,17 @@ class StreamReader:
         self.feed = self.hub.attach(workflow_id, key, self)
         self.closed = False
 
-    async def next(self, wait: float | None = None, limit: int = 500) -> Any:
+    async def next(
+        self, wait: float | None = None, limit: int = 500, max_bytes: int = 0
+    ) -> Any:
         """Return the next values after the cursor, oldest first.
 
         Waits for at least one; returns ``[]`` after ``wait`` seconds without
         any (``None``: no limit) and ``None`` once the stream is over (closed,
-        or its workflow finished, and every value read). Raises
-        ``workflow/not_found`` when the workflow does not exist.
+        or its workflow finished, and every value read). At most ``limit``
+        values, and (``max_bytes`` > 0) about that many bytes of them, at
+        least one. Raises ``workflow/not_found`` when the workflow does not
+        exist.
         """
         feed = self.feed
         loop = asyncio.get_running_loop()
@@ -179,17 +183,16 @@ class StreamReader:
         while not self.closed:
             found = feed.after(self.cursor, limit)
             if found:
-                self.cursor = found[-1].offset
-                return found
+                return self._advance(found, max_bytes)
             if not feed.known or self.cursor < feed.head:
                 batch = await self._read(limit)
                 if batch.values:
-                    return self._take(batch)
+                    return self._advance(self._take(batch), max_bytes)
             if feed.closed or feed.ended:
                 # Confirm on the rows: an announcement may have been lost.
                 batch = await self._read(limit)
                 if batch.values:
-                    return self._take(batch)
+                    return self._advance(self._take(batch), max_bytes)
                 return None
             self.wake.clear()
             remaining = None if deadline is None else deadline - loop.time()
@@ -218,6 +221,16 @@ class StreamReader:
         found = self.feed.after(self.cursor, len(batch.values))
         if not found:  # the feed did not keep them (its bounds)
             found = [StreamValue(offset, data) for offset, data in batch.values]
+        return found
+
+    def _advance(self, found: list[StreamValue], max_bytes: int) -> list[StreamValue]:
+        if max_bytes > 0:
+            size = 0
+            for index, value in enumerate(found):
+                size += len(value.data)
+                if size >= max_bytes:
+                    found = found[: index + 1]
+                    break
         self.cursor = found[-1].offset
         return found
 

@@ -351,13 +351,14 @@ async def streamer(ctx, input):
     Before each group of ``every`` values a step sleeps ``delay`` seconds: a
     replay skips the sleeps it recorded, and a worker killed mid-stream
     leaves a history to resume from. ``hold``: wait for the message
-    ``release`` before closing.
+    ``release`` before closing. ``pad``: write ``[index, "x" * pad]`` instead.
     """
     every, delay = input.get("every", 50), input.get("delay", 0)
+    pad = "x" * input.get("pad", 0)
     for index in range(input["count"]):
         if delay and index % every == 0:
             await ctx.step(f"pause-{index}", lambda: time.sleep(delay))
-        await ctx.write_stream("n", index)
+        await ctx.write_stream("n", [index, pad] if pad else index)
     if input.get("hold"):
         await ctx.messages.next("hold", names=["release"])
     await ctx.close_stream("n")

@@ -144,6 +144,8 @@ async def test_actor_events_match_the_websocket_s_including_missed_ones(monkeypa
         comm = RivetCommunicator("counter", ["both"], subscribe="changed")
         await comm.handshake()
         reader = await open_stream("/rivet/actors/counter/events?key=both&subscribe=*")
+        init = await reader.next()
+        assert (init.event, init.id, init.data["seq"]) == ("init", 0, 0)
         for _ in range(3):
             await increment(["both"])
         live_ws = [await comm.receive_frame() for _ in range(3)]
@@ -191,6 +193,7 @@ async def test_on_auth_sees_sse_and_can_subscribe_refuses_by_name():
         "/rivet/actors/newsroom/events?key=n&create=true&subscribe=news,secret",
         **{"X-Newsroom": "sse"},
     )
+    assert (await reader.next()).event == "init"
     refusal = await reader.next()
     assert refusal.event == "error"
     assert (refusal.data["type"], refusal.data["code"]) == ("error", "forbidden")
@@ -212,6 +215,8 @@ async def test_an_old_last_event_id_is_told_the_log_was_truncated():
             "/rivet/actors/counter/events?key=old&subscribe=changed",
             **{"Last-Event-ID": "1"},
         )
+        init = await reader.next()
+        assert (init.event, init.id, init.data["seq"]) == ("init", 1, 5)
         notice = await reader.next()
         assert notice.data["code"] == "event_log_truncated"
         assert notice.data["metadata"] == {"since": 1, "oldest": 4, "latest": 5}
