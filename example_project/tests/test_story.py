@@ -1,6 +1,7 @@
 import pytest
 from django_rivet import workflows
 from django_rivet.testing import run_until_idle
+
 from story import workflows as story
 
 pytestmark = pytest.mark.django_db(transaction=True)
