@@ -86,7 +86,7 @@ class EngineDriver(Protocol):
 
     Optional extensions the engine uses when present:
     ``async append_streams(writes)`` stores workflow streams
-    (``ctx.write_stream``; the rules are :mod:`.stream_store`'s),
+    (``ctx.write_stream``; the rules are in ``engine/stream_store.py``),
     ``async call_sync(fn)`` runs a synchronous step function (default: called
     inline on the event loop), ``async wait_for_messages(names)`` returns
     when a matching message may have arrived (live mode; otherwise the engine
