@@ -90,9 +90,7 @@ def test_a_killed_worker_s_workflow_finishes_elsewhere_with_each_transactional_r
     assert Workflow.objects.get(pk="killed").run_count >= 2
 
 
-def test_a_stream_written_by_a_killed_worker_has_no_duplicate_and_no_gap(
-    broker, env
-):
+def test_a_stream_written_by_a_killed_worker_has_no_duplicate_and_no_gap(broker, env):
     """Issue 41: SIGKILL mid-stream; another worker resumes by replay.
 
     The body's writes carry their place in the code: the rescuer's replay
