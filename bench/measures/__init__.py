@@ -19,6 +19,7 @@ from bench.measures import (
     p12_hot,
     p13_spread,
     p14_queue,
+    p15_streams,
 )
 
 MEASURES: dict[str, ModuleType] = {
@@ -38,5 +39,6 @@ MEASURES: dict[str, ModuleType] = {
         p12_hot,
         p13_spread,
         p14_queue,
+        p15_streams,
     )
 }
