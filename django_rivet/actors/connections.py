@@ -38,6 +38,7 @@ from ..exceptions import (
     ActionTimeout,
     ActorNotFound,
     ConnectionExpired,
+    EventLogTruncated,
     Forbidden,
     RivetError,
     TooManyConnections,
@@ -64,6 +65,7 @@ __all__ = [
     "FollowEvents",
     "Subscribe",
     "heartbeat_interval",
+    "admitted",
     "refused_subscriptions",
     "save_subscriptions",
     "stale_after",
@@ -115,6 +117,27 @@ class ConnectResult:
     # The actor's registry name (later calls address it by id and name).
     name: str = ""
 
+    def notices(self, since: int | None) -> list[RivetError]:
+        """What the new connection is told first, after its init.
+
+        The subscriptions ``can_subscribe`` refused, then, when the log no
+        longer reaches back to ``since``, ``actor/event_log_truncated``.
+        """
+        notices = list(self.refused.values())
+        if self.truncated:
+            notices.append(
+                EventLogTruncated(
+                    "The event log no longer reaches back to the requested seq; "
+                    "refetch the state",
+                    metadata={
+                        "since": since,
+                        "oldest": self.oldest,
+                        "latest": self.head,
+                    },
+                )
+            )
+        return notices
+
 
 def refused_subscriptions(
     invocation: Invocation, names: list[str]
@@ -156,6 +179,28 @@ def refused_subscriptions(
                 f"Subscribing to {name!r} is not allowed", metadata={"event": name}
             )
     return refused
+
+
+def admitted(
+    invocation: Invocation,
+    conn_id: uuid.UUID,
+    since: int | None,
+    refused: dict[str, RivetError],
+) -> ConnectResult:
+    """Say where the actor's event log stands for a connection just admitted."""
+    head = int(invocation.row.event_seq)
+    oldest, truncated = None, False
+    if since is not None:
+        oldest, truncated = events.window(invocation.actor_id, since, head)
+    return ConnectResult(
+        invocation.actor_id,
+        conn_id,
+        head,
+        oldest,
+        truncated,
+        refused,
+        invocation.definition.name,
+    )
 
 
 def save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
@@ -240,19 +285,7 @@ class Connect:
         invocation.add_conn(conn)
         invocation.call_hook("on_connect", conn)
         # Events on_connect broadcasts get seqs above head: they arrive live.
-        head = int(invocation.row.event_seq)
-        oldest, truncated = None, False
-        if self.since is not None:
-            oldest, truncated = events.window(invocation.actor_id, self.since, head)
-        return ConnectResult(
-            invocation.actor_id,
-            row.id,
-            head,
-            oldest,
-            truncated,
-            refused,
-            invocation.definition.name,
-        )
+        return admitted(invocation, row.id, self.since, refused)
 
 
 @dataclass(slots=True)
@@ -276,19 +309,7 @@ class FollowEvents:
     def run(self, invocation: Invocation) -> ConnectResult:
         """Return where the event log stands and which names were refused."""
         refused = refused_subscriptions(invocation, self.subscriptions)
-        head = int(invocation.row.event_seq)
-        oldest, truncated = None, False
-        if self.since is not None:
-            oldest, truncated = events.window(invocation.actor_id, self.since, head)
-        return ConnectResult(
-            invocation.actor_id,
-            FOLLOWER,
-            head,
-            oldest,
-            truncated,
-            refused,
-            invocation.definition.name,
-        )
+        return admitted(invocation, FOLLOWER, self.since, refused)
 
 
 @dataclass(slots=True)

@@ -315,7 +315,6 @@ class WorkflowStream(models.Model):
 
     class Meta:
         verbose_name = "workflow stream"
-        ordering = ["workflow", "key"]
         constraints = [
             models.UniqueConstraint(
                 fields=["workflow", "key"], name="rivet_wfstream_key"
@@ -341,7 +340,6 @@ class WorkflowStreamValue(models.Model):
 
     class Meta:
         verbose_name = "workflow stream value"
-        ordering = ["stream", "offset"]
         constraints = [
             # Also the index of "the values after offset N".
             models.UniqueConstraint(

@@ -37,7 +37,7 @@ from django.http.response import HttpResponseBase
 from ..actors.connections import FOLLOWER, ConnectResult, FollowEvents
 from ..actors.lanes import ainvoke
 from ..actors.rows import ActorRef
-from ..exceptions import EventLogTruncated, MalformedRequest, RivetError
+from ..exceptions import MalformedRequest, RivetError
 from . import sse
 from .codec import FrameCodec
 from .http import actor_ref, http_origin, rivet_api
@@ -121,7 +121,7 @@ async def actor_events_view(
         since,
         "sse.json",
     )
-    return sse.event_stream(_body(socket, subscriptions, result, since))
+    return await sse.event_stream(_body(socket, subscriptions, result, since))
 
 
 async def _body(
@@ -137,20 +137,8 @@ async def _body(
         resume = result.head if since is None else since
         init = {"actor_id": str(result.actor_id), "seq": result.head}
         await socket.send_frame(sse.frame(init, id=resume, event="init"))
-        for refusal in result.refused.values():
-            await socket.send_error_frame(refusal)
-        if result.truncated:
-            await socket.send_error_frame(
-                EventLogTruncated(
-                    "The event log no longer reaches back to the requested seq; "
-                    "refetch the state",
-                    metadata={
-                        "since": since,
-                        "oldest": result.oldest,
-                        "latest": result.head,
-                    },
-                )
-            )
+        for notice in result.notices(since):
+            await socket.send_error_frame(notice)
         # Replays after since, then follows: concurrently with the response.
         sender = asyncio.ensure_future(subscriptions.start())
         async for chunk in sse.with_keepalive(socket.outbox.take):

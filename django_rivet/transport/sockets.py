@@ -58,7 +58,6 @@ from ..encoding import run_decoder
 from ..events import channel_receive
 from ..exceptions import (
     ConnectionExpired,
-    EventLogTruncated,
     RequestTooLarge,
     RivetError,
     TooManyFrames,
@@ -226,20 +225,8 @@ class ConnectionConsumer(FrameCodec, AsyncConsumer):
             result.conn_id,
         )
         await self.send_frame(self.encode_init(result))
-        for refusal in result.refused.values():
-            await self.send_error_frame(refusal)
-        if result.truncated:
-            await self.send_error_frame(
-                EventLogTruncated(
-                    "The event log no longer reaches back to the requested seq; "
-                    "refetch the state",
-                    metadata={
-                        "since": plan.since,
-                        "oldest": result.oldest,
-                        "latest": result.head,
-                    },
-                )
-            )
+        for notice in result.notices(plan.since):
+            await self.send_error_frame(notice)
         await self.subscriptions.start()
         self._reader = asyncio.create_task(self._read_frames())
 

@@ -32,6 +32,8 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import HttpRequest, StreamingHttpResponse
 
 from ..conf import rivet_settings
@@ -111,8 +113,16 @@ def since_of(request: HttpRequest) -> int:
     return int(raw)
 
 
-def event_stream(body: AsyncIterator[bytes]) -> StreamingHttpResponse:
-    """Return the streaming response of an SSE route."""
+async def event_stream(body: AsyncIterator[bytes]) -> StreamingHttpResponse:
+    """Return the streaming response of an SSE route.
+
+    The request's own database connections (authorization, the session) are
+    closed first: Django would keep them until the response ends, one per
+    reader for as long as it reads, and a hundred readers would exhaust the
+    database's connections. What the response reads goes through the
+    database threads' connections (``run_db``).
+    """
+    await sync_to_async(connections.close_all, thread_sensitive=True)()
     response = StreamingHttpResponse(body, content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream

@@ -59,7 +59,7 @@ async def workflow_stream_view(
     except RivetError as error:
         return error_response(error)
     reader = StreamReader(workflow_id, key, since)
-    return sse.event_stream(_body(reader))
+    return await sse.event_stream(_body(reader))
 
 
 async def _may_read(request: HttpRequest, workflow_id: str, key: str) -> bool:

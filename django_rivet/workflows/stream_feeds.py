@@ -26,7 +26,6 @@ import collections
 import itertools
 import logging
 import threading
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 from .. import events
 from ..conf import rivet_settings
 from ..engine import schema
+from ..events.hubs import LoopHub, current
 from ..exceptions import WorkflowNotFound
 from ..models.db import run_db
 from . import streams
@@ -139,14 +139,15 @@ class StreamFeed:
                 reader.wake.set()
 
     def _trim(self) -> None:
+        # What every reader has had, then what is over the bounds.
         floor = min((r.cursor for r in self.readers), default=self.head)
-        values = self.values
-        while values and (
-            values[0].offset <= floor
-            or len(values) > FEED_VALUES
-            or self.bytes > FEED_BYTES
-        ):
-            self.bytes -= len(values.popleft().data)
+        while self.values and self.values[0].offset <= floor:
+            self._drop()
+        while len(self.values) > FEED_VALUES or self.bytes > FEED_BYTES:
+            self._drop()
+
+    def _drop(self) -> None:
+        self.bytes -= len(self.values.popleft().data)
 
     def _clear(self) -> None:
         self.values.clear()
@@ -242,19 +243,15 @@ class StreamReader:
             self.hub.detach(self.feed, self)
 
 
-class StreamHub:
+class StreamHub(LoopHub):
     """The announcements of one event loop's feeds: layer, local commits, checks."""
 
+    channel_prefix = "rivet.streams"
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        super().__init__(loop)
         self.feeds: dict[tuple[str, str], StreamFeed] = {}
         self.workflows: collections.Counter[str] = collections.Counter()
-        self.layer = events.get_layer()
-        self.channel = f"rivet.streams.{uuid.uuid4().hex}"
-        self.stopped = False
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._receiver: asyncio.Task[None] | None = None
-        self._checker: asyncio.Task[None] | None = None
         streams.add_listener(self._offer_threadsafe)
 
     def attach(self, workflow_id: str, key: str, reader: StreamReader) -> StreamFeed:
@@ -264,12 +261,9 @@ class StreamHub:
             feed = self.feeds[(workflow_id, key)] = StreamFeed(self, workflow_id, key)
             self.workflows[workflow_id] += 1
             if self.workflows[workflow_id] == 1 and self.layer is not None:
-                self._spawn(self._group("group_add", workflow_id))
+                self.spawn(self._group("group_add", workflow_id))
         feed.readers.add(reader)
-        if self._checker is None:
-            self._checker = self.loop.create_task(self._check_loop())
-            if self.layer is not None:
-                self._receiver = self.loop.create_task(self._receive_loop())
+        self.start()
         return feed
 
     def detach(self, feed: StreamFeed, reader: StreamReader) -> None:
@@ -283,25 +277,19 @@ class StreamHub:
         if self.workflows[feed.workflow_id] <= 0:
             del self.workflows[feed.workflow_id]
             if self.layer is not None:
-                self._spawn(self._group("group_discard", feed.workflow_id))
+                self.spawn(self._group("group_discard", feed.workflow_id))
         if not self.feeds:
             self.stop()
 
-    def stop(self) -> None:
-        """Stop the hub's tasks (no reader left); a new hub starts when needed."""
-        self.stopped = True
+    def stopping(self) -> None:
+        """Stop hearing this process's commits (no reader left)."""
         streams.remove_listener(self._offer_threadsafe)
-        with _hubs_lock:
-            if _hubs.get(self.loop) is self:
-                del _hubs[self.loop]
-        for task in (self._receiver, self._checker):
-            if task is not None:
-                task.cancel()
 
-    def _spawn(self, coro: Any) -> None:
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def interval(self) -> float:
+        """Return the seconds between two checks of the heads."""
+        if self.layer is None:
+            return POLL_WITHOUT_LAYER
+        return float(rivet_settings.EVENT_CHECK_INTERVAL)
 
     async def _group(self, op: str, workflow_id: str) -> None:
         try:
@@ -355,28 +343,12 @@ class StreamHub:
             return
         self._offer(workflow_id, items, bool(message.get("ended")))
 
-    async def _receive_loop(self) -> None:
-        while True:
-            message = await events.channel_receive(
-                self.layer, self.channel, recover=self._rejoin
-            )
-            self.handle(message)
-
-    async def _rejoin(self) -> None:
+    async def recover(self) -> None:
+        """Rejoin the groups after an outage (Redis may have forgotten them)."""
         for workflow_id in list(self.workflows):
             await self._group("group_add", workflow_id)
 
     # -- the check -----------------------------------------------------------------
-    async def _check_loop(self) -> None:
-        interval = (
-            rivet_settings.EVENT_CHECK_INTERVAL
-            if self.layer is not None
-            else POLL_WITHOUT_LAYER
-        )
-        while True:
-            await asyncio.sleep(interval)
-            await self.check()
-
     async def check(self) -> None:
         """Read the heads of the followed streams; wake the readers behind."""
         workflow_ids = list(self.workflows)
@@ -396,18 +368,9 @@ class StreamHub:
                 feed.wake()
 
 
-_hubs: dict[asyncio.AbstractEventLoop, StreamHub] = {}
-_hubs_lock = threading.Lock()
-
-
 def current_hub() -> StreamHub:
     """Return the stream hub of the running event loop (started on first use)."""
-    loop = asyncio.get_running_loop()
-    with _hubs_lock:
-        hub = _hubs.get(loop)
-        if hub is None or hub.stopped:
-            hub = _hubs[loop] = StreamHub(loop)
-    return hub
+    return current(StreamHub)
 
 
 # -- the readers users call ----------------------------------------------------------

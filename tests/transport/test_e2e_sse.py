@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import httpx
@@ -26,6 +25,7 @@ from tests.support.browser import chromium, needs_chromium
 from tests.support.polling import await_for, wait_for
 from tests.support.servers import daphne_process, free_port, kill9, server_env
 from tests.support.sse import Message, Parser
+from tests.support.threads import run_in_background
 
 pytestmark = [pytest.mark.servers, pytest.mark.django_db(transaction=True)]
 
@@ -51,20 +51,6 @@ def redis_layer(redis_url):
         yield
 
 
-def run_in_thread(workflow_id: str) -> threading.Thread:
-    def work() -> None:
-        from django.db import connection
-
-        try:
-            run_until_idle(workflows.get(workflow_id))
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    return thread
-
-
 def read_sse(url: str, headers: dict[str, str], stop_after: int | None = None):
     """Read messages until ``close`` (or ``stop_after`` values: then hang up)."""
     parser, values = Parser(), []
@@ -84,7 +70,7 @@ def test_a_thousand_values_through_two_disconnects(server, redis_layer):
     workflows.start(
         "streamer", {"count": 1000, "every": 25, "delay": 0.05}, id="e2e-1000"
     )
-    thread = run_in_thread("e2e-1000")
+    thread = run_in_background("e2e-1000")
     url = f"{server}/rivet/workflows/e2e-1000/streams/n"
     got: list[Message] = []
     try:
@@ -174,7 +160,7 @@ def test_rivet_js_follows_a_stream_through_a_killed_server(
         page.on("pageerror", lambda error: errors.append(str(error)))
         with daphne_process(env, port=port) as (url, proc):
             page.goto(f"{url}/rivet-test/stream/?workflow=browser-1000")
-            thread = run_in_thread("browser-1000")
+            thread = run_in_background("browser-1000")
             wait_for(
                 lambda: int(page.locator("#count").inner_text()) >= 200,
                 what="200 values",

@@ -7,7 +7,6 @@ call are the ``streams`` scenario of ``tests/workflows/test_faults.py``.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
@@ -18,6 +17,7 @@ from django_rivet.models import Workflow, WorkflowStream, WorkflowStreamValue
 from django_rivet.testing import register_temporarily, run_until_idle
 from django_rivet.workflows import streams as stream_rows
 from django_rivet.workflows.client import WorkflowHandle
+from tests.support.threads import run_in_background
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
@@ -41,24 +41,10 @@ async def unclosed(ctx, input):
     return "done"
 
 
-def run_in_thread(workflow_id: str) -> threading.Thread:
-    def work() -> None:
-        try:
-            run_until_idle(workflows.get(workflow_id))
-        finally:
-            from django.db import connection
-
-            connection.close()
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    return thread
-
-
 def test_a_thousand_values_are_read_complete_and_in_order_while_written():
     with register_temporarily(count_up):
         handle = workflows.start("stream-count", {"count": COUNT}, id="s-1000")
-        thread = run_in_thread("s-1000")
+        thread = run_in_background("s-1000")
         try:
             got = list(handle.read_stream("n"))
         finally:
@@ -81,7 +67,7 @@ async def test_async_readers_share_a_stream_from_their_own_offsets():
 
         readers = [asyncio.ensure_future(read(since)) for since in (0, 0, 150)]
         await asyncio.sleep(0.05)
-        thread = run_in_thread("s-a")
+        thread = run_in_background("s-a")
         try:
             first, second, late = await asyncio.wait_for(asyncio.gather(*readers), 30)
         finally:

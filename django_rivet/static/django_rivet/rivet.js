@@ -59,6 +59,12 @@ function base64url(text) {
   return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+/** How long to wait before the next reconnection: exponential, with jitter. */
+function backoff(client, attempt) {
+  const { initialDelay, maxDelay } = client.reconnect;
+  return Math.min(maxDelay, initialDelay * 2 ** attempt) * (0.5 + Math.random() / 2);
+}
+
 /** Create a client for the django-rivet routes mounted at `baseUrl`. */
 export function createClient(baseUrl, options = {}) {
   return new Client(baseUrl, options);
@@ -212,18 +218,12 @@ export class ActorHandle {
  */
 export class EventFollower {
   constructor(client, path, params, since, { onClose, onError } = {}) {
-    this.client = client;
-    this.path = path;
-    this.params = params;
-    /** The id of the last message received: an offset, or an event seq. */
-    this.lastId = since;
-    this.closed = false;
+    // lastId: the id of the last message received (an offset, or an event seq).
+    Object.assign(this, { client, path, params, lastId: since, closed: false });
     this._handlers = new Map();
     this._errorHandlers = onError ? [onError] : [];
     this._resyncHandlers = [];
-    this._onClose = onClose;
-    this._attempt = 0;
-    this._timer = null;
+    Object.assign(this, { _onClose: onClose, _attempt: 0, _timer: null });
     this._open();
   }
 
@@ -281,10 +281,7 @@ export class EventFollower {
         for (const fn of [...handlers, ...this._errorHandlers]) fn(error);
       } else if (source.readyState === EventSource.CLOSED && !this.closed) {
         // Refused (an HTTP error) or given up: try again later, from lastId.
-        const { initialDelay, maxDelay } = this.client.reconnect;
-        const delay = Math.min(maxDelay, initialDelay * 2 ** this._attempt);
-        this._attempt += 1;
-        this._timer = setTimeout(() => this._open(), delay * (0.5 + Math.random() / 2));
+        this._timer = setTimeout(() => this._open(), backoff(this.client, this._attempt++));
       }
     });
   }
@@ -542,10 +539,7 @@ export class Connection {
       return;
     }
     this._setStatus("connecting");
-    const { initialDelay, maxDelay } = this.actor.client.reconnect;
-    const delay = Math.min(maxDelay, initialDelay * 2 ** this._attempt);
-    this._attempt += 1;
-    this._timer = setTimeout(() => this._open(), delay * (0.5 + Math.random() / 2));
+    this._timer = setTimeout(() => this._open(), backoff(this.actor.client, this._attempt++));
   }
 
   _failPending(error) {
