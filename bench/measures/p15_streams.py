@@ -125,9 +125,10 @@ async def _actor_trials(
     assert json.loads(await ws.recv())["type"] == "init"
     seen = {"sse": [0, 0.0], "ws": [0, 0.0]}
 
-    def on_sse(ident: int | None, event: bytes, at: float) -> None:
-        if event == b"burst":
-            seen["sse"][0] += 1
+    def on_sse(data: bytes, at: float) -> None:
+        found = data.count(b"event: burst\n")
+        if found:
+            seen["sse"][0] += found
             seen["sse"][1] = at
 
     async def on_ws() -> None:

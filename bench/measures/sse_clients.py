@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -22,15 +23,19 @@ from urllib.parse import urlsplit
 
 __all__ = ["read_events"]
 
-Handler = Callable[[int | None, bytes, float], None]
+Handler = Callable[[bytes, float], None]
+# Whole messages are handed on; their fields are found with regular
+# expressions (C speed: a hundred readers of 10,000 values each would
+# otherwise cost this process more than the server).
+IDS = re.compile(rb"^id: (\d+)$", re.M)
 
 
 async def read_events(
-    url: str, on_message: Handler, opened: asyncio.Event | None = None
+    url: str, on_messages: Handler, opened: asyncio.Event | None = None
 ) -> None:
-    """Read ``url`` as an event stream until ``event: close`` (or the end).
+    """Read ``url`` as an event stream until ``event: close`` (or its end).
 
-    ``on_message(id, event, received_at)`` per message; comments skipped.
+    ``on_messages(data, received_at)`` gets each run of whole messages.
     """
     parts = urlsplit(url)
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
@@ -44,26 +49,18 @@ async def read_events(
         raise RuntimeError(f"{url}: {head.splitlines()[0]!r}")
     if opened is not None:
         opened.set()
-    buffer = b""
+    rest = b""
     try:
         while True:
             size = int((await reader.readuntil(b"\r\n")).strip(), 16)
             if size == 0:
                 return
-            buffer += (await reader.readexactly(size + 2))[:-2]
-            now = time.time()
-            while b"\n\n" in buffer:
-                block, buffer = buffer.split(b"\n\n", 1)
-                ident, event = None, b"message"
-                for line in block.split(b"\n"):
-                    if line.startswith(b"id: "):
-                        ident = int(line[4:])
-                    elif line.startswith(b"event: "):
-                        event = line[7:]
-                if block.startswith(b":") or block.startswith(b"retry:"):
-                    continue
-                on_message(ident, event, now)
-                if event == b"close":
+            data = rest + (await reader.readexactly(size + 2))[:-2]
+            cut = data.rfind(b"\n\n") + 2
+            data, rest = data[:cut], data[cut:]
+            if data:
+                on_messages(data, time.time())
+                if b"event: close\n" in data:
                     return
     finally:
         writer.close()
@@ -76,14 +73,15 @@ async def _main(url: str, count: int) -> dict[str, object]:
     def handler(index: int) -> Handler:
         seen = received[index]
 
-        def on_message(ident: int | None, event: bytes, at: float) -> None:
+        def on_messages(data: bytes, at: float) -> None:
             nonlocal duplicates
-            if event == b"message" and ident is not None:
+            for raw in IDS.findall(data):
+                ident = int(raw)
                 if ident in seen:
                     duplicates += 1
                 seen[ident] = at
 
-        return on_message
+        return on_messages
 
     opened = [asyncio.Event() for _ in range(count)]
     tasks = [

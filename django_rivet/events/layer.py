@@ -17,6 +17,7 @@ import asyncio
 import contextvars
 import hashlib
 import logging
+import os
 import threading
 import uuid
 from collections import deque
@@ -306,12 +307,75 @@ def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
     _send(layer, "send", layer.send, channel_name, message)
 
 
-def send_to_group(group: str, message: dict[str, Any]) -> None:
-    """Send one message to every process in ``group`` (at most once, never raises)."""
-    layer = get_layer()
-    if layer is None:
-        return
-    _send(layer, "group_send", layer.group_send, group, message)
+Merge = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
+def send_to_group(
+    group: str, message: dict[str, Any], merge: Merge | None = None
+) -> None:
+    """Send one message to every process in ``group`` (at most once, never raises).
+
+    The caller does not wait: the message is queued for the process's
+    publishing loop (a daemon thread), which sends queued messages in order
+    on one connection to the layer. A committing thread (a workflow's run)
+    so pays neither for Redis nor for an event loop per message. With
+    ``merge``, a message queued right behind one of the same group and merge
+    is joined to it (``merge(earlier, later)``): a burst costs the layer,
+    and the receiving processes, one message.
+    """
+    if get_layer() is not None:
+        _group_sender().submit(group, message, merge)
+
+
+class _GroupSender:
+    """The process's publishing loop: group messages, in order, off the callers."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._queue: deque[tuple[str, dict[str, Any], Merge | None]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+        thread = threading.Thread(
+            target=self.loop.run_forever, name="rivet-publish", daemon=True
+        )
+        thread.start()
+
+    def submit(self, group: str, message: dict[str, Any], merge: Merge | None) -> None:
+        with self._lock:
+            last = self._queue[-1] if self._queue else None
+            if merge is not None and last is not None and last[::2] == (group, merge):
+                self._queue[-1] = (group, merge(last[1], message), merge)
+            else:
+                self._queue.append((group, message, merge))
+            if self._running:
+                return
+            self._running = True
+        self.loop.call_soon_threadsafe(self.loop.create_task, self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._running = False
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+            layer = get_layer()
+            for group, message, _ in batch if layer is not None else ():
+                await _asend(layer, "group_send", layer.group_send, group, message)
+
+
+_sender: _GroupSender | None = None
+_sender_lock = threading.Lock()
+
+
+def _group_sender() -> _GroupSender:
+    global _sender
+    with _sender_lock:
+        if _sender is None or _sender.pid != os.getpid():  # new, or forked
+            _sender = _GroupSender()
+        return _sender
 
 
 def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -57,6 +56,8 @@ POLL_WITHOUT_LAYER = 0.05
 # A feed keeps at most this many values, and bytes, for its readers.
 FEED_VALUES = 2000
 FEED_BYTES = 4 * 1024 * 1024
+# Seconds a feed waits before it reads a gap from the rows.
+FILL_GRACE = 0.05
 
 
 @dataclass(slots=True)
@@ -75,53 +76,65 @@ class StreamValue:
 class StreamFeed:
     """One stream as this process knows it, shared by its local readers.
 
-    ``values`` are contiguous; ``head`` is the highest offset known to be
-    committed, ``closed`` and ``ended`` (the workflow finished) what is
-    known of its end; ``known`` turns true with the first read of its row.
+    Invariants, as for the actors' feeds: every offset up to ``filled`` is
+    either in ``values`` (contiguous, ending at ``filled``) or older than
+    their start; ``head`` is the highest offset known to be committed.
+    When ``filled < head`` one fill task reads the difference from the rows
+    for every local reader (after a short grace: announcements of two
+    commits made back to back may arrive swapped, or be on their way when
+    the check reads the head). ``known`` turns true with the first read of
+    the stream's row, ``closed`` and ``ended`` (its workflow finished) say
+    what is known of its end.
     """
 
-    def __init__(self, hub: StreamHub, workflow_id: str, key: str) -> None:
+    def __init__(self, hub: StreamHub, workflow_id: str, key: str, filled: int) -> None:
         self.hub = hub
         self.workflow_id = workflow_id
         self.key = key
-        self.head = 0
+        self.head = self.filled = filled
         self.closed = False
         self.ended = False
         self.known = False
-        self.values: collections.deque[StreamValue] = collections.deque()
+        # A list (indexed by offset - first offset): readers slice it, and
+        # trimming deletes a run at the front now and then.
+        self.values: list[StreamValue] = []
         self.bytes = 0
+        self.pending: dict[int, bytes] = {}
         self.readers: set[StreamReader] = set()
+        self._fill: asyncio.Task[None] | None = None
+
+    @property
+    def start(self) -> int:
+        """The first offset buffered (``filled + 1`` when none is)."""
+        return self.values[0].offset if self.values else self.filled + 1
 
     def offer(
         self, first: int, values: list[bytes] | None, length: int, closed: bool
     ) -> None:
         """Take values committed from offset ``first`` (None: not carried)."""
-        if values:
-            end = self.values[-1].offset if self.values else None
-            if end is not None and first > end + 1:
-                self._clear()  # a gap: readers read it from the rows
-                end = None
-            for index, data in enumerate(values):
-                offset = first + index
-                if end is None or offset == end + 1:
-                    self.values.append(StreamValue(offset, data))
-                    self.bytes += len(data)
-                    end = offset
-            self._trim()
+        for index, data in enumerate(values or ()):
+            offset = first + index
+            if offset == self.filled + 1:
+                self._append(offset, data)
+            elif offset > self.filled + 1 and len(self.pending) < FEED_VALUES:
+                self.pending[offset] = data
+        while self.filled + 1 in self.pending:
+            self._append(self.filled + 1, self.pending.pop(self.filled + 1))
         self.head = max(self.head, length)
         self.closed = self.closed or closed
+        if self.filled < self.head:
+            self.schedule_fill(FILL_GRACE)
+        self._trim()
         self.wake()
 
     def learn(self, batch: Batch) -> None:
         """Take what a read of the rows found."""
         self.known = True
-        if batch.values:
-            first = batch.values[0][0]
-            self.offer(first, [data for _, data in batch.values], batch.length, False)
-        self.head = max(self.head, batch.length)
-        self.closed = self.closed or batch.closed
         if batch.finished:
             self.ended = True
+        values = [data for _, data in batch.values]
+        first = batch.values[0][0] if values else batch.length + 1
+        self.offer(first, values, batch.length, batch.closed)
 
     def after(self, cursor: int, limit: int) -> list[StreamValue] | None:
         """Return the buffered values after ``cursor`` (None: not buffered)."""
@@ -130,28 +143,60 @@ class StreamFeed:
         index = cursor + 1 - self.values[0].offset
         if index < 0 or index >= len(self.values):
             return None
-        return list(itertools.islice(self.values, index, index + limit))
+        return self.values[index : index + limit]
 
     def wake(self) -> None:
         """Wake every reader that is behind or may be at the end."""
         for reader in self.readers:
-            if reader.cursor < self.head or self.closed or self.ended:
+            if reader.cursor < self.filled or self.closed or self.ended:
                 reader.wake.set()
+
+    def schedule_fill(self, delay: float = 0.0) -> None:
+        """Read ``(filled, head]`` from the rows, once for every reader."""
+        if self._fill is None or self._fill.done():
+            self._fill = self.hub.loop.create_task(self._run_fill(delay))
+
+    async def _run_fill(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            while self.filled < self.head and self.readers:
+                batch = await run_db(
+                    streams.read_after, self.workflow_id, self.key, self.filled
+                )
+                before = self.filled
+                self.learn(batch)
+                if self.filled == before:  # rows gone (the workflow was purged)
+                    self.head = self.filled
+        except Exception:  # the database is down: the next check retries
+            logger.debug("filling a stream feed failed", exc_info=True)
+
+    def _append(self, offset: int, data: bytes) -> None:
+        self.values.append(StreamValue(offset, data))
+        self.bytes += len(data)
+        self.filled = offset
 
     def _trim(self) -> None:
         # What every reader has had, then what is over the bounds.
-        floor = min((r.cursor for r in self.readers), default=self.head)
-        while self.values and self.values[0].offset <= floor:
-            self._drop()
-        while len(self.values) > FEED_VALUES or self.bytes > FEED_BYTES:
-            self._drop()
+        values = self.values
+        floor = min((r.cursor for r in self.readers), default=self.filled)
+        drop = 0
+        if values:
+            drop = min(len(values), max(0, floor + 1 - values[0].offset))
+        size = self.bytes - sum(len(v.data) for v in values[:drop])
+        while drop < len(values) and (
+            len(values) - drop > FEED_VALUES or size > FEED_BYTES
+        ):
+            size -= len(values[drop].data)
+            drop += 1
+        if drop:
+            del values[:drop]
+            self.bytes = size
 
-    def _drop(self) -> None:
-        self.bytes -= len(self.values.popleft().data)
-
-    def _clear(self) -> None:
-        self.values.clear()
-        self.bytes = 0
+    def close(self) -> None:
+        """Stop filling (no reader left)."""
+        if self._fill is not None:
+            self._fill.cancel()
 
 
 class StreamReader:
@@ -185,22 +230,26 @@ class StreamReader:
             found = feed.after(self.cursor, limit)
             if found:
                 return self._advance(found, max_bytes)
-            if not feed.known or self.cursor < feed.head:
+            if not feed.known or self.cursor + 1 < feed.start:
+                # The first read, or behind what the feed keeps: read the rows.
                 batch = await self._read(limit)
                 if batch.values:
                     return self._advance(self._take(batch), max_bytes)
-            if feed.closed or feed.ended:
+            elif self.cursor >= feed.head and (feed.closed or feed.ended):
                 # Confirm on the rows: an announcement may have been lost.
                 batch = await self._read(limit)
                 if batch.values:
                     return self._advance(self._take(batch), max_bytes)
                 return None
+            elif self.cursor < feed.head:
+                feed.schedule_fill()  # values on their way or lost: read once
             self.wake.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 return []
             try:
-                await asyncio.wait_for(self.wake.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no task per wait
+                    await self.wake.wait()
             except TimeoutError:
                 return []
         return None
@@ -258,7 +307,8 @@ class StreamHub(LoopHub):
         """Add a reader to its stream's feed (joining the workflow's group)."""
         feed = self.feeds.get((workflow_id, key))
         if feed is None:
-            feed = self.feeds[(workflow_id, key)] = StreamFeed(self, workflow_id, key)
+            feed = StreamFeed(self, workflow_id, key, reader.cursor)
+            self.feeds[(workflow_id, key)] = feed
             self.workflows[workflow_id] += 1
             if self.workflows[workflow_id] == 1 and self.layer is not None:
                 self.spawn(self._group("group_add", workflow_id))
@@ -273,6 +323,7 @@ class StreamHub(LoopHub):
         if feed.readers or self.feeds.get(key) is not feed:
             return
         del self.feeds[key]
+        feed.close()
         self.workflows[feed.workflow_id] -= 1
         if self.workflows[feed.workflow_id] <= 0:
             del self.workflows[feed.workflow_id]

@@ -168,7 +168,16 @@ def announce(workflow_id: str, appended: list[Appended], ended: bool = False) ->
             for item in appended
         ],
     }
-    events.send_to_group(events.workflow_group(workflow_id), message)
+    events.send_to_group(events.workflow_group(workflow_id), message, merged)
+
+
+def merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """Join two announcements of one workflow queued back to back."""
+    return {
+        **earlier,
+        "ended": earlier["ended"] or later["ended"],
+        "streams": earlier["streams"] + later["streams"],
+    }
 
 
 def announce_on_commit(workflow_id: str, appended: list[Appended]) -> None:
