@@ -42,8 +42,9 @@ ACTOR_TARGET = Target("ratio", ">=", 0.8)
 
 
 # -- the stream leg -------------------------------------------------------------------
-def _stream_trial(url: str, count: int, readers: int) -> dict[str, Any]:
+def _stream_trial(url: str, pid: int, count: int, readers: int) -> dict[str, Any]:
     from bench import internals
+    from bench.measures.hot import cpu_seconds
     from bench.servers import python_env
     from django_rivet import workflows
     from django_rivet.testing import run_until_idle
@@ -63,16 +64,24 @@ def _stream_trial(url: str, count: int, readers: int) -> dict[str, Any]:
             raise RuntimeError("the SSE readers did not start")
     commits: dict[int, float] = {}
     internals.record_stream_commits(commits)
+    server_cpu, writer_cpu = cpu_seconds(pid), time.process_time()
+    client_cpu = 0.0 if clients is None else cpu_seconds(clients.pid)
     started = time.time()
     assert run_until_idle(handle) == "completed"
     written = count / (max(commits.values()) - started)
-    found: dict[str, Any] = {"values_per_s": written}
+    found: dict[str, Any] = {
+        "values_per_s": written,
+        "writer_cpu_s": time.process_time() - writer_cpu,
+    }
     if clients is not None:
         assert clients.stdin is not None and clients.stdout is not None
         clients.stdin.write(json.dumps(commits) + "\n")
         clients.stdin.flush()
         found.update(json.loads(clients.stdout.readline()))
+        found["client_cpu_s"] = cpu_seconds(clients.pid) - client_cpu
         clients.wait(60)
+    found["server_cpu_s"] = cpu_seconds(pid) - server_cpu
+    found["seconds"] = time.time() - started
     return found
 
 
@@ -83,12 +92,12 @@ def stream_leg(count: int, readers: int, trials: int) -> dict[str, Any]:
     env["RIVET_BENCH_EMBEDDED"] = "0"
     subject: list[dict[str, Any]] = []
     baseline: list[dict[str, Any]] = []
-    with daphne(env) as (url, _pid):
-        _stream_trial(url, min(count, 200), min(readers, 2))  # warm-up, dropped
+    with daphne(env) as (url, pid):
+        _stream_trial(url, pid, min(count, 200), min(readers, 2))  # warm-up
         for index in range(trials):
             order = ((subject, readers), (baseline, 0))
             for runs, how_many in order if index % 2 == 0 else order[::-1]:
-                runs.append(_stream_trial(url, count, how_many))
+                runs.append(_stream_trial(url, pid, count, how_many))
     rates = [run["values_per_s"] for run in subject]
     alone = [run["values_per_s"] for run in baseline]
     return {
@@ -104,6 +113,15 @@ def stream_leg(count: int, readers: int, trials: int) -> dict[str, Any]:
         "p99_runs": [run["latencies_ms"][1] for run in subject],
         "missing": sum(run["missing"] for run in subject),
         "duplicates": sum(run["duplicates"] for run in subject),
+        # CPU seconds per trial of the writer, daphne and the readers'
+        # process, and the trial's wall time (the machine is shared).
+        "cpu": [
+            {
+                k: round(run.get(k, 0.0), 2)
+                for k in ("writer_cpu_s", "server_cpu_s", "client_cpu_s", "seconds")
+            }
+            for run in subject
+        ],  # fmt: skip
     }
 
 
@@ -224,7 +242,8 @@ def run(ctx: Any) -> list:
         Row(id=ID, measure=f"commit to receipt p99 ({readers} readers{flaws})",
             unit="ms", value={"median": stream["p99_ms"]}, baseline=None,
             baseline_label="", ratio=None, target=LATENCY_TARGET,
-            extra={"p50_ms": stream["p50_ms"], "p99_runs": stream["p99_runs"]}),
+            extra={"p50_ms": stream["p50_ms"], "p99_runs": stream["p99_runs"],
+                   "cpu": stream["cpu"]}),
         Row(id=ID, measure="commit to receipt p50", unit="ms",
             value={"median": stream["p50_ms"]}, baseline=None, baseline_label="",
             ratio=None),

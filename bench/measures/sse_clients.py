@@ -49,18 +49,33 @@ async def read_events(
         raise RuntimeError(f"{url}: {head.splitlines()[0]!r}")
     if opened is not None:
         opened.set()
-    rest = b""
+    raw, rest = b"", b""
     try:
         while True:
-            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-            if size == 0:
+            # Whole reads, however many chunks they hold: one await each.
+            data = await reader.read(1 << 16)
+            if not data:
                 return
-            data = rest + (await reader.readexactly(size + 2))[:-2]
-            cut = data.rfind(b"\n\n") + 2
-            data, rest = data[:cut], data[cut:]
-            if data:
-                on_messages(data, time.time())
-                if b"event: close\n" in data:
+            raw += data
+            body = []
+            while True:
+                line_end = raw.find(b"\r\n")
+                if line_end < 0:
+                    break
+                size = int(raw[:line_end], 16)
+                if size == 0:
+                    raw = b""
+                    break
+                if len(raw) < line_end + 2 + size + 2:
+                    break
+                body.append(raw[line_end + 2 : line_end + 2 + size])
+                raw = raw[line_end + 2 + size + 2 :]
+            messages = rest + b"".join(body)
+            cut = messages.rfind(b"\n\n") + 2
+            messages, rest = messages[:cut], messages[cut:]
+            if messages:
+                on_messages(messages, time.time())
+                if b"event: close\n" in messages:
                     return
     finally:
         writer.close()

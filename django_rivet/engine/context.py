@@ -279,7 +279,7 @@ class WorkflowContext:
         From the workflow body a value is written exactly once, however often
         the workflow replays; from inside a step (an ``async`` step function)
         at least once: a retried step writes its values again. Values commit
-        in groups, within about 10 ms (``workflows.md``, "Streams").
+        in groups, within about 20 ms (``workflows.md``, "Streams").
         """
         return self._stream(key, value, close=False)
 

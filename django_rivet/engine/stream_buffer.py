@@ -18,7 +18,7 @@ __all__ = ["FLUSH_BYTES", "FLUSH_DELAY", "FLUSH_VALUES", "StreamBuffer"]
 logger = logging.getLogger("django_rivet.workflow")
 
 # Writes commit together: this long after the first one waiting...
-FLUSH_DELAY = 0.01
+FLUSH_DELAY = 0.02
 # ...or at once when this many values, or bytes of values, wait.
 FLUSH_VALUES = 100
 FLUSH_BYTES = 256 * 1024
