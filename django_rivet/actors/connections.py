@@ -292,10 +292,8 @@ class Connect:
 class FollowEvents:
     """Admit a follower of the actor's events (Server-Sent Events).
 
-    ``on_auth`` (``info.kind == "connect"``, the caller's ``info.transport``)
-    and ``can_subscribe`` (``ctx.conn`` is None) decide, as for a
-    connection; there is no ``Connection`` row, no connection hooks and no
-    connection state: a follower only receives events.
+    ``on_auth`` (``info.kind == "connect"``) and ``can_subscribe`` (no
+    ``ctx.conn``) decide, as for a connection; no row, hooks or state.
     """
 
     subscriptions: list[str] = field(default_factory=list)

@@ -16,7 +16,8 @@ from django_rivet.testing import RivetCommunicator, arun_until_idle
 from tests.support.sse import Parser, parse
 from tests.transport.test_delivery import FAST_CHECK, increment, unannounced
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# pg: the PostgreSQL leg runs this module (stream rows, the event log).
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 
 class Reader:
