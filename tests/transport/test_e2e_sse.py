@@ -159,15 +159,28 @@ def test_rivet_js_follows_a_stream_through_a_killed_server(
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         with daphne_process(env, port=port) as (url, proc):
-            page.goto(f"{url}/rivet-test/stream/?workflow=browser-1000")
+            page.goto(f"{url}/rivet-test/stream/?workflow=browser-1000&actor=seen")
             thread = run_in_background("browser-1000")
             wait_for(
                 lambda: int(page.locator("#count").inner_text()) >= 200,
                 what="200 values",
             )
             kill9(proc)
-        with daphne_process(env, port=port):
+        with daphne_process(env, port=port) as (url, _):
+            # actor.events() resumed too: what happened while it was away comes.
+            with httpx.Client() as http:
+                for _ in range(2):
+                    answer = http.post(
+                        f"{url}/rivet/actors/counter/actions/increment?key=seen",
+                        json={"args": []},
+                    )
+                    assert answer.status_code == 200
             expect(page.locator("#status")).to_have_text("closed")
+            wait_for(
+                lambda: page.evaluate("window.rivet.changes.length") == 2,
+                what="the counter's events",
+            )
+            assert page.evaluate("window.rivet.changes") == [[1, 1], [2, 2]]
             values = page.evaluate("window.rivet.values")
             problems = page.evaluate("window.rivet.problems")
         thread.join(60)

@@ -206,7 +206,9 @@ export class ActorHandle {
    */
   events({ subscribe = "*", since = null, onError } = {}) {
     const names = subscribe === "*" ? ["*"] : [].concat(subscribe);
-    const params = [...this.params(true), ["subscribe", names.join(",")]];
+    // The route creates no actor unless asked: as connect() would, by default.
+    const params = [...this.params(), ["subscribe", names.join(",")]];
+    if (!this.actorId) params.push(["create", String(this.createMissing)]);
     return new EventFollower(this.client, `${this.path}/events`, params, since, { onError });
   }
 }
