@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import events
 from ..engine import schema
@@ -33,6 +33,9 @@ from ..models import (
     base,
     db,
 )
+
+if TYPE_CHECKING:
+    from django.db.models import Field
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -102,13 +105,8 @@ def append_rows(workflow_id: str, writes: list[StreamWrite]) -> list[Appended]:
         if not taken and closed == stream.closed:
             continue
         first = stream.length + 1
-        WorkflowStreamValue.objects.bulk_create(
-            WorkflowStreamValue(
-                stream=stream,
-                offset=first + index,
-                value=write.value,
-                source=write.source or "",
-            )
+        _insert_values(
+            (stream.pk, first + index, write.value, write.source or "")
             for index, write in enumerate(taken)
         )
         WorkflowStream.objects.filter(pk=stream.pk).update(
@@ -116,6 +114,26 @@ def append_rows(workflow_id: str, writes: list[StreamWrite]) -> list[Appended]:
         )
         appended.append(Appended(key, first, [w.value for w in taken], closed))
     return appended
+
+
+def _insert_values(rows: Iterable[tuple[int, int, bytes, str]]) -> None:
+    """Insert value rows with one prepared statement (no model instances).
+
+    The same SQL on every supported database; the ORM's ``bulk_create``
+    cost more than the database did (about 45 us a row).
+    """
+    connection = db.connection()
+    quote = connection.ops.quote_name
+    meta = WorkflowStreamValue._meta
+    columns = ", ".join(
+        quote(str(cast("Field[Any, Any]", meta.get_field(name)).column))
+        for name in ("stream", "offset", "value", "source")
+    )
+    statement = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES (%s, %s, %s, %s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(statement, list(rows))
 
 
 # -- announcing ------------------------------------------------------------------------
