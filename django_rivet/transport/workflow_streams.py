@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from ..conf import rivet_settings
 from ..exceptions import (
     InternalError,
     MethodNotAllowed,
@@ -115,20 +116,19 @@ def encoded(value: StreamValue) -> bytes:
 
 
 async def _body(reader: StreamReader) -> AsyncIterator[bytes]:
-    async def chunks(timeout: float) -> bytes | None:
-        if reader.closed:
-            return None
-        try:
-            found = await reader.next(wait=timeout, max_bytes=sse.OUTBOX_BYTES)
-        except WorkflowNotFound:  # deleted since the request was authorized
-            found = None
-        if found is None:
-            reader.close()
-            return CLOSE
-        return b"".join(encoded(value) for value in found)
-
+    # One generator, no layer between the reader and the response: it runs
+    # once per commit for every reader of the stream.
+    interval = rivet_settings.SSE_KEEPALIVE_INTERVAL
     try:
-        async for chunk in sse.with_keepalive(chunks):
-            yield chunk
+        yield sse.RETRY
+        while True:
+            try:
+                found = await reader.next(wait=interval, max_bytes=sse.OUTBOX_BYTES)
+            except WorkflowNotFound:  # deleted since the request was authorized
+                found = None
+            if found is None:
+                yield CLOSE
+                return
+            yield b"".join(map(encoded, found)) if found else sse.KEEPALIVE
     finally:
         reader.close()
