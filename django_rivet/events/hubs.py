@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .layer import channel_receive, get_layer
 
-__all__ = ["LoopHub", "current"]
+__all__ = ["LoopHub", "current", "run_once"]
 
 H = TypeVar("H", bound="LoopHub")
 
@@ -111,3 +112,24 @@ def current(kind: type[H]) -> H:
         if hub is None or hub.stopped:
             hub = _hubs[(kind, loop)] = kind(loop)
     return hub  # type: ignore[return-value]
+
+
+def run_once(
+    loop: asyncio.AbstractEventLoop,
+    task: asyncio.Task[None] | None,
+    work: Callable[[], Awaitable[None]],
+    delay: float = 0.0,
+) -> asyncio.Task[None]:
+    """Return ``task`` while it runs, else a new task: ``work()`` after ``delay``.
+
+    A feed's fill: one read of what it misses, for all its followers.
+    """
+    if task is not None and not task.done():
+        return task
+
+    async def later() -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        await work()
+
+    return loop.create_task(later())

@@ -210,7 +210,35 @@ def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
     _send(layer, "publish", layer.group_send, actor_group(actor_id), message)
 
 
-class _Publisher:
+class _SendQueue:
+    """What is queued for a sending task, taken in batches (under one lock)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def _queued(self, add: Callable[[deque[Any]], None]) -> bool:
+        """Queue with ``add``; return True when no sending task runs (start one)."""
+        with self._lock:
+            add(self._queue)
+            if self._running:
+                return False
+            self._running = True
+            return True
+
+    def _batch(self) -> list[Any] | None:
+        """Take everything queued; None (the task ends) when nothing is."""
+        with self._lock:
+            if not self._queue:
+                self._running = False
+                return None
+            batch = list(self._queue)
+            self._queue.clear()
+            return batch
+
+
+class _Publisher(_SendQueue):
     """Send one event loop's publishes, in order, off the invoking threads.
 
     Publishes queued while a send is in flight go out together: consecutive
@@ -219,18 +247,13 @@ class _Publisher:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self.loop = loop
-        self._queue: deque[tuple[uuid.UUID, list[LoggedEvent]]] = deque()
-        self._lock = threading.Lock()
-        self._running = False
 
     def submit(self, actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
         """Queue ``events`` for the channel layer (from any thread)."""
-        with self._lock:
-            self._queue.append((actor_id, events))
-            if self._running:
-                return
-            self._running = True
+        if not self._queued(lambda queue: queue.append((actor_id, events))):
+            return
         try:
             self.loop.call_soon_threadsafe(self._start)
         except RuntimeError:  # the loop closed meanwhile: nobody to send them
@@ -243,13 +266,7 @@ class _Publisher:
 
     async def _drain(self) -> None:
         try:
-            while True:
-                with self._lock:
-                    if not self._queue:
-                        self._running = False
-                        return
-                    batch = list(self._queue)
-                    self._queue.clear()
+            while (batch := self._batch()) is not None:
                 layer = get_layer()
                 if layer is None:
                     continue
@@ -327,40 +344,31 @@ def send_to_group(
         _group_sender().submit(group, message, merge)
 
 
-class _GroupSender:
+class _GroupSender(_SendQueue):
     """The process's publishing loop: group messages, in order, off the callers."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self._queue: deque[tuple[str, dict[str, Any], Merge | None]] = deque()
-        self._lock = threading.Lock()
-        self._running = False
         thread = threading.Thread(
             target=self.loop.run_forever, name="rivet-publish", daemon=True
         )
         thread.start()
 
     def submit(self, group: str, message: dict[str, Any], merge: Merge | None) -> None:
-        with self._lock:
-            last = self._queue[-1] if self._queue else None
+        def add(queue: deque[Any]) -> None:
+            last = queue[-1] if queue else None
             if merge is not None and last is not None and last[::2] == (group, merge):
-                self._queue[-1] = (group, merge(last[1], message), merge)
+                queue[-1] = (group, merge(last[1], message), merge)
             else:
-                self._queue.append((group, message, merge))
-            if self._running:
-                return
-            self._running = True
-        self.loop.call_soon_threadsafe(self.loop.create_task, self._drain())
+                queue.append((group, message, merge))
+
+        if self._queued(add):
+            self.loop.call_soon_threadsafe(self.loop.create_task, self._drain())
 
     async def _drain(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._running = False
-                    return
-                batch = list(self._queue)
-                self._queue.clear()
+        while (batch := self._batch()) is not None:
             layer = get_layer()
             for group, message, _ in batch if layer is not None else ():
                 await _asend(layer, "group_send", layer.group_send, group, message)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from .. import events
 from ..conf import rivet_settings
 from ..events import LoggedEvent
-from ..events.hubs import LoopHub, current
+from ..events.hubs import LoopHub, current, run_once
 from ..exceptions import RivetError
 from ..models.db import run_db
 
@@ -198,12 +198,9 @@ class Feed:
 
     def schedule_fill(self, delay: float = 0.0) -> None:
         """Start reading ``(filled, head]`` from the log, unless already busy."""
-        if self._fill_task is None or self._fill_task.done():
-            self._fill_task = self.hub.loop.create_task(self._fill(delay))
+        self._fill_task = run_once(self.hub.loop, self._fill_task, self._fill, delay)
 
-    async def _fill(self, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
+    async def _fill(self) -> None:
         try:
             while self.filled < self.head and self.waiting():
                 upper = min(self.pending) if self.pending else self.head + 1

@@ -32,7 +32,7 @@ from typing import Any
 from .. import events
 from ..conf import rivet_settings
 from ..engine import schema
-from ..events.hubs import LoopHub, current
+from ..events.hubs import LoopHub, current, run_once
 from ..exceptions import WorkflowNotFound
 from ..models.db import run_db
 from . import streams
@@ -153,12 +153,9 @@ class StreamFeed:
 
     def schedule_fill(self, delay: float = 0.0) -> None:
         """Read ``(filled, head]`` from the rows, once for every reader."""
-        if self._fill is None or self._fill.done():
-            self._fill = self.hub.loop.create_task(self._run_fill(delay))
+        self._fill = run_once(self.hub.loop, self._fill, self._run_fill, delay)
 
-    async def _run_fill(self, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
+    async def _run_fill(self) -> None:
         try:
             while self.filled < self.head and self.readers:
                 batch = await run_db(

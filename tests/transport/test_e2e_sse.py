@@ -168,13 +168,9 @@ def test_rivet_js_follows_a_stream_through_a_killed_server(
             kill9(proc)
         with daphne_process(env, port=port) as (url, _):
             # actor.events() resumed too: what happened while it was away comes.
-            with httpx.Client() as http:
-                for _ in range(2):
-                    answer = http.post(
-                        f"{url}/rivet/actors/counter/actions/increment?key=seen",
-                        json={"args": []},
-                    )
-                    assert answer.status_code == 200
+            with Client(f"{url}/rivet") as client:
+                assert [client.actor("counter", "seen").call("increment")
+                        for _ in range(2)] == [1, 2]  # fmt: skip
             expect(page.locator("#status")).to_have_text("closed")
             wait_for(
                 lambda: page.evaluate("window.rivet.changes.length") == 2,
