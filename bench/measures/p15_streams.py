@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -108,8 +109,8 @@ def stream_leg(count: int, readers: int, trials: int) -> dict[str, Any]:
                 len(rates) // 2
             ],
         },
-        "p50_ms": max(run["latencies_ms"][0] for run in subject),
-        "p99_ms": max(run["latencies_ms"][1] for run in subject),
+        "p50_ms": statistics.median(run["latencies_ms"][0] for run in subject),
+        "p99_ms": statistics.median(run["latencies_ms"][1] for run in subject),
         "p99_runs": [run["latencies_ms"][1] for run in subject],
         "missing": sum(run["missing"] for run in subject),
         "duplicates": sum(run["duplicates"] for run in subject),

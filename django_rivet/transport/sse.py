@@ -199,6 +199,16 @@ class BoundedSend:
         self._send = send
         self.daphne = DaphneFlow.attach(send)
         self.cut = False
+        # Each message goes out at once: with Nagle's algorithm (twisted
+        # leaves it on) a small write waits for the client's delayed ACK of
+        # the previous one, up to 40 ms. uvicorn's asyncio sockets have it off.
+        transport = getattr(getattr(self.daphne, "_protocol", None), "transport", None)
+        no_delay = getattr(transport, "setTcpNoDelay", None)
+        if no_delay is not None:
+            try:
+                no_delay(True)
+            except Exception:  # not a TCP socket (a UNIX socket, a test double)
+                logger.debug("TCP_NODELAY not set", exc_info=True)
 
     async def __call__(self, message: MutableMapping[str, Any]) -> None:
         """Send ``message``, within the slow-reader bound for body messages."""
