@@ -52,9 +52,3 @@ class Parser:
         self.messages += done
         return done
 
-
-def parse(data: bytes) -> list[Message]:
-    """Return the messages of a whole response body."""
-    parser = Parser()
-    parser.feed(data)
-    return parser.messages

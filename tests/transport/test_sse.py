@@ -13,7 +13,7 @@ from django.test import AsyncClient, override_settings
 
 from django_rivet import workflows
 from django_rivet.testing import RivetCommunicator, arun_until_idle
-from tests.support.sse import Parser, parse
+from tests.support.sse import Parser
 from tests.transport.test_delivery import FAST_CHECK, increment, unannounced
 
 # pg: the PostgreSQL leg runs this module (stream rows, the event log).
@@ -223,7 +223,3 @@ async def test_an_old_last_event_id_is_told_the_log_was_truncated():
         assert notice.data["metadata"] == {"since": 1, "oldest": 4, "latest": 5}
         assert [(await reader.next()).id for _ in range(2)] == [4, 5]
         await reader.close()
-
-
-def test_messages_parse():
-    assert parse(b"id: 1\nevent: x\ndata: [1]\n\n: keep-alive\n\n")[0].data == [1]
