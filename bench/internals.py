@@ -104,6 +104,27 @@ def stop_embedded_worker() -> None:
     worker.stop_embedded_worker()
 
 
+def record_stream_commits(times: dict[int, float]) -> None:
+    """Record when each offset of stream ``n`` committed (P15), in ``times``.
+
+    Wraps the announcement the driver makes right after each commit.
+    """
+    import time
+
+    from django_rivet.workflows import streams
+
+    announce = streams.announce
+
+    def recorded(workflow_id: str, appended: Any, ended: bool = False) -> None:
+        now = time.time()
+        for item in appended:
+            for offset in range(item.first, item.length + 1):
+                times.setdefault(offset, now)
+        announce(workflow_id, appended, ended)
+
+    streams.announce = recorded
+
+
 def describe() -> dict[str, Any]:
     """Return what this file depends on, for the results' metadata."""
     return {
@@ -112,5 +133,6 @@ def describe() -> dict[str, Any]:
             "django_rivet.actors.cache.cached_ids (P9 checks the cache)",
             "django_rivet.upkeep.worker.start/stop_embedded_worker (P8)",
             "django_rivet.models.Actor state/state_version columns (P1T)",
+            "django_rivet.workflows.streams.announce (P15 times each commit)",
         ]
     }

@@ -178,7 +178,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("ids", nargs="*", help="measures to run (P1 ... P14)")
+    parser.add_argument("ids", nargs="*", help="measures to run (P1 ... P15)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument(
         "--output",

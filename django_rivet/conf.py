@@ -213,6 +213,9 @@ SETTINGS: dict[str, Setting] = {
     # not read) before it is closed with code 4408; meanwhile it is sent no
     # events and catches up from the log once it reads again.
     "SLOW_CONSUMER_TIMEOUT": Setting(30, POSITIVE_NUMBER),
+    # Seconds between two keep-alive comments on an idle Server-Sent Events
+    # response, so proxies do not cut it (many cut after 30-60 s of silence).
+    "SSE_KEEPALIVE_INTERVAL": Setting(15, POSITIVE_NUMBER),
     # WebSocket connections one web process is sized for; the channel-layer
     # check (rivet.W602) compares channels_redis' capacity with it.
     "CONNECTIONS_PER_PROCESS": Setting(1000, POSITIVE_INTEGER),
@@ -348,6 +351,7 @@ class RivetSettings:
     MAX_EVENT_BYTES: int
     EVENT_CHECK_INTERVAL: float
     SLOW_CONSUMER_TIMEOUT: float
+    SSE_KEEPALIVE_INTERVAL: float
     CONNECTIONS_PER_PROCESS: int
     EMBEDDED_WORKER: bool
     WORKFLOW_LEASE_SECONDS: float

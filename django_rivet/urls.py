@@ -5,7 +5,7 @@ path("rivet/", include("django_rivet.urls"))
 
 from django.urls import path, re_path
 
-from .transport import http, openapi
+from .transport import actor_events, http, openapi, workflow_streams
 from .transport.rivetkit import manager as rivetkit_manager
 from .transport.rivetkit import urls as rivetkit_urls
 
@@ -20,6 +20,15 @@ urlpatterns = [
     ),
     path("actors/<str:name>/actions/<str:action>", http.action_view, name="action"),
     path("actors/<str:name>/queue/<str:queue>", http.queue_view, name="queue"),
+    # Server-Sent Events (transport/sse.py): an actor's events, a workflow's stream.
+    path(
+        "actors/<str:name>/events", actor_events.actor_events_view, name="actor_events"
+    ),
+    path(
+        "workflows/<str:workflow_id>/streams/<str:key>",
+        workflow_streams.workflow_stream_view,
+        name="workflow_stream",
+    ),
     re_path(
         r"^actors/(?P<name>[^/]+)/request(?:/(?P<path>.*))?$",
         http.request_view,

@@ -25,6 +25,13 @@ class Bench(Actor):
         ctx.broadcast("tick", sent_at)
         return None
 
+    @action
+    def burst(self, ctx, count):
+        """Broadcast ``count`` small events in one invocation (P15)."""
+        for index in range(count):
+            ctx.broadcast("burst", index)
+        return count
+
 
 class Hot(Actor):
     """One actor many sockets call and watch (P12, P13)."""

@@ -38,3 +38,17 @@ async def bench_replay(ctx, count):
 async def bench_deaf(ctx, input):
     """Waits for a message nobody sends (P41's requests get no answer)."""
     await ctx.messages.next("never", names=["never"])
+
+
+def anyone(request, workflow_id, key):
+    """Every reader may follow the benchmark's streams over HTTP."""
+    return True
+
+
+@workflow(name="benchStream", can_read_stream=anyone)
+async def bench_stream(ctx, count):
+    """Write ``count`` small values to stream ``n`` as fast as it can (P15)."""
+    for index in range(count):
+        await ctx.write_stream("n", index)
+    await ctx.close_stream("n")
+    return count

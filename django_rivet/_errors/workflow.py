@@ -12,6 +12,7 @@ __all__ = [
     "WorkflowCannotWait",
     "WorkflowDeduplicated",
     "WorkflowFinished",
+    "WorkflowForbidden",
     "WorkflowInboxFull",
     "WorkflowNotFound",
     "WorkflowQueueFull",
@@ -120,3 +121,12 @@ class UnknownWorkflowQueue(RivetError):
     group = "workflow"
     code = "unknown_queue"
     http_status = 400
+
+
+class WorkflowForbidden(RivetError):
+    """Reading the workflow's stream over HTTP is not allowed (or it does not exist)."""
+
+    group = "workflow"
+    code = "forbidden"
+    http_status = 403
+    default_message = "Reading this workflow's streams is not allowed"

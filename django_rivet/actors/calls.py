@@ -27,7 +27,7 @@ __all__ = ["INTERNAL", "AuthInfo", "AuthRequest", "Origin"]
 class Origin:
     """Who is calling; decides ``ctx.conn``, ``ctx.user``, ``ctx.fire_info``."""
 
-    # http|websocket|websocket_raw|schedule|cron|queue|internal
+    # http|websocket|websocket_raw|sse|schedule|cron|queue|internal
     transport: str = "internal"
     user: User | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -47,7 +47,7 @@ class Origin:
 
 INTERNAL = Origin()
 #: The transports of callers ``on_auth`` guards.
-EXTERNAL = frozenset({"http", "websocket", "websocket_raw"})
+EXTERNAL = frozenset({"http", "websocket", "websocket_raw", "sse"})
 
 
 @dataclass(frozen=True, slots=True)

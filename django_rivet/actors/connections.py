@@ -39,6 +39,7 @@ from ..exceptions import (
     ActionTimeout,
     ActorNotFound,
     ConnectionExpired,
+    EventLogTruncated,
     Forbidden,
     RivetError,
     TooManyConnections,
@@ -63,9 +64,11 @@ __all__ = [
     "Connect",
     "ConnectResult",
     "Disconnect",
+    "FollowEvents",
     "Subscribe",
     "WebSocketMessage",
     "heartbeat_interval",
+    "admitted",
     "refused_subscriptions",
     "save_subscriptions",
     "stale_after",
@@ -95,6 +98,10 @@ def stale_after() -> float:
     return STALE_HEARTBEATS * heartbeat_interval()
 
 
+# The connection id of a follower (FollowEvents), which has no connection.
+FOLLOWER = uuid.UUID(int=0)
+
+
 # -- operations (run by invoke, inside the actor's transaction) --------------------
 @dataclass(frozen=True, slots=True)
 class ConnectResult:
@@ -112,6 +119,27 @@ class ConnectResult:
     refused: dict[str, RivetError] = field(default_factory=dict)
     # The actor's registry name (later calls address it by id and name).
     name: str = ""
+
+    def notices(self, since: int | None) -> list[RivetError]:
+        """What the new connection is told first, after its init.
+
+        The subscriptions ``can_subscribe`` refused, then, when the log no
+        longer reaches back to ``since``, ``actor/event_log_truncated``.
+        """
+        notices = list(self.refused.values())
+        if self.truncated:
+            notices.append(
+                EventLogTruncated(
+                    "The event log no longer reaches back to the requested seq; "
+                    "refetch the state",
+                    metadata={
+                        "since": since,
+                        "oldest": self.oldest,
+                        "latest": self.head,
+                    },
+                )
+            )
+        return notices
 
 
 def refused_subscriptions(
@@ -156,6 +184,28 @@ def refused_subscriptions(
                 f"Subscribing to {name!r} is not allowed", metadata={"event": name}
             )
     return refused
+
+
+def admitted(
+    invocation: Invocation,
+    conn_id: uuid.UUID,
+    since: int | None,
+    refused: dict[str, RivetError],
+) -> ConnectResult:
+    """Say where the actor's event log stands for a connection just admitted."""
+    head = int(invocation.row.event_seq)
+    oldest, truncated = None, False
+    if since is not None:
+        oldest, truncated = events.window(invocation.actor_id, since, head)
+    return ConnectResult(
+        invocation.actor_id,
+        conn_id,
+        head,
+        oldest,
+        truncated,
+        refused,
+        invocation.definition.name,
+    )
 
 
 def save_subscriptions(conn_id: uuid.UUID, names: list[str]) -> None:
@@ -250,19 +300,29 @@ class Connect:
             with self.websocket.running_in(invocation):
                 invocation.call_hook("on_websocket", self.websocket)
         # Events on_connect broadcasts get seqs above head: they arrive live.
-        head = int(invocation.row.event_seq)
-        oldest, truncated = None, False
-        if self.since is not None:
-            oldest, truncated = events.window(invocation.actor_id, self.since, head)
-        return ConnectResult(
-            invocation.actor_id,
-            row.id,
-            head,
-            oldest,
-            truncated,
-            refused,
-            invocation.definition.name,
-        )
+        return admitted(invocation, row.id, self.since, refused)
+
+
+@dataclass(slots=True)
+class FollowEvents:
+    """Admit a follower of the actor's events (Server-Sent Events).
+
+    ``on_auth`` (``info.kind == "connect"``) and ``can_subscribe`` (no
+    ``ctx.conn``) decide, as for a connection; no row, hooks or state.
+    """
+
+    subscriptions: list[str] = field(default_factory=list)
+    since: int | None = None
+    label: str | None = "follow"
+    auth = AuthRequest("connect")
+
+    def prepare(self, definition: type[Actor]) -> None:
+        """Nothing to check before I/O: the transport validated the names."""
+
+    def run(self, invocation: Invocation) -> ConnectResult:
+        """Return where the event log stands and which names were refused."""
+        refused = refused_subscriptions(invocation, self.subscriptions)
+        return admitted(invocation, FOLLOWER, self.since, refused)
 
 
 @dataclass(slots=True)

@@ -18,6 +18,8 @@ __all__ = ["RetentionAdmin", "describe_period", "purge_note"]
 _RULES = {
     "Workflow": "finished workflows are kept {WORKFLOW_RETENTION} after they finish",
     "WorkflowMessage": "a workflow's inbox goes with it",
+    "WorkflowStream": "a workflow's streams go with it",
+    "WorkflowStreamValue": "a workflow's streams go with it",
     "Schedule": "fired schedules are kept {SCHEDULE_RETENTION}",
     "QueueMessage": "processed messages are kept {QUEUE_RETENTION}",
 }

@@ -23,11 +23,22 @@ from django.utils.html import format_html, format_html_join
 
 from ..encoding import json_loads
 from ..exceptions import MalformedRequest
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage
+from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage, WorkflowStreamValue
 from ..workflows import control, operations
 from ..workflows.client import WorkflowHandle
 from .rendering import pretty, render_history
 from .retention import RetentionAdmin, purge_note
+
+# Streams on a workflow's page, and values shown of each (the newest).
+STREAMS_SHOWN = 20
+LAST_VALUES_SHOWN = 5
+
+
+def _decoded(value: WorkflowStreamValue) -> Any:
+    try:
+        return value.decoded_value()
+    except Exception as exc:  # show why rather than break the page
+        return f"undecodable: {exc}"
 
 
 @admin.register(Workflow)
@@ -72,6 +83,7 @@ class WorkflowAdmin(RetentionAdmin):
         "decoded_output",
         "decoded_error",
         "inbox",
+        "streams",
         "decoded_history",
     )
     fields = readonly_fields
@@ -167,6 +179,23 @@ class WorkflowAdmin(RetentionAdmin):
     def inbox(self, obj: Workflow) -> str:
         messages = obj.messages.order_by("id")[:50]
         return pretty([{"id": m.pk, "name": m.name} for m in messages])
+
+    @admin.display(description="streams")
+    def streams(self, obj: Workflow) -> str:
+        """Each stream: its length, whether it is closed, its last values."""
+        found = []
+        for stream in obj.streams.order_by("key")[:STREAMS_SHOWN]:
+            last = stream.values.order_by("-offset")[:LAST_VALUES_SHOWN]
+            values = {int(v.offset): _decoded(v) for v in reversed(last)}
+            found.append(
+                {
+                    "key": stream.key,
+                    "length": stream.length,
+                    "closed": stream.closed,
+                    f"last {LAST_VALUES_SHOWN} values": values,
+                }
+            )
+        return pretty(found) if found else "-"
 
     @admin.display(description="history")
     def decoded_history(self, obj: Workflow) -> str:

@@ -1,5 +1,5 @@
 """Actor and workflow definitions, checked at start-up (rivet.E103, E104, W101,
-W102, W103, E202, E203, E204, W201, W202).
+W102, W103, E202, E203, E204, E205, W201, W202).
 
 Mistakes that otherwise surface only when the code is first called, with an
 error that does not point at the definition: an action that cannot take
@@ -49,6 +49,14 @@ E202_HINT = (
 )
 E203 = "Workflow {name!r} ({function}) cannot be called as (ctx, input): {signature}."
 E203_HINT = "Give it the parameters (ctx, input). See {docs}"
+E205 = (
+    "The can_read_stream of workflow {name!r} ({function}) cannot be called as "
+    "(request, workflow_id, key): {signature}."
+)
+E205_HINT = (
+    "Every reader of its streams over HTTP would be refused (403). Give it the "
+    "parameters (request, workflow_id, key). See {docs}"
+)
 E104 = "Actor {cls} could not be checked: {error}"
 E104_HINT = (
     "django-rivet could not read this class's definition; its actions would "
@@ -210,6 +218,12 @@ def _check_workflow(name: str, definition: Any, docs: str) -> list[Any]:
         text = E203.format(name=name, function=function, signature=signature)
         hint = E203_HINT.format(docs=docs)
         messages.append(message("rivet.E203", text, hint, function))
+    hook = getattr(definition, "can_read_stream", None)
+    hook_signature = None if hook is None else _signature(hook)
+    if hook_signature is not None and not _accepts(hook_signature, 3):
+        text = E205.format(name=name, function=function, signature=hook_signature)
+        hint = E205_HINT.format(docs=docs)
+        messages.append(message("rivet.E205", text, hint, function))
     return messages
 
 

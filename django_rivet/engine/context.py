@@ -21,7 +21,17 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import children, entries, flow, messages, published, schema, shapes, steps
+from . import (
+    children,
+    entries,
+    flow,
+    messages,
+    published,
+    schema,
+    shapes,
+    steps,
+    streams,
+)
 from .execution import Run
 from .scope import Scope
 from .values import Message, StepResult, seconds
@@ -273,4 +283,32 @@ class WorkflowContext:
         entry_name = published.event_entry_name(key, count)
         return self._scope.enter(
             lambda: published.run_set_event(self._scope, entry_name, key, value)
+        )
+
+    # Streams ---------------------------------------------------------------------
+
+    def write_stream(self, key: str, value: Any) -> Coroutine[Any, Any, None]:
+        """Append ``value`` to the stream ``key``; readers follow it as it grows.
+
+        From the workflow body a value is written exactly once, however often
+        the workflow replays; from inside a step (an ``async`` step function)
+        at least once: a retried step writes its values again. Values commit
+        in groups, within about 20 ms (``workflows.md``, "Streams").
+        """
+        return self._stream(key, value, close=False)
+
+    def close_stream(self, key: str) -> Coroutine[Any, Any, None]:
+        """Close the stream ``key``: its readers end after its last value."""
+        return self._stream(key, None, close=True)
+
+    def _stream(
+        self, key: str, value: Any, *, close: bool
+    ) -> Coroutine[Any, Any, None]:
+        streams.check_stream_key(key)
+        scope = self._scope
+        if streams.step_running():
+            return streams.run_stream_write(scope, key, value, None, close)
+        count = scope.count_stream("close" if close else "write", key)
+        return scope.enter(
+            lambda: streams.run_stream_write(scope, key, value, count, close)
         )

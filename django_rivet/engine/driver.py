@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from django_rivet import clock
 
 from .limits import encode_message_body
+from .stream_store import MemoryStreams, StreamWrite
 from .values import ChildOutcome, ChildStart, Message, child_wake_name
 
 __all__ = [
@@ -84,6 +85,8 @@ class EngineDriver(Protocol):
     never split.
 
     Optional extensions the engine uses when present:
+    ``async append_streams(writes)`` stores workflow streams
+    (``ctx.write_stream``; the rules are in ``engine/stream_store.py``),
     ``async call_sync(fn)`` runs a synchronous step function (default: called
     inline on the event loop), ``async wait_for_messages(names)`` returns
     when a matching message may have arrived (live mode; otherwise the engine
@@ -186,6 +189,7 @@ class InMemoryDriver:
         self._waiters: builtins.list[
             tuple[builtins.list[str] | None, asyncio.Future[None]]
         ] = []
+        self.streams = MemoryStreams()
 
     # KV ----------------------------------------------------------------------
 
@@ -278,6 +282,10 @@ class InMemoryDriver:
         if self.kv.pop(key, None) is not None:
             index = bisect_left(self._sorted, key)
             del self._sorted[index]
+
+    async def append_streams(self, writes: builtins.list[StreamWrite]) -> None:
+        """Append stream values and closes (``ctx.write_stream``)."""
+        self.streams.append(writes)
 
     # Alarms --------------------------------------------------------------------
 

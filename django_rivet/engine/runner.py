@@ -147,6 +147,7 @@ class WorkflowRun:
         self._wake = asyncio.Event()
         self._cancelled = False
         self._task: asyncio.Task[WorkflowOutcome] | None = None
+        self._storage: Storage | None = None
 
     def start(self) -> None:
         """Start the run in a task of the running event loop."""
@@ -200,7 +201,11 @@ class WorkflowRun:
     async def _main(self) -> WorkflowOutcome:
         while True:
             self._wake.clear()
-            outcome = await self._execute()
+            try:
+                outcome = await self._execute()
+            finally:  # nothing of this run may write after it ended
+                if self._storage is not None:
+                    self._storage.streams.stop()
             if self._cancelled and outcome.state != "cancelled":
                 outcome = await self._finish_cancelled()
             if (
@@ -247,7 +252,7 @@ class WorkflowRun:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _execute(self) -> WorkflowOutcome:
-        storage = await Storage.load(self.driver)
+        storage = self._storage = await Storage.load(self.driver)
         if self.on_history is not None:
             hook = self.on_history
             storage.on_flush = lambda: hook(_history(storage))

@@ -44,6 +44,7 @@ class Scope:
         "_events",
         "_in_flight",
         "_make_context",
+        "_streams",
         "checkpoint",
         "context",
         "location",
@@ -67,6 +68,8 @@ class Scope:
         self._in_flight: Coroutine[Any, Any, Any] | None = None
         # How many set_event calls this scope made per key: their entry names.
         self._events: dict[str, int] = {}
+        # How many stream writes and closes it made per key: their sources.
+        self._streams: dict[tuple[str, str], int] = {}
         self.context: Any = make_context(self)
 
     def child(self, location: keys.Location) -> Scope:
@@ -82,6 +85,12 @@ class Scope:
         """Count one more ``set_event(key)`` in this scope; return how many."""
         count = self._events.get(key, 0) + 1
         self._events[key] = count
+        return count
+
+    def count_stream(self, what: str, key: str) -> int:
+        """Count one more stream ``what`` (write, close) of ``key``; return how many."""
+        count = self._streams.get((what, key), 0) + 1
+        self._streams[(what, key)] = count
         return count
 
     # -- one entry at a time -----------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import observe, schema
+from . import observe, schema, streams
 from .driver import call_maybe_async
 from .errors import (
     KNOWN_ERRORS,
@@ -180,8 +180,14 @@ async def run_step(
     what = f'Output of step "{name}"'
     try:
         if options.transaction:
-            return await _run_transactional(scope, name, fn, entry)
-        raw = await _call_with_timeout(scope, name, fn, options.timeout)
+            with streams.in_step(transactional=True):
+                return await _run_transactional(scope, name, fn, entry)
+        with streams.in_step(transactional=False):
+            raw = await _call_with_timeout(scope, name, fn, options.timeout)
+        if storage.streams.pending:
+            # What the step wrote lands before its output is recorded: a
+            # crash in between re-runs the step (at least once), never loses it.
+            await storage.flush()
         _record_success(storage, entry, schema.roundtrip(raw, what), what)
     except StorageError:
         raise  # the driver's trouble, not the step's: the host retries the run

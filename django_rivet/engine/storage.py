@@ -42,6 +42,7 @@ from .limits import (
     check_record,
 )
 from .schema import Entry, EntryMetadata
+from .stream_buffer import StreamBuffer
 
 __all__ = [
     "MAX_CONCURRENT_DELETES",
@@ -86,6 +87,8 @@ class Storage:
         self._next_seq = 1
         self._lock = asyncio.Lock()
         self.on_flush: Callable[[], None] | None = None
+        # Stream writes (ctx.write_stream): committed after the history.
+        self.streams = StreamBuffer(driver, self.flush)
 
     # Loading ------------------------------------------------------------------
 
@@ -368,7 +371,7 @@ class Storage:
         """Return whether anything waits to be flushed."""
         if self._flushed_names < len(self.names) or self._dirty:
             return True
-        if self._published:
+        if self._published or self.streams.pending:
             return True
         if self.pending_prefixes or self.pending_keys or self.pending_ranges:
             return True
@@ -471,10 +474,11 @@ class Storage:
         async with self._lock:
             with loading.collector_paused():
                 plan = self._plan(with_deletions=True, only_fields=only_fields)
-            if plan.empty:
-                return
-            await observe.flush(apply(self.driver, plan), len(plan.writes))
-            self._commit(plan)
+            if not plan.empty:
+                await observe.flush(apply(self.driver, plan), len(plan.writes))
+                self._commit(plan)
+            if not only_fields:
+                await self.streams.commit()
 
     def transactional_writes(self) -> tuple[list[KVWrite], Plan]:
         """Build the write list of a transactional step without clearing markers.

@@ -216,6 +216,9 @@ class WorkflowDefinition:
     tz: str | None = None
     # Seconds each instance may live before it is cancelled (None: forever).
     timeout: float | None = None
+    # Who may read its streams over HTTP: (request, workflow_id, key) -> bool
+    # (sync or async). None: nobody (the SSE route answers 403).
+    can_read_stream: Callable[..., Any] | None = None
 
     def __call__(self, ctx: Any, input: Any) -> Awaitable[Any]:
         return self.fn(ctx, input)
@@ -242,6 +245,7 @@ def workflow(
     cron: str | None = None,
     tz: str | None = None,
     timeout: float | timedelta | None = None,
+    can_read_stream: Callable[..., Any] | None = None,
 ) -> Any:
     """Mark ``fn`` as a workflow: ``@workflow`` or ``@workflow(name="order")``.
 
@@ -249,8 +253,10 @@ def workflow(
     the input ``{"scheduled_at": <the tick, ISO 8601 UTC>}``. ``timeout``
     (seconds or a timedelta) gives every instance a deadline: when it
     passes, the instance is cancelled with reason ``timeout`` (its rollbacks
-    run). Registers nothing: the Django runtime keeps the registry and the
-    schedule.
+    run). ``can_read_stream(request, workflow_id, key)`` (sync or async)
+    decides who may follow its streams over HTTP (Server-Sent Events);
+    without it they are not readable over HTTP at all. Registers nothing:
+    the Django runtime keeps the registry and the schedule.
     """
     if cron is not None and not isinstance(cron, str):
         raise TypeError("cron is a cron expression string")
@@ -259,10 +265,17 @@ def workflow(
     limit = seconds(timeout)
     if limit is not None and limit <= 0:
         raise ValueError("A workflow timeout must be positive")
+    if can_read_stream is not None and not callable(can_read_stream):
+        raise TypeError("can_read_stream is a function (request, workflow_id, key)")
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
         definition = WorkflowDefinition(
-            name=name or func.__name__, fn=func, cron=cron, tz=tz, timeout=limit
+            name=name or func.__name__,
+            fn=func,
+            cron=cron,
+            tz=tz,
+            timeout=limit,
+            can_read_stream=can_read_stream,
         )
         defined.append(definition)
         return definition

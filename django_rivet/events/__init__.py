@@ -11,7 +11,9 @@ feeds) and sends one channel-layer message per invocation to the actor's
 group, which every web process's feed has joined. A message the layer
 drops is not lost: feeds notice the gap (or, for the last events, the head
 seq read by their periodic check) and read the events from the log.
-Connection-only messages go through :func:`send_to_channel`. Messages carry
+Connection-only messages go through :func:`send_to_channel`; workflow
+streams announce their commits to :func:`workflow_group` with
+:func:`send_to_group`. Messages carry
 CBOR-encoded arguments so any CBOR-serializable value survives
 channels_redis' msgpack transport.
 
@@ -38,7 +40,9 @@ from .layer import (
     publish,
     remove_listener,
     send_to_channel,
+    send_to_group,
     serving_loop,
+    workflow_group,
 )
 from .log import (
     READ_BATCH,
@@ -76,6 +80,8 @@ __all__ = [
     "read_bounded",
     "remove_listener",
     "send_to_channel",
+    "send_to_group",
     "serving_loop",
     "window",
+    "workflow_group",
 ]

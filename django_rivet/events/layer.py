@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
+import os
 import threading
 import uuid
 from collections import deque
@@ -45,7 +47,9 @@ __all__ = [
     "publish",
     "remove_listener",
     "send_to_channel",
+    "send_to_group",
     "serving_loop",
+    "workflow_group",
 ]
 
 # Channel-layer message types, dispatched by type: "rivet.events" goes to the
@@ -72,6 +76,15 @@ def actor_group(actor_id: uuid.UUID | str) -> str:
         actor_id.hex if isinstance(actor_id, uuid.UUID) else uuid.UUID(actor_id).hex
     )
     return f"rivet.actor.{hex_id}"
+
+
+def workflow_group(workflow_id: str) -> str:
+    """Return the channel-layer group of the processes following a workflow.
+
+    Workflow ids are free text: the group carries a digest of it.
+    """
+    digest = hashlib.blake2b(workflow_id.encode("utf-8", "surrogatepass"))
+    return f"rivet.workflow.{digest.hexdigest()[:40]}"
 
 
 class LayerHealth:
@@ -197,7 +210,35 @@ def publish(actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
     _send(layer, "publish", layer.group_send, actor_group(actor_id), message)
 
 
-class _Publisher:
+class _SendQueue:
+    """What is queued for a sending task, taken in batches (under one lock)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def _queued(self, add: Callable[[deque[Any]], None]) -> bool:
+        """Queue with ``add``; return True when no sending task runs (start one)."""
+        with self._lock:
+            add(self._queue)
+            if self._running:
+                return False
+            self._running = True
+            return True
+
+    def _batch(self) -> list[Any] | None:
+        """Take everything queued; None (the task ends) when nothing is."""
+        with self._lock:
+            if not self._queue:
+                self._running = False
+                return None
+            batch = list(self._queue)
+            self._queue.clear()
+            return batch
+
+
+class _Publisher(_SendQueue):
     """Send one event loop's publishes, in order, off the invoking threads.
 
     Publishes queued while a send is in flight go out together: consecutive
@@ -206,18 +247,13 @@ class _Publisher:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self.loop = loop
-        self._queue: deque[tuple[uuid.UUID, list[LoggedEvent]]] = deque()
-        self._lock = threading.Lock()
-        self._running = False
 
     def submit(self, actor_id: uuid.UUID, events: list[LoggedEvent]) -> None:
         """Queue ``events`` for the channel layer (from any thread)."""
-        with self._lock:
-            self._queue.append((actor_id, events))
-            if self._running:
-                return
-            self._running = True
+        if not self._queued(lambda queue: queue.append((actor_id, events))):
+            return
         try:
             self.loop.call_soon_threadsafe(self._start)
         except RuntimeError:  # the loop closed meanwhile: nobody to send them
@@ -230,13 +266,7 @@ class _Publisher:
 
     async def _drain(self) -> None:
         try:
-            while True:
-                with self._lock:
-                    if not self._queue:
-                        self._running = False
-                        return
-                    batch = list(self._queue)
-                    self._queue.clear()
+            while (batch := self._batch()) is not None:
                 layer = get_layer()
                 if layer is None:
                     continue
@@ -292,6 +322,68 @@ def send_to_channel(channel_name: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     _send(layer, "send", layer.send, channel_name, message)
+
+
+Merge = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
+def send_to_group(
+    group: str, message: dict[str, Any], merge: Merge | None = None
+) -> None:
+    """Send one message to every process in ``group`` (at most once, never raises).
+
+    The caller does not wait: the message is queued for the process's
+    publishing loop (a daemon thread), which sends queued messages in order
+    on one connection to the layer. A committing thread (a workflow's run)
+    so pays neither for Redis nor for an event loop per message. With
+    ``merge``, a message queued right behind one of the same group and merge
+    is joined to it (``merge(earlier, later)``): a burst costs the layer,
+    and the receiving processes, one message.
+    """
+    if get_layer() is not None:
+        _group_sender().submit(group, message, merge)
+
+
+class _GroupSender(_SendQueue):
+    """The process's publishing loop: group messages, in order, off the callers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        thread = threading.Thread(
+            target=self.loop.run_forever, name="rivet-publish", daemon=True
+        )
+        thread.start()
+
+    def submit(self, group: str, message: dict[str, Any], merge: Merge | None) -> None:
+        def add(queue: deque[Any]) -> None:
+            last = queue[-1] if queue else None
+            if merge is not None and last is not None and last[::2] == (group, merge):
+                queue[-1] = (group, merge(last[1], message), merge)
+            else:
+                queue.append((group, message, merge))
+
+        if self._queued(add):
+            self.loop.call_soon_threadsafe(self.loop.create_task, self._drain())
+
+    async def _drain(self) -> None:
+        while (batch := self._batch()) is not None:
+            layer = get_layer()
+            for group, message, _ in batch if layer is not None else ():
+                await _asend(layer, "group_send", layer.group_send, group, message)
+
+
+_sender: _GroupSender | None = None
+_sender_lock = threading.Lock()
+
+
+def _group_sender() -> _GroupSender:
+    global _sender
+    with _sender_lock:
+        if _sender is None or _sender.pid != os.getpid():  # new, or forked
+            _sender = _GroupSender()
+        return _sender
 
 
 def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:

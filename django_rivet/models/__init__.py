@@ -6,7 +6,8 @@
   ``QueueMessage``, ``WorkflowQueue`` (admission's lock per workflow queue),
   ``ScheduledWorkflow`` (the ticks of ``@workflow(cron=...)``);
 - :mod:`.workflows`: ``Workflow`` (the runtime's index and lease),
-  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``;
+  ``WorkflowKV`` (the engine's private KV namespace), ``WorkflowMessage``,
+  ``WorkflowStream`` and ``WorkflowStreamValue`` (``ctx.write_stream``);
 - :mod:`.overview`: ``Overview``, a proxy giving the admin's overview page
   its place and permission.
 - :mod:`.sql`: what differs per database, one dialect object per supported
@@ -46,6 +47,8 @@ from .workflows import (
     WorkflowKV,
     WorkflowMessage,
     WorkflowStatus,
+    WorkflowStream,
+    WorkflowStreamValue,
 )
 
 __all__ = [
@@ -73,5 +76,7 @@ __all__ = [
     "WorkflowMessage",
     "WorkflowQueue",
     "WorkflowStatus",
+    "WorkflowStream",
+    "WorkflowStreamValue",
     "_now",
 ]

@@ -320,3 +320,70 @@ class WorkflowMessage(models.Model):
     def decoded_body(self) -> Any:
         """Return the message body."""
         return schema.loads(bytes(self.body))
+
+
+# -- workflow streams (ctx.write_stream; docs/workflows.md, "Streams") ---------------
+# Rows of their own, not keys of the history: offsets are assigned here, at
+# commit, so writes from the body and from steps share one sequence; readers
+# ask for "offset > N" on an index; the engine never loads them back; and
+# the admin and the purge count and delete them with plain queries.
+
+
+class WorkflowStream(models.Model):
+    """One stream of a workflow: how many values it holds, whether it is closed."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="streams", db_index=False
+    )
+    key = models.CharField(max_length=255)
+    # The offset of the last value (values are numbered 1, 2, 3...).
+    length = models.PositiveBigIntegerField(default=0)
+    closed = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(default=base.now)
+
+    class Meta:
+        verbose_name = "workflow stream"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "key"], name="rivet_wfstream_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"stream {self.key!r} of {self.workflow_id} ({self.length} values)"
+
+
+class WorkflowStreamValue(models.Model):
+    """One value of a stream, at its offset (CBOR)."""
+
+    id = models.BigAutoField(primary_key=True)
+    stream = models.ForeignKey(
+        WorkflowStream, on_delete=models.CASCADE, related_name="values", db_index=False
+    )
+    offset = models.PositiveBigIntegerField()
+    value = models.BinaryField()
+    # A write from the workflow body names its place in the code: a replay
+    # writing it again is recognised ("": written inside a step).
+    source = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        verbose_name = "workflow stream value"
+        constraints = [
+            # Also the index of "the values after offset N".
+            models.UniqueConstraint(
+                fields=["stream", "offset"], name="rivet_wfstreamvalue_offset"
+            ),
+            models.UniqueConstraint(
+                fields=["stream", "source"],
+                condition=~models.Q(source=""),
+                name="rivet_wfstreamvalue_source",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"value {self.offset} of stream {self.stream_id}"
+
+    def decoded_value(self) -> Any:
+        """Return the value."""
+        return schema.loads(bytes(self.value))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,6 +30,7 @@ from typing import Any, Protocol
 from .. import events
 from ..conf import rivet_settings
 from ..events import LoggedEvent
+from ..events.hubs import LoopHub, current, run_once
 from ..exceptions import RivetError
 from ..models.db import run_db
 
@@ -198,12 +198,9 @@ class Feed:
 
     def schedule_fill(self, delay: float = 0.0) -> None:
         """Start reading ``(filled, head]`` from the log, unless already busy."""
-        if self._fill_task is None or self._fill_task.done():
-            self._fill_task = self.hub.loop.create_task(self._fill(delay))
+        self._fill_task = run_once(self.hub.loop, self._fill_task, self._fill, delay)
 
-    async def _fill(self, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
+    async def _fill(self) -> None:
         try:
             while self.filled < self.head and self.waiting():
                 upper = min(self.pending) if self.pending else self.head + 1
@@ -294,22 +291,16 @@ class Feed:
 
 
 # -- this process's subscription ----------------------------------------------------
-class Hub:
+class Hub(LoopHub):
     """The channel-layer side of every feed of one event loop (one per process)."""
 
+    channel_prefix = "rivet.feed"
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        super().__init__(loop)
         self.feeds: dict[uuid.UUID, Feed] = {}
-        self.layer = events.get_layer()
-        # A channel of its own (not process-local): its messages never queue
-        # behind the connections' own messages.
-        self.channel = f"rivet.feed.{uuid.uuid4().hex}"
-        self.stopped = False
         self._rejoin = False
         self._db_failures = 0
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._receiver: asyncio.Task[None] | None = None
-        self._checker: asyncio.Task[None] | None = None
         events.add_listener(self._offer_threadsafe)
 
     # -- feeds ---------------------------------------------------------------------
@@ -318,13 +309,10 @@ class Hub:
         feed = self.feeds.get(actor_id)
         if feed is None:
             feed = self.feeds[actor_id] = Feed(self, actor_id, stream.cursor)
-            self._spawn(self._join(feed))
+            self.spawn(self._join(feed))
         feed.streams.add(stream)
         feed.note_head(stream.cursor)
-        if self._checker is None:
-            self._checker = self.loop.create_task(self._check_loop())
-            if self.layer is not None:
-                self._receiver = self.loop.create_task(self._receive_loop())
+        self.start()
         return feed
 
     def detach(self, feed: Feed, stream: Follower) -> None:
@@ -336,31 +324,23 @@ class Hub:
         del self.feeds[feed.actor_id]
         feed.close()
         if self.layer is not None and feed.joined:
-            self._spawn(self._leave(feed.actor_id))
+            self.spawn(self._leave(feed.actor_id))
         if not self.feeds:
             self.stop()
 
-    def stop(self) -> None:
-        """Stop the hub's tasks (no feed left); a new one starts when needed."""
-        self.stopped = True
+    def stopping(self) -> None:
+        """Stop hearing this process's commits (no feed left)."""
         events.remove_listener(self._offer_threadsafe)
-        with _hubs_lock:
-            if _hubs.get(self.loop) is self:
-                del _hubs[self.loop]
-        for task in (self._receiver, self._checker):
-            if task is not None:
-                task.cancel()
+
+    def interval(self) -> float:
+        """Return the seconds between two checks of the actors' latest seqs."""
+        return check_interval()
 
     def db_failed(self, what: str, exc: BaseException) -> None:
         """Log a database failure once per outage (retried every check)."""
         self._db_failures += 1
         if self._db_failures == 1:
             logger.warning("%s failed; retrying every check", what, exc_info=exc)
-
-    def _spawn(self, coro: Any) -> None:
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _join(self, feed: Feed) -> None:
         if self.layer is None:
@@ -417,16 +397,12 @@ class Hub:
             return
         self._offer(actor_id, batch, last)
 
-    async def _receive_loop(self) -> None:
-        while True:
-            if self._rejoin:
-                await self._rejoin_all()
-            message = await events.channel_receive(
-                self.layer, self.channel, recover=self._after_outage
-            )
-            self.handle(message)
+    async def before_receive(self) -> None:
+        """Rejoin the groups a failed join left."""
+        if self._rejoin:
+            await self._rejoin_all()
 
-    async def _after_outage(self) -> None:
+    async def recover(self) -> None:
         # After an outage Redis may have forgotten the groups.
         self._rejoin = True
         await self._rejoin_all()
@@ -446,11 +422,6 @@ class Hub:
         await self.check()
 
     # -- the tail check ------------------------------------------------------------
-    async def _check_loop(self) -> None:
-        while True:
-            await asyncio.sleep(check_interval())
-            await self.check()
-
     async def check(self, feeds: list[Feed] | None = None) -> None:
         """Read the latest seq of the feeds' actors; fetch what they missed."""
         targets = list(self.feeds.values()) if feeds is None else feeds
@@ -481,20 +452,11 @@ class Hub:
                     and now - feed.rejoined_at > REJOIN_INTERVAL
                 ):
                     feed.rejoined_at = now
-                    self._spawn(self._join(feed))
+                    self.spawn(self._join(feed))
             elif feed.filled < feed.head:
                 feed.schedule_fill()  # an earlier fill failed
 
 
-_hubs: dict[asyncio.AbstractEventLoop, Hub] = {}
-_hubs_lock = threading.Lock()
-
-
 def current_hub() -> Hub:
     """Return the hub of the running event loop (started on first use)."""
-    loop = asyncio.get_running_loop()
-    with _hubs_lock:
-        hub = _hubs.get(loop)
-        if hub is None or hub.stopped:
-            hub = _hubs[loop] = Hub(loop)
-    return hub
+    return current(Hub)

@@ -30,6 +30,7 @@ from ..conf import rivet_settings
 from ..encoding import encode
 from ..exceptions import InvalidEncoding, MalformedRequest, RequestTooLarge
 from ..tokens import mask_tokens
+from .sse import SSE_ROUTES, BoundedSend
 
 __all__ = [
     "BodyLimitMiddleware",
@@ -53,8 +54,8 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {name.lower(): value for name, value in scope.get("headers", [])}
 
 
-def _is_rivet_route(scope: Scope) -> bool:
-    """Tell whether the request goes to one of django-rivet's views."""
+def _rivet_route(scope: Scope) -> str | None:
+    """Return the URL name of the django-rivet view the request goes to, if any."""
     path = scope.get("path", "")
     root = scope.get("root_path", "")
     if root and path.startswith(root):
@@ -62,12 +63,15 @@ def _is_rivet_route(scope: Scope) -> bool:
     try:
         match = resolve(path or "/")
     except Resolver404:
-        return False
-    return APP_NAME in match.app_names
+        return None
+    return (match.url_name or "") if APP_NAME in match.app_names else None
 
 
 class BodyLimitMiddleware:
     """Answer 413 for django-rivet request bodies over ``MAX_HTTP_BODY_BYTES``.
+
+    It also bounds what the server buffers for a reader of the Server-Sent
+    Events routes (:class:`~.sse.BoundedSend`).
 
     ::
 
@@ -82,9 +86,21 @@ class BodyLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, unless its body is too large for the route."""
-        if scope.get("type") != "http" or not _is_rivet_route(scope):
+        route = _rivet_route(scope) if scope.get("type") == "http" else None
+        if route is None:
             await self.app(scope, receive, send)
             return
+        if route in SSE_ROUTES:
+            # An event stream: its unsent data is bounded like a socket's.
+            bounded = BoundedSend(send)
+            try:
+                await self._limit(scope, receive, bounded)
+            finally:
+                bounded.close()
+            return
+        await self._limit(scope, receive, send)
+
+    async def _limit(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = rivet_settings.MAX_HTTP_BODY_BYTES
         headers = _headers(scope)
         raw_length = headers.get(b"content-length")

@@ -56,7 +56,10 @@ from ..actors.rows import ActorRef
 from ..conf import rivet_settings
 from ..encoding import run_decoder
 from ..events import channel_receive
-from ..exceptions import ConnectionExpired, EventLogTruncated, RivetError
+from ..exceptions import (
+    ConnectionExpired,
+    RivetError,
+)
 from ..signals import socket_opened
 from . import parsing
 from .codec import FrameCodec
@@ -220,20 +223,8 @@ class ConnectionConsumer(FrameCodec, Sender, AsyncConsumer):
         init = self.encode_init(result)
         if init:
             await self.send_frame(init)
-        for refusal in result.refused.values():
-            await self.send_error_frame(refusal)
-        if result.truncated:
-            await self.send_error_frame(
-                EventLogTruncated(
-                    "The event log no longer reaches back to the requested seq; "
-                    "refetch the state",
-                    metadata={
-                        "since": plan.since,
-                        "oldest": result.oldest,
-                        "latest": result.head,
-                    },
-                )
-            )
+        for notice in result.notices(plan.since):
+            await self.send_error_frame(notice)
         self._reader = asyncio.create_task(self._read_frames())
 
     def connect_operation(self, plan: ConnectPlan) -> Connect:

@@ -3,7 +3,8 @@
 Settings (seconds or a ``timedelta``; ``None`` keeps forever):
 
 - ``WORKFLOW_RETENTION``: a finished workflow (completed, failed, cancelled)
-  with its history (``WorkflowKV``) and inbox (``WorkflowMessage``), that
+  with its history (``WorkflowKV``), inbox (``WorkflowMessage``) and streams
+  (``WorkflowStream``, ``WorkflowStreamValue``), that
   long after it finished. Active workflows (pending, running, sleeping,
   waiting for a message, rolling back) are never deleted whatever their age,
   nor a finished one whose lease an operation holds (recover, replay). Once
@@ -47,6 +48,8 @@ from ..models import (
     Workflow,
     WorkflowKV,
     WorkflowMessage,
+    WorkflowStream,
+    WorkflowStreamValue,
     db,
 )
 from ..scheduling.claims import skip_locked
@@ -80,6 +83,8 @@ TABLES = (
     "Workflow",
     "WorkflowKV",
     "WorkflowMessage",
+    "WorkflowStream",
+    "WorkflowStreamValue",
     "Schedule",
     "QueueMessage",
     "CronRun",
@@ -169,6 +174,10 @@ def eligible() -> dict[str, QuerySet[Any]]:
         "Workflow": _workflows(),
         "WorkflowKV": WorkflowKV.objects.filter(workflow__in=workflows),
         "WorkflowMessage": WorkflowMessage.objects.filter(workflow__in=workflows),
+        "WorkflowStream": WorkflowStream.objects.filter(workflow__in=workflows),
+        "WorkflowStreamValue": WorkflowStreamValue.objects.filter(
+            stream__workflow__in=workflows
+        ),
         "Schedule": _schedules(),
         "QueueMessage": _queue_messages(),
         "CronRun": _excess_cron_runs(),

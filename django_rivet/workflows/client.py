@@ -9,6 +9,7 @@
     h.result(timeout=60)          # the output, or raises the failure
     h.request("ask", {...}, timeout=30)   # send, and wait for ctx.reply's value
     h.get_event("progress")       # the latest ctx.set_event("progress", ...)
+    for token in h.read_stream("tokens"): ...  # ctx.write_stream's values, live
     workflows.filter(status="failed", name="order")   # handles, newest first
 
 Workflows run on Celery workers (``rivet.run_workflow``), or on the
@@ -44,6 +45,7 @@ from ..engine.ops import WorkflowSnapshot
 from ..engine.values import seconds
 from ..models import WORKFLOW_FINISHED, Workflow, db
 from . import control, operations, published, queries, registry
+from .stream_feeds import StreamReading
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -63,7 +65,7 @@ _POLL_FIRST = 0.02
 _POLL_MAX = 0.5
 
 
-class WorkflowHandle:
+class WorkflowHandle(StreamReading):
     """A reference to one workflow instance."""
 
     def __init__(self, workflow_id: str, name: str) -> None:

@@ -47,9 +47,10 @@ from ..engine import (
     encode_message_body,
     schema,
 )
+from ..engine.stream_store import StreamWrite
 from ..models import WorkflowKV, WorkflowMessage, db, sql
 from ..models.base import prefix_end
-from . import blocking, children
+from . import blocking, children, streams
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
 
 if TYPE_CHECKING:
@@ -122,6 +123,8 @@ class DjangoDriver:
         # The run's last batch, written with the release (write_held).
         self._defer_next = False
         self._held: builtins.list[KVWrite] = []
+        # Whether this run wrote to a stream (its end is announced to readers).
+        self.streamed = False
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -381,6 +384,21 @@ class DjangoDriver:
         # In the database thread, while the loop runs: make_writes goes back
         # to the loop.
         return await sync_to_async(work, thread_sensitive=True)(True)
+
+    async def append_streams(self, writes: builtins.list[StreamWrite]) -> None:
+        """Append stream values (``ctx.write_stream``) in one fenced transaction.
+
+        Readers hear of them once that transaction commits.
+        """
+
+        def append() -> None:
+            appended = self._write(
+                lambda: streams.append_rows(self.workflow_id, writes)
+            )
+            streams.announce_on_commit(self.workflow_id, appended)
+
+        await self._db(append)
+        self.streamed = True
 
     async def call_sync(self, fn: Callable[[], Any]) -> Any:
         """Run a synchronous step function where the database work runs."""

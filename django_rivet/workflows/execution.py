@@ -41,7 +41,7 @@ from ..models import (
     WorkflowStatus,
     db,
 )
-from . import children, leases, queues, registry
+from . import children, leases, queues, registry, streams
 from .blocking import run_private
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
@@ -357,6 +357,10 @@ def release(
                 driver.write_held()
             written = leases.release(lease, **fields)
             _after_release(lease, written, status)
+            if driver is not None and driver.streamed and written is not None:
+                if status in WORKFLOW_FINISHED:  # its readers end after commit
+                    ended = lease.workflow_id
+                    db.on_commit(lambda: streams.announce(ended, [], ended=True))
     except LeaseLost:
         # Fenced out as at any write (a cancel was requested, or a successor
         # took over): its last batch is dropped, as a failed flush would be.

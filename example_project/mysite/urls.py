@@ -10,6 +10,7 @@ urlpatterns = [
     path("orders/", include("orders.urls")),
     path("digest/", include("digest.urls")),
     path("counter/", include("demo.urls")),
+    path("story/", include("story.urls")),
     path("admin/", admin.site.urls),
     path("rivet/", include("django_rivet.urls")),
 ]

@@ -37,6 +37,18 @@ def test_staff_sees_the_workflow_decoded(viewer):
     assert "shown" in listing and "completed" in listing
 
 
+def test_a_workflow_s_streams_show_their_length_and_last_values(viewer):
+    handle = workflows.start("streamer", {"count": 12}, id="streamed")
+    run_until_idle(handle)
+    page = viewer.get(reverse("admin:django_rivet_workflow_change", args=["streamed"]))
+    html = page.content.decode().replace("&quot;", '"')
+    assert '"key": "n"' in html and '"length": 12' in html
+    assert '"closed": true' in html
+    assert '"last 5 values": {\n' in html
+    # By offset (from 1): the values 7..11 at offsets 8..12.
+    assert '"12": 11' in html and '"8": 7' in html and '"7": 6' not in html
+
+
 def test_failures_and_messages_are_shown(viewer):
     doomed = workflows.start("doomed", {}, id="doomed")
     run_until_idle(doomed)

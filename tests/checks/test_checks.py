@@ -423,6 +423,29 @@ def test_a_sync_workflow_function_is_e202():
     assert [m.id for m in messages if m.id == "rivet.E203"] == ["rivet.E203"]
 
 
+def test_a_can_read_stream_that_cannot_take_its_arguments_is_e205():
+    from django_rivet.workflows import workflow
+    from django_rivet.workflows.registry import register_temporarily
+
+    @workflow(name="badReader", can_read_stream=lambda request: True)
+    async def bad_reader(ctx, input):
+        return 1
+
+    @workflow(name="goodReader", can_read_stream=lambda request, wid, key: True)
+    async def good_reader(ctx, input):
+        return 1
+
+    with register_temporarily(bad_reader, good_reader):
+        messages = [m for m in run_checks() if m.id == "rivet.E205"]
+    assert [m.msg for m in messages] == [
+        rivet_checks.E205.format(
+            name="badReader",
+            function=f"{__name__}.{bad_reader.fn.__qualname__}",
+            signature="(request)",
+        )
+    ]
+
+
 def test_names_that_differ_only_by_case_are_w101_and_w201():
     from django_rivet.workflows import workflow
     from django_rivet.workflows.registry import register_temporarily

@@ -38,6 +38,7 @@ from django_rivet.engine import (
     Loop,
     StorageError,
     WorkflowOutcome,
+    cbor,
     read_history,
     run_workflow,
 )
@@ -59,6 +60,7 @@ _COUNTED = (
     "add_message",
     "receive_messages",
     "complete_message",
+    "append_streams",
 )
 
 
@@ -240,6 +242,33 @@ def _rollback(effects: Effects) -> Callable[..., Awaitable[Any]]:
     return wf
 
 
+def _streams(effects: Effects) -> Callable[..., Awaitable[Any]]:
+    def chunk(ctx: Any, count: int) -> Callable[[], Awaitable[int]]:
+        async def write() -> int:
+            effects.counts["chunk"] += 1
+            for index in range(count):
+                await ctx.write_stream("steps", f"s{index}")
+            if effects.counts["chunk"] == 1:
+                raise RuntimeError("chunk fails once")
+            return count
+
+        return write
+
+    async def wf(ctx: Any, input: Any) -> Any:
+        for index in range(3):
+            await ctx.write_stream("body", index)
+        a = await ctx.step("a", effects.effect("a", 1))
+        await ctx.write_stream("body", {"after": a})
+        written = await ctx.step("chunk", chunk(ctx, 2), retry_backoff_base=5)
+        await ctx.sleep("pause", 60)
+        for index in range(3, 8):
+            await ctx.write_stream("body", index)
+        await ctx.close_stream("body")
+        return written
+
+    return wf
+
+
 SCENARIOS = (
     Scenario("steps", _steps, {"a": 1}),
     Scenario("loop", _loop),
@@ -250,6 +279,7 @@ SCENARIOS = (
         messages=((("go", {"n": 1}),), (("item", "x"), ("item", "y"))),
     ),
     Scenario("rollback", _rollback),
+    Scenario("streams", _streams),
 )
 
 
@@ -302,6 +332,38 @@ class Reference:
     history: list[tuple[str, str, str, Any]]
     effects: collections.Counter[str]
     calls: int
+    streams: dict[str, tuple[list[Any], bool]] = dataclasses.field(default_factory=dict)
+
+
+async def stream_contents(inner: Any) -> dict[str, tuple[list[Any], bool]]:
+    """Return every stream of the driver's workflow: ``key: (values, closed)``."""
+    memory = getattr(inner, "streams", None)
+    if memory is not None:
+        return {
+            key: ([cbor.loads(v) for v in log.values], log.closed)
+            for key, log in memory.logs.items()
+        }
+    from asgiref.sync import sync_to_async
+
+    from django_rivet.workflows import streams
+
+    return await sync_to_async(streams.contents)(inner.workflow_id)
+
+
+def check_streams(
+    found: dict[str, tuple[list[Any], bool]],
+    expected: dict[str, tuple[list[Any], bool]],
+    context: str,
+) -> None:
+    """Body streams match exactly; values written in steps come at least once."""
+    assert found.keys() == expected.keys(), context
+    for key, (values, closed) in expected.items():
+        got, got_closed = found[key]
+        assert got_closed == closed, f"{context}: stream {key} closed={got_closed}"
+        if key == "steps":  # written inside a retried step: at least once
+            assert set(got) == set(values), f"{context}: stream {key} {got}"
+        else:
+            assert got == values, f"{context}: stream {key} has {got}"
 
 
 def _outcome(outcome: WorkflowOutcome) -> tuple[str, Any, str | None]:
@@ -329,7 +391,8 @@ async def reference(
         list(scenario.messages),
     )
     history = _shape(await read_history(inner))
-    return Reference(_outcome(outcome), history, effects.counts, driver.calls)
+    streams = await stream_contents(inner)
+    return Reference(_outcome(outcome), history, effects.counts, driver.calls, streams)
 
 
 def _done_steps(history: list[Any]) -> set[str]:
@@ -390,4 +453,5 @@ async def check_recovery(
     assert _outcome(outcome) == expected.outcome, context
     assert _shape(await read_history(inner)) == expected.history, context
     assert not pending, f"{context}: scripted messages were left unsent"
+    check_streams(await stream_contents(inner), expected.streams, context)
     return driver.fired

@@ -65,3 +65,22 @@ def in_threads_each(
         if thread.is_alive():
             errors.append(TimeoutError(f"a thread still runs after {timeout} s"))
     return errors
+
+
+def run_in_background(workflow_id: str) -> threading.Thread:
+    """Run a workflow to idle in a thread of its own, as a worker would.
+
+    The caller joins the thread; it closes its database connections.
+    """
+    from django_rivet import workflows
+    from django_rivet.testing import run_until_idle
+
+    def work() -> None:
+        try:
+            run_until_idle(workflows.get(workflow_id))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread

@@ -15,6 +15,7 @@ from tests.support import e2e_views  # noqa: E402
 
 urlpatterns += [
     path("rivet-test/browser/", e2e_views.browser_page),
+    path("rivet-test/stream/", e2e_views.stream_page),
     # daphne serves no static files itself; DEBUG is off in the tests.
     re_path(r"^static/(?P<path>.*)$", _serve_static, {"insecure": True}),
 ]

@@ -609,13 +609,15 @@ class Newsroom(Actor):
 
     ``on_auth`` answers the ``X-Newsroom`` handshake header: ``busy`` raises
     ``actor/busy`` (a lock that stayed taken: a 503, not a refusal),
-    ``closed`` refuses.
+    ``closed`` refuses, ``sse`` admits Server-Sent Events followers only.
     """
 
     name = "newsroom"
 
     def on_auth(self, ctx, info):
         word = info.headers.get("X-Newsroom")
+        if word == "sse":
+            return info.transport == "sse" and info.kind == "connect"
         if word == "busy":
             raise ActorBusy("The newsroom is busy", metadata={"retry_after": 1})
         return word != "closed"

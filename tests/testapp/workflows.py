@@ -337,3 +337,29 @@ async def listener(ctx, input):
     while True:
         await ctx.messages.next(f"ping-{index}", names=["ping"])
         index += 1
+
+
+def may_read_stream(request, workflow_id, key):
+    """Who may follow the ``streamer``'s streams over HTTP (the SSE tests)."""
+    return key != "secret" and request.headers.get("X-Refuse") is None
+
+
+@workflow(name="streamer", can_read_stream=may_read_stream)
+async def streamer(ctx, input):
+    """Write ``count`` values (0, 1, 2...) to stream ``n``, then close it.
+
+    Before each group of ``every`` values a step sleeps ``delay`` seconds: a
+    replay skips the sleeps it recorded, and a worker killed mid-stream
+    leaves a history to resume from. ``hold``: wait for the message
+    ``release`` before closing. ``pad``: write ``[index, "x" * pad]`` instead.
+    """
+    every, delay = input.get("every", 50), input.get("delay", 0)
+    pad = "x" * input.get("pad", 0)
+    for index in range(input["count"]):
+        if delay and index % every == 0:
+            await ctx.step(f"pause-{index}", lambda: time.sleep(delay))
+        await ctx.write_stream("n", [index, pad] if pad else index)
+    if input.get("hold"):
+        await ctx.messages.next("hold", names=["release"])
+    await ctx.close_stream("n")
+    return input["count"]

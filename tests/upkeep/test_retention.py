@@ -26,6 +26,7 @@ from django_rivet.models import (
     Workflow,
     WorkflowKV,
     WorkflowMessage,
+    WorkflowStreamValue,
 )
 from django_rivet.testing import (
     freeze_time,
@@ -303,6 +304,8 @@ def test_rivet_purge_dry_run_prints_counts_per_table_and_deletes_nothing(capsys)
     with freeze_time(START) as clock:
         finished_workflow("a", message="note")
         finished_workflow("b")
+        streamed = workflows.start("streamer", {"count": 3}, id="c")
+        assert run_until_idle(streamed) == "completed"
         alarm = actors.get_or_create("alarmClock", "dry")
         alarm.call("set_alarm", 1, "fired")
         clock.advance(1)
@@ -311,13 +314,15 @@ def test_rivet_purge_dry_run_prints_counts_per_table_and_deletes_nothing(capsys)
         kv_rows = WorkflowKV.objects.count()
         call_command("rivet_purge", "--dry-run")
         dry = capsys.readouterr().out
-        assert Workflow.objects.count() == 2 and Schedule.objects.count() == 1
+        assert Workflow.objects.count() == 3 and Schedule.objects.count() == 1
         call_command("rivet_purge", "--batch-size", "1")
         done = capsys.readouterr().out
     expected = [
-        "Workflow: 2",
+        "Workflow: 3",
         f"WorkflowKV: {kv_rows}",
         "WorkflowMessage: 1",
+        "WorkflowStream: 1",
+        "WorkflowStreamValue: 3",
         "Schedule: 1",
         "QueueMessage: 0",
         "CronRun: 0",
@@ -325,7 +330,7 @@ def test_rivet_purge_dry_run_prints_counts_per_table_and_deletes_nothing(capsys)
     assert dry.splitlines() == ["Dry run: nothing deleted. Eligible rows:", *expected]
     assert done.splitlines() == ["Deleted rows:", *expected]
     assert not Workflow.objects.exists() and not WorkflowKV.objects.exists()
-    assert not Schedule.objects.exists()
+    assert not Schedule.objects.exists() and not WorkflowStreamValue.objects.exists()
 
 
 # -- destroyed actors ------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from django_rivet import workflows
 from django_rivet.models import Workflow
+from django_rivet.workflows import streams
 from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
 from tests.support.servers import (
@@ -87,6 +88,30 @@ def test_a_killed_worker_s_workflow_finishes_elsewhere_with_each_transactional_r
     once = {step: n for step, n in counts.items() if int(step[1:]) % 2 == 0}
     assert once == {f"s{index}": 1 for index in range(0, 20, 2)}
     assert Workflow.objects.get(pk="killed").run_count >= 2
+
+
+def test_a_stream_written_by_a_killed_worker_has_no_duplicate_and_no_gap(broker, env):
+    """Issue 41: SIGKILL mid-stream; another worker resumes by replay.
+
+    The body's writes carry their place in the code: the rescuer's replay
+    writes them again and the database drops them, so a reader following
+    the stream through the kill gets every value once, in order.
+    """
+    got = []
+    with celery_worker(env, name="doomed") as doomed:
+        handle = workflows.start(
+            "streamer", {"count": 1000, "every": 20, "delay": 0.1}, id="streamed"
+        )
+        values = handle.read_stream("n")
+        got += [next(values) for _ in range(300)]  # it writes, the reader follows
+        kill9(doomed)  # mid-stream
+    assert handle.status == "running"
+    with celery_worker(env, beat=True, name="rescuer"):
+        got += list(values)  # through the kill, to the close
+        assert handle.result(timeout=90) == 1000
+    assert got == list(range(1000))
+    assert streams.contents("streamed") == {"n": (list(range(1000)), True)}
+    assert Workflow.objects.get(pk="streamed").run_count >= 2
 
 
 def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(

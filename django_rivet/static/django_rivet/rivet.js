@@ -11,6 +11,12 @@
 //   conn.status;   // "connecting" | "connected" | "disconnected"
 //   conn.close();
 //
+//   // Server-Sent Events (EventSource): a workflow's stream, an actor's events.
+//   client.workflowStream("report-42", "rows", { onValue: (value, offset) => add(value),
+//                                               onClose: () => done() });
+//   const feed = room.events({ subscribe: ["newMessage"] });
+//   feed.on("newMessage", (user, text) => render(user, text));
+//
 // A dropped connection reconnects with exponential backoff and resumes its
 // event stream with `since`, so events sent while it was away are delivered
 // once, in order. Calls in flight when it dropped are rejected with the
@@ -53,6 +59,12 @@ function base64url(text) {
   return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+/** How long to wait before the next reconnection: exponential, with jitter. */
+function backoff(client, attempt) {
+  const { initialDelay, maxDelay } = client.reconnect;
+  return Math.min(maxDelay, initialDelay * 2 ** attempt) * (0.5 + Math.random() / 2);
+}
+
 /** Create a client for the django-rivet routes mounted at `baseUrl`. */
 export function createClient(baseUrl, options = {}) {
   return new Client(baseUrl, options);
@@ -70,6 +82,20 @@ export class Client {
   /** Address an actor by name and key (a string or an array of strings). */
   actor(name, key, options = {}) {
     return new ActorHandle(this, name, keyParts(key), options);
+  }
+
+  /**
+   * Follow a workflow's stream (`ctx.write_stream`) over Server-Sent Events.
+   * Options: `since` (the values after that offset; 0: all), `onValue(value,
+   * offset)`, `onClose()` (the stream was closed or the workflow finished:
+   * every value was delivered), `onError(error)`. Resumes by itself after a
+   * dropped network, with no gap and no repeat. `stream.close()` stops.
+   */
+  workflowStream(workflowId, key, { since = 0, onValue, onClose, onError } = {}) {
+    const path = `workflows/${encodeURIComponent(workflowId)}/streams/${encodeURIComponent(key)}`;
+    const follower = new EventFollower(this, path, [], since, { onClose, onError });
+    if (onValue) follower.on("message", (value) => onValue(value, follower.lastId));
+    return follower;
   }
 
   url(path, params, protocol) {
@@ -170,6 +196,108 @@ export class ActorHandle {
    */
   connect(params = null, options = {}) {
     return new Connection(this, params, options);
+  }
+
+  /**
+   * Follow the actor's events over Server-Sent Events (no actions, no
+   * connection state): `subscribe` is a list of names or "*", `since` the
+   * seq to replay after. `events.on(name, fn)`, `events.onResync(fn)`,
+   * `events.onError(fn)`, `events.lastSeq`, `events.close()`.
+   */
+  events({ subscribe = "*", since = null, onError } = {}) {
+    const names = subscribe === "*" ? ["*"] : [].concat(subscribe);
+    // The route creates no actor unless asked: as connect() would, by default.
+    const params = [...this.params(), ["subscribe", names.join(",")]];
+    if (!this.actorId) params.push(["create", String(this.createMissing)]);
+    return new EventFollower(this.client, `${this.path}/events`, params, since, { onError });
+  }
+}
+
+/**
+ * One EventSource, kept open: the browser reconnects it after a dropped
+ * network with `Last-Event-ID`; if the browser gives up (a server that was
+ * down), it is opened again after a backoff, from the last id received.
+ */
+export class EventFollower {
+  constructor(client, path, params, since, { onClose, onError } = {}) {
+    // lastId: the id of the last message received (an offset, or an event seq).
+    Object.assign(this, { client, path, params, lastId: since, closed: false });
+    this._handlers = new Map();
+    this._errorHandlers = onError ? [onError] : [];
+    this._resyncHandlers = [];
+    Object.assign(this, { _onClose: onClose, _attempt: 0, _timer: null });
+    this._open();
+  }
+
+  get lastSeq() {
+    return this.lastId;
+  }
+
+  /** Call `fn(...args)` for each event `name` ("message": a stream's values). */
+  on(name, fn) {
+    if (!this._handlers.has(name)) {
+      this._handlers.set(name, new Set());
+      if (this._source) this._listen(this._source, name);
+    }
+    this._handlers.get(name).add(fn);
+    return () => this._handlers.get(name).delete(fn);
+  }
+
+  /** Call `fn(error)` for error notices and refused subscriptions. */
+  onError(fn) {
+    this._errorHandlers.push(fn);
+  }
+
+  /** Call `fn(error)` when events will not come (missed, log truncated). */
+  onResync(fn) {
+    this._resyncHandlers.push(fn);
+  }
+
+  close() {
+    this.closed = true;
+    clearTimeout(this._timer);
+    if (this._source) this._source.close();
+  }
+
+  _open() {
+    if (this.closed) return;
+    const params = [...this.params];
+    if (this.lastId !== null && this.lastId !== undefined) params.push(["since", String(this.lastId)]);
+    const source = new EventSource(this.client.url(this.path, params), {
+      withCredentials: this.client.credentials === "include",
+    });
+    this._source = source;
+    for (const name of this._handlers.keys()) this._listen(source, name);
+    source.addEventListener("open", () => { this._attempt = 0; });
+    source.addEventListener("init", (event) => {
+      if (source === this._source && event.lastEventId !== "") this.lastId = Number(event.lastEventId);
+    });
+    source.addEventListener("close", () => {
+      this.close();
+      if (this._onClose) this._onClose();
+    });
+    source.addEventListener("error", (event) => {
+      if (event instanceof MessageEvent) {
+        const error = new RivetError(JSON.parse(event.data));
+        const handlers = RESYNC_CODES.has(error.qualifiedCode) ? this._resyncHandlers : [];
+        for (const fn of [...handlers, ...this._errorHandlers]) fn(error);
+      } else if (source.readyState === EventSource.CLOSED && !this.closed) {
+        // Refused (an HTTP error) or given up: try again later, from lastId.
+        this._timer = setTimeout(() => this._open(), backoff(this.client, this._attempt++));
+      }
+    });
+  }
+
+  _listen(source, name) {
+    source.addEventListener(name, (event) => {
+      if (source !== this._source || this.closed) return;
+      if (event.lastEventId !== "") this.lastId = Number(event.lastEventId);
+      const data = JSON.parse(event.data);
+      for (const fn of [...this._handlers.get(name)]) {
+        if (name === "message") fn(data);
+        else fn(...data);
+      }
+    });
   }
 }
 
@@ -413,10 +541,7 @@ export class Connection {
       return;
     }
     this._setStatus("connecting");
-    const { initialDelay, maxDelay } = this.actor.client.reconnect;
-    const delay = Math.min(maxDelay, initialDelay * 2 ** this._attempt);
-    this._attempt += 1;
-    this._timer = setTimeout(() => this._open(), delay * (0.5 + Math.random() / 2));
+    this._timer = setTimeout(() => this._open(), backoff(this.actor.client, this._attempt++));
   }
 
   _failPending(error) {
