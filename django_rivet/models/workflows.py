@@ -54,6 +54,10 @@ WORKFLOW_FINISHED = [
     WorkflowStatus.FAILED,
     WorkflowStatus.CANCELLED,
 ]
+# Rows a worker still has work on: the active ones, and cancelled ones whose
+# cancel is still to be carried out (``cancel_requested``: the rollbacks of
+# a workflow cancelled while a worker held it, or a rollback to retry).
+UNSETTLED = models.Q(status__in=WORKFLOW_ACTIVE) | models.Q(cancel_requested=True)
 
 
 class WorkflowQuerySet(models.QuerySet["Workflow"]):
@@ -67,9 +71,13 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         """Completed, failed and cancelled workflows."""
         return self.filter(status__in=WORKFLOW_FINISHED)
 
+    def unsettled(self) -> WorkflowQuerySet:
+        """Workflows a worker still has work on (:data:`UNSETTLED`)."""
+        return self.filter(UNSETTLED)
+
     def due(self, now: Any) -> WorkflowQuerySet:
-        """Unleased active workflows whose wake-up time has come."""
-        return self.filter(status__in=WORKFLOW_ACTIVE, lease_token="", wake_at__lte=now)
+        """Unleased unsettled workflows whose wake-up time has come."""
+        return self.filter(UNSETTLED, lease_token="", wake_at__lte=now)
 
     def expired_leases(self, now: Any) -> WorkflowQuerySet:
         """Workflows whose runner stopped renewing its lease (it crashed)."""
@@ -82,14 +90,15 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         lease an operation (recover, replay) holds.
         """
         return self.filter(
-            status__in=WORKFLOW_FINISHED, finished_at__lt=when, lease_token=""
+            status__in=WORKFLOW_FINISHED,
+            finished_at__lt=when,
+            lease_token="",
+            cancel_requested=False,
         )
 
     def runnable(self, now: Any) -> WorkflowQuerySet:
         """Workflows a worker may claim now: due ones and expired leases."""
-        return self.due(now) | self.expired_leases(now).filter(
-            status__in=WORKFLOW_ACTIVE
-        )
+        return self.due(now) | self.expired_leases(now).filter(UNSETTLED)
 
     def waiting_for_name(self, name: str) -> WorkflowQuerySet:
         """Workflows whose current wait includes ``name`` (``"*"``: any message)."""
@@ -140,8 +149,10 @@ class Workflow(models.Model):
     # Bumped by send()/wake(): a release that sees it changed since its claim
     # runs the workflow again at once (nothing that arrives mid-run is lost).
     wake_signal = models.PositiveBigIntegerField(default=0)
-    # handle.cancel() on a running workflow: its runner is fenced out at its
-    # next write and the next claim cancels it.
+    # A cancel still to be carried out: handle.cancel() marks the workflow
+    # cancelled at once and sets this; the runner holding it is fenced out
+    # before its next step or write, and the run that carries the cancel
+    # out (its rollbacks) clears it.
     cancel_requested = models.BooleanField(default=False)
     # The lease: a fresh token per claim; "" when nobody holds it.
     lease_token = models.CharField(max_length=32, blank=True, default="")
@@ -184,7 +195,7 @@ class Workflow(models.Model):
         indexes = [
             models.Index(
                 fields=["wake_at"],
-                condition=models.Q(status__in=WORKFLOW_ACTIVE, lease_token=""),
+                condition=UNSETTLED & models.Q(lease_token=""),
                 name="rivet_workflow_due",
             ),
             models.Index(

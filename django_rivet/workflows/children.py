@@ -3,12 +3,8 @@
 What the engine's child entries need from the database (:class:`DjangoDriver`
 calls :func:`create_child` and :func:`outcome`), and what ending a workflow
 does for its family: :func:`notify_parent` wakes a parent waiting for the
-child that just ended (the name ``child:<id>`` in its ``waiting_for``), and
-:func:`cancel_children` asks the non-detached children of a cancelled
-parent to cancel (the workers carry each one out, with its rollbacks, and
-cascade further). A child that is claimed while its parent is cancelled
-cancels itself (:func:`parent_cancelled`): the cascade holds even if the
-process died between the parent's cancel and the request to its children.
+child that just ended (the name ``child:<id>`` in its ``waiting_for``). The
+cancel cascade is :mod:`.cancels`'.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ from ..models import (
     Workflow,
     WorkflowKV,
     WorkflowStatus,
-    db,
 )
 from . import registry
 from .wakeups import schedule_wake, wake_fields
@@ -36,12 +31,10 @@ from .wakeups import schedule_wake, wake_fields
 logger = logging.getLogger("django_rivet.workflows")
 
 __all__ = [
-    "cancel_children",
     "create_child",
     "deadline_for",
     "notify_parent",
     "outcome",
-    "parent_cancelled",
     "start_fields",
 ]
 
@@ -154,38 +147,3 @@ def notify_parent(child_id: str, parent_id: str) -> None:
     if status in WORKFLOW_ACTIVE and name in (waiting_for or []):
         rows.update(wake_at=now, **wake_fields(now))
         schedule_wake(parent_id, now)
-
-
-def cancel_children(parent_id: str) -> int:
-    """Ask the active non-detached children of ``parent_id`` to cancel.
-
-    Each is marked like ``handle.cancel()`` marks a running workflow and made
-    due: the next run of each carries the cancel out (its rollbacks run) and
-    cancels its own children. Returns how many were asked.
-    """
-    now = clock.now_datetime()
-    rows = Workflow.objects.children_of(parent_id).active().filter(detached=False)
-    ids = list(rows.filter(cancel_requested=False).values_list("pk", flat=True))
-    if not ids:
-        return 0
-    with db.atomic():
-        Workflow.objects.filter(pk__in=ids).active().update(
-            cancel_requested=True,
-            cancel_reason="parent_cancelled",
-            wake_at=now,
-            wake_signal=F("wake_signal") + 1,
-            **wake_fields(now),
-        )
-        for child_id in ids:
-            schedule_wake(child_id, now)
-    logger.info("workflow children cancelled parent=%s count=%s", parent_id, len(ids))
-    return len(ids)
-
-
-def parent_cancelled(parent_id: str) -> bool:
-    """Tell whether ``parent_id`` exists and was cancelled."""
-    if not parent_id:
-        return False
-    return Workflow.objects.filter(
-        pk=parent_id, status=WorkflowStatus.CANCELLED
-    ).exists()

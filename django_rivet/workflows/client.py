@@ -161,9 +161,12 @@ class WorkflowHandle:
 
     def _finished(self) -> tuple[str, Any, Any] | None:
         """Return (status, output, error) once finished, else None."""
-        status = self.status
+        status, reason = operations.status_and_reason(self.workflow_id)
         if status not in WORKFLOW_FINISHED:
             return None
+        if status == "cancelled":
+            # Cancelled at once; the engine may not have recorded it yet.
+            return status, None, {"metadata": {"reason": reason or "cancelled"}}
         snapshot = operations.snapshot(self.workflow_id)
         return status, snapshot.output, snapshot.error
 
@@ -202,8 +205,10 @@ class WorkflowHandle:
     def cancel(self) -> bool:
         """Cancel the workflow for good; return False if it had finished.
 
-        A workflow no worker is running is cancelled at once; a running one
-        stops at its next history write.
+        Its status is ``cancelled`` as soon as this returns, and no further
+        step function or child starts; the step running now (if any)
+        finishes. The rollback handlers of its completed steps run here when
+        no worker holds it, else on that worker.
         """
         return operations.cancel(self.workflow_id)
 

@@ -10,6 +10,7 @@ import logging
 
 from .. import clock
 from ..engine import ReplayDivergence, check_replay, resume_workflow
+from ..engine.ops import read_workflow
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus
 from . import registry
@@ -29,14 +30,24 @@ def parent_of(workflow_id: str) -> str | None:
     return found[0] or None
 
 
+async def _resume(workflow_id: str, driver: DjangoDriver) -> bool:
+    state = (await read_workflow(driver)).state
+    if state in ("cancelled", "rolling_back"):
+        return await resume_workflow(workflow_id, driver)
+    # Its cancel was never carried out (no worker got to it yet): withdrawing
+    # it is all a resume does; its history goes on as it stands.
+    return True
+
+
 def resume(workflow_id: str) -> bool:
     """Let a cancelled workflow go on from where it stopped.
 
     Returns False (changing nothing) unless it is cancelled, no rollback
-    handler ran for it, and nobody holds it. Its deadline is dropped (it
-    passed, if that is why it was cancelled); its children stay as they are.
+    handler ran for it, and nobody holds it (a worker still carrying its
+    cancel out does). Its deadline is dropped (it passed, if that is why it
+    was cancelled); its children stay as they are.
     """
-    held = run_if_idle(workflow_id, WorkflowStatus.CANCELLED, resume_workflow)
+    held = run_if_idle(workflow_id, WorkflowStatus.CANCELLED, _resume)
     if held is None:
         return False
     lease, _ = held

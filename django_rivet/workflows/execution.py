@@ -34,16 +34,17 @@ from ..engine import (
     start_workflow,
 )
 from ..exceptions import WorkflowNotFound
-from ..models import (
-    WORKFLOW_ACTIVE,
-    WORKFLOW_FINISHED,
-    Workflow,
-    WorkflowStatus,
-    db,
-)
-from . import children, leases, queues, registry
+from ..models import Workflow, WorkflowStatus, db
+from . import cancels, leases, registry
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
+from .releases import (
+    cancel_pending,
+    release,
+    release_for_retry,
+    release_outcome,
+    retry_delay,
+)
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -62,15 +63,8 @@ __all__ = [
 # Runs of one workflow per call while it stays due at once (an eviction, a
 # message arriving mid-run); then it goes back to the queue behind others.
 MAX_PASSES = 20
-RETRY_BACKOFF_BASE = 1.0
-RETRY_BACKOFF_MAX = 300.0
 
 T = TypeVar("T")
-
-
-def retry_delay(retry_count: int) -> float:
-    """Return the backoff before retrying after ``retry_count`` failed runs."""
-    return float(min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16)))
 
 
 def run_private(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -168,7 +162,7 @@ def _cancel_reason(lease: Lease) -> str | None:
         return "timeout"
     if lease.parent_id and not lease.detached:
         # The cascade's safety net: the parent's request may have been lost.
-        if children.parent_cancelled(lease.parent_id):
+        if cancels.parent_cancelled(lease.parent_id):
             return "parent_cancelled"
     return None
 
@@ -188,7 +182,7 @@ def _run_claimed(
             lease.workflow_id,
             lease.name,
         )
-        return _release_for_retry(lease, f"Unknown workflow name {lease.name!r}")
+        return release_for_retry(lease, f"Unknown workflow name {lease.name!r}")
     late_ms = 0.0
     if lease.wake_at is not None:
         late_ms = max(0.0, (clock.now() - clock.to_timestamp(lease.wake_at)) * 1000)
@@ -206,7 +200,7 @@ def _run_claimed(
         outcome.state,
         late_ms,
     )
-    return _release_outcome(lease, driver, outcome)
+    return release_outcome(lease, driver, outcome)
 
 
 def _drive_claimed(
@@ -223,6 +217,9 @@ def _drive_claimed(
     broke on infrastructure trouble (the workflow is retried later).
     """
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
+    # A cancel's run that breaks leaves the workflow cancelled, its cancel
+    # still to be carried out by the next run.
+    fields = {} if cancel is None else cancel_pending(cancel)
     try:
         return run_private(
             _drive(
@@ -239,14 +236,14 @@ def _drive_claimed(
             # Fenced out: a cancel was requested (the next claim carries it
             # out) or a successor took over after our lease expired.
             logger.info("workflow run fenced out workflow=%s", lease.workflow_id)
-            return release(lease, status=WorkflowStatus.SLEEPING)
+            return release(lease, **{"status": WorkflowStatus.SLEEPING, **fields})
         logger.warning(
             "workflow storage error workflow=%s error=%s", lease.workflow_id, exc
         )
-        return _release_for_retry(lease, str(exc))
+        return release_for_retry(lease, str(exc), **fields)
     except Exception as exc:
         logger.exception("workflow run crashed workflow=%s", lease.workflow_id)
-        return _release_for_retry(lease, f"{type(exc).__name__}: {exc}")
+        return release_for_retry(lease, f"{type(exc).__name__}: {exc}", **fields)
     finally:
         heartbeat.stop()
 
@@ -342,106 +339,14 @@ def _log_event(event: Any) -> None:
         )
 
 
-def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
-    """Release ``lease`` writing ``fields``; schedule the next run if any.
-
-    Returns the status and the wake-up time written (None when the workflow
-    finished, or when the lease had been lost). An active workflow with a
-    deadline wakes at the deadline at the latest. A finished one wakes its
-    parent if the parent waits for it, and a cancelled one asks its
-    non-detached children to cancel (after the commit).
-    """
-    wake_at = fields.get("wake_at", lease.wake_at)
-    status = fields.get("status", lease.status)
-    deadline = fields.get("deadline_at", lease.deadline_at)
-    if status in WORKFLOW_ACTIVE and deadline is not None:
-        # Wake at the deadline to be cancelled then (once it passed, the
-        # cancel is under way: a retry keeps its backoff).
-        late = wake_at is None or wake_at > deadline
-        if late and deadline > clock.now_datetime():
-            wake_at = fields["wake_at"] = deadline
-    if status in WORKFLOW_ACTIVE and "wake_at" in fields:
-        fields.update(wake_fields(wake_at))
-    with db.atomic():
-        written = leases.release(lease, **fields)
-        if written is not None and status in WORKFLOW_FINISHED and lease.parent_id:
-            children.notify_parent(lease.workflow_id, lease.parent_id)
-        if written is not None and status not in WORKFLOW_ACTIVE and lease.queue:
-            queues.admit_on_commit(lease.queue)  # its slot is free
-    if written is None or status not in WORKFLOW_ACTIVE:
-        if written is not None and status == WorkflowStatus.CANCELLED:
-            # After the commit: the parent's row lock is gone by then, so
-            # children ending concurrently (they lock theirs, then ours)
-            # cannot deadlock with us.
-            parent_id = lease.workflow_id
-            db.on_commit(lambda: children.cancel_children(parent_id), robust=True)
-        return status, None
-    # release() made it due now if something arrived meanwhile.
-    wake_at = written.get("wake_at", lease.wake_at)
-    due_now = wake_at is not None and clock.to_timestamp(wake_at) <= clock.now()
-    if not (lease.run and due_now):  # run() goes on with it right away
-        schedule_wake(lease.workflow_id, wake_at)
-    return status, wake_at
-
-
-def _release_for_retry(
-    lease: Lease, error: str, status: str = WorkflowStatus.SLEEPING, **fields: Any
-) -> tuple[str, datetime | None]:
-    delay = retry_delay(lease.retry_count)
-    return release(
-        lease,
-        status=status,
-        wake_at=clock.to_datetime(clock.now() + delay),
-        retry_count=lease.retry_count + 1,
-        last_error=error[:2000],
-        **fields,
-    )
-
-
-def _release_outcome(
-    lease: Lease, driver: DjangoDriver, outcome: WorkflowOutcome, **fields: Any
-) -> tuple[str, datetime | None]:
-    state = outcome.state
-    now = clock.now_datetime()
-    if state in WORKFLOW_FINISHED:
-        return release(
-            lease,
-            status=state,
-            wake_at=None,
-            waiting_for=[],
-            finished_at=now,
-            retry_count=0,
-            last_error="",
-            **fields,
-        )
-    if state == "rolling_back":
-        # A rollback handler raised: the next run retries it.
-        return _release_for_retry(
-            lease,
-            f"Rollback failed: {outcome.error!r}",
-            WorkflowStatus.ROLLING_BACK,
-            **fields,
-        )
-    wake = driver.alarm if driver.alarm_set else outcome.sleep_until
-    return release(
-        lease,
-        status=WorkflowStatus.SLEEPING,
-        wake_at=None if wake is None else clock.to_datetime(wake),
-        waiting_for=list(outcome.waiting_for),
-        retry_count=0,
-        last_error="",
-        **fields,
-    )
-
-
 def cancel_claimed(
     lease: Lease, reason: str = "cancelled"
 ) -> tuple[str, datetime | None]:
     """Cancel the claimed workflow for good (its rollbacks run) and release it.
 
     ``reason`` is ``cancelled``, ``parent_cancelled`` or ``timeout``. A
-    rollback handler that raises leaves it ``rolling_back``, retried later
-    like any rollback; it ends ``cancelled`` once they all ran.
+    rollback handler that raises leaves it ``cancelled`` with its cancel
+    still pending (``cancel_requested``), retried later like any rollback.
     """
     driver = DjangoDriver(
         lease.workflow_id,
@@ -449,7 +354,6 @@ def cancel_claimed(
         stop_on_cancel=False,
         private_loop=True,
     )
-    cleared: dict[str, Any] = {"cancel_requested": False}
     try:
         definition = registry.get(lease.name)
     except WorkflowNotFound:
@@ -469,9 +373,20 @@ def cancel_claimed(
         reason,
         outcome.state,
     )
-    if outcome.state in ("cancelled", "rolling_back"):
+    if outcome.state == "rolling_back":
+        return release_for_retry(
+            lease, f"Rollback failed: {outcome.error!r}", **cancel_pending(reason)
+        )
+    if outcome.state != "cancelled" and lease.cancel_requested:
+        # It finished after cancel() returned, before the cancel reached it
+        # (between its last write and its release): the cancel stands, as
+        # the caller was told, with nothing to roll back.
+        run_private(cancel_workflow(lease.workflow_id, driver))
+        outcome = WorkflowOutcome("cancelled")
+    cleared: dict[str, Any] = {"cancel_requested": False}
+    if outcome.state == "cancelled":
         cleared["cancel_reason"] = reason  # else it finished before the cancel
-    return _release_outcome(lease, driver, outcome, **cleared)
+    return release_outcome(lease, driver, outcome, **cleared)
 
 
 # -- due work (the in-process worker, run_due) -----------------------------------------

@@ -24,11 +24,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 
 from .. import clock
 from ..conf import rivet_settings
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
+from ..models.workflows import UNSETTLED
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -69,15 +70,15 @@ def _claimable(now: datetime, *, run: bool) -> Q:
         # Operations (cancel, recover, replay) never take over a crashed
         # run's lease: the sweeper resumes that run first.
         return free
-    active = Q(status__in=WORKFLOW_ACTIVE)
-    return active & ((free & Q(wake_at__lte=now)) | expired)
+    return UNSETTLED & ((free & Q(wake_at__lte=now)) | expired)
 
 
 def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
     """Claim the lease on ``workflow_id``; return None if it is not available.
 
-    A run claim (``run=True``) takes an active workflow that is due, or whose
-    lease expired, and marks it running. An operation claim takes any
+    A run claim (``run=True``) takes an unsettled workflow that is due, or
+    whose lease expired, and marks it running (one whose cancel is still to
+    be carried out stays ``cancelled``). An operation claim takes any
     workflow nobody holds, whatever its status or wake-up time.
     """
     now = clock.now_datetime()
@@ -90,7 +91,10 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
     }
     if run:
         changes.update(
-            status=WorkflowStatus.RUNNING,
+            status=Case(
+                When(cancel_requested=True, then=F("status")),
+                default=Value(WorkflowStatus.RUNNING),
+            ),
             run_count=F("run_count") + 1,
             updated_at=now,
         )
@@ -143,7 +147,10 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
     Returns the fields written, or None if the lease was no longer ours. If
     a message, a wake-up or a cancel arrived while the lease was held
     (``wake_signal`` moved, or ``cancel_requested`` is set), an active
-    workflow is made due now instead, so the arrival is never lost.
+    workflow is made due now instead, so the arrival is never lost. A cancel
+    that returned while the lease was held wins over whatever the run
+    ended with: the workflow stays ``cancelled``, due now, and the fields
+    written say ``cancel_requested`` (the next run carries the cancel out).
     """
     now = clock.now_datetime()
     released = {
@@ -155,11 +162,25 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
     }
     rows = Workflow.objects.filter(pk=lease.workflow_id, lease_token=lease.token)
     with db.atomic():
-        quiet = rows.filter(wake_signal=lease.wake_signal, cancel_requested=False)
+        # Quiet: nothing arrived since the claim (every arrival bumps the
+        # signal), and no cancel is pending but one the claim saw (which the
+        # holder carries out, or a resume withdraws).
+        quiet = rows.filter(
+            wake_signal=lease.wake_signal, cancel_requested=lease.cancel_requested
+        )
         if quiet.update(**released):
             return released
         if released.get("status", lease.status) in WORKFLOW_ACTIVE:
             released["wake_at"] = now
+        if released.get("cancel_requested") is not False:
+            cancelling = {
+                **released,
+                "status": WorkflowStatus.CANCELLED,
+                "cancel_requested": True,
+                "wake_at": now,
+            }
+            if rows.filter(cancel_requested=True).update(**cancelling):
+                return cancelling
         if rows.update(**released):
             return released
     logger.warning("workflow lease lost before release workflow=%s", lease.workflow_id)

@@ -41,7 +41,7 @@ from ..models import (
     db,
     sql,
 )
-from . import leases, queues, registry
+from . import cancels, leases, queues, registry
 from .children import start_fields
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_if_idle, run_private
@@ -176,6 +176,18 @@ def status(workflow_id: str) -> str:
     return _column(workflow_id, "status")
 
 
+def status_and_reason(workflow_id: str) -> tuple[str, str]:
+    """Return the workflow's status and why it was cancelled ("" if it was not)."""
+    found = (
+        Workflow.objects.filter(pk=workflow_id)
+        .values_list("status", "cancel_reason")
+        .first()
+    )
+    if found is None:
+        raise _not_found(workflow_id)
+    return str(found[0]), str(found[1])
+
+
 def _reader(workflow_id: str) -> DjangoDriver:
     _require(workflow_id)
     return DjangoDriver(workflow_id, private_loop=True)
@@ -263,33 +275,21 @@ def send(workflow_id: str, name: str, body: Any = None) -> str:
 def cancel(workflow_id: str, reason: str = "cancelled") -> bool:
     """Cancel an active workflow; return False if it had already finished.
 
-    A workflow nobody runs is cancelled right here: the rollback handlers of
-    its completed steps run, then its non-detached children are asked to
-    cancel. One that a worker is running is marked: the worker is fenced
-    out at its next write and the next claim cancels it.
+    It is ``cancelled`` at once, and stops before its next step (see
+    :mod:`.cancels`). A workflow nobody runs has its cancel carried out
+    right here: the rollback handlers of its completed steps run in this
+    process. One that a worker runs has it carried out by that worker once
+    its running step (if any) finishes.
     """
     if reason not in CANCEL_REASONS:
         raise ValueError(f"Unknown cancel reason {reason!r}")
-    now = clock.now_datetime()
     with db.atomic():
-        requested = (
-            Workflow.objects.active()
-            .filter(pk=workflow_id)
-            .update(
-                cancel_requested=True,
-                cancel_reason=reason,
-                wake_at=now,
-                wake_signal=F("wake_signal") + 1,
-                **wake_fields(now),
-            )
-        )
-        if not requested:
+        if not cancels.mark([workflow_id], reason):
             _require(workflow_id)
             return False
         lease = leases.claim(workflow_id, run=False)
         if lease is None:
-            schedule_wake(workflow_id, now)
-            return True
+            return True  # its holder carries the cancel out
     # Outside the claim's transaction: rollback handlers do I/O.
     cancel_claimed(lease, reason)
     return True

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from django_rivet import workflows
+from django_rivet.engine import WorkflowCancelled
 from django_rivet.models import Workflow
 from tests.support.database import SEVERAL_PROCESSES
 from tests.support.polling import wait_for
@@ -202,3 +203,37 @@ def test_a_parent_waits_for_a_sleeping_child_across_worker_restarts(broker, env)
     child = workflows.get("celery-parent/nap")
     assert child.parent_id == "celery-parent" and child.status == "completed"
     assert [e.kind for e in parent.history()] == ["child"]
+
+
+def test_a_cancel_stops_a_worker_s_workflow_blocked_between_its_steps(
+    broker, env, tmp_path
+):
+    """Issue 44: once cancel() returns, the worker starts no further step.
+
+    The workflow waits in its own code between two steps (it polls for a
+    file); the cancel lands there. Its status is ``cancelled`` at once; let
+    go, the worker stops before the next step and runs the rollback.
+    """
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    with celery_worker(env):
+        handle = workflows.start(
+            "blockedBetweenSteps",
+            {"entered": str(entered), "gate": str(gate), "refund": True},
+            id="celery-cancel",
+        )
+        wait_for(entered.exists, what="the wait between the steps")
+        assert handle.cancel() is True
+        row = Workflow.objects.get(pk="celery-cancel")
+        assert row.status == "cancelled" and row.lease_token != ""  # still held
+        gate.touch()
+        wait_for(
+            lambda: Workflow.objects.filter(
+                pk="celery-cancel", cancel_requested=False, lease_token=""
+            ).exists(),
+            what="the worker carrying the cancel out",
+        )
+    steps = StepRow.objects.filter(workflow_id="celery-cancel").order_by("pk")
+    assert list(steps.values_list("step", flat=True)) == ["charge", "refund:ch_1"]
+    assert handle.status == "cancelled"
+    with pytest.raises(WorkflowCancelled):
+        handle.result(timeout=5)

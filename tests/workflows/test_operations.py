@@ -13,7 +13,15 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 
-from django_rivet import Actor, WorkflowInboxFull, action, actors, clock, workflows
+from django_rivet import (
+    Actor,
+    WorkflowInboxFull,
+    WorkflowNotFound,
+    action,
+    actors,
+    clock,
+    workflows,
+)
 from django_rivet.engine import (
     ChildWorkflowError,
     WorkflowCancelled,
@@ -218,6 +226,19 @@ async def test_arequest_outside_an_action():
 
 
 # -- published values ------------------------------------------------------------------
+def test_get_event_of_a_workflow_that_does_not_exist_raises_not_found():
+    """DBOS test_get_event_timeout's missing id, deliberately different.
+
+    DBOS's ``get_event`` returns None for an id no workflow has; here a
+    handle names a workflow that exists, so it is ``WorkflowNotFound``
+    (docs/workflows.md, "Coming from DBOS"); an unset key is None.
+    """
+    with pytest.raises(WorkflowNotFound):
+        workflows.WorkflowHandle("nobody", "publisher").get_event("progress")
+    with pytest.raises(WorkflowNotFound):
+        workflows.get("nobody")
+
+
 async def test_get_event_sees_the_latest_value_and_waits_for_one():
     handle = await workflows.astart("publisher", {}, id="pub")
     assert await handle.aget_event("progress") is None  # never set, no wait

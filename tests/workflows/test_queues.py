@@ -194,6 +194,13 @@ def test_a_dedup_key_held_by_a_queued_or_running_workflow_is_refused():
 
 @settings
 def test_bad_queue_arguments_are_refused_and_store_nothing():
+    """DBOS test_enqueue_on_nonexistent_queue, deliberately different.
+
+    DBOS records a workflow enqueued on an undeclared queue and runs it once
+    the queue is registered; here queues are settings checked at start-up,
+    so an unknown name is refused at once (docs/workflows.md, "Coming from
+    DBOS").
+    """
     with pytest.raises(UnknownWorkflowQueue) as unknown:
         workflows.start("greet", {"name": "x"}, queue="nope")
     assert unknown.value.qualified_code == "workflow/unknown_queue"

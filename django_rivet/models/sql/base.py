@@ -203,6 +203,18 @@ class Dialect(ABC):
             ),
         )
 
+    def lease_held_sql(self) -> str:
+        """Return a plain read of "the run holds the lease and no cancel is pending".
+
+        Its parameters: the workflow id, the lease token; no row: stop. It
+        locks nothing: what a run reads before it starts a step, to see a
+        cancel that committed.
+        """
+        return self._cached(  # type: ignore[no-any-return]
+            ("held",),
+            lambda: f"SELECT 1 FROM {table('Workflow')} {self._held_by_us(True)}",
+        )
+
     # What the lease check appends to lock the row it found.
     _lease_check_lock: ClassVar[str] = ""
 
