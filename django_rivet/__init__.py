@@ -37,6 +37,7 @@ from .exceptions import (
     UnknownWorkflowQueue,
     UserError,
     WorkflowDeduplicated,
+    WorkflowIdConflict,
     WorkflowInboxFull,
     WorkflowNotFound,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "UnknownWorkflowQueue",
     "UserError",
     "WorkflowDeduplicated",
+    "WorkflowIdConflict",
     "WorkflowInboxFull",
     "WorkflowNotFound",
     "__version__",

@@ -63,6 +63,7 @@ from ._errors.request import (
 from ._errors.workflow import (
     UnknownWorkflowQueue,
     WorkflowDeduplicated,
+    WorkflowIdConflict,
     WorkflowInboxFull,
     WorkflowNotFound,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "ValueTooDeep",
     "UnknownWorkflowQueue",
     "WorkflowDeduplicated",
+    "WorkflowIdConflict",
     "WorkflowInboxFull",
     "WorkflowNotFound",
 ]
@@ -141,6 +143,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         QueueMessageTooLarge,
         WorkflowNotFound,
         WorkflowDeduplicated,
+        WorkflowIdConflict,
         UnknownWorkflowQueue,
         ConnectionExpired,
         MethodNotAllowed,

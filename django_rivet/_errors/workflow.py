@@ -7,6 +7,7 @@ from .base import RivetError
 __all__ = [
     "UnknownWorkflowQueue",
     "WorkflowDeduplicated",
+    "WorkflowIdConflict",
     "WorkflowInboxFull",
     "WorkflowNotFound",
 ]
@@ -34,6 +35,15 @@ class WorkflowDeduplicated(RivetError):
         """Return the id of the workflow holding the key."""
         found = (self.metadata or {}).get("workflow_id")
         return None if found is None else str(found)
+
+
+class WorkflowIdConflict(RivetError, ValueError):
+    """The workflow id is already used by a workflow of another name."""
+
+    group = "workflow"
+    code = "id_conflict"
+    http_status = 409
+    default_message = "The workflow id is used by another workflow"
 
 
 class WorkflowInboxFull(RivetError):

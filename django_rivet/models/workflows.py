@@ -162,6 +162,9 @@ class Workflow(models.Model):
     # a cancel of its parent (``start_child(detached=True)``).
     parent_id = models.CharField(max_length=255, blank=True, default="")
     detached = models.BooleanField(default=False)
+    # Workflows other than its parent that wait for it (a ``ctx.child`` that
+    # named its id while it existed): each is woken when it ends.
+    awaited_by = models.JSONField(default=list, blank=True)
     # When the workflow is cancelled with reason "timeout" (``timeout=``).
     deadline_at = models.DateTimeField(null=True, blank=True)
     # Why it was (or is being) cancelled: cancelled, parent_cancelled, timeout.

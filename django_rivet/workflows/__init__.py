@@ -83,6 +83,7 @@ from ..engine import (
 from ..exceptions import (
     UnknownWorkflowQueue,
     WorkflowDeduplicated,
+    WorkflowIdConflict,
     WorkflowInboxFull,
     WorkflowNotFound,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowError",
     "WorkflowHandle",
+    "WorkflowIdConflict",
     "WorkflowInboxFull",
     "WorkflowNoReply",
     "WorkflowNotFound",

@@ -78,7 +78,7 @@ def mark(workflow_ids: list[str], reason: str) -> list[str]:
     for workflow_id, queue, parent_id in found:
         if queue:
             queues.admit_on_commit(queue)  # its slot is free
-        children.notify_parent(workflow_id, parent_id)
+        children.notify_waiters(workflow_id, parent_id)
         schedule_wake(workflow_id, now)
         db.on_commit(functools.partial(cancel_children, workflow_id), robust=True)
     return [workflow_id for workflow_id, _, _ in found]

@@ -18,12 +18,15 @@ from django.db.models import F
 from .. import clock
 from ..engine import ChildOutcome, ChildStart, keys, schema
 from ..engine.values import child_wake_name
+from ..exceptions import WorkflowIdConflict
 from ..models import (
     WORKFLOW_ACTIVE,
     WORKFLOW_FINISHED,
     Workflow,
     WorkflowKV,
     WorkflowStatus,
+    db,
+    sql,
 )
 from . import registry
 from .wakeups import schedule_wake, wake_fields
@@ -33,7 +36,9 @@ logger = logging.getLogger("django_rivet.workflows")
 __all__ = [
     "create_child",
     "deadline_for",
+    "id_conflict",
     "notify_parent",
+    "notify_waiters",
     "outcome",
     "start_fields",
 ]
@@ -61,30 +66,34 @@ def start_fields(name: str, timeout: float | None, now: datetime) -> dict[str, A
 def create_child(start: ChildStart) -> None:
     """Create the child row unless it exists (call in a transaction).
 
-    Idempotent per id: the same child of the same parent is found again. An
-    id held by another workflow (a different name or parent) is a
-    ``ValueError``; an unknown workflow name is ``workflow/not_found``.
+    Idempotent per id (an id is an idempotency key, as in DBOS): an existing
+    workflow of the same name is the child, whoever started it -- a parent
+    waiting for one it did not start is woken when it ends too. An id held
+    by a workflow of another name is ``workflow/id_conflict``; an unknown
+    workflow name ``workflow/not_found``. Unless detached, a new child's
+    deadline is never later than its parent's.
     """
     definition = registry.get(start.workflow)
     encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, start.input)
     timeout = definition.timeout if start.timeout is None else start.timeout
     now = clock.now_datetime()
+    fields = start_fields(definition.name, timeout, now)
+    if not start.detached:
+        fields["deadline_at"] = _within_parent(start.parent_id, fields["deadline_at"])
     row, created = Workflow.objects.get_or_create(
         id=start.child_id,
         defaults={
-            **start_fields(definition.name, timeout, now),
+            **fields,
             "parent_id": start.parent_id,
             "detached": start.detached,
             **wake_fields(now),
         },
     )
     if not created:
-        if row.name != definition.name or row.parent_id != start.parent_id:
-            raise ValueError(
-                f"Workflow id {start.child_id!r} is already used by a "
-                f"{row.name!r} workflow"
-                + (f" of parent {row.parent_id!r}" if row.parent_id else "")
-            )
+        if row.name != definition.name:
+            raise id_conflict(start.child_id, row.name)
+        if row.parent_id != start.parent_id:
+            _await(start.child_id, start.parent_id)
         return
     WorkflowKV.objects.create(
         workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
@@ -96,6 +105,33 @@ def create_child(start: ChildStart) -> None:
         start.parent_id,
         definition.name,
     )
+
+
+def id_conflict(workflow_id: str, name: str) -> WorkflowIdConflict:
+    """Return the error of an id already used by a ``name`` workflow."""
+    return WorkflowIdConflict(
+        f"Workflow id {workflow_id!r} is already used by a {name!r} workflow",
+        metadata={"workflow_id": workflow_id, "name": name},
+    )
+
+
+def _within_parent(parent_id: str, deadline: datetime | None) -> datetime | None:
+    """Return ``deadline``, or the parent's deadline when that comes first."""
+    found = Workflow.objects.filter(pk=parent_id).values_list("deadline_at").first()
+    inherited = None if found is None else found[0]
+    if inherited is None or (deadline is not None and deadline <= inherited):
+        return deadline
+    return inherited
+
+
+def _await(workflow_id: str, waiter_id: str) -> None:
+    """Record that ``waiter_id`` waits for ``workflow_id`` (not its parent)."""
+    rows = Workflow.objects.filter(pk=workflow_id)
+    if sql.dialect(db.connection()).skip_locked:
+        rows = rows.select_for_update()  # concurrent waiters add in turn
+    waiting = list(rows.values_list("awaited_by", flat=True).get() or [])
+    if waiter_id not in waiting:
+        rows.update(awaited_by=[*waiting, waiter_id])
 
 
 def outcome(child_id: str) -> ChildOutcome | None:
@@ -128,6 +164,18 @@ def outcome(child_id: str) -> ChildOutcome | None:
         output=fields.get(keys.WORKFLOW_OUTPUT),
         error=fields.get(keys.WORKFLOW_ERROR),
     )
+
+
+def notify_waiters(workflow_id: str, parent_id: str) -> None:
+    """Wake the parent and the other workflows waiting for ``workflow_id``.
+
+    Call when it ends, in the transaction that records it.
+    """
+    notify_parent(workflow_id, parent_id)
+    waiting = Workflow.objects.filter(pk=workflow_id).values_list("awaited_by")
+    found = waiting.first()
+    for waiter_id in (found[0] if found else None) or []:
+        notify_parent(workflow_id, str(waiter_id))
 
 
 def notify_parent(child_id: str, parent_id: str) -> None:

@@ -228,10 +228,12 @@ class WorkflowHandle:
         return await sync_to_async(self.recover)()
 
     def resume(self) -> bool:
-        """Let a cancelled workflow go on from where it stopped.
+        """Let a cancelled workflow go on from where it stopped; start a queued one.
 
-        Returns False (and changes nothing) unless it is cancelled and no
-        rollback handler ran for it. Its deadline is dropped.
+        A queued workflow starts at once, outside its queue's limits. Returns
+        False (and changes nothing) unless it is queued, or cancelled with no
+        rollback handler run for it. A resumed cancelled workflow's deadline
+        is dropped.
         """
         return control.resume(self.workflow_id)
 

@@ -12,10 +12,11 @@ from .. import clock
 from ..engine import ReplayDivergence, check_replay, resume_workflow
 from ..engine.ops import read_workflow
 from ..exceptions import WorkflowNotFound
-from ..models import Workflow, WorkflowStatus
+from ..models import Workflow, WorkflowStatus, db
 from . import registry
 from .driver import DjangoDriver
 from .execution import release, run_if_idle, run_private
+from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -40,13 +41,18 @@ async def _resume(workflow_id: str, driver: DjangoDriver) -> bool:
 
 
 def resume(workflow_id: str) -> bool:
-    """Let a cancelled workflow go on from where it stopped.
+    """Let a cancelled workflow go on from where it stopped; start a queued one.
 
-    Returns False (changing nothing) unless it is cancelled, no rollback
+    A queued workflow starts at once, outside its queue's limits (as DBOS's
+    resume does): it counts against its queue's concurrency until it
+    finishes. A cancelled one goes on from its history. Returns False
+    (changing nothing) otherwise: unless it is cancelled, no rollback
     handler ran for it, and nobody holds it (a worker still carrying its
     cancel out does). Its deadline is dropped (it passed, if that is why it
     was cancelled); its children stay as they are.
     """
+    if _start_queued(workflow_id):
+        return True
     held = run_if_idle(workflow_id, WorkflowStatus.CANCELLED, _resume)
     if held is None:
         return False
@@ -65,6 +71,26 @@ def resume(workflow_id: str) -> bool:
     )
     logger.info("workflow resumed workflow=%s", workflow_id)
     return True
+
+
+def _start_queued(workflow_id: str) -> bool:
+    """Start a queued workflow now, whatever its queue's limits say."""
+    now = clock.now_datetime()
+    with db.atomic():
+        started = Workflow.objects.filter(
+            pk=workflow_id, status=WorkflowStatus.QUEUED
+        ).update(
+            status=WorkflowStatus.PENDING,
+            wake_at=now,
+            started_at=now,
+            updated_at=now,
+            **wake_fields(now),
+        )
+        if started:
+            schedule_wake(workflow_id, now)
+    if started:
+        logger.info("workflow resumed from its queue workflow=%s", workflow_id)
+    return bool(started)
 
 
 def check(workflow_id: str) -> ReplayDivergence | None:

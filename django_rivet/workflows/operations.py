@@ -41,7 +41,7 @@ from ..models import (
     db,
     sql,
 )
-from . import cancels, leases, queues, registry
+from . import cancels, children, leases, queues, registry
 from .children import start_fields
 from .driver import DjangoDriver, encode_body
 from .execution import cancel_claimed, release, run_if_idle, run_private
@@ -98,7 +98,8 @@ def start(
 
     The input is validated and stored now; the first run is dispatched when
     the surrounding transaction commits. An existing id returns its own
-    name (a different workflow name under that id is a ``ValueError``).
+    name (a different workflow name under that id is
+    ``workflow/id_conflict``, a ``ValueError``).
     With ``queue`` the workflow is stored ``queued`` and admission starts
     it (:mod:`.queues`). ``timeout`` (seconds; default: the definition's)
     sets its deadline.
@@ -141,10 +142,7 @@ def start(
             raise queues.duplicate_of(where, error) from error
         if not created:
             if row.name != definition.name:
-                raise ValueError(
-                    f"Workflow id {workflow_id!r} is already used by a "
-                    f"{row.name!r} workflow"
-                )
+                raise children.id_conflict(workflow_id, row.name)
             return workflow_id, row.name
         WorkflowKV.objects.create(
             workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded

@@ -49,7 +49,7 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
     Returns the status and the wake-up time written (None when the workflow
     finished, or when the lease had been lost). An active workflow with a
     deadline wakes at the deadline at the latest. A finished one wakes its
-    parent if the parent waits for it, and a cancelled one asks its
+    parent and the other workflows waiting for it, and a cancelled one asks its
     non-detached children to cancel (after the commit).
     """
     wake_at = fields.get("wake_at", lease.wake_at)
@@ -68,8 +68,8 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
         if written is not None:
             # A cancel that came meanwhile keeps the workflow cancelled.
             status = written.get("status", status)
-            if status in WORKFLOW_FINISHED and lease.parent_id:
-                children.notify_parent(lease.workflow_id, lease.parent_id)
+            if status in WORKFLOW_FINISHED:
+                children.notify_waiters(lease.workflow_id, lease.parent_id)
             if status not in WORKFLOW_ACTIVE and lease.queue:
                 queues.admit_on_commit(lease.queue)  # its slot is free
     if written is not None and status == WorkflowStatus.CANCELLED:

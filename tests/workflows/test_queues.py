@@ -91,6 +91,30 @@ def test_at_most_concurrency_workflows_of_a_queue_are_started_and_not_finished()
 
 
 @settings
+def test_resuming_queued_workflows():
+    """DBOS test_resuming_queued_workflows: resume() starts a queued one now.
+
+    It runs outside its queue's limits (the one slot is held); the others
+    wait for the slot as before.
+    """
+    with freeze_time(START):
+        holder = workflows.start("approval", {}, id="holder", queue="single")
+        first = workflows.start("greet", {"name": "1"}, id="regular-1", queue="single")
+        second = workflows.start("greet", {"name": "2"}, id="regular-2", queue="single")
+        assert run_until_idle(holder) == "sleeping"
+        assert statuses(first, second) == ["queued", "queued"]
+        assert first.resume() is True
+        assert first.status == WorkflowStatus.PENDING
+        assert run_until_idle(first) == "completed"
+        assert second.status == WorkflowStatus.QUEUED
+        assert first.resume() is False  # completed: nothing to resume
+        approve(holder)
+        run_due()
+        assert statuses(holder, first, second) == ["completed"] * 3
+    assert first.result() == "hello 1" and second.result() == "hello 2"
+
+
+@settings
 def test_a_rate_limited_queue_starts_at_most_n_per_window():
     with freeze_time(START) as clock:
         handles = [
