@@ -31,7 +31,7 @@ from django.db.models import F
 
 from .. import clock
 from ..models import Workflow, WorkflowStatus, db
-from . import children, queues
+from . import children, endings, queues
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -73,15 +73,17 @@ def mark(workflow_ids: list[str], reason: str) -> list[str]:
     found = list(
         Workflow.objects.filter(
             pk__in=workflow_ids, cancel_requested=True, updated_at=now
-        ).values_list("pk", "queue", "parent_id")
+        ).values_list("pk", "queue", "parent_id", "name")
     )
-    for workflow_id, queue, parent_id in found:
+    error = endings.cancel_error(reason)
+    for workflow_id, queue, parent_id, name in found:
+        endings.finished_on_commit(workflow_id, name, WorkflowStatus.CANCELLED, error)
         if queue:
             queues.admit_on_commit(queue)  # its slot is free
         children.notify_waiters(workflow_id, parent_id)
         schedule_wake(workflow_id, now)
         db.on_commit(functools.partial(cancel_children, workflow_id), robust=True)
-    return [workflow_id for workflow_id, _, _ in found]
+    return [row[0] for row in found]
 
 
 def cancel_children(parent_id: str) -> int:

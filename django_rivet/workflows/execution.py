@@ -33,9 +33,10 @@ from ..engine import (
     cancel_workflow,
     start_workflow,
 )
+from ..engine.errors import cancellation
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus, db
-from . import cancels, leases, registry
+from . import cancels, endings, leases, registry
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .releases import (
@@ -219,7 +220,9 @@ def _drive_claimed(
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
     # A cancel's run that breaks leaves the workflow cancelled, its cancel
     # still to be carried out by the next run.
-    fields = {} if cancel is None else cancel_pending(cancel)
+    fields: dict[str, Any] = {}
+    if cancel is not None:
+        fields = {**cancel_pending(cancel), "error": endings.cancel_error(cancel)}
     try:
         return run_private(
             _drive(
@@ -361,7 +364,7 @@ def cancel_claimed(
     if definition is None:
         # No code to roll back with (a worker on older code): just stop it.
         run_private(cancel_workflow(lease.workflow_id, driver))
-        outcome = WorkflowOutcome("cancelled")
+        outcome = WorkflowOutcome("cancelled", error=cancellation(reason))
     else:
         result = _drive_claimed(lease, definition, driver, cancel=reason)
         if isinstance(result, tuple):
@@ -375,14 +378,17 @@ def cancel_claimed(
     )
     if outcome.state == "rolling_back":
         return release_for_retry(
-            lease, f"Rollback failed: {outcome.error!r}", **cancel_pending(reason)
+            lease,
+            f"Rollback failed: {outcome.error!r}",
+            error=endings.cancel_error(reason),
+            **cancel_pending(reason),
         )
     if outcome.state != "cancelled" and lease.cancel_requested:
         # It finished after cancel() returned, before the cancel reached it
         # (between its last write and its release): the cancel stands, as
         # the caller was told, with nothing to roll back.
         run_private(cancel_workflow(lease.workflow_id, driver))
-        outcome = WorkflowOutcome("cancelled")
+        outcome = WorkflowOutcome("cancelled", error=cancellation(reason))
     cleared: dict[str, Any] = {"cancel_requested": False}
     if outcome.state == "cancelled":
         cleared["cancel_reason"] = reason  # else it finished before the cancel

@@ -20,7 +20,7 @@ from typing import Any
 from .. import clock
 from ..engine import WorkflowOutcome
 from ..models import WORKFLOW_ACTIVE, WORKFLOW_FINISHED, WorkflowStatus, db
-from . import cancels, children, leases, queues
+from . import cancels, children, endings, leases, queues
 from .driver import DjangoDriver
 from .leases import Lease
 from .wakeups import schedule_wake, wake_fields
@@ -43,14 +43,19 @@ def retry_delay(retry_count: int) -> float:
     return float(min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16)))
 
 
-def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
+def release(
+    lease: Lease, *, error: dict[str, Any] | None = None, **fields: Any
+) -> tuple[str, datetime | None]:
     """Release ``lease`` writing ``fields``; schedule the next run if any.
 
     Returns the status and the wake-up time written (None when the workflow
     finished, or when the lease had been lost). An active workflow with a
     deadline wakes at the deadline at the latest. A finished one wakes its
     parent and the other workflows waiting for it, and a cancelled one asks its
-    non-detached children to cancel (after the commit).
+    non-detached children to cancel (after the commit). A workflow that ends
+    here sends ``workflow_finished`` (with ``error``, the failure's or the
+    cancel's description) after the commit, unless it had ended before
+    (a cancel ends it at once).
     """
     wake_at = fields.get("wake_at", lease.wake_at)
     status = fields.get("status", lease.status)
@@ -72,6 +77,9 @@ def release(lease: Lease, **fields: Any) -> tuple[str, datetime | None]:
                 children.notify_waiters(lease.workflow_id, lease.parent_id)
             if status not in WORKFLOW_ACTIVE and lease.queue:
                 queues.admit_on_commit(lease.queue)  # its slot is free
+            ends = status in WORKFLOW_FINISHED and lease.status not in WORKFLOW_FINISHED
+            if ends and status == fields.get("status"):  # (not a cancel's)
+                endings.finished_on_commit(lease.workflow_id, lease.name, status, error)
     if written is not None and status == WorkflowStatus.CANCELLED:
         # After the commit: the parent's row lock is gone by then, so
         # children ending concurrently (they lock theirs, then ours)
@@ -103,7 +111,7 @@ def cancel_pending(reason: str) -> dict[str, Any]:
 
 
 def release_for_retry(
-    lease: Lease, error: str, **fields: Any
+    lease: Lease, problem: str, **fields: Any
 ) -> tuple[str, datetime | None]:
     delay = retry_delay(lease.retry_count)
     return release(
@@ -111,7 +119,7 @@ def release_for_retry(
         **{"status": WorkflowStatus.SLEEPING, **fields},
         wake_at=clock.to_datetime(clock.now() + delay),
         retry_count=lease.retry_count + 1,
-        last_error=error[:2000],
+        last_error=problem[:2000],
     )
 
 
@@ -123,6 +131,7 @@ def release_outcome(
     if state in WORKFLOW_FINISHED:
         return release(
             lease,
+            error=endings.failure(outcome.error),
             status=state,
             wake_at=None,
             waiting_for=[],
