@@ -39,7 +39,7 @@ class WorkflowAdmin(RetentionAdmin):
         "retry_count",
         "updated_at",
     ]
-    list_filter = ["status", "name"]
+    list_filter = ["status", "name", "queue"]
     search_fields = ["=id", "name"]
     ordering = ["-created_at"]
     readonly_fields = (
@@ -49,6 +49,8 @@ class WorkflowAdmin(RetentionAdmin):
         "engine_state",
         "parent",
         "children",
+        "searchable_attributes",
+        "queue",
         "replay_check",
         "created_at",
         "updated_at",
@@ -108,15 +110,17 @@ class WorkflowAdmin(RetentionAdmin):
     def children(self, obj: Workflow) -> str:
         rows = Workflow.objects.children_of(obj.pk).order_by("created_at", "id")
         found = list(rows.values_list("id", "name", "status")[:50])
-        if not found:
-            return "-"
-        return format_html(
-            "<ul>{}</ul>",
-            format_html_join(
-                "",
-                "<li>{} ({}, {})</li>",
-                ((_link(child_id), name, status) for child_id, name, status in found),
-            ),
+        return _bullets(
+            "<li>{} ({}, {})</li>",
+            [(_link(child_id), name, status) for child_id, name, status in found],
+        )
+
+    @admin.display(description="attributes")
+    def searchable_attributes(self, obj: Workflow) -> str:
+        found = WorkflowHandle(obj.pk, obj.name).attributes
+        return _bullets(
+            "<li><code>{}</code> = {}</li>",
+            [(key, repr(value)) for key, value in found.items()],
         )
 
     @admin.display(description="replay check")
@@ -295,6 +299,13 @@ class WorkflowAdmin(RetentionAdmin):
     wake_workflows.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     replay_workflow.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     send_message.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+
+
+def _bullets(item: str, rows: list[tuple[Any, ...]]) -> str:
+    """Return ``rows`` as an HTML list of ``item``, or "-" for none."""
+    if not rows:
+        return "-"
+    return format_html("<ul>{}</ul>", format_html_join("", item, rows))
 
 
 def _link(workflow_id: str) -> str:

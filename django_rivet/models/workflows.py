@@ -281,6 +281,42 @@ class WorkflowKV(base.KVRow):
         ]
 
 
+class WorkflowAttribute(models.Model):
+    """A searchable attribute of a workflow (``start(..., attributes=...)``).
+
+    A string or an integer; integers are stored as their decimal text with
+    ``number`` set, so ``{"tier": 3}`` and ``{"tier": "3"}`` stay distinct.
+    Indexed by key and value: ``filter(attributes={...})`` is equality only.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="attributes", db_index=False
+    )
+    key = models.CharField(max_length=64)
+    value = models.CharField(max_length=255)
+    number = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = "workflow attribute"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "key"], name="rivet_wfattribute_unique_key"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["key", "value"], name="rivet_wfattribute_lookup"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value} of {self.workflow_id}"
+
+    @property
+    def typed_value(self) -> str | int:
+        """Return the value as it was given: an integer or a string."""
+        return int(self.value) if self.number else self.value
+
+
 class WorkflowMessage(models.Model):
     """A message sent to a workflow (``handle.send``); ``id`` order is FIFO."""
 

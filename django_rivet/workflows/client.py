@@ -25,25 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Unpack
 
 from asgiref.sync import sync_to_async
 
-from ..conf import docs_url
 from ..engine import (
     HistoryEntry,
+    Message,
     ReplayDivergence,
-    WorkflowCancelled,
     WorkflowDefinition,
-    WorkflowTimeout,
 )
-from ..engine.errors import error_from_info
 from ..engine.ops import WorkflowSnapshot
 from ..engine.values import seconds
-from ..models import WORKFLOW_FINISHED, Workflow
-from . import control, operations, published, queries
+from . import attributes as workflow_attributes
+from . import control, operations, published, queries, results
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -59,8 +56,6 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = operations.MAX_ID_LENGTH
-_POLL_FIRST = 0.02
-_POLL_MAX = 0.5
 
 
 class WorkflowHandle:
@@ -107,68 +102,30 @@ class WorkflowHandle:
         embedded worker, or in tests :func:`django_rivet.testing.run_until_idle`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
+        delay = results.POLL_FIRST
         while True:
-            finished = self._finished()
+            finished = results.finished(self.workflow_id)
             if finished is not None:
-                return _outcome(self.workflow_id, *finished)
-            pause = _pause(deadline, delay)
+                return results.outcome(self.workflow_id, *finished)
+            pause = results.pause(deadline, delay)
             if pause is None:
-                raise self._timed_out(timeout)
+                raise results.timed_out(self.workflow_id, timeout)
             time.sleep(pause)
-            delay = min(delay * 2, _POLL_MAX)
+            delay = min(delay * 2, results.POLL_MAX)
 
     async def aresult(self, timeout: float | None = None) -> Any:
         """Async :meth:`result`."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
+        delay = results.POLL_FIRST
         while True:
-            finished = await sync_to_async(self._finished)()
+            finished = await sync_to_async(results.finished)(self.workflow_id)
             if finished is not None:
-                return _outcome(self.workflow_id, *finished)
-            pause = _pause(deadline, delay)
+                return results.outcome(self.workflow_id, *finished)
+            pause = results.pause(deadline, delay)
             if pause is None:
-                raise await sync_to_async(self._timed_out)(timeout)
+                raise await sync_to_async(results.timed_out)(self.workflow_id, timeout)
             await asyncio.sleep(pause)
-            delay = min(delay * 2, _POLL_MAX)
-
-    def _timed_out(self, timeout: float | None) -> TimeoutError:
-        """Return the time-out error, saying whether the workflow ever ran."""
-        message = (
-            f"Workflow {self.workflow_id!r} did not finish within {timeout:g} seconds"
-        )
-        row = (
-            Workflow.objects.filter(pk=self.workflow_id)
-            .values_list("status", "run_count")
-            .first()
-        )
-        if row is not None and row[0] == "queued":
-            return TimeoutError(
-                f"{message}: it is still queued (its workflow queue's limits "
-                "have not let it start yet)"
-            )
-        if row is not None and row[1] == 0:
-            docs = docs_url("troubleshooting", "a-workflow-never-starts")
-            return TimeoutError(
-                f"{message}: it never started ({row[0]}), so no worker is "
-                "running workflows. Start one: a Celery worker (`celery -A "
-                "<project> worker`), `manage.py rivet_worker`, or in development "
-                f"RIVET['EMBEDDED_WORKER'] = True. See {docs}"
-            )
-        if row is not None:
-            return TimeoutError(f"{message} (it is {row[0]})")
-        return TimeoutError(message)
-
-    def _finished(self) -> tuple[str, Any, Any] | None:
-        """Return (status, output, error) once finished, else None."""
-        status, reason = operations.status_and_reason(self.workflow_id)
-        if status not in WORKFLOW_FINISHED:
-            return None
-        if status == "cancelled":
-            # Cancelled at once; the engine may not have recorded it yet.
-            return status, None, {"metadata": {"reason": reason or "cancelled"}}
-        snapshot = operations.snapshot(self.workflow_id)
-        return status, snapshot.output, snapshot.error
+            delay = min(delay * 2, results.POLL_MAX)
 
     def snapshot(self) -> WorkflowSnapshot:
         """Return the stored ``state``, ``output``, ``error`` and ``input``."""
@@ -285,6 +242,39 @@ class WorkflowHandle:
         """Async :meth:`get_event`."""
         return await published.aget_event(self.workflow_id, key, timeout)
 
+    def get_events(self) -> dict[str, Any]:
+        """Return every value the workflow published, ``{key: latest value}``.
+
+        Raises ``workflow/not_found`` for an id no workflow has (DBOS
+        returns an empty mapping; see docs/workflows.md).
+        """
+        return published.read_events(self.workflow_id)
+
+    async def aget_events(self) -> dict[str, Any]:
+        """Async :meth:`get_events`."""
+        return await sync_to_async(self.get_events)()
+
+    def messages(self) -> list[Message]:
+        """Return the messages sent to the workflow and not received yet.
+
+        Oldest first, as :class:`~django_rivet.engine.Message` objects
+        (``id``, ``name``, ``body``, ``created_at``).
+        """
+        return operations.inbox(self.workflow_id)
+
+    async def amessages(self) -> list[Message]:
+        """Async :meth:`messages`."""
+        return await sync_to_async(self.messages)()
+
+    @property
+    def attributes(self) -> dict[str, str | int]:
+        """Return the attributes the workflow was started with (``{}``: none)."""
+        return workflow_attributes.read(self.workflow_id)
+
+    async def aattributes(self) -> dict[str, str | int]:
+        """Async :attr:`attributes`."""
+        return await sync_to_async(workflow_attributes.read)(self.workflow_id)
+
     def check_replay(self) -> ReplayDivergence | None:
         """Replay the history against the deployed code, running nothing.
 
@@ -320,36 +310,6 @@ class WorkflowHandle:
         return await sync_to_async(self.replay_from)(entry_id)
 
 
-def _pause(deadline: float | None, delay: float) -> float | None:
-    """Return how long to wait before polling again; None past the deadline."""
-    if deadline is None:
-        return delay
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return None
-    return min(delay, remaining)
-
-
-_CANCELLED_BECAUSE = {
-    "timeout": " (its deadline passed)",
-    "parent_cancelled": " (its parent was cancelled)",
-}
-
-
-def _outcome(workflow_id: str, status: str, output: Any, error: Any) -> Any:
-    if status == "completed":
-        return output
-    if status == "cancelled":
-        metadata = (error or {}).get("metadata") or {}
-        reason = str(metadata.get("reason") or "cancelled")
-        cls = WorkflowTimeout if reason == "timeout" else WorkflowCancelled
-        message = f"Workflow {workflow_id!r} was cancelled"
-        raise cls(
-            message + _CANCELLED_BECAUSE.get(reason, ""), metadata={"reason": reason}
-        )
-    raise error_from_info(error)
-
-
 # -- start / get -----------------------------------------------------------------------
 def start(
     workflow: str | WorkflowDefinition,
@@ -360,6 +320,7 @@ def start(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int] | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
 
@@ -378,7 +339,9 @@ def start(
     (``workflow/duplicate``, with the holder's id). ``timeout`` (seconds or a
     timedelta; default: the ``@workflow``'s) is the deadline: when it passes
     the workflow is cancelled with reason ``timeout`` (its rollbacks run) and
-    ``result()`` raises ``WorkflowTimeout``. See docs/workflows.md.
+    ``result()`` raises ``WorkflowTimeout``. ``attributes`` (strings and
+    integers by name, at most 32) are stored with a new workflow for
+    :func:`filter` to find it by. See docs/workflows.md.
     """
     limit = seconds(timeout)
     if limit is not None and limit <= 0:
@@ -392,6 +355,7 @@ def start(
         priority=priority,
         dedup_key=dedup_key,
         timeout=limit,
+        attributes=attributes,
     )
     return WorkflowHandle(workflow_id, name)
 
@@ -405,6 +369,7 @@ async def astart(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int] | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
     return await sync_to_async(start)(
@@ -415,6 +380,7 @@ async def astart(
         priority=priority,
         dedup_key=dedup_key,
         timeout=timeout,
+        attributes=attributes,
     )
 
 
@@ -431,60 +397,38 @@ async def aget(workflow_id: str) -> WorkflowHandle:
 # -- search ----------------------------------------------------------------------------
 def filter(  # noqa: A001 - the public name the API documents
     *,
-    name: str | None = None,
-    status: str | Iterable[str] | None = None,
-    waiting_for: str | None = None,
-    parent_id: str | None = None,
-    created_after: datetime | float | None = None,
-    created_before: datetime | float | None = None,
+    order: str = "desc",
+    offset: int = 0,
     limit: int | None = 100,
+    **filters: Unpack[queries.Filters],
 ) -> list[WorkflowHandle]:
     """Return handles of the workflows matching every filter, newest first.
 
-    ``status`` is one status or several; ``waiting_for`` a message name the
-    workflow waits for now (``"*"``: waits for any message;
-    ``"child:<id>"``: a parent waiting for that child); ``parent_id`` the
-    parent's id; ``created_after``/``created_before`` datetimes or epoch
-    seconds (exclusive). At most ``limit`` handles (None: all).
+    The filters (all optional, combined with AND): ``name`` (one or a
+    list), ``status`` (one or a list), ``ids``, ``id_prefix`` (one or a
+    list), ``waiting_for`` (a message name the workflow waits for now:
+    ``"*"`` waits for any message, ``"child:<id>"`` for that child),
+    ``parent_id``, ``has_parent``, ``queue``, ``created_after`` /
+    ``created_before`` and ``completed_after`` / ``completed_before``
+    (datetimes or epoch seconds, exclusive), ``attributes`` (a mapping the
+    workflow's attributes must match, by equality). ``order`` is ``"desc"``
+    (newest first) or ``"asc"``; ``offset`` skips that many; at most
+    ``limit`` handles (None: all). See docs/workflows.md.
     """
-    rows = queries.matching(
-        name=name,
-        status=status,
-        waiting_for=waiting_for,
-        parent_id=parent_id,
-        created_after=created_after,
-        created_before=created_before,
-    ).values_list("id", "name")
-    if limit is not None:
-        rows = rows[: max(int(limit), 0)]
+    rows = queries.page(order=order, offset=offset, limit=limit, **filters)
     return [WorkflowHandle(workflow_id, found) for workflow_id, found in rows]
 
 
-async def afilter(**filters: Any) -> list[WorkflowHandle]:
+async def afilter(**options: Any) -> list[WorkflowHandle]:
     """Async :func:`filter`."""
-    return await sync_to_async(filter)(**filters)
+    return await sync_to_async(filter)(**options)
 
 
-def count(
-    *,
-    name: str | None = None,
-    status: str | Iterable[str] | None = None,
-    waiting_for: str | None = None,
-    parent_id: str | None = None,
-    created_after: datetime | float | None = None,
-    created_before: datetime | float | None = None,
-) -> int:
+def count(**filters: Unpack[queries.Filters]) -> int:
     """Return how many workflows match the filters of :func:`filter`."""
-    return queries.matching(
-        name=name,
-        status=status,
-        waiting_for=waiting_for,
-        parent_id=parent_id,
-        created_after=created_after,
-        created_before=created_before,
-    ).count()
+    return queries.matching(**filters).count()
 
 
-async def acount(**filters: Any) -> int:
+async def acount(**filters: Unpack[queries.Filters]) -> int:
     """Async :func:`count`."""
     return await sync_to_async(count)(**filters)

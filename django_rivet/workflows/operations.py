@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError
@@ -21,6 +22,7 @@ from .. import clock, observability
 from ..engine import (
     CANCEL_REASONS,
     HistoryEntry,
+    Message,
     ReplayRefusedError,
     WorkflowDefinition,
     check_record,
@@ -41,6 +43,7 @@ from ..models import (
     db,
     sql,
 )
+from . import attributes as workflow_attributes
 from . import cancels, children, leases, queues, registry
 from .children import start_fields
 from .driver import DjangoDriver, encode_body
@@ -93,6 +96,7 @@ def start(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | None = None,
+    attributes: Mapping[str, str | int] | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
@@ -102,9 +106,11 @@ def start(
     ``workflow/id_conflict``, a ``ValueError``).
     With ``queue`` the workflow is stored ``queued`` and admission starts
     it (:mod:`.queues`). ``timeout`` (seconds; default: the definition's)
-    sets its deadline.
+    sets its deadline; ``attributes`` are stored for search (a new workflow's
+    only: an existing id keeps its own).
     """
     where = queues.placement(queue, priority, dedup_key)
+    attribute_rows = workflow_attributes.check(attributes)
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
         raise ValueError(f"A workflow id is 1-{MAX_ID_LENGTH} characters")
@@ -147,6 +153,7 @@ def start(
         WorkflowKV.objects.create(
             workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
         )
+        workflow_attributes.store(workflow_id, attribute_rows)
         if where is None:
             schedule_wake(workflow_id, now)
         else:
@@ -216,6 +223,16 @@ def wake(workflow_id: str) -> bool:
             return False
         schedule_wake(workflow_id, now)
     return True
+
+
+def inbox(workflow_id: str) -> list[Message]:
+    """Return the messages in the workflow's inbox, oldest first (not yet received)."""
+    _require(workflow_id)
+    rows = WorkflowMessage.objects.filter(workflow_id=workflow_id).order_by("id")
+    return [
+        Message(str(pk), name, schema.loads(bytes(body)), clock.to_timestamp(at))
+        for pk, name, body, at in rows.values_list("id", "name", "body", "created_at")
+    ]
 
 
 #: Unreceived messages one workflow's inbox may hold (as an actor's queue).

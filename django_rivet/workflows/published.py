@@ -26,6 +26,7 @@ from asgiref.sync import sync_to_async
 from ..conf import rivet_settings
 from ..engine import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
+from ..models.base import prefix_end
 from . import execution, operations
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -37,6 +38,7 @@ __all__ = [
     "arequest",
     "get_event",
     "read_event",
+    "read_events",
     "request",
     "take_reply",
 ]
@@ -59,6 +61,21 @@ def read_event(workflow_id: str, key: str) -> tuple[bool, Any]:
     """Return ``(found, value)`` of the event ``key`` of ``workflow_id``."""
     value = _read(workflow_id, keys.event_key(key), "event")
     return (False, None) if value is _NOT_SET else (True, value)
+
+
+def read_events(workflow_id: str) -> dict[str, Any]:
+    """Return every event ``workflow_id`` published, key to its latest value."""
+    operations.status(workflow_id)  # workflow/not_found for an unknown id
+    prefix = keys.pack((keys.PUBLISHED, keys.EVENT))
+    rows = WorkflowKV.objects.filter(workflow_id=workflow_id, key__gte=prefix)
+    upper = prefix_end(prefix)
+    if upper is not None:
+        rows = rows.filter(key__lt=upper)
+    found: dict[str, Any] = {}
+    for key, value in rows.order_by("key").values_list("key", "value"):
+        name = str(keys.unpack(bytes(key))[2])
+        found[name] = schema.decode_published("event", bytes(value))
+    return found
 
 
 def take_reply(workflow_id: str, message_id: str) -> tuple[bool, Any]:

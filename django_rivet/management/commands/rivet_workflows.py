@@ -101,7 +101,7 @@ class Command(BaseCommand):
             waiting_for=options["waiting_for"],
             parent_id=options["parent"],
             created_before=created_before,
-        )
+        ).order_by("-created_at", "-id")
         limit = options["limit"]
         if limit is None and verb == "list":
             limit = 100
