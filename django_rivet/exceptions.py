@@ -62,6 +62,7 @@ from ._errors.request import (
 )
 from ._errors.workflow import (
     UnknownWorkflowQueue,
+    WorkflowActive,
     WorkflowDeduplicated,
     WorkflowIdConflict,
     WorkflowInboxFull,
@@ -108,6 +109,7 @@ __all__ = [
     "UserError",
     "ValueTooDeep",
     "UnknownWorkflowQueue",
+    "WorkflowActive",
     "WorkflowDeduplicated",
     "WorkflowIdConflict",
     "WorkflowInboxFull",
@@ -144,6 +146,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         WorkflowNotFound,
         WorkflowDeduplicated,
         WorkflowIdConflict,
+        WorkflowActive,
         UnknownWorkflowQueue,
         ConnectionExpired,
         MethodNotAllowed,

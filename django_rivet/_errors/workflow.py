@@ -6,6 +6,7 @@ from .base import RivetError
 
 __all__ = [
     "UnknownWorkflowQueue",
+    "WorkflowActive",
     "WorkflowDeduplicated",
     "WorkflowIdConflict",
     "WorkflowInboxFull",
@@ -35,6 +36,15 @@ class WorkflowDeduplicated(RivetError):
         """Return the id of the workflow holding the key."""
         found = (self.metadata or {}).get("workflow_id")
         return None if found is None else str(found)
+
+
+class WorkflowActive(RivetError):
+    """The workflow has not finished: cancel it first."""
+
+    group = "workflow"
+    code = "active"
+    http_status = 409
+    default_message = "The workflow has not finished"
 
 
 class WorkflowIdConflict(RivetError, ValueError):

@@ -12,6 +12,7 @@ sibling (neither imports the other, import-linter checks it), so
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,6 +98,7 @@ class WorkflowsAPI(Protocol):
         priority: int = 0,
         dedup_key: str | None = None,
         timeout: float | timedelta | None = None,
+        attributes: Mapping[str, str | int] | None = None,
     ) -> WorkflowHandleAPI:
         """Start a workflow (idempotent per ``id``); runs after commit.
 
@@ -115,6 +117,7 @@ class WorkflowsAPI(Protocol):
         priority: int = 0,
         dedup_key: str | None = None,
         timeout: float | timedelta | None = None,
+        attributes: Mapping[str, str | int] | None = None,
     ) -> WorkflowHandleAPI:
         """Async :meth:`start`."""
         ...

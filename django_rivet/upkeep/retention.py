@@ -3,7 +3,8 @@
 Settings (seconds or a ``timedelta``; ``None`` keeps forever):
 
 - ``WORKFLOW_RETENTION``: a finished workflow (completed, failed, cancelled)
-  with its history (``WorkflowKV``) and inbox (``WorkflowMessage``), that
+  with its history (``WorkflowKV``), inbox (``WorkflowMessage``) and
+  attributes (``WorkflowAttribute``), that
   long after it finished. Active workflows (pending, running, sleeping,
   waiting for a message, rolling back) are never deleted whatever their age,
   nor a finished one whose lease an operation holds (recover, replay). Once
@@ -45,6 +46,7 @@ from ..models import (
     QueueMessage,
     Schedule,
     Workflow,
+    WorkflowAttribute,
     WorkflowKV,
     WorkflowMessage,
     db,
@@ -80,6 +82,7 @@ TABLES = (
     "Workflow",
     "WorkflowKV",
     "WorkflowMessage",
+    "WorkflowAttribute",
     "Schedule",
     "QueueMessage",
     "CronRun",
@@ -169,6 +172,7 @@ def eligible() -> dict[str, QuerySet[Any]]:
         "Workflow": _workflows(),
         "WorkflowKV": WorkflowKV.objects.filter(workflow__in=workflows),
         "WorkflowMessage": WorkflowMessage.objects.filter(workflow__in=workflows),
+        "WorkflowAttribute": WorkflowAttribute.objects.filter(workflow__in=workflows),
         "Schedule": _schedules(),
         "QueueMessage": _queue_messages(),
         "CronRun": _excess_cron_runs(),

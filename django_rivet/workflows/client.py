@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Unpack
 
@@ -46,10 +46,12 @@ __all__ = [
     "MAX_ID_LENGTH",
     "WorkflowHandle",
     "acount",
+    "adelete",
     "afilter",
     "aget",
     "astart",
     "count",
+    "delete",
     "filter",
     "get",
     "start",
@@ -197,6 +199,19 @@ class WorkflowHandle:
     async def aresume(self) -> bool:
         """Async :meth:`resume`."""
         return await sync_to_async(self.resume)()
+
+    def delete(self, children: bool = False) -> bool:
+        """Delete the finished workflow and every row it owns; tell if it did.
+
+        ``children``: its descendants too. One that has not finished raises
+        ``WorkflowActive`` (``workflow/active``): cancel it first. An id
+        already deleted returns False.
+        """
+        return control.delete([self.workflow_id], children=children) > 0
+
+    async def adelete(self, children: bool = False) -> bool:
+        """Async :meth:`delete`."""
+        return await sync_to_async(self.delete)(children)
 
     # Family, replies and published values --------------------------------------
 
@@ -432,3 +447,18 @@ def count(**filters: Unpack[queries.Filters]) -> int:
 async def acount(**filters: Unpack[queries.Filters]) -> int:
     """Async :func:`count`."""
     return await sync_to_async(count)(**filters)
+
+
+def delete(workflow_ids: Iterable[str], *, children: bool = False) -> int:
+    """Delete finished workflows (and with ``children`` their descendants).
+
+    Returns how many were deleted; ids no workflow has are skipped. All or
+    nothing: one that has not finished raises ``WorkflowActive``
+    (``workflow/active``) and nothing is deleted.
+    """
+    return control.delete(workflow_ids, children=children)
+
+
+async def adelete(workflow_ids: Iterable[str], *, children: bool = False) -> int:
+    """Async :func:`delete`."""
+    return await sync_to_async(delete)(list(workflow_ids), children=children)

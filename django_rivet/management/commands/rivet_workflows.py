@@ -1,4 +1,4 @@
-"""``manage.py rivet_workflows``: find workflows, and cancel, resume or recover them.
+"""``manage.py rivet_workflows``: find workflows; cancel, resume, recover, delete.
 
 ::
 
@@ -6,6 +6,7 @@
     manage.py rivet_workflows cancel --name order --older-than 7d --dry-run
     manage.py rivet_workflows recover --name order          # failed ones
     manage.py rivet_workflows resume --status cancelled     # cancelled ones
+    manage.py rivet_workflows delete --name order --older-than 90d   # finished ones
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rivet import clock
-from django_rivet.models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
+from django_rivet.models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowStatus,
+)
 from django_rivet.workflows import queries
 from django_rivet.workflows.client import WorkflowHandle
 
@@ -25,6 +31,7 @@ _TARGETS = {
     "cancel": [str(status) for status in WORKFLOW_ACTIVE],
     "recover": [WorkflowStatus.FAILED.value],
     "resume": [WorkflowStatus.CANCELLED.value],
+    "delete": [str(status) for status in WORKFLOW_FINISHED],
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -45,14 +52,16 @@ class Command(BaseCommand):
     """List workflows matching filters, or act on each of them."""
 
     help = (
-        "List workflows, or cancel (active ones), recover (failed ones) or "
-        "resume (cancelled ones) every workflow matching the filters. "
-        "--dry-run prints what would be done."
+        "List workflows, or cancel (active ones), recover (failed ones), "
+        "resume (cancelled ones) or delete (finished ones, with their history) "
+        "every workflow matching the filters. --dry-run prints what would be done."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Add the verb and the filters."""
-        parser.add_argument("verb", choices=["list", "cancel", "resume", "recover"])
+        parser.add_argument(
+            "verb", choices=["list", "cancel", "resume", "recover", "delete"]
+        )
         parser.add_argument("--name", help="Only workflows with this name.")
         parser.add_argument(
             "--status",
@@ -126,7 +135,12 @@ class Command(BaseCommand):
 
     def _act(self, verb: str, rows: list[Workflow], dry_run: bool) -> None:
         done = skipped = failed = 0
-        past = {"cancel": "cancelled", "recover": "recovered", "resume": "resumed"}
+        past = {
+            "cancel": "cancelled",
+            "recover": "recovered",
+            "resume": "resumed",
+            "delete": "deleted",
+        }
         for row in rows:
             if dry_run:
                 self.stdout.write(f"would {verb} {row.id} ({row.name}, {row.status})")
