@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from .base import RivetError
 
+# In the order they are defined.
 __all__ = [
-    "UnknownWorkflowQueue",
-    "WorkflowActive",
+    "WorkflowNotFound",
     "WorkflowDeduplicated",
+    "WorkflowActive",
     "WorkflowIdConflict",
     "WorkflowInboxFull",
-    "WorkflowNotFound",
+    "UnknownWorkflowQueue",
 ]
 
 

@@ -50,11 +50,15 @@ class WorkflowHandleAPI(Protocol):
         """Async :meth:`result`."""
         ...
 
-    def send(self, name: str, body: Any = None) -> str:
-        """Send a message to the workflow; return its id."""
+    def send(
+        self, name: str, body: Any = None, idempotency_key: str | None = None
+    ) -> str:
+        """Send a message to the workflow (at most once per key); return its id."""
         ...
 
-    async def asend(self, name: str, body: Any = None) -> str:
+    async def asend(
+        self, name: str, body: Any = None, idempotency_key: str | None = None
+    ) -> str:
         """Async :meth:`send`."""
         ...
 

@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from ..encoding import json_loads
 from ..exceptions import MalformedRequest
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage
-from ..workflows import control, operations
+from ..workflows import control, operations, sends
 from ..workflows.client import WorkflowHandle
 from .rendering import pretty, render_history
 from .retention import RetentionAdmin, purge_note
@@ -275,7 +275,7 @@ class WorkflowAdmin(RetentionAdmin):
                     request,
                     queryset,
                     "send to",
-                    lambda workflow_id: operations.send(workflow_id, name, body),
+                    lambda workflow_id: sends.send(workflow_id, name, body),
                 )
                 return None
         return TemplateResponse(

@@ -44,6 +44,7 @@ from .workflows import (
     WorkflowAttribute,
     WorkflowKV,
     WorkflowMessage,
+    WorkflowMessageKey,
     WorkflowStatus,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "WorkflowAttribute",
     "WorkflowKV",
     "WorkflowMessage",
+    "WorkflowMessageKey",
     "WorkflowQueue",
     "WorkflowStatus",
     "_now",

@@ -317,6 +317,34 @@ class WorkflowAttribute(models.Model):
         return int(self.value) if self.number else self.value
 
 
+class WorkflowMessageKey(models.Model):
+    """An idempotency key a message to a workflow was sent with.
+
+    Kept after the message is received (``handle.send(...,
+    idempotency_key=k)`` delivers at most once per key and workflow), and
+    deleted with the workflow.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="message_keys", db_index=False
+    )
+    key = models.CharField(max_length=255)
+    # The message it sent (the inbox row is gone once it was received).
+    message_id = models.BigIntegerField()
+
+    class Meta:
+        verbose_name = "workflow message key"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "key"], name="rivet_wfmessagekey_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} to {self.workflow_id}"
+
+
 class WorkflowMessage(models.Model):
     """A message sent to a workflow (``handle.send``); ``id`` order is FIFO."""
 

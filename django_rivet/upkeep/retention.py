@@ -3,8 +3,8 @@
 Settings (seconds or a ``timedelta``; ``None`` keeps forever):
 
 - ``WORKFLOW_RETENTION``: a finished workflow (completed, failed, cancelled)
-  with its history (``WorkflowKV``), inbox (``WorkflowMessage``) and
-  attributes (``WorkflowAttribute``), that
+  with its history (``WorkflowKV``), inbox (``WorkflowMessage``),
+  attributes (``WorkflowAttribute``) and sent idempotency keys, that
   long after it finished. Active workflows (pending, running, sleeping,
   waiting for a message, rolling back) are never deleted whatever their age,
   nor a finished one whose lease an operation holds (recover, replay). Once
@@ -49,6 +49,7 @@ from ..models import (
     WorkflowAttribute,
     WorkflowKV,
     WorkflowMessage,
+    WorkflowMessageKey,
     db,
 )
 from ..scheduling.claims import skip_locked
@@ -83,6 +84,7 @@ TABLES = (
     "WorkflowKV",
     "WorkflowMessage",
     "WorkflowAttribute",
+    "WorkflowMessageKey",
     "Schedule",
     "QueueMessage",
     "CronRun",
@@ -173,6 +175,7 @@ def eligible() -> dict[str, QuerySet[Any]]:
         "WorkflowKV": WorkflowKV.objects.filter(workflow__in=workflows),
         "WorkflowMessage": WorkflowMessage.objects.filter(workflow__in=workflows),
         "WorkflowAttribute": WorkflowAttribute.objects.filter(workflow__in=workflows),
+        "WorkflowMessageKey": WorkflowMessageKey.objects.filter(workflow__in=workflows),
         "Schedule": _schedules(),
         "QueueMessage": _queue_messages(),
         "CronRun": _excess_cron_runs(),

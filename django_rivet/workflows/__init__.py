@@ -92,16 +92,19 @@ from ..exceptions import (
 if TYPE_CHECKING:
     from .client import (
         MAX_ID_LENGTH,
+        Send,
         WorkflowHandle,
         acount,
         adelete,
         afilter,
         aget,
+        asend_many,
         astart,
         count,
         delete,
         filter,
         get,
+        send_many,
         start,
     )
 
@@ -125,6 +128,7 @@ __all__ = [
     "ReplayDivergence",
     "RollbackContext",
     "RollbackError",
+    "Send",
     "StepExhaustedError",
     "StepOutputError",
     "StepResult",
@@ -149,11 +153,13 @@ __all__ = [
     "adelete",
     "afilter",
     "aget",
+    "asend_many",
     "astart",
     "count",
     "delete",
     "filter",
     "get",
+    "send_many",
     "start",
     "workflow",
 ]

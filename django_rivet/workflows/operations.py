@@ -22,7 +22,6 @@ from .. import clock, observability
 from ..engine import (
     CANCEL_REASONS,
     HistoryEntry,
-    Message,
     ReplayRefusedError,
     WorkflowDefinition,
     check_record,
@@ -33,20 +32,12 @@ from ..engine import (
     schema,
 )
 from ..engine.ops import WorkflowSnapshot, read_workflow
-from ..exceptions import WorkflowInboxFull, WorkflowNotFound
-from ..models import (
-    WORKFLOW_ACTIVE,
-    Workflow,
-    WorkflowKV,
-    WorkflowMessage,
-    WorkflowStatus,
-    db,
-    sql,
-)
+from ..exceptions import WorkflowNotFound
+from ..models import Workflow, WorkflowKV, WorkflowStatus, db, sql
 from . import attributes as workflow_attributes
 from . import cancels, children, leases, queues, registry
 from .children import start_fields
-from .driver import DjangoDriver, encode_body
+from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
 from .wakeups import schedule_wake, wake_fields
@@ -59,7 +50,6 @@ __all__ = [
     "history",
     "recover",
     "replay",
-    "send",
     "snapshot",
     "start",
     "status",
@@ -223,68 +213,6 @@ def wake(workflow_id: str) -> bool:
             return False
         schedule_wake(workflow_id, now)
     return True
-
-
-def inbox(workflow_id: str) -> list[Message]:
-    """Return the messages in the workflow's inbox, oldest first (not yet received)."""
-    _require(workflow_id)
-    rows = WorkflowMessage.objects.filter(workflow_id=workflow_id).order_by("id")
-    return [
-        Message(str(pk), name, schema.loads(bytes(body)), clock.to_timestamp(at))
-        for pk, name, body, at in rows.values_list("id", "name", "body", "created_at")
-    ]
-
-
-#: Unreceived messages one workflow's inbox may hold (as an actor's queue).
-MAX_INBOX_MESSAGES = 1000
-
-
-def check_inbox(workflow_id: str) -> None:
-    """Refuse a message to a full inbox (``workflow/inbox_full``).
-
-    Run with the workflow row locked, so concurrent senders count in turn;
-    the count reads the inbox index, at most ``MAX_INBOX_MESSAGES + 1`` rows.
-    """
-    pending = (
-        WorkflowMessage.objects.filter(workflow_id=workflow_id)
-        .values("id")[: MAX_INBOX_MESSAGES + 1]
-        .count()
-    )
-    if pending >= MAX_INBOX_MESSAGES:
-        raise WorkflowInboxFull(
-            f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
-            "messages; it must receive some first",
-            metadata={"limit": MAX_INBOX_MESSAGES},
-        )
-
-
-def send(workflow_id: str, name: str, body: Any = None) -> str:
-    """Store a message in the workflow's inbox and wake it if it waits for it.
-
-    Returns the message id. Raises ``TypeError`` for a body that cannot be
-    stored, ``workflow/not_found`` for an unknown workflow and
-    ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES`` unreceived messages.
-    """
-    data = encode_body(body)
-    now = clock.now_datetime()
-    with db.atomic():
-        # The signal bump comes first: it locks the row, so a run releasing
-        # concurrently either sees it (and runs again) or released before
-        # (and its waiting_for is what we read next).
-        rows = Workflow.objects.filter(pk=workflow_id)
-        if not rows.update(wake_signal=F("wake_signal") + 1):
-            raise _not_found(workflow_id)
-        status, waiting_for = rows.values_list("status", "waiting_for").get()
-        check_inbox(workflow_id)
-        message = WorkflowMessage.objects.create(
-            workflow_id=workflow_id, name=name, body=data
-        )
-        wanted = name in waiting_for or "*" in waiting_for
-        if status in WORKFLOW_ACTIVE and wanted:
-            rows.update(wake_at=now, **wake_fields(now))
-            schedule_wake(workflow_id, now)
-    logger.debug("workflow message sent workflow=%s name=%s", workflow_id, name)
-    return str(message.pk)
 
 
 def cancel(workflow_id: str, reason: str = "cancelled") -> bool:

@@ -27,7 +27,7 @@ from ..conf import rivet_settings
 from ..engine import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
 from ..models.base import prefix_end
-from . import execution, operations
+from . import execution, operations, sends
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -203,7 +203,7 @@ def request(
     """
     limit = _limit(timeout)
     deadline = time.monotonic() + limit
-    message_id = operations.send(workflow_id, name, body)
+    message_id = sends.send(workflow_id, name, body)
     delay = POLL_FIRST
     while True:
         done, value = _request_step(workflow_id, message_id)
@@ -229,7 +229,7 @@ async def arequest(
         return await inline(workflow_id, name, body, timeout)
     limit = _limit(timeout)
     deadline = time.monotonic() + limit
-    message_id = await sync_to_async(operations.send)(workflow_id, name, body)
+    message_id = await sync_to_async(sends.send)(workflow_id, name, body)
     # A run of the workflow may take a while: off the thread-sensitive one.
     step = sync_to_async(_request_step, thread_sensitive=False)
     delay = POLL_FIRST

@@ -312,6 +312,7 @@ def test_rivet_purge_dry_run_prints_counts_per_table_and_deletes_nothing(capsys)
         f"WorkflowKV: {kv_rows}",
         "WorkflowMessage: 1",
         "WorkflowAttribute: 0",
+        "WorkflowMessageKey: 0",
         "Schedule: 1",
         "QueueMessage: 0",
         "CronRun: 0",

@@ -39,8 +39,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.workflows import operations as workflow_operations
-from django_rivet.workflows import workflow
+from django_rivet.workflows import sends, workflow
 from tests.testapp.models import StepRow
 
 # pg: the PostgreSQL leg runs this module (JSON-field lookups (filter by wait),
@@ -489,7 +488,7 @@ def test_a_failed_steps_traceback_is_in_history_and_in_the_log(caplog):
 
 # -- inboxes --------------------------------------------------------------------------
 def test_a_workflow_inbox_is_bounded(monkeypatch):
-    monkeypatch.setattr(workflow_operations, "MAX_INBOX_MESSAGES", 5)
+    monkeypatch.setattr(sends, "MAX_INBOX_MESSAGES", 5)
     handle = workflows.start("approval", {}, id="inbox-bound")
     run_until_idle(handle)
     for n in range(5):
