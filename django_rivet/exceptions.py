@@ -61,6 +61,7 @@ from ._errors.request import (
     TooManyFrames,
 )
 from ._errors.workflow import (
+    PartitionKeyRequired,
     UnknownWorkflowQueue,
     WorkflowActive,
     WorkflowDeduplicated,
@@ -78,6 +79,7 @@ __all__ = [
     "MethodNotAllowed",
     "NoChannelLayer",
     "NotRegistered",
+    "PartitionKeyRequired",
     "ActionTimeout",
     "ActorAlreadyExists",
     "ActorNotFound",
@@ -147,6 +149,7 @@ ERROR_CLASSES: dict[tuple[str, str], type[RivetError]] = {
         WorkflowDeduplicated,
         WorkflowIdConflict,
         WorkflowActive,
+        PartitionKeyRequired,
         UnknownWorkflowQueue,
         ConnectionExpired,
         MethodNotAllowed,

@@ -12,6 +12,7 @@ __all__ = [
     "WorkflowIdConflict",
     "WorkflowInboxFull",
     "UnknownWorkflowQueue",
+    "PartitionKeyRequired",
 ]
 
 
@@ -72,3 +73,12 @@ class UnknownWorkflowQueue(RivetError):
     group = "workflow"
     code = "unknown_queue"
     http_status = 400
+
+
+class PartitionKeyRequired(RivetError, ValueError):
+    """A start on a partitioned workflow queue named no ``partition_key``."""
+
+    group = "workflow"
+    code = "partition_key_required"
+    http_status = 400
+    default_message = "The workflow queue is partitioned: give a partition_key"

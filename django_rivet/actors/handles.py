@@ -103,6 +103,7 @@ class WorkflowsAPI(Protocol):
         dedup_key: str | None = None,
         timeout: float | timedelta | None = None,
         attributes: Mapping[str, str | int] | None = None,
+        partition_key: str | None = None,
     ) -> WorkflowHandleAPI:
         """Start a workflow (idempotent per ``id``); runs after commit.
 
@@ -122,6 +123,7 @@ class WorkflowsAPI(Protocol):
         dedup_key: str | None = None,
         timeout: float | timedelta | None = None,
         attributes: Mapping[str, str | int] | None = None,
+        partition_key: str | None = None,
     ) -> WorkflowHandleAPI:
         """Async :meth:`start`."""
         ...

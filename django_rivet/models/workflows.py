@@ -184,6 +184,8 @@ class Workflow(models.Model):
     # is when that happened (the rate limit counts them). A dedup_key ("":
     # none) is unique among the queue's workflows that have not finished.
     queue = models.CharField(max_length=128, blank=True, default="")
+    # Its partition of a partitioned queue ("": the queue is not partitioned).
+    partition_key = models.CharField(max_length=255, blank=True, default="")
     priority = models.IntegerField(default=0)
     dedup_key = models.CharField(max_length=255, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
@@ -220,6 +222,12 @@ class Workflow(models.Model):
                 fields=["queue", "priority", "created_at"],
                 condition=models.Q(status="queued"),
                 name="rivet_workflow_queued",
+            ),
+            # A partitioned queue's next to admit, partition by partition.
+            models.Index(
+                fields=["queue", "partition_key", "priority", "created_at"],
+                condition=models.Q(status="queued") & ~models.Q(partition_key=""),
+                name="rivet_workflow_partition",
             ),
             models.Index(
                 fields=["queue", "status"],

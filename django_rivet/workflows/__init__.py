@@ -81,6 +81,7 @@ from ..engine import (
     workflow,
 )
 from ..exceptions import (
+    PartitionKeyRequired,
     UnknownWorkflowQueue,
     WorkflowActive,
     WorkflowDeduplicated,
@@ -123,6 +124,7 @@ __all__ = [
     "LoopContinue",
     "Message",
     "MessageTimeoutError",
+    "PartitionKeyRequired",
     "RaceError",
     "RecordedError",
     "ReplayDivergence",

@@ -67,6 +67,7 @@ def start(
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
     attributes: Mapping[str, str | int] | None = None,
+    partition_key: str | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
 
@@ -85,7 +86,10 @@ def start(
     (``workflow/duplicate``, with the holder's id). ``timeout`` (seconds or a
     timedelta; default: the ``@workflow``'s) is the deadline: when it passes
     the workflow is cancelled with reason ``timeout`` (its rollbacks run) and
-    ``result()`` raises ``WorkflowTimeout``. ``attributes`` (strings and
+    ``result()`` raises ``WorkflowTimeout``. On a partitioned queue,
+    ``partition_key`` names the workflow's partition (required there,
+    refused elsewhere: ``workflow/partition_key_required``, ``ValueError``).
+    ``attributes`` (strings and
     integers by name, at most 32) are stored with a new workflow for
     :func:`filter` to find it by. See docs/workflows.md.
     """
@@ -102,6 +106,7 @@ def start(
         dedup_key=dedup_key,
         timeout=limit,
         attributes=attributes,
+        partition_key=partition_key,
     )
     return WorkflowHandle(workflow_id, name)
 
@@ -116,6 +121,7 @@ async def astart(
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
     attributes: Mapping[str, str | int] | None = None,
+    partition_key: str | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
     return await sync_to_async(start)(
@@ -127,6 +133,7 @@ async def astart(
         dedup_key=dedup_key,
         timeout=timeout,
         attributes=attributes,
+        partition_key=partition_key,
     )
 
 

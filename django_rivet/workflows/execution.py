@@ -36,7 +36,7 @@ from ..engine import (
 from ..engine.errors import cancellation
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus, db
-from . import cancels, endings, leases, registry
+from . import cancels, capacity, endings, leases, registry
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
 from .releases import (
@@ -134,8 +134,18 @@ def run(
     worker holds it). Never raises for the workflow's own failures.
     ``stop_after_reply`` (a message id) ends the run right after the reply
     to that message is recorded (what a waiting ``handle.request`` runs);
-    the workflow is then due again, for a worker to go on with.
+    the workflow is then due again, for a worker to go on with. A workflow
+    whose queue's ``worker_concurrency`` this process has reached is not
+    run here (:mod:`.capacity`).
     """
+    with capacity.slot(workflow_id) as room:
+        if not room:
+            capacity.defer(workflow_id)
+            return None
+        return _run(workflow_id, max_passes, stop_after_reply)
+
+
+def _run(workflow_id: str, max_passes: int, stop_after_reply: str | None) -> str | None:
     status = None
     for _ in range(max_passes):
         lease = leases.claim(workflow_id)

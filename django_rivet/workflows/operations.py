@@ -40,6 +40,7 @@ from .children import start_fields
 from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
+from .placement import duplicate_of, placement
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -87,6 +88,7 @@ def start(
     dedup_key: str | None = None,
     timeout: float | None = None,
     attributes: Mapping[str, str | int] | None = None,
+    partition_key: str | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
@@ -99,7 +101,7 @@ def start(
     sets its deadline; ``attributes`` are stored for search (a new workflow's
     only: an existing id keeps its own).
     """
-    where = queues.placement(queue, priority, dedup_key)
+    where = placement(queue, priority, dedup_key, partition_key)
     attribute_rows = workflow_attributes.check(attributes)
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
@@ -135,7 +137,7 @@ def start(
         except IntegrityError as error:
             if where is None:
                 raise
-            raise queues.duplicate_of(where, error) from error
+            raise duplicate_of(where, error) from error
         if not created:
             if row.name != definition.name:
                 raise children.id_conflict(workflow_id, row.name)

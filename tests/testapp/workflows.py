@@ -376,3 +376,19 @@ async def blocked_between_steps(ctx, input):
             transaction=then == "transaction",
         )
     return "done"
+
+
+@workflow(name="tenantJob")
+async def tenant_job(ctx, input):
+    """One slow step that logs when it ran, for whom and where (``input["log"]``)."""
+
+    def work():
+        started = time.time()
+        time.sleep(input.get("delay", 0.05))
+        line = {"key": input["key"], "pid": os.getpid(), "start": started}
+        line["end"] = time.time()
+        with open(input["log"], "a") as out:
+            out.write(json.dumps(line) + "\n")
+        return input["key"]
+
+    return await ctx.step("work", work)

@@ -13,6 +13,7 @@ import random
 import time
 
 import pytest
+from django.test import override_settings
 
 from django_rivet import workflows
 from django_rivet.engine import WorkflowCancelled
@@ -237,3 +238,66 @@ def test_a_cancel_stops_a_worker_s_workflow_blocked_between_its_steps(
     assert handle.status == "cancelled"
     with pytest.raises(WorkflowCancelled):
         handle.result(timeout=5)
+
+
+def test_a_partitioned_queue_on_two_workers_keeps_every_key_in_bounds_and_moving(
+    broker, env, tmp_path
+):
+    """Issue 44: 20 keys x 200 workflows on two workers.
+
+    The queue (tests/settings/workflow.py) runs 8 at once, 2 per key, and 2
+    per worker process (each a 4-thread pool). The workflows are started key
+    by key, so a first-come admission would serve the first keys' backlog
+    before the last keys; the round robin serves every key early.
+    """
+    from tests.settings.workflow import WORKFLOW_QUEUES
+
+    log = tmp_path / "jobs.jsonl"
+    keys = [f"key-{index:02}" for index in range(20)]
+    with override_settings(RIVET={"WORKFLOW_QUEUES": WORKFLOW_QUEUES}):
+        handles = [
+            workflows.start(
+                "tenantJob",
+                {"key": key, "log": str(log)},
+                queue="tenants",
+                partition_key=key,
+            )
+            for key in keys
+            for _ in range(10)
+        ]
+    with contextlib.ExitStack() as stack:
+        for name in ("w0", "w1"):
+            stack.enter_context(
+                celery_worker(env, pool="threads", concurrency=4, name=name,
+                              beat=name == "w0")
+            )  # fmt: skip
+        wait_for(
+            lambda: (
+                Workflow.objects.filter(queue="tenants", status="completed").count()
+                == 200
+            ),
+            timeout=240,
+            what="the 200 workflows",
+        )
+    assert {h.result(timeout=5) for h in handles} == set(keys)
+    jobs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(jobs) == 200
+
+    def most_at_once(intervals):
+        edges = sorted(
+            [(job["start"], 1) for job in intervals]
+            + [(job["end"], -1) for job in intervals]
+        )
+        now = peak = 0
+        for _, step in edges:  # an end before a start at the same instant
+            now += step
+            peak = max(peak, now)
+        return peak
+
+    for key in keys:
+        assert most_at_once([j for j in jobs if j["key"] == key]) <= 2, key
+    for pid in {job["pid"] for job in jobs}:
+        assert most_at_once([j for j in jobs if j["pid"] == pid]) <= 2, pid
+    assert most_at_once(jobs) <= 8
+    first = sorted(jobs, key=lambda job: job["end"])[:60]
+    assert {job["key"] for job in first} == set(keys), "a key waited behind others"

@@ -338,6 +338,19 @@ def rivet_errors(rivet):
             {"e": {"rate_limit": (10, 0)}},
             "entry 'e': rate_limit must be (starts, seconds), both positive",
         ),
+        # DBOS test_partition_limit_validation: limits that could never bind.
+        (
+            {"e": {"partition_concurrency": 0}},
+            "entry 'e': partition_concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"worker_concurrency": 0}},
+            "entry 'e': worker_concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"partition_rate_limit": (1,)}},
+            "entry 'e': partition_rate_limit must be (starts, seconds), both positive",
+        ),
     ],
 )
 def test_a_malformed_workflow_queues_setting_is_e701(queues, problem):
