@@ -18,7 +18,7 @@ from django.db.models import F
 from .. import clock
 from ..engine import ChildOutcome, ChildStart, keys, schema
 from ..engine.values import child_wake_name
-from ..exceptions import WorkflowIdConflict
+from ..exceptions import WorkflowIdConflict, WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
     WORKFLOW_FINISHED,
@@ -28,7 +28,8 @@ from ..models import (
     db,
     sql,
 )
-from . import registry
+from . import queues, registry
+from .placement import create_placed, placement
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -41,6 +42,7 @@ __all__ = [
     "notify_waiters",
     "outcome",
     "start_fields",
+    "watch",
 ]
 
 
@@ -74,20 +76,31 @@ def create_child(start: ChildStart) -> None:
     deadline is never later than its parent's.
     """
     definition = registry.get(start.workflow)
+    queued = start.queued or {}
+    where = placement(
+        queued.get("queue"),
+        queued.get("priority", 0),
+        queued.get("dedup_key"),
+        queued.get("partition_key"),
+    )
     encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, start.input)
     timeout = definition.timeout if start.timeout is None else start.timeout
     now = clock.now_datetime()
     fields = start_fields(definition.name, timeout, now)
     if not start.detached:
         fields["deadline_at"] = _within_parent(start.parent_id, fields["deadline_at"])
-    row, created = Workflow.objects.get_or_create(
-        id=start.child_id,
-        defaults={
-            **fields,
-            "parent_id": start.parent_id,
-            "detached": start.detached,
-            **wake_fields(now),
-        },
+    placed = wake_fields(now) if where is None else where.fields()
+    row, created = create_placed(
+        where,
+        lambda: Workflow.objects.get_or_create(
+            id=start.child_id,
+            defaults={
+                **fields,
+                "parent_id": start.parent_id,
+                "detached": start.detached,
+                **placed,
+            },
+        ),
     )
     if not created:
         if row.name != definition.name:
@@ -98,7 +111,10 @@ def create_child(start: ChildStart) -> None:
     WorkflowKV.objects.create(
         workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
     )
-    schedule_wake(start.child_id, now)
+    if where is None:
+        schedule_wake(start.child_id, now)
+    else:
+        queues.admit_on_commit(where.queue)  # after the parent's write commits
     logger.info(
         "workflow child started workflow=%s parent=%s name=%s",
         start.child_id,
@@ -124,6 +140,22 @@ def _within_parent(parent_id: str, deadline: datetime | None) -> datetime | None
     return inherited
 
 
+def watch(waiter_id: str, workflow_ids: list[str]) -> None:
+    """Record that ``waiter_id`` waits for each of ``workflow_ids`` (a
+    ``ctx.wait_first``): their ends wake it, its children or not.
+
+    Call in a transaction. An id no workflow has is ``workflow/not_found``.
+    """
+    found = dict(
+        Workflow.objects.filter(pk__in=workflow_ids).values_list("pk", "parent_id")
+    )
+    for workflow_id in workflow_ids:
+        if workflow_id not in found:
+            raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+        if found[workflow_id] != waiter_id:
+            _await(workflow_id, waiter_id)
+
+
 def _await(workflow_id: str, waiter_id: str) -> None:
     """Record that ``waiter_id`` waits for ``workflow_id`` (not its parent)."""
     rows = Workflow.objects.filter(pk=workflow_id)
@@ -136,7 +168,11 @@ def _await(workflow_id: str, waiter_id: str) -> None:
 
 def outcome(child_id: str) -> ChildOutcome | None:
     """Return how the child ended, or None while it is active."""
-    found = Workflow.objects.filter(pk=child_id).values_list("status").first()
+    found = (
+        Workflow.objects.filter(pk=child_id)
+        .values_list("status", "finished_at")
+        .first()
+    )
     if found is None:
         # Purged by retention (it ended long ago) or never created.
         return ChildOutcome(
@@ -146,7 +182,7 @@ def outcome(child_id: str) -> ChildOutcome | None:
                 "message": f"No workflow has id {child_id!r}",
             },
         )
-    status = found[0]
+    status, finished_at = found
     if status not in WORKFLOW_FINISHED:
         return None
     wanted = [
@@ -163,6 +199,7 @@ def outcome(child_id: str) -> ChildOutcome | None:
         str(status),
         output=fields.get(keys.WORKFLOW_OUTPUT),
         error=fields.get(keys.WORKFLOW_ERROR),
+        finished_at=0.0 if finished_at is None else clock.to_timestamp(finished_at),
     )
 
 

@@ -35,22 +35,23 @@ from . import control, operations, queries, sends
 from .instance import WorkflowHandle
 from .sends import Send
 
+# Each function, then its async twin, in the order they are defined.
 __all__ = [
     "MAX_ID_LENGTH",
     "Send",
     "WorkflowHandle",
-    "acount",
-    "adelete",
-    "afilter",
-    "aget",
-    "asend_many",
-    "astart",
-    "count",
-    "delete",
-    "filter",
-    "get",
-    "send_many",
     "start",
+    "astart",
+    "get",
+    "aget",
+    "filter",
+    "afilter",
+    "count",
+    "acount",
+    "delete",
+    "adelete",
+    "send_many",
+    "asend_many",
 ]
 
 MAX_ID_LENGTH = operations.MAX_ID_LENGTH

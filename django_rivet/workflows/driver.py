@@ -467,6 +467,11 @@ class DjangoDriver:
         """
         await self._db(self._write, functools.partial(children.create_child, start))
 
+    async def watch_children(self, child_ids: builtins.list[str]) -> None:
+        """Have the ends of ``child_ids`` wake this workflow (``ctx.wait_first``)."""
+        watch = functools.partial(children.watch, self.workflow_id, child_ids)
+        await self._db(self._write, watch)
+
     async def child_outcome(self, child_id: str) -> ChildOutcome | None:
         """Return how the child ended, or None while it is active."""
         return await self._db(children.outcome, child_id)  # type: ignore[no-any-return]

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import IntegrityError
 from django.db.models import F
 
 from .. import clock, observability
@@ -40,7 +39,7 @@ from .children import start_fields
 from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
-from .placement import duplicate_of, placement
+from .placement import create_placed, placement
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -121,23 +120,20 @@ def start(
             # fails with "database is locked" if another writer commits in
             # between.
             Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
-        try:
-            row, created = Workflow.objects.get_or_create(
+        fields = start_fields(
+            definition.name, definition.timeout if timeout is None else timeout, now
+        )
+        row, created = create_placed(
+            where,
+            lambda: Workflow.objects.get_or_create(
                 id=workflow_id,
                 defaults={
-                    **start_fields(
-                        definition.name,
-                        definition.timeout if timeout is None else timeout,
-                        now,
-                    ),
+                    **fields,
                     "traceparent": observability.traceparent(),
                     **placed,
                 },
-            )
-        except IntegrityError as error:
-            if where is None:
-                raise
-            raise duplicate_of(where, error) from error
+            ),
+        )
         if not created:
             if row.name != definition.name:
                 raise children.id_conflict(workflow_id, row.name)

@@ -8,8 +8,9 @@ and a start refused by a queue's deduplication index is turned into
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError
 
@@ -21,7 +22,9 @@ from ..exceptions import (
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
 from .queues import DEDUP_KEY_MAX_LENGTH, PRIORITY_RANGE, configured
 
-__all__ = ["Placement", "duplicate_of", "placement"]
+__all__ = ["Placement", "create_placed", "duplicate_of", "placement"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,16 @@ def placement(
         _key(dedup_key, "dedup_key"),
         _key(partition_key, "partition_key"),
     )
+
+
+def create_placed(where: Placement | None, create: Callable[[], T]) -> T:
+    """Return ``create()``; a deduplication refusal is ``workflow/duplicate``."""
+    try:
+        return create()
+    except IntegrityError as error:
+        if where is None:
+            raise
+        raise duplicate_of(where, error) from error
 
 
 def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicated:
