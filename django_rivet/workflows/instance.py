@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from ..engine import HistoryEntry, Message, ReplayDivergence
 from ..engine.ops import WorkflowSnapshot
 from . import attributes as workflow_attributes
-from . import control, operations, published, results, sends
+from . import control, forks, operations, published, results, sends
 
 __all__ = ["WorkflowHandle"]
 
@@ -166,6 +166,25 @@ class WorkflowHandle:
     async def aresume(self) -> bool:
         """Async :meth:`resume`."""
         return await sync_to_async(self.resume)()
+
+    def fork(
+        self, from_step: str, id: str | None = None, queue: str | None = None
+    ) -> WorkflowHandle:
+        """Start a new workflow from this one's history up to a step.
+
+        ``from_step`` is the step's location as :meth:`history` shows it
+        (``charge``, ``batch/~3/fetch``): the fork replays what was recorded
+        before it and runs that step and the rest with the code deployed
+        now. This workflow is not touched. Returns the fork's handle.
+        """
+        fork_id, name = forks.fork(self.workflow_id, from_step, id, queue=queue)
+        return WorkflowHandle(fork_id, name)
+
+    async def afork(
+        self, from_step: str, id: str | None = None, queue: str | None = None
+    ) -> WorkflowHandle:
+        """Async :meth:`fork`."""
+        return await sync_to_async(self.fork)(from_step, id, queue)
 
     def delete(self, children: bool = False) -> bool:
         """Delete the finished workflow and every row it owns; tell if it did.
