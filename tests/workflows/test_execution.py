@@ -401,6 +401,27 @@ def test_the_sweeper_resends_lost_tasks_and_expired_leases(clock, sent):
     assert run_due() == 2
 
 
+def test_a_cancel_whose_worker_crashed_is_carried_out_once_its_lease_expires(
+    clock, sent
+):
+    with registry.register_temporarily(stubborn_refund):
+        StepRow.objects.create(workflow_id="x", step="refund-ok")
+        handle = workflows.start("stubbornRefund", "wait", id="orphan")
+        assert run_due() == 1  # charged, then sleeping
+        handle.wake()
+        leases.claim("orphan")  # a worker takes it, and dies holding it
+        assert handle.cancel() is True
+        assert handle.status == "cancelled" and row("orphan").cancel_requested
+        sent.clear()
+        clock.advance(leases.lease_seconds() + 1)
+        assert sweep()["workflows"] == 1  # the crashed holder's cancel
+        assert sent[-1][0] == "orphan"
+        assert run_due() == 1
+    found = row("orphan")
+    assert (found.status, found.cancel_requested) == ("cancelled", False)
+    assert rows_per_step("orphan") == {"refunded": 1}
+
+
 def test_sent_tasks_are_recorded_on_the_row(clock, sent):
     workflows.start("greet", {"name": "a"}, id="task")
     assert sent == [("task", clock.now())]
