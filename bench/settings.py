@@ -110,8 +110,15 @@ DATABASES["default"]["CONN_MAX_AGE"] = None
 # Celery dispatch without a configured app would try a default AMQP broker.
 RIVET = {
     "EMBEDDED_WORKER": os.environ.get("RIVET_BENCH_EMBEDDED", "1") == "1",
-    # P14: a queue whose limit admits every start at once.
-    "WORKFLOW_QUEUES": {"bench": {"concurrency": 1_000_000}},
+    # P14: queues whose limits admit every start at once (the second one
+    # partitioned).
+    "WORKFLOW_QUEUES": {
+        "bench": {"concurrency": 1_000_000},
+        "benchPartitioned": {
+            "concurrency": 1_000_000,
+            "partition_concurrency": 1_000_000,
+        },
+    },
 }
 if os.environ.get("RIVET_BENCH_SLEEP_TIMEOUT"):
     RIVET["SLEEP_TIMEOUT"] = float(os.environ["RIVET_BENCH_SLEEP_TIMEOUT"])

@@ -280,6 +280,9 @@ SETTINGS: dict[str, Setting] = {
     # concurrency: workflows of the queue started and not finished, at most,
     # across all workers (None: no limit); rate_limit: (n, seconds), at most
     # n starts per sliding window of that many seconds (None: no limit).
+    # partition_concurrency / partition_rate_limit: the same per partition
+    # key (either makes the queue partitioned: starts name a partition_key);
+    # worker_concurrency: its workflows one process runs at once.
     # rivet.E701 checks the limits too.
     "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):

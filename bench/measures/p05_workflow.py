@@ -14,7 +14,11 @@ sides include starting the workflow.
 The commit floor: N single-row durable commits on the same database and
 connection (one ``INSERT`` of a 64-byte value per transaction, cursor level)
 -- what any design keeping one durable write per step pays at least.
-Trials rotate rivet, DBOS and the floor.
+
+The cancel check (issue 44): the same subject with the read a run makes
+before each step (is the workflow cancelled?) switched off
+(``DjangoDriver.checks_cancel``), to say what the check costs per step.
+Trials rotate rivet, rivet without the check, DBOS and the floor.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ ID = "P5"
 TITLE = "workflow of trivial steps vs DBOS and the commit floor"
 TARGET = Target("ratio", "<=", 0.33)
 FLOOR_TARGET = Target("ratio", "<=", 1.2)
+CHECK_TARGET = Target("ratio", "<=", 1.1)
 DBOS_VERSION = "3.4.0"
 
 
@@ -79,6 +84,7 @@ def leg(steps: int, trials: int) -> dict[str, Any]:
     from bench.benchapp.models import Entry
     from django_rivet import workflows
     from django_rivet.testing import run_until_idle
+    from django_rivet.workflows.driver import DjangoDriver
 
     steps_workflow = dbos_workflow()
 
@@ -89,6 +95,13 @@ def leg(steps: int, trials: int) -> dict[str, Any]:
         elapsed = time.perf_counter() - started
         assert status == "completed", status
         return elapsed
+
+    def without_check() -> float:
+        DjangoDriver.checks_cancel = False
+        try:
+            return subject()
+        finally:
+            DjangoDriver.checks_cancel = True
 
     def baseline() -> float:
         started = time.perf_counter()
@@ -110,13 +123,21 @@ def leg(steps: int, trials: int) -> dict[str, Any]:
 
     try:
         found = rounds(
-            {"rivet": subject, "dbos": baseline, "floor": floor}, trials, warmup=1
+            {
+                "rivet": subject,
+                "unchecked": without_check,
+                "dbos": baseline,
+                "floor": floor,
+            },
+            trials,
+            warmup=1,
         )
     finally:
         DBOS.destroy()
     return {
         "dbos": paired(found, "rivet", "dbos"),
         "floor": paired(found, "rivet", "floor"),
+        "check": paired(found, "rivet", "unchecked"),
     }
 
 
@@ -138,6 +159,10 @@ def run(ctx: Any) -> list:
         out.append(
             row_from(ID, f"{main[0]:,} steps vs the commit floor, {label}", "s",
                      found["floor"], f"{main[0]:,} commits", FLOOR_TARGET)
+        )  # fmt: skip
+        out.append(
+            row_from(ID, f"{main[0]:,} steps, the cancel check, {label}", "s",
+                     found["check"], "without it", CHECK_TARGET)
         )  # fmt: skip
         name = f"P5 workflow, {label}"
         ctx.curve(name, _point(main[0], found["dbos"]))

@@ -10,6 +10,11 @@ trial), and start plus the run to completion (``run_until_idle``, what a
 worker does), where the queue's cost is a share of the whole. Between trials
 the started workflows are marked finished (untimed), so the running count
 admission reads stays what a steady queue sees.
+
+The partitioned start (issue 44): the same start on a partitioned queue
+(``partition_concurrency`` too, as high), each start naming one of 20
+partition keys in turn: its admission pass counts per partition and serves
+the partitions in turn.
 """
 
 from __future__ import annotations
@@ -23,17 +28,22 @@ ID = "P14"
 TITLE = "queued workflow start vs direct start"
 TARGET = Target("none")
 QUEUE = "bench"
+PARTITIONED = "benchPartitioned"
+KEYS = 20
 
 
-def leg(batch: int, trials: int, run: bool) -> dict[str, Any]:
+def leg(
+    batch: int, trials: int, run: bool, partitioned: bool = False
+) -> dict[str, Any]:
     from django_rivet import clock, workflows
     from django_rivet.models import WORKFLOW_ADMITTED, Workflow
     from django_rivet.testing import run_until_idle
 
     def trial(queue: str | None) -> float:
         started = time.perf_counter()
-        for _ in range(batch):
-            handle = workflows.start("benchSteps", 1, queue=queue)
+        for index in range(batch):
+            key = f"tenant-{index % KEYS}" if queue == PARTITIONED else None
+            handle = workflows.start("benchSteps", 1, queue=queue, partition_key=key)
             if run:
                 assert run_until_idle(handle) == "completed"
         elapsed = time.perf_counter() - started
@@ -42,7 +52,8 @@ def leg(batch: int, trials: int, run: bool) -> dict[str, Any]:
         )
         return elapsed / batch * 1e6
 
-    return alternate(lambda: trial(QUEUE), lambda: trial(None), trials, warmup=1)
+    queue = PARTITIONED if partitioned else QUEUE
+    return alternate(lambda: trial(queue), lambda: trial(None), trials, warmup=1)
 
 
 def run(ctx: Any) -> list:
@@ -58,4 +69,12 @@ def run(ctx: Any) -> list:
             out.append(
                 row_from(ID, f"queued {what}, {label}", "us", found, "direct", TARGET)
             )
+        found = ctx.leg(
+            "bench.measures.p14_queue:leg",
+            {"batch": batch, "trials": trials, "run": False, "partitioned": True},
+            db=db,
+        )
+        out.append(
+            row_from(ID, f"partitioned start, {label}", "us", found, "direct", TARGET)
+        )
     return out

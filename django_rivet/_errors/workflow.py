@@ -6,13 +6,17 @@ from typing import Any
 
 from .base import RivetError
 
+# In the order they are defined.
 __all__ = [
     "InvalidQueueArguments",
+    "PartitionKeyRequired",
     "UnknownWorkflowQueue",
+    "WorkflowActive",
     "WorkflowCannotWait",
     "WorkflowDeduplicated",
     "WorkflowFinished",
     "WorkflowForbidden",
+    "WorkflowIdConflict",
     "WorkflowInboxFull",
     "WorkflowNotFound",
     "WorkflowQueueFull",
@@ -106,6 +110,24 @@ class WorkflowCannotWait(RivetError):
     )
 
 
+class WorkflowActive(RivetError):
+    """The workflow has not finished: cancel it first."""
+
+    group = "workflow"
+    code = "active"
+    http_status = 409
+    default_message = "The workflow has not finished"
+
+
+class WorkflowIdConflict(RivetError, ValueError):
+    """The workflow id is already used by a workflow of another name."""
+
+    group = "workflow"
+    code = "id_conflict"
+    http_status = 409
+    default_message = "The workflow id is used by another workflow"
+
+
 class WorkflowInboxFull(RivetError):
     """The workflow holds as many unreceived messages as it may."""
 
@@ -130,3 +152,12 @@ class WorkflowForbidden(RivetError):
     code = "forbidden"
     http_status = 403
     default_message = "Reading this workflow's streams is not allowed"
+
+
+class PartitionKeyRequired(RivetError, ValueError):
+    """A start on a partitioned workflow queue named no ``partition_key``."""
+
+    group = "workflow"
+    code = "partition_key_required"
+    http_status = 400
+    default_message = "The workflow queue is partitioned: give a partition_key"

@@ -12,7 +12,7 @@ sibling (neither imports the other, import-linter checks it), so
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
@@ -67,11 +67,15 @@ class WorkflowHandleAPI(Protocol):
         """Async :meth:`result`."""
         ...
 
-    def send(self, name: str, body: Any = None) -> str:
-        """Send a message to the workflow; return its id."""
+    def send(
+        self, name: str, body: Any = None, idempotency_key: str | None = None
+    ) -> str:
+        """Send a message to the workflow (at most once per key); return its id."""
         ...
 
-    async def asend(self, name: str, body: Any = None) -> str:
+    async def asend(
+        self, name: str, body: Any = None, idempotency_key: str | None = None
+    ) -> str:
         """Async :meth:`send`."""
         ...
 
@@ -115,6 +119,8 @@ class WorkflowsAPI(Protocol):
         priority: int = 0,
         dedup_key: str | None = None,
         timeout: float | timedelta | None = None,
+        attributes: Mapping[str, str | int] | None = None,
+        partition_key: str | None = None,
     ) -> WorkflowHandleAPI:
         """Start a workflow (idempotent per ``id``); runs after commit.
 
@@ -133,6 +139,8 @@ class WorkflowsAPI(Protocol):
         priority: int = 0,
         dedup_key: str | None = None,
         timeout: float | timedelta | None = None,
+        attributes: Mapping[str, str | int] | None = None,
+        partition_key: str | None = None,
     ) -> WorkflowHandleAPI:
         """Async :meth:`start`."""
         ...

@@ -92,11 +92,20 @@ class WorkflowQueueAdmin(ReadOnlyAdmin):
         if config is None:
             return "not configured (its workflows wait)"
         parts = []
-        if config.concurrency is not None:
-            parts.append(f"concurrency {config.concurrency}")
-        if config.rate_limit is not None:
-            count, period = config.rate_limit
-            parts.append(f"{count} starts per {period:g} s")
+        for each, counted, rated in (
+            ("", config.concurrency, config.rate_limit),
+            (
+                "per partition: ",
+                config.partition_concurrency,
+                config.partition_rate_limit,
+            ),
+        ):
+            if counted is not None:
+                parts.append(f"{each}concurrency {counted}")
+            if rated is not None:
+                parts.append(f"{each}{rated[0]} starts per {rated[1]:g} s")
+        if config.worker_concurrency is not None:
+            parts.append(f"{config.worker_concurrency} per worker process")
         return ", ".join(parts) or "none"
 
     @admin.display(description="depth (queued)", ordering="queued_count")

@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 from ..encoding import json_loads
 from ..exceptions import MalformedRequest
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage, WorkflowStreamValue
-from ..workflows import control, operations
+from ..workflows import control, operations, sends
 from ..workflows.client import WorkflowHandle
 from .rendering import pretty, render_history
 from .retention import RetentionAdmin, purge_note
@@ -54,7 +54,7 @@ class WorkflowAdmin(RetentionAdmin):
         "retry_count",
         "updated_at",
     ]
-    list_filter = ["status", "name"]
+    list_filter = ["status", "name", "queue"]
     search_fields = ["=id", "name"]
     ordering = ["-created_at"]
     readonly_fields = (
@@ -64,6 +64,8 @@ class WorkflowAdmin(RetentionAdmin):
         "engine_state",
         "parent",
         "children",
+        "searchable_attributes",
+        "queue",
         "replay_check",
         "created_at",
         "updated_at",
@@ -125,18 +127,20 @@ class WorkflowAdmin(RetentionAdmin):
     def children(self, obj: Workflow) -> str:
         rows = Workflow.objects.children_of(obj.pk).order_by("created_at", "id")
         found = list(rows.values_list("id", "name", "status")[:50])
-        if not found:
-            return "-"
-        return format_html(
-            "<ul>{}</ul>",
-            format_html_join(
-                "",
-                "<li>{} ({}, {})</li>",
-                (
-                    (workflow_link(child_id), name, status)
-                    for child_id, name, status in found
-                ),
-            ),
+        return _bullets(
+            "<li>{} ({}, {})</li>",
+            [
+                (workflow_link(child_id), name, status)
+                for child_id, name, status in found
+            ],
+        )
+
+    @admin.display(description="attributes")
+    def searchable_attributes(self, obj: Workflow) -> str:
+        found = WorkflowHandle(obj.pk, obj.name).attributes
+        return _bullets(
+            "<li><code>{}</code> = {}</li>",
+            [(key, repr(value)) for key, value in found.items()],
         )
 
     @admin.display(description="replay check")
@@ -327,7 +331,7 @@ class WorkflowAdmin(RetentionAdmin):
                     request,
                     queryset,
                     "send to",
-                    lambda workflow_id: operations.send(workflow_id, name, body),
+                    lambda workflow_id: sends.send(workflow_id, name, body),
                 )
                 return None
         return TemplateResponse(
@@ -373,6 +377,13 @@ def _replay_verdict(workflow_id: str) -> tuple[str, int]:
         f"Workflow {workflow_id} diverges at {where} ({found.code}): {found.reason}",
         messages.WARNING,
     )
+
+
+def _bullets(item: str, rows: list[tuple[Any, ...]]) -> str:
+    """Return ``rows`` as an HTML list of ``item``, or "-" for none."""
+    if not rows:
+        return "-"
+    return format_html("<ul>{}</ul>", format_html_join("", item, rows))
 
 
 def workflow_link(workflow_id: str) -> str:

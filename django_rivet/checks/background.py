@@ -25,8 +25,9 @@ __all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]
 E701 = "RIVET['WORKFLOW_QUEUES'] {problem}."
 E701_HINT = (
     "Map each queue name to its limits, e.g. {'emails': {'concurrency': 5, "
-    "'rate_limit': (100, 60.0), 'max_queued': 10000}}: concurrency and "
-    "max_queued positive integers, rate_limit (a positive integer, a "
+    "'rate_limit': (100, 60.0), 'max_queued': 10000}}: concurrency, "
+    "partition_concurrency, worker_concurrency and max_queued positive "
+    "integers, rate_limit and partition_rate_limit (a positive integer, a "
     "positive number of seconds); None or absent for no limit."
 )
 E702 = "Scheduled workflow {name!r} ({where}) {problem}."
@@ -34,7 +35,9 @@ E702_HINT = (
     "Use five cron fields (or @daily...) and an IANA zone name; names of "
     "scheduled workflows are at most 200 characters (tick ids add the time)."
 )
-_QUEUE_OPTIONS = {"concurrency", "rate_limit", "max_queued"}
+_COUNTS = ("concurrency", "partition_concurrency", "worker_concurrency", "max_queued")
+_RATES = ("rate_limit", "partition_rate_limit")
+_QUEUE_OPTIONS = {*_COUNTS, *_RATES}
 SCHEDULED_NAME_MAX_LENGTH = 200
 
 
@@ -67,20 +70,21 @@ def _queue_problems() -> list[str]:
         unknown = sorted(set(options) - _QUEUE_OPTIONS)
         if unknown:
             problems.append(f"entry {name!r} has unknown options {unknown}")
-        for option in ("concurrency", "max_queued"):
-            value = options.get(option)
-            if value is not None and not _positive(value, int):
+        for option in _COUNTS:
+            count = options.get(option)
+            if count is not None and not _positive(count, int):
                 problems.append(f"entry {name!r}: {option} must be a positive integer")
-        rate = options.get("rate_limit")
-        if rate is not None and not (
-            isinstance(rate, list | tuple)
-            and len(rate) == 2
-            and _positive(rate[0], int)
-            and _positive(rate[1], int | float)
-        ):
-            problems.append(
-                f"entry {name!r}: rate_limit must be (starts, seconds), both positive"
-            )
+        for option in _RATES:
+            rate = options.get(option)
+            if rate is not None and not (
+                isinstance(rate, list | tuple)
+                and len(rate) == 2
+                and _positive(rate[0], int)
+                and _positive(rate[1], int | float)
+            ):
+                problems.append(
+                    f"entry {name!r}: {option} must be (starts, seconds), both positive"
+                )
     return problems
 
 

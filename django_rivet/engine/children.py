@@ -24,7 +24,13 @@ from .execution import RollbackStop, complete
 from .limits import check_record
 from .scope import Scope
 from .storage import driver_call
-from .values import ChildOutcome, ChildStart, child_wake_name
+from .values import (
+    ChildOutcome,
+    ChildStart,
+    FirstFinished,
+    Queued,
+    child_wake_name,
+)
 
 __all__ = [
     "MAX_WORKFLOW_ID_LENGTH",
@@ -33,6 +39,7 @@ __all__ = [
     "child_error",
     "default_child_id",
     "run_child",
+    "wait_first",
 ]
 
 MAX_WORKFLOW_ID_LENGTH = 255
@@ -62,6 +69,7 @@ class ChildOptions:
     id: str | None
     detached: bool
     timeout: float | None
+    queued: Queued | None = None
 
 
 def default_child_id(parent_id: str, location: str) -> str:
@@ -139,6 +147,7 @@ async def run_child(
                 stored,
                 options.detached,
                 options.timeout,
+                options.queued,
             )
         )
         data = {
@@ -183,3 +192,63 @@ async def _record_outcome(
     metadata.touch()
     await storage.flush()
     raise child_error(entry.data)
+
+
+async def wait_first(scope: Scope, name: str, child_ids: list[str]) -> FirstFinished:
+    """Wait (durably) for the first of ``child_ids`` to end; return it.
+
+    One ``wait_first`` entry records the ids, then which one ended first
+    and how: a replay returns the same one. Any workflow ids will do (the
+    host wakes this workflow when each ends, its own children or not);
+    when several ended since the last look, the earliest to end wins, ties
+    going to the first in the list.
+    """
+    run = scope.run
+    storage = run.storage
+    ids = [str(child_id) for child_id in child_ids]
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError("ctx.wait_first takes one or more distinct workflow ids")
+    location = scope.visit(name)
+    entry = scope.existing(location, "wait_first")
+    if entry is not None:
+        if list(entry.data.get("children") or []) != ids:
+            where = storage.location_string(location)
+            raise diverged(f'"{where}" waited for other workflows', where)
+        first = entry.data.get("first")
+        if entry.data.get("state") == "completed" and first is not None:
+            return FirstFinished(**first)
+        if run.rollback:
+            raise RollbackStop()
+    else:
+        if run.rollback:
+            raise RollbackStop()
+        host = _host(scope)
+        watch = getattr(host, "watch_children", None)
+        if watch is not None:
+            await watch(ids)
+        data = {"children": ids, "state": "pending"}
+        entry = storage.create_entry(location, "wait_first", data, status="running")
+        await storage.flush()
+    host = _host(scope)
+    ended: list[tuple[float, int, str, ChildOutcome]] = []
+    for index, child_id in enumerate(ids):
+        outcome = await driver_call(host.child_outcome(child_id), "child outcome")
+        if outcome is not None:
+            at = outcome.finished_at or float("inf")
+            ended.append((at, index, child_id, outcome))
+    if not ended:
+        raise MessageWaitError(None, [child_wake_name(i) for i in ids])
+    _, _, child_id, outcome = min(ended, key=lambda found: found[:2])
+    error = dict(outcome.error) if outcome.error else None
+    if error is not None:
+        error.pop("traceback", None)  # the child's own history keeps it
+    what = f'Output of workflow "{child_id}" (wait_first "{name}")'
+    first = {
+        "child_id": child_id,
+        "state": outcome.state,
+        "output": schema.roundtrip(outcome.output, what),
+        "error": error,
+    }
+    complete(storage, entry, what, state="completed", first=first)
+    await storage.flush()
+    return FirstFinished(**first)

@@ -15,9 +15,9 @@ started before the first was awaited fails at once with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from django_rivet import clock
 
@@ -34,9 +34,10 @@ from . import (
 )
 from .execution import Run
 from .scope import Scope
-from .values import Message, StepResult, seconds
+from .values import FirstFinished, Message, Queued, StepResult, seconds
 
 __all__ = ["WorkflowContext"]
+
 
 DEFAULT_TRY_CATCH = ("critical", "timeout", "exhausted", "join", "race", "child")
 
@@ -225,6 +226,7 @@ class WorkflowContext:
         *,
         id: str | None = None,
         timeout: float | timedelta | None = None,
+        **queued: Unpack[Queued],
     ) -> Coroutine[Any, Any, Any]:
         """Start the workflow ``workflow`` as a child and wait for its output.
 
@@ -232,9 +234,13 @@ class WorkflowContext:
         replay finds the same child instead of starting another. The wait is
         durable (the parent sleeps until the child ends). A child that fails
         or is cancelled raises :class:`ChildWorkflowError` here. A cancel of
-        this workflow cancels the child (its rollbacks run).
+        this workflow cancels the child (its rollbacks run). ``queue``,
+        ``priority``, ``dedup_key`` and ``partition_key`` start it through a
+        workflow queue, as ``workflows.start`` does.
         """
-        spec = children.ChildOptions(workflow, input, id, False, seconds(timeout))
+        spec = children.ChildOptions(
+            workflow, input, id, False, seconds(timeout), queued or None
+        )
         return self._scope.enter(
             lambda: children.run_child(self._scope, name, spec, wait=True)
         )
@@ -248,16 +254,33 @@ class WorkflowContext:
         id: str | None = None,
         detached: bool = False,
         timeout: float | timedelta | None = None,
+        **queued: Unpack[Queued],
     ) -> Coroutine[Any, Any, str]:
         """Start the workflow ``workflow`` as a child; return its id at once.
 
         A ``detached`` child outlives a cancel of this workflow; any other
-        child is cancelled with it.
+        child is cancelled with it. With ``queue`` (and ``priority``,
+        ``dedup_key``, ``partition_key``) it is enqueued durably: it starts
+        when the queue's limits let it.
         """
-        spec = children.ChildOptions(workflow, input, id, detached, seconds(timeout))
+        spec = children.ChildOptions(
+            workflow, input, id, detached, seconds(timeout), queued or None
+        )
         return self._scope.enter(
             lambda: children.run_child(self._scope, name, spec, wait=False)
         )
+
+    def wait_first(
+        self, name: str, workflow_ids: Sequence[str]
+    ) -> Coroutine[Any, Any, FirstFinished]:
+        """Wait for the first of ``workflow_ids`` to end; return it and how.
+
+        Durable, like ``ctx.child``'s wait, and recorded: a replay returns
+        the same one. A :class:`FirstFinished` (``child_id``, ``state``,
+        ``output``, ``error``); a child that failed is returned, not raised.
+        """
+        ids = list(workflow_ids)
+        return self._scope.enter(lambda: children.wait_first(self._scope, name, ids))
 
     def reply(
         self, name: str, message: Message | Mapping[str, Any] | str, value: Any = None

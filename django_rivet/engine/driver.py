@@ -94,7 +94,12 @@ class EngineDriver(Protocol):
     start_child(start)`` / ``async child_outcome(child_id)`` start child
     workflows and tell how they ended (``ctx.child``; see
     :class:`~django_rivet.engine.children.ChildHost`). A host wakes a
-    parent waiting for a child under the name ``child:<child id>``.
+    parent waiting for a child under the name ``child:<child id>``. A host
+    that can cancel a workflow while a run holds it offers ``async
+    check_cancel()``, called before each step attempt (not before a
+    ``transaction=True`` step, whose transaction must check by itself): it
+    raises a ``StorageError`` once the workflow was cancelled, so no step
+    function starts after the cancel.
     ``defer_next_batch()`` says that the next ``batch`` is the last write
     of the run (it completes, fails or pauses next): the driver may hold it
     and write it with what ends the run on its side, as long as any other

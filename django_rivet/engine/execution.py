@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +74,12 @@ class Run:
     covered: set[keys.Location] = field(default_factory=set)
     rollback_actions: list[RollbackAction] = field(default_factory=list)
     consumed_messages: set[str] = field(default_factory=set)
+    # The driver's check for a cancel, run before each step attempt (an
+    # optional driver extension; see EngineDriver).
+    check_cancel: Callable[[], Awaitable[None]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        self.check_cancel = getattr(self.driver, "check_cancel", None)
         # Messages recorded anywhere in history must never be received again.
         for entry in self.storage.entries.values():
             if entry.kind == "message":

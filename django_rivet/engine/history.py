@@ -89,6 +89,8 @@ def history_entry(
         error = data.get("error")
     elif entry.kind in ("reply", "event"):
         output, error = data.get("value"), None
+    elif entry.kind == "wait_first":
+        output, error = data.get("first"), None
     else:
         output, error = None, None
     return HistoryEntry(

@@ -24,6 +24,7 @@ __all__ = [
     "WorkflowSnapshot",
     "cancel_workflow",
     "finished_outcome",
+    "fork_from",
     "read_event",
     "read_history",
     "read_reply",
@@ -208,6 +209,41 @@ async def replay_from(
         history.history_entry(e, storage.metadata.get(e.id), storage.names)
         for e in remaining
     ]
+
+
+async def fork_from(
+    workflow_id: str, driver: EngineDriver, location: str
+) -> list[history.HistoryEntry]:
+    """Cut a copied history back to before the step at ``location``.
+
+    For ``handle.fork``: the driver holds a copy of another workflow's
+    history, which keeps what was recorded before that step (the step and
+    what came after it run again, as :func:`replay_from` rewinds them) and
+    the values published up to there (each event's last value before the
+    step; replies belong to the original's requesters and go). Returns the
+    remaining history. An unknown location or one of no step is
+    :class:`EntryNotFoundError`.
+    """
+    storage = await Storage.load(driver)
+    found = [
+        entry
+        for entry in storage.entries.values()
+        if entry.kind == "step"
+        and history.location_string(entry.location, storage.names) == location
+    ]
+    if not found:
+        raise EntryNotFoundError(f"No step of the history is at {location!r}")
+    remaining = await replay_from(workflow_id, driver, found[0].id, schedule=False)
+    events = {}
+    for entry in remaining:
+        if entry.kind == "event":
+            events[entry.data.get("key")] = entry.data.get("value")
+    for key, _ in await driver.list(keys.pack((keys.PUBLISHED,))):
+        await driver.delete(key)
+    for name, value in events.items():
+        record = schema.encode_published("event", value)
+        await driver.set(keys.event_key(str(name)), record)
+    return remaining
 
 
 def _boundary(storage: Storage, target: schema.Entry) -> schema.Entry:

@@ -75,6 +75,8 @@ ENTRY_KINDS = (
     "child",
     "reply",
     "event",
+    # Version 3 (no new record format: a kind older code does not know):
+    "wait_first",
 )
 # Records of the published-values family ``(5, ...)`` (version 2).
 PUBLISHED_TYPES = ("event", "reply")
@@ -239,6 +241,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "reply": {"message_id": "", "value": None},
     "event": {"key": "", "value": None},
+    "wait_first": {"children": [], "state": "pending", "first": None},
 }
 
 

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .execution import RollbackAction, RollbackStop
 from .scope import Scope
-from .storage import Storage
+from .storage import Storage, driver_call
 from .values import Failure, StepErrorEvent, StepResult
 
 __all__ = [
@@ -171,6 +171,10 @@ async def run_step(
             raise RollbackStop()
         entry = storage.create_entry(location, "step", {})
 
+    if run.check_cancel is not None and not options.transaction:
+        # A cancel that returned stops the run before this step's function
+        # (a transactional step's transaction checks it by itself).
+        await driver_call(run.check_cancel(), "cancel check")
     metadata = storage.meta(entry)
     metadata.status = "running"
     metadata.attempts += 1

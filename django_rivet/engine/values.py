@@ -5,17 +5,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypedDict, TypeVar
 
 __all__ = [
     "CHILD_WAKE_PREFIX",
     "ChildOutcome",
     "ChildStart",
     "Failure",
+    "FirstFinished",
     "Loop",
     "LoopBreak",
     "LoopContinue",
     "Message",
+    "Queued",
     "ReplayDivergence",
     "RollbackContext",
     "RollbackErrorEvent",
@@ -82,6 +84,15 @@ def child_wake_name(child_id: str) -> str:
     return CHILD_WAKE_PREFIX + child_id
 
 
+class Queued(TypedDict, total=False):
+    """How ``ctx.child``/``ctx.start_child`` start a child on a workflow queue."""
+
+    queue: str | None
+    priority: int
+    dedup_key: str | None
+    partition_key: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class ChildStart:
     """What a parent asks its host to start (``ctx.child``/``ctx.start_child``).
@@ -96,6 +107,8 @@ class ChildStart:
     input: Any
     detached: bool = False
     timeout: float | None = None
+    # A child started on a workflow queue: where (the host enqueues it).
+    queued: Queued | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,17 @@ class ChildOutcome:
     state: str
     output: Any = None
     error: dict[str, Any] | None = None
+    # When it ended (epoch seconds; 0: the host does not say): of several
+    # that ended since it last looked, ``ctx.wait_first`` takes the earliest.
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFinished(ChildOutcome):
+    """What ``ctx.wait_first`` returns: how the first of several ended, and
+    which one it was (``child_id``)."""
+
+    child_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -385,6 +385,9 @@ class WorkflowQueue(models.Model):
     # When the rate limit lets the next workflow start, if a wake-up was
     # sent for it (so a burst of starts sends one, not one each).
     enqueued_for = models.DateTimeField(null=True, blank=True)
+    # A partitioned queue's round robin: the partition the last pass served
+    # last; the next pass starts with the one after it.
+    partition_cursor = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         verbose_name = "workflow queue"

@@ -54,6 +54,10 @@ WORKFLOW_FINISHED = [
     WorkflowStatus.FAILED,
     WorkflowStatus.CANCELLED,
 ]
+# Rows a worker still has work on: the active ones, and cancelled ones whose
+# cancel is still to be carried out (``cancel_requested``: the rollbacks of
+# a workflow cancelled while a worker held it, or a rollback to retry).
+UNSETTLED = models.Q(status__in=WORKFLOW_ACTIVE) | models.Q(cancel_requested=True)
 
 
 class WorkflowQuerySet(models.QuerySet["Workflow"]):
@@ -67,9 +71,13 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         """Completed, failed and cancelled workflows."""
         return self.filter(status__in=WORKFLOW_FINISHED)
 
+    def unsettled(self) -> WorkflowQuerySet:
+        """Workflows a worker still has work on (:data:`UNSETTLED`)."""
+        return self.filter(UNSETTLED)
+
     def due(self, now: Any) -> WorkflowQuerySet:
-        """Unleased active workflows whose wake-up time has come."""
-        return self.filter(status__in=WORKFLOW_ACTIVE, lease_token="", wake_at__lte=now)
+        """Unleased unsettled workflows whose wake-up time has come."""
+        return self.filter(UNSETTLED, lease_token="", wake_at__lte=now)
 
     def expired_leases(self, now: Any) -> WorkflowQuerySet:
         """Workflows whose runner stopped renewing its lease (it crashed)."""
@@ -82,14 +90,15 @@ class WorkflowQuerySet(models.QuerySet["Workflow"]):
         lease an operation (recover, replay) holds.
         """
         return self.filter(
-            status__in=WORKFLOW_FINISHED, finished_at__lt=when, lease_token=""
+            status__in=WORKFLOW_FINISHED,
+            finished_at__lt=when,
+            lease_token="",
+            cancel_requested=False,
         )
 
     def runnable(self, now: Any) -> WorkflowQuerySet:
         """Workflows a worker may claim now: due ones and expired leases."""
-        return self.due(now) | self.expired_leases(now).filter(
-            status__in=WORKFLOW_ACTIVE
-        )
+        return self.due(now) | self.expired_leases(now).filter(UNSETTLED)
 
     def waiting_for_name(self, name: str) -> WorkflowQuerySet:
         """Workflows whose current wait includes ``name`` (``"*"``: any message)."""
@@ -140,8 +149,10 @@ class Workflow(models.Model):
     # Bumped by send()/wake(): a release that sees it changed since its claim
     # runs the workflow again at once (nothing that arrives mid-run is lost).
     wake_signal = models.PositiveBigIntegerField(default=0)
-    # handle.cancel() on a running workflow: its runner is fenced out at its
-    # next write and the next claim cancels it.
+    # A cancel still to be carried out: handle.cancel() marks the workflow
+    # cancelled at once and sets this; the runner holding it is fenced out
+    # before its next step or write, and the run that carries the cancel
+    # out (its rollbacks) clears it.
     cancel_requested = models.BooleanField(default=False)
     # The lease: a fresh token per claim; "" when nobody holds it.
     lease_token = models.CharField(max_length=32, blank=True, default="")
@@ -151,6 +162,9 @@ class Workflow(models.Model):
     # a cancel of its parent (``start_child(detached=True)``).
     parent_id = models.CharField(max_length=255, blank=True, default="")
     detached = models.BooleanField(default=False)
+    # Workflows other than its parent that wait for it (a ``ctx.child`` that
+    # named its id while it existed): each is woken when it ends.
+    awaited_by = models.JSONField(default=list, blank=True)
     # When the workflow is cancelled with reason "timeout" (``timeout=``).
     deadline_at = models.DateTimeField(null=True, blank=True)
     # Why it was (or is being) cancelled: cancelled, parent_cancelled, timeout.
@@ -170,6 +184,8 @@ class Workflow(models.Model):
     # is when that happened (the rate limit counts them). A dedup_key ("":
     # none) is unique among the queue's workflows that have not finished.
     queue = models.CharField(max_length=128, blank=True, default="")
+    # Its partition of a partitioned queue ("": the queue is not partitioned).
+    partition_key = models.CharField(max_length=255, blank=True, default="")
     priority = models.IntegerField(default=0)
     dedup_key = models.CharField(max_length=255, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
@@ -188,7 +204,7 @@ class Workflow(models.Model):
         indexes = [
             models.Index(
                 fields=["wake_at"],
-                condition=models.Q(status__in=WORKFLOW_ACTIVE, lease_token=""),
+                condition=UNSETTLED & models.Q(lease_token=""),
                 name="rivet_workflow_due",
             ),
             models.Index(
@@ -210,6 +226,12 @@ class Workflow(models.Model):
                 fields=["queue", "priority", "created_at"],
                 condition=models.Q(status="queued"),
                 name="rivet_workflow_queued",
+            ),
+            # A partitioned queue's next to admit, partition by partition.
+            models.Index(
+                fields=["queue", "partition_key", "priority", "created_at"],
+                condition=models.Q(status="queued") & ~models.Q(partition_key=""),
+                name="rivet_workflow_partition",
             ),
             models.Index(
                 fields=["queue", "status"],
@@ -294,6 +316,70 @@ class WorkflowKV(base.KVRow):
                 fields=["workflow", "key"], name="rivet_workflowkv_unique_key"
             ),
         ]
+
+
+class WorkflowAttribute(models.Model):
+    """A searchable attribute of a workflow (``start(..., attributes=...)``).
+
+    A string or an integer; integers are stored as their decimal text with
+    ``number`` set, so ``{"tier": 3}`` and ``{"tier": "3"}`` stay distinct.
+    Indexed by key and value: ``filter(attributes={...})`` is equality only.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="attributes", db_index=False
+    )
+    key = models.CharField(max_length=64)
+    value = models.CharField(max_length=255)
+    number = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = "workflow attribute"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "key"], name="rivet_wfattribute_unique_key"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["key", "value"], name="rivet_wfattribute_lookup"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value} of {self.workflow_id}"
+
+    @property
+    def typed_value(self) -> str | int:
+        """Return the value as it was given: an integer or a string."""
+        return int(self.value) if self.number else self.value
+
+
+class WorkflowMessageKey(models.Model):
+    """An idempotency key a message to a workflow was sent with.
+
+    Kept after the message is received (``handle.send(...,
+    idempotency_key=k)`` delivers at most once per key and workflow), and
+    deleted with the workflow.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="message_keys", db_index=False
+    )
+    key = models.CharField(max_length=255)
+    # The message it sent (the inbox row is gone once it was received).
+    message_id = models.BigIntegerField()
+
+    class Meta:
+        verbose_name = "workflow message key"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "key"], name="rivet_wfmessagekey_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} to {self.workflow_id}"
 
 
 class WorkflowMessage(models.Model):

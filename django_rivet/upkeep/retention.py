@@ -3,8 +3,9 @@
 Settings (seconds or a ``timedelta``; ``None`` keeps forever):
 
 - ``WORKFLOW_RETENTION``: a finished workflow (completed, failed, cancelled)
-  with its history (``WorkflowKV``), inbox (``WorkflowMessage``) and streams
-  (``WorkflowStream``, ``WorkflowStreamValue``), that
+  with its history (``WorkflowKV``), inbox (``WorkflowMessage``), streams
+  (``WorkflowStream``, ``WorkflowStreamValue``), attributes
+  (``WorkflowAttribute``) and sent idempotency keys, that
   long after it finished. Active workflows (pending, running, sleeping,
   waiting for a message, rolling back) are never deleted whatever their age,
   nor a finished one whose lease an operation holds (recover, replay). Once
@@ -46,8 +47,10 @@ from ..models import (
     QueueMessage,
     Schedule,
     Workflow,
+    WorkflowAttribute,
     WorkflowKV,
     WorkflowMessage,
+    WorkflowMessageKey,
     WorkflowStream,
     WorkflowStreamValue,
     db,
@@ -85,6 +88,8 @@ TABLES = (
     "WorkflowMessage",
     "WorkflowStream",
     "WorkflowStreamValue",
+    "WorkflowAttribute",
+    "WorkflowMessageKey",
     "Schedule",
     "QueueMessage",
     "CronRun",
@@ -178,6 +183,8 @@ def eligible() -> dict[str, QuerySet[Any]]:
         "WorkflowStreamValue": WorkflowStreamValue.objects.filter(
             stream__workflow__in=workflows
         ),
+        "WorkflowAttribute": WorkflowAttribute.objects.filter(workflow__in=workflows),
+        "WorkflowMessageKey": WorkflowMessageKey.objects.filter(workflow__in=workflows),
         "Schedule": _schedules(),
         "QueueMessage": _queue_messages(),
         "CronRun": _excess_cron_runs(),

@@ -3,12 +3,8 @@
 What the engine's child entries need from the database (:class:`DjangoDriver`
 calls :func:`create_child` and :func:`outcome`), and what ending a workflow
 does for its family: :func:`notify_parent` wakes a parent waiting for the
-child that just ended (the name ``child:<id>`` in its ``waiting_for``), and
-:func:`cancel_children` asks the non-detached children of a cancelled
-parent to cancel (the workers carry each one out, with its rollbacks, and
-cascade further). A child that is claimed while its parent is cancelled
-cancels itself (:func:`parent_cancelled`): the cascade holds even if the
-process died between the parent's cancel and the request to its children.
+child that just ended (the name ``child:<id>`` in its ``waiting_for``). The
+cancel cascade is :mod:`.cancels`'.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from django.db.models import F
 from .. import clock
 from ..engine import ChildOutcome, ChildStart, keys, schema
 from ..engine.values import child_wake_name
+from ..exceptions import WorkflowIdConflict, WorkflowNotFound
 from ..models import (
     WORKFLOW_ACTIVE,
     WORKFLOW_FINISHED,
@@ -29,20 +26,23 @@ from ..models import (
     WorkflowKV,
     WorkflowStatus,
     db,
+    sql,
 )
-from . import registry
+from . import queues, registry
+from .placement import create_placed, placement
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
 
 __all__ = [
-    "cancel_children",
     "create_child",
     "deadline_for",
+    "id_conflict",
     "notify_parent",
+    "notify_waiters",
     "outcome",
-    "parent_cancelled",
     "start_fields",
+    "watch",
 ]
 
 
@@ -68,35 +68,53 @@ def start_fields(name: str, timeout: float | None, now: datetime) -> dict[str, A
 def create_child(start: ChildStart) -> None:
     """Create the child row unless it exists (call in a transaction).
 
-    Idempotent per id: the same child of the same parent is found again. An
-    id held by another workflow (a different name or parent) is a
-    ``ValueError``; an unknown workflow name is ``workflow/not_found``.
+    Idempotent per id (an id is an idempotency key, as in DBOS): an existing
+    workflow of the same name is the child, whoever started it -- a parent
+    waiting for one it did not start is woken when it ends too. An id held
+    by a workflow of another name is ``workflow/id_conflict``; an unknown
+    workflow name ``workflow/not_found``. Unless detached, a new child's
+    deadline is never later than its parent's.
     """
     definition = registry.get(start.workflow)
+    queued = start.queued or {}
+    where = placement(
+        queued.get("queue"),
+        queued.get("priority", 0),
+        queued.get("dedup_key"),
+        queued.get("partition_key"),
+    )
     encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, start.input)
     timeout = definition.timeout if start.timeout is None else start.timeout
     now = clock.now_datetime()
-    row, created = Workflow.objects.get_or_create(
-        id=start.child_id,
-        defaults={
-            **start_fields(definition.name, timeout, now),
-            "parent_id": start.parent_id,
-            "detached": start.detached,
-            **wake_fields(now),
-        },
+    fields = start_fields(definition.name, timeout, now)
+    if not start.detached:
+        fields["deadline_at"] = _within_parent(start.parent_id, fields["deadline_at"])
+    placed = wake_fields(now) if where is None else where.fields()
+    row, created = create_placed(
+        where,
+        lambda: Workflow.objects.get_or_create(
+            id=start.child_id,
+            defaults={
+                **fields,
+                "parent_id": start.parent_id,
+                "detached": start.detached,
+                **placed,
+            },
+        ),
     )
     if not created:
-        if row.name != definition.name or row.parent_id != start.parent_id:
-            raise ValueError(
-                f"Workflow id {start.child_id!r} is already used by a "
-                f"{row.name!r} workflow"
-                + (f" of parent {row.parent_id!r}" if row.parent_id else "")
-            )
+        if row.name != definition.name:
+            raise id_conflict(start.child_id, row.name)
+        if row.parent_id != start.parent_id:
+            _await(start.child_id, start.parent_id)
         return
     WorkflowKV.objects.create(
         workflow=row, key=keys.workflow_key(keys.WORKFLOW_INPUT), value=encoded
     )
-    schedule_wake(start.child_id, now)
+    if where is None:
+        schedule_wake(start.child_id, now)
+    else:
+        queues.admit_on_commit(where.queue)  # after the parent's write commits
     logger.info(
         "workflow child started workflow=%s parent=%s name=%s",
         start.child_id,
@@ -105,9 +123,56 @@ def create_child(start: ChildStart) -> None:
     )
 
 
+def id_conflict(workflow_id: str, name: str) -> WorkflowIdConflict:
+    """Return the error of an id already used by a ``name`` workflow."""
+    return WorkflowIdConflict(
+        f"Workflow id {workflow_id!r} is already used by a {name!r} workflow",
+        metadata={"workflow_id": workflow_id, "name": name},
+    )
+
+
+def _within_parent(parent_id: str, deadline: datetime | None) -> datetime | None:
+    """Return ``deadline``, or the parent's deadline when that comes first."""
+    found = Workflow.objects.filter(pk=parent_id).values_list("deadline_at").first()
+    inherited = None if found is None else found[0]
+    if inherited is None or (deadline is not None and deadline <= inherited):
+        return deadline
+    return inherited
+
+
+def watch(waiter_id: str, workflow_ids: list[str]) -> None:
+    """Record that ``waiter_id`` waits for each of ``workflow_ids`` (a
+    ``ctx.wait_first``): their ends wake it, its children or not.
+
+    Call in a transaction. An id no workflow has is ``workflow/not_found``.
+    """
+    found = dict(
+        Workflow.objects.filter(pk__in=workflow_ids).values_list("pk", "parent_id")
+    )
+    for workflow_id in workflow_ids:
+        if workflow_id not in found:
+            raise WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+        if found[workflow_id] != waiter_id:
+            _await(workflow_id, waiter_id)
+
+
+def _await(workflow_id: str, waiter_id: str) -> None:
+    """Record that ``waiter_id`` waits for ``workflow_id`` (not its parent)."""
+    rows = Workflow.objects.filter(pk=workflow_id)
+    if sql.dialect(db.connection()).skip_locked:
+        rows = rows.select_for_update()  # concurrent waiters add in turn
+    waiting = list(rows.values_list("awaited_by", flat=True).get() or [])
+    if waiter_id not in waiting:
+        rows.update(awaited_by=[*waiting, waiter_id])
+
+
 def outcome(child_id: str) -> ChildOutcome | None:
     """Return how the child ended, or None while it is active."""
-    found = Workflow.objects.filter(pk=child_id).values_list("status").first()
+    found = (
+        Workflow.objects.filter(pk=child_id)
+        .values_list("status", "finished_at")
+        .first()
+    )
     if found is None:
         # Purged by retention (it ended long ago) or never created.
         return ChildOutcome(
@@ -117,7 +182,7 @@ def outcome(child_id: str) -> ChildOutcome | None:
                 "message": f"No workflow has id {child_id!r}",
             },
         )
-    status = found[0]
+    status, finished_at = found
     if status not in WORKFLOW_FINISHED:
         return None
     wanted = [
@@ -134,7 +199,20 @@ def outcome(child_id: str) -> ChildOutcome | None:
         str(status),
         output=fields.get(keys.WORKFLOW_OUTPUT),
         error=fields.get(keys.WORKFLOW_ERROR),
+        finished_at=0.0 if finished_at is None else clock.to_timestamp(finished_at),
     )
+
+
+def notify_waiters(workflow_id: str, parent_id: str) -> None:
+    """Wake the parent and the other workflows waiting for ``workflow_id``.
+
+    Call when it ends, in the transaction that records it.
+    """
+    notify_parent(workflow_id, parent_id)
+    waiting = Workflow.objects.filter(pk=workflow_id).values_list("awaited_by")
+    found = waiting.first()
+    for waiter_id in (found[0] if found else None) or []:
+        notify_parent(workflow_id, str(waiter_id))
 
 
 def notify_parent(child_id: str, parent_id: str) -> None:
@@ -154,38 +232,3 @@ def notify_parent(child_id: str, parent_id: str) -> None:
     if status in WORKFLOW_ACTIVE and name in (waiting_for or []):
         rows.update(wake_at=now, **wake_fields(now))
         schedule_wake(parent_id, now)
-
-
-def cancel_children(parent_id: str) -> int:
-    """Ask the active non-detached children of ``parent_id`` to cancel.
-
-    Each is marked like ``handle.cancel()`` marks a running workflow and made
-    due: the next run of each carries the cancel out (its rollbacks run) and
-    cancels its own children. Returns how many were asked.
-    """
-    now = clock.now_datetime()
-    rows = Workflow.objects.children_of(parent_id).active().filter(detached=False)
-    ids = list(rows.filter(cancel_requested=False).values_list("pk", flat=True))
-    if not ids:
-        return 0
-    with db.atomic():
-        Workflow.objects.filter(pk__in=ids).active().update(
-            cancel_requested=True,
-            cancel_reason="parent_cancelled",
-            wake_at=now,
-            wake_signal=F("wake_signal") + 1,
-            **wake_fields(now),
-        )
-        for child_id in ids:
-            schedule_wake(child_id, now)
-    logger.info("workflow children cancelled parent=%s count=%s", parent_id, len(ids))
-    return len(ids)
-
-
-def parent_cancelled(parent_id: str) -> bool:
-    """Tell whether ``parent_id`` exists and was cancelled."""
-    if not parent_id:
-        return False
-    return Workflow.objects.filter(
-        pk=parent_id, status=WorkflowStatus.CANCELLED
-    ).exists()

@@ -24,337 +24,38 @@ Every method doing I/O has an ``a``-prefixed async twin (``astart``, ``aget``,
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from asgiref.sync import sync_to_async
 
-from ..conf import docs_url
-from ..engine import (
-    HistoryEntry,
-    ReplayDivergence,
-    WorkflowCancelled,
-    WorkflowDefinition,
-    WorkflowTimeout,
-)
-from ..engine.errors import error_from_info
-from ..engine.ops import WorkflowSnapshot
+from ..engine import WorkflowDefinition
 from ..engine.values import seconds
-from ..models import WORKFLOW_FINISHED, Workflow, db
-from . import control, operations, published, queries, registry
-from .stream_feeds import StreamReading
+from . import control, operations, queries, sends
+from .instance import WorkflowHandle
+from .sends import Send
 
+# Each function, then its async twin, in the order they are defined.
 __all__ = [
     "MAX_ID_LENGTH",
+    "Send",
     "WorkflowHandle",
-    "acount",
-    "afilter",
-    "aget",
-    "astart",
-    "count",
-    "filter",
-    "get",
     "start",
+    "astart",
+    "get",
+    "aget",
+    "filter",
+    "afilter",
+    "count",
+    "acount",
+    "delete",
+    "adelete",
+    "send_many",
+    "asend_many",
 ]
 
 MAX_ID_LENGTH = operations.MAX_ID_LENGTH
-_POLL_FIRST = 0.02
-_POLL_MAX = 0.5
-
-
-class WorkflowHandle(StreamReading):
-    """A reference to one workflow instance."""
-
-    def __init__(self, workflow_id: str, name: str) -> None:
-        self.workflow_id = workflow_id
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<WorkflowHandle {self.name} {self.workflow_id}>"
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, WorkflowHandle) and other.workflow_id == self.workflow_id
-        )
-
-    def __hash__(self) -> int:
-        return hash(self.workflow_id)
-
-    # Status and result -----------------------------------------------------------
-
-    @property
-    def status(self) -> str:
-        """Return the current status (read from the database)."""
-        return operations.status(self.workflow_id)
-
-    async def astatus(self) -> str:
-        """Async :attr:`status`."""
-        return await sync_to_async(operations.status)(self.workflow_id)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Wait for the workflow to finish; return its output or raise its failure.
-
-        A failed workflow raises its error (the original workflow exception
-        class when it is one of django-rivet's, else
-        :class:`~django_rivet.engine.RecordedError` carrying the original
-        name); a cancelled one raises ``WorkflowCancelled`` (code
-        ``cancelled``), or ``WorkflowTimeout`` (``workflow/timeout``) when its
-        deadline passed. Raises ``TimeoutError`` after ``timeout`` seconds
-        (real time: this waits for workers); its message says when the
-        workflow never started, which means no worker runs. Something must
-        run the workflow meanwhile: a Celery worker, ``rivet_worker``, the
-        embedded worker, or in tests :func:`django_rivet.testing.run_until_idle`.
-        Inside an actor invocation it does not wait: a workflow that has not
-        finished raises ``WorkflowCannotWait`` (``workflow/cannot_wait``).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
-        while True:
-            finished = self._finished()
-            if finished is not None:
-                return _outcome(self.workflow_id, *finished)
-            if db.in_invocation():
-                raise published.refuse_wait("handle.result()", self.workflow_id)
-            pause = _pause(deadline, delay)
-            if pause is None:
-                raise self._timed_out(timeout)
-            time.sleep(pause)
-            delay = min(delay * 2, _POLL_MAX)
-
-    async def aresult(self, timeout: float | None = None) -> Any:
-        """Async :meth:`result`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
-        while True:
-            finished = await sync_to_async(self._finished)()
-            if finished is not None:
-                return _outcome(self.workflow_id, *finished)
-            if db.in_invocation():
-                raise published.refuse_wait("handle.aresult()", self.workflow_id)
-            pause = _pause(deadline, delay)
-            if pause is None:
-                raise await sync_to_async(self._timed_out)(timeout)
-            await asyncio.sleep(pause)
-            delay = min(delay * 2, _POLL_MAX)
-
-    def _timed_out(self, timeout: float | None) -> TimeoutError:
-        """Return the time-out error, saying whether the workflow ever ran."""
-        message = (
-            f"Workflow {self.workflow_id!r} did not finish within {timeout:g} seconds"
-        )
-        row = (
-            Workflow.objects.filter(pk=self.workflow_id)
-            .values_list("status", "run_count")
-            .first()
-        )
-        if row is not None and row[0] == "queued":
-            return TimeoutError(
-                f"{message}: it is still queued (its workflow queue's limits "
-                "have not let it start yet)"
-            )
-        if row is not None and row[1] == 0:
-            docs = docs_url("troubleshooting", "a-workflow-never-starts")
-            return TimeoutError(
-                f"{message}: it never started ({row[0]}), so no worker is "
-                "running workflows. Start one: a Celery worker (`celery -A "
-                "<project> worker`), `manage.py rivet_worker`, or in development "
-                f"RIVET['EMBEDDED_WORKER'] = True. See {docs}"
-            )
-        if row is not None:
-            return TimeoutError(f"{message} (it is {row[0]})")
-        return TimeoutError(message)
-
-    def _finished(self) -> tuple[str, Any, Any] | None:
-        """Return (status, output, error) once finished, else None."""
-        status = self.status
-        if status not in WORKFLOW_FINISHED:
-            return None
-        snapshot = operations.snapshot(self.workflow_id)
-        output = snapshot.output
-        if status == "completed":
-            output = registry.typed_output(self.name, output)
-        return status, output, snapshot.error
-
-    def snapshot(self) -> WorkflowSnapshot:
-        """Return the stored ``state``, ``output``, ``error`` and ``input``."""
-        return operations.snapshot(self.workflow_id)
-
-    async def asnapshot(self) -> WorkflowSnapshot:
-        """Async :meth:`snapshot`."""
-        return await sync_to_async(self.snapshot)()
-
-    # Messages and control ---------------------------------------------------------
-
-    def send(self, name: str, body: Any = None) -> str:
-        """Send a message to the workflow (``ctx.messages``); return its id.
-
-        The message is stored durably and the workflow woken (after commit)
-        if it waits for that name. A body that cannot be stored raises
-        ``TypeError``; one over ``MAX_MESSAGE_BODY_BYTES`` encoded raises
-        ``StorageLimitError`` (``workflow/storage_limit``) and sends nothing.
-        """
-        return operations.send(self.workflow_id, name, body)
-
-    async def asend(self, name: str, body: Any = None) -> str:
-        """Async :meth:`send`."""
-        return await sync_to_async(self.send)(name, body)
-
-    def wake(self) -> bool:
-        """Run the workflow now (a sleep not yet due is slept again)."""
-        return operations.wake(self.workflow_id)
-
-    async def awake(self) -> bool:
-        """Async :meth:`wake`."""
-        return await sync_to_async(self.wake)()
-
-    def cancel(self) -> bool:
-        """Cancel the workflow for good; return False if it had finished.
-
-        A workflow no worker is running is cancelled at once; a running one
-        stops at its next history write.
-        """
-        return operations.cancel(self.workflow_id)
-
-    async def acancel(self) -> bool:
-        """Async :meth:`cancel`."""
-        return await sync_to_async(self.cancel)()
-
-    def recover(self) -> bool:
-        """Let a failed workflow run again from its failed steps.
-
-        Returns False (and changes nothing) unless the workflow failed.
-        """
-        return operations.recover(self.workflow_id)
-
-    async def arecover(self) -> bool:
-        """Async :meth:`recover`."""
-        return await sync_to_async(self.recover)()
-
-    def resume(self) -> bool:
-        """Let a cancelled workflow go on from where it stopped.
-
-        Returns False (and changes nothing) unless it is cancelled and no
-        rollback handler ran for it. Its deadline is dropped.
-        """
-        return control.resume(self.workflow_id)
-
-    async def aresume(self) -> bool:
-        """Async :meth:`resume`."""
-        return await sync_to_async(self.resume)()
-
-    # Family, replies and published values --------------------------------------
-
-    @property
-    def parent_id(self) -> str | None:
-        """Return the id of the workflow that started this one (None: top-level)."""
-        return control.parent_of(self.workflow_id)
-
-    async def aparent_id(self) -> str | None:
-        """Async :attr:`parent_id`."""
-        return await sync_to_async(control.parent_of)(self.workflow_id)
-
-    def request(self, name: str, body: Any = None, timeout: float | None = None) -> Any:
-        """Send message ``name`` and return the value the workflow replies.
-
-        The workflow receives it with ``ctx.messages`` and answers with
-        ``ctx.reply(..., message, value)``. Raises ``WorkflowRequestTimeout``
-        (``workflow/request_timeout``) after ``timeout`` seconds (default
-        ``RIVET["ACTION_TIMEOUT"]``) and ``WorkflowNoReply``
-        (``workflow/no_reply``) at once if the workflow ends without
-        replying. While no worker has picked the workflow up, this runs it
-        here up to its reply (so it works without a worker and inside an
-        action's transaction). Inside an actor invocation it never waits:
-        if that run did not reply, the message is withdrawn and
-        ``WorkflowCannotWait`` (``workflow/cannot_wait``) raised at once.
-        """
-        return published.request(self.workflow_id, name, body, timeout)
-
-    async def arequest(
-        self, name: str, body: Any = None, timeout: float | None = None
-    ) -> Any:
-        """Async :meth:`request`."""
-        return await published.arequest(self.workflow_id, name, body, timeout)
-
-    def get_event(self, key: str, timeout: float | None = None) -> Any:
-        """Return the latest value the workflow published under ``key``.
-
-        Without ``timeout``, None at once if it was never set; with one, wait
-        up to ``timeout`` seconds for a first value (None if none came, or
-        as soon as the workflow finished without setting it). Inside an
-        actor invocation a wait is refused (``workflow/cannot_wait``).
-        """
-        return published.get_event(self.workflow_id, key, timeout)
-
-    async def aget_event(self, key: str, timeout: float | None = None) -> Any:
-        """Async :meth:`get_event`."""
-        return await published.aget_event(self.workflow_id, key, timeout)
-
-    def check_replay(self) -> ReplayDivergence | None:
-        """Replay the history against the deployed code, running nothing.
-
-        Returns None if it fits, else where and why it diverges: what a run
-        of this workflow would hit (``manage.py rivet_check_replay`` does
-        this for every workflow in flight).
-        """
-        return control.check(self.workflow_id)
-
-    async def acheck_replay(self) -> ReplayDivergence | None:
-        """Async :meth:`check_replay`."""
-        return await sync_to_async(self.check_replay)()
-
-    def history(self) -> list[HistoryEntry]:
-        """Return the decoded history entries, in the order they were created."""
-        return operations.history(self.workflow_id)
-
-    async def ahistory(self) -> list[HistoryEntry]:
-        """Async :meth:`history`."""
-        return await sync_to_async(self.history)()
-
-    def replay_from(self, entry_id: str | None = None) -> list[HistoryEntry]:
-        """Re-run from the step ``entry_id`` (every entry after it is deleted).
-
-        Without ``entry_id`` the workflow starts over with the same input.
-        Returns the remaining history; raises ``ReplayRefusedError`` while a
-        worker runs the workflow.
-        """
-        return operations.replay(self.workflow_id, entry_id)
-
-    async def areplay_from(self, entry_id: str | None = None) -> list[HistoryEntry]:
-        """Async :meth:`replay_from`."""
-        return await sync_to_async(self.replay_from)(entry_id)
-
-
-def _pause(deadline: float | None, delay: float) -> float | None:
-    """Return how long to wait before polling again; None past the deadline."""
-    if deadline is None:
-        return delay
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return None
-    return min(delay, remaining)
-
-
-_CANCELLED_BECAUSE = {
-    "timeout": " (its deadline passed)",
-    "parent_cancelled": " (its parent was cancelled)",
-}
-
-
-def _outcome(workflow_id: str, status: str, output: Any, error: Any) -> Any:
-    if status == "completed":
-        return output
-    if status == "cancelled":
-        metadata = (error or {}).get("metadata") or {}
-        reason = str(metadata.get("reason") or "cancelled")
-        cls = WorkflowTimeout if reason == "timeout" else WorkflowCancelled
-        message = f"Workflow {workflow_id!r} was cancelled"
-        raise cls(
-            message + _CANCELLED_BECAUSE.get(reason, ""), metadata={"reason": reason}
-        )
-    raise error_from_info(error)
 
 
 # -- start / get -----------------------------------------------------------------------
@@ -367,6 +68,8 @@ def start(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int] | None = None,
+    partition_key: str | None = None,
     run_after: datetime | float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
@@ -386,10 +89,15 @@ def start(
     (``workflow/duplicate``, with the holder's id). ``timeout`` (seconds or a
     timedelta; default: the ``@workflow``'s) is the deadline: when it passes
     the workflow is cancelled with reason ``timeout`` (its rollbacks run) and
-    ``result()`` raises ``WorkflowTimeout``. ``run_after`` (an aware
-    datetime, or seconds or a timedelta from now) delays the first run: the
-    workflow is ``pending`` (``queued``, not counted by its queue) until
-    then. See docs/workflows.md.
+    ``result()`` raises ``WorkflowTimeout``. On a partitioned queue,
+    ``partition_key`` names the workflow's partition (required there,
+    refused elsewhere: ``workflow/partition_key_required``, ``ValueError``).
+    ``attributes`` (strings and
+    integers by name, at most 32) are stored with a new workflow for
+    :func:`filter` to find it by. ``run_after`` (an aware datetime, or
+    seconds or a timedelta from now) delays the first run: the workflow is
+    ``pending`` (``queued``, not counted by its queue) until then. See
+    docs/workflows.md.
     """
     limit = seconds(timeout)
     if limit is not None and limit <= 0:
@@ -403,6 +111,8 @@ def start(
         priority=priority,
         dedup_key=dedup_key,
         timeout=limit,
+        attributes=attributes,
+        partition_key=partition_key,
         run_after=operations.due_time(run_after),
     )
     return WorkflowHandle(workflow_id, name)
@@ -417,6 +127,8 @@ async def astart(
     priority: int = 0,
     dedup_key: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int] | None = None,
+    partition_key: str | None = None,
     run_after: datetime | float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
@@ -428,6 +140,8 @@ async def astart(
         priority=priority,
         dedup_key=dedup_key,
         timeout=timeout,
+        attributes=attributes,
+        partition_key=partition_key,
         run_after=run_after,
     )
 
@@ -445,60 +159,69 @@ async def aget(workflow_id: str) -> WorkflowHandle:
 # -- search ----------------------------------------------------------------------------
 def filter(  # noqa: A001 - the public name the API documents
     *,
-    name: str | None = None,
-    status: str | Iterable[str] | None = None,
-    waiting_for: str | None = None,
-    parent_id: str | None = None,
-    created_after: datetime | float | None = None,
-    created_before: datetime | float | None = None,
+    order: str = "desc",
+    offset: int = 0,
     limit: int | None = 100,
+    **filters: Unpack[queries.Filters],
 ) -> list[WorkflowHandle]:
     """Return handles of the workflows matching every filter, newest first.
 
-    ``status`` is one status or several; ``waiting_for`` a message name the
-    workflow waits for now (``"*"``: waits for any message;
-    ``"child:<id>"``: a parent waiting for that child); ``parent_id`` the
-    parent's id; ``created_after``/``created_before`` datetimes or epoch
-    seconds (exclusive). At most ``limit`` handles (None: all).
+    The filters (all optional, combined with AND): ``name`` (one or a
+    list), ``status`` (one or a list), ``ids``, ``id_prefix`` (one or a
+    list), ``waiting_for`` (a message name the workflow waits for now:
+    ``"*"`` waits for any message, ``"child:<id>"`` for that child),
+    ``parent_id``, ``has_parent``, ``queue``, ``created_after`` /
+    ``created_before`` and ``completed_after`` / ``completed_before``
+    (datetimes or epoch seconds, exclusive), ``attributes`` (a mapping the
+    workflow's attributes must match, by equality). ``order`` is ``"desc"``
+    (newest first) or ``"asc"``; ``offset`` skips that many; at most
+    ``limit`` handles (None: all). See docs/workflows.md.
     """
-    rows = queries.matching(
-        name=name,
-        status=status,
-        waiting_for=waiting_for,
-        parent_id=parent_id,
-        created_after=created_after,
-        created_before=created_before,
-    ).values_list("id", "name")
-    if limit is not None:
-        rows = rows[: max(int(limit), 0)]
+    rows = queries.page(order=order, offset=offset, limit=limit, **filters)
     return [WorkflowHandle(workflow_id, found) for workflow_id, found in rows]
 
 
-async def afilter(**filters: Any) -> list[WorkflowHandle]:
+async def afilter(**options: Any) -> list[WorkflowHandle]:
     """Async :func:`filter`."""
-    return await sync_to_async(filter)(**filters)
+    return await sync_to_async(filter)(**options)
 
 
-def count(
-    *,
-    name: str | None = None,
-    status: str | Iterable[str] | None = None,
-    waiting_for: str | None = None,
-    parent_id: str | None = None,
-    created_after: datetime | float | None = None,
-    created_before: datetime | float | None = None,
-) -> int:
+def count(**filters: Unpack[queries.Filters]) -> int:
     """Return how many workflows match the filters of :func:`filter`."""
-    return queries.matching(
-        name=name,
-        status=status,
-        waiting_for=waiting_for,
-        parent_id=parent_id,
-        created_after=created_after,
-        created_before=created_before,
-    ).count()
+    return queries.matching(**filters).count()
 
 
-async def acount(**filters: Any) -> int:
+async def acount(**filters: Unpack[queries.Filters]) -> int:
     """Async :func:`count`."""
     return await sync_to_async(count)(**filters)
+
+
+def delete(workflow_ids: Iterable[str], *, children: bool = False) -> int:
+    """Delete finished workflows (and with ``children`` their descendants).
+
+    Returns how many were deleted; ids no workflow has are skipped. All or
+    nothing: one that has not finished raises ``WorkflowActive``
+    (``workflow/active``) and nothing is deleted.
+    """
+    return control.delete(workflow_ids, children=children)
+
+
+async def adelete(workflow_ids: Iterable[str], *, children: bool = False) -> int:
+    """Async :func:`delete`."""
+    return await sync_to_async(delete)(list(workflow_ids), children=children)
+
+
+def send_many(messages: Iterable[Send]) -> list[str]:
+    """Send every :class:`Send` in one transaction; return the message ids.
+
+    All or nothing: an unknown workflow (``workflow/not_found``), a full
+    inbox or a body that cannot be stored sends none of them. Idempotency
+    keys are honoured as by :meth:`WorkflowHandle.send` (two messages to
+    one workflow with the same key in one call are a ``ValueError``).
+    """
+    return sends.send_many(messages)
+
+
+async def asend_many(messages: Iterable[Send]) -> list[str]:
+    """Async :func:`send_many`."""
+    return await sync_to_async(send_many)(list(messages))

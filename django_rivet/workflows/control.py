@@ -1,4 +1,4 @@
-"""More operations on workflows outside their runs: resume, the family, checks.
+"""More operations on workflows outside their runs: resume, delete, the family, checks.
 
 Like :mod:`.operations`, each one that writes history takes the workflow's
 lease first and runs the engine's operation on a private loop.
@@ -7,18 +7,23 @@ lease first and runs the engine's operation on a private loop.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+
+from django.db.models import F, Q
 
 from .. import clock
 from ..engine import ReplayDivergence, check_replay, resume_workflow
-from ..exceptions import WorkflowNotFound
-from ..models import Workflow, WorkflowStatus
+from ..engine.ops import read_workflow
+from ..exceptions import WorkflowActive, WorkflowNotFound
+from ..models import WORKFLOW_FINISHED, Workflow, WorkflowStatus, db, sql
 from . import registry
 from .driver import DjangoDriver
 from .execution import release, run_if_idle, run_private
+from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
 
-__all__ = ["check", "parent_of", "resume"]
+__all__ = ["check", "delete", "parent_of", "resume"]
 
 
 def parent_of(workflow_id: str) -> str | None:
@@ -29,14 +34,29 @@ def parent_of(workflow_id: str) -> str | None:
     return found[0] or None
 
 
-def resume(workflow_id: str) -> bool:
-    """Let a cancelled workflow go on from where it stopped.
+async def _resume(workflow_id: str, driver: DjangoDriver) -> bool:
+    state = (await read_workflow(driver)).state
+    if state in ("cancelled", "rolling_back"):
+        return await resume_workflow(workflow_id, driver)
+    # Its cancel was never carried out (no worker got to it yet): withdrawing
+    # it is all a resume does; its history goes on as it stands.
+    return True
 
-    Returns False (changing nothing) unless it is cancelled, no rollback
-    handler ran for it, and nobody holds it. Its deadline is dropped (it
-    passed, if that is why it was cancelled); its children stay as they are.
+
+def resume(workflow_id: str) -> bool:
+    """Let a cancelled workflow go on from where it stopped; start a queued one.
+
+    A queued workflow starts at once, outside its queue's limits (as DBOS's
+    resume does): it counts against its queue's concurrency until it
+    finishes. A cancelled one goes on from its history. Returns False
+    (changing nothing) otherwise: unless it is cancelled, no rollback
+    handler ran for it, and nobody holds it (a worker still carrying its
+    cancel out does). Its deadline is dropped (it passed, if that is why it
+    was cancelled); its children stay as they are.
     """
-    held = run_if_idle(workflow_id, WorkflowStatus.CANCELLED, resume_workflow)
+    if _start_queued(workflow_id):
+        return True
+    held = run_if_idle(workflow_id, WorkflowStatus.CANCELLED, _resume)
     if held is None:
         return False
     lease, _ = held
@@ -54,6 +74,77 @@ def resume(workflow_id: str) -> bool:
     )
     logger.info("workflow resumed workflow=%s", workflow_id)
     return True
+
+
+def _start_queued(workflow_id: str) -> bool:
+    """Start a queued workflow now, whatever its queue's limits say."""
+    now = clock.now_datetime()
+    with db.atomic():
+        started = Workflow.objects.filter(
+            pk=workflow_id, status=WorkflowStatus.QUEUED
+        ).update(
+            status=WorkflowStatus.PENDING,
+            wake_at=now,
+            started_at=now,
+            updated_at=now,
+            **wake_fields(now),
+        )
+        if started:
+            schedule_wake(workflow_id, now)
+    if started:
+        logger.info("workflow resumed from its queue workflow=%s", workflow_id)
+    return bool(started)
+
+
+def delete(workflow_ids: Iterable[str], *, children: bool = False) -> int:
+    """Delete finished workflows and every row they own; return how many.
+
+    Their history, inbox and attributes go with them. Ids no workflow has
+    are skipped (a second delete changes nothing). ``children`` deletes
+    their descendants too. All or nothing: if one of them has not finished
+    -- or its cancel is still being carried out, or an operation holds it
+    -- it raises ``workflow/active`` and deletes nothing.
+    """
+    wanted = list(dict.fromkeys(str(workflow_id) for workflow_id in workflow_ids))
+    with db.atomic():
+        if children:
+            wanted += _descendants(wanted)
+        rows = Workflow.objects.filter(pk__in=wanted)
+        if sql.dialect(db.connection()).locks_by_writing_first:
+            # The write lock first (SQLite): what the check reads stays so.
+            rows.update(updated_at=F("updated_at"))
+        else:
+            list(rows.select_for_update().values_list("pk", flat=True))
+        busy = rows.exclude(
+            Q(status__in=WORKFLOW_FINISHED)
+            & Q(lease_token="")
+            & Q(cancel_requested=False)
+        )
+        found = busy.values_list("pk", "status").first()
+        if found is not None:
+            raise WorkflowActive(
+                f"Workflow {found[0]!r} has not finished ({found[1]}): cancel it "
+                "first, or wait until it is done",
+                metadata={"workflow_id": found[0], "status": found[1]},
+            )
+        _, deleted = rows.delete()
+    count = deleted.get(Workflow._meta.label, 0)
+    if count:
+        logger.info("workflows deleted count=%s children=%s", count, children)
+    return count
+
+
+def _descendants(workflow_ids: list[str]) -> list[str]:
+    """Return the children of ``workflow_ids``, theirs, and so on."""
+    found: list[str] = []
+    parents = workflow_ids
+    while parents:
+        parents = list(
+            Workflow.objects.filter(parent_id__in=parents).values_list("pk", flat=True)
+        )
+        parents = [pk for pk in parents if pk not in found]
+        found += parents
+    return found
 
 
 def check(workflow_id: str) -> ReplayDivergence | None:

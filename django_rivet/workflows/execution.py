@@ -33,18 +33,20 @@ from ..engine import (
     cancel_workflow,
     start_workflow,
 )
+from ..engine.errors import cancellation
 from ..exceptions import WorkflowNotFound
-from ..models import (
-    WORKFLOW_ACTIVE,
-    WORKFLOW_FINISHED,
-    Workflow,
-    WorkflowStatus,
-    db,
-)
-from . import children, leases, queues, registry, streams
+from ..models import Workflow, WorkflowStatus, db
+from . import cancels, capacity, endings, leases, registry
 from .blocking import run_private
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
+from .releases import (
+    cancel_pending,
+    release,
+    release_for_retry,
+    release_outcome,
+    retry_delay,
+)
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -63,15 +65,8 @@ __all__ = [
 # Runs of one workflow per call while it stays due at once (an eviction, a
 # message arriving mid-run); then it goes back to the queue behind others.
 MAX_PASSES = 20
-RETRY_BACKOFF_BASE = 1.0
-RETRY_BACKOFF_MAX = 300.0
 
 T = TypeVar("T")
-
-
-def retry_delay(retry_count: int) -> float:
-    """Return the backoff before retrying after ``retry_count`` failed runs."""
-    return float(min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** min(retry_count, 16)))
 
 
 def run_if_idle(
@@ -123,8 +118,18 @@ def run(
     worker holds it). Never raises for the workflow's own failures.
     ``stop_after_reply`` (a message id) ends the run right after the reply
     to that message is recorded (what a waiting ``handle.request`` runs);
-    the workflow is then due again, for a worker to go on with.
+    the workflow is then due again, for a worker to go on with. A workflow
+    whose queue's ``worker_concurrency`` this process has reached is not
+    run here (:mod:`.capacity`).
     """
+    with capacity.slot(workflow_id) as room:
+        if not room:
+            capacity.defer(workflow_id)
+            return None
+        return _run(workflow_id, max_passes, stop_after_reply)
+
+
+def _run(workflow_id: str, max_passes: int, stop_after_reply: str | None) -> str | None:
     status = None
     for _ in range(max_passes):
         lease = leases.claim(workflow_id)
@@ -152,7 +157,7 @@ def _cancel_reason(lease: Lease) -> str | None:
         return "timeout"
     if lease.parent_id and not lease.detached:
         # The cascade's safety net: the parent's request may have been lost.
-        if children.parent_cancelled(lease.parent_id):
+        if cancels.parent_cancelled(lease.parent_id):
             return "parent_cancelled"
     return None
 
@@ -172,7 +177,7 @@ def _run_claimed(
             lease.workflow_id,
             lease.name,
         )
-        return _release_for_retry(lease, f"Unknown workflow name {lease.name!r}")
+        return release_for_retry(lease, f"Unknown workflow name {lease.name!r}")
     late_ms = 0.0
     if lease.wake_at is not None:
         late_ms = max(0.0, (clock.now() - clock.to_timestamp(lease.wake_at)) * 1000)
@@ -190,7 +195,7 @@ def _run_claimed(
         outcome.state,
         late_ms,
     )
-    return _release_outcome(lease, driver, outcome)
+    return release_outcome(lease, driver, outcome)
 
 
 def _drive_claimed(
@@ -207,6 +212,11 @@ def _drive_claimed(
     broke on infrastructure trouble (the workflow is retried later).
     """
     heartbeat = Heartbeat(lease, on_lost=lambda: None)
+    # A cancel's run that breaks leaves the workflow cancelled, its cancel
+    # still to be carried out by the next run.
+    fields: dict[str, Any] = {}
+    if cancel is not None:
+        fields = {**cancel_pending(cancel), "error": endings.cancel_error(cancel)}
     try:
         return run_private(
             _drive(
@@ -223,14 +233,14 @@ def _drive_claimed(
             # Fenced out: a cancel was requested (the next claim carries it
             # out) or a successor took over after our lease expired.
             logger.info("workflow run fenced out workflow=%s", lease.workflow_id)
-            return release(lease, status=WorkflowStatus.SLEEPING)
+            return release(lease, **{"status": WorkflowStatus.SLEEPING, **fields})
         logger.warning(
             "workflow storage error workflow=%s error=%s", lease.workflow_id, exc
         )
-        return _release_for_retry(lease, str(exc))
+        return release_for_retry(lease, str(exc), **fields)
     except Exception as exc:
         logger.exception("workflow run crashed workflow=%s", lease.workflow_id)
-        return _release_for_retry(lease, f"{type(exc).__name__}: {exc}")
+        return release_for_retry(lease, f"{type(exc).__name__}: {exc}", **fields)
     finally:
         heartbeat.stop()
 
@@ -326,130 +336,14 @@ def _log_event(event: Any) -> None:
         )
 
 
-def release(
-    lease: Lease, driver: DjangoDriver | None = None, **fields: Any
-) -> tuple[str, datetime | None]:
-    """Release ``lease`` writing ``fields``; schedule the next run if any.
-
-    ``driver``: the run's, whose held last batch is written in the same
-    transaction (fenced: if the lease moved on, neither lands).
-
-    Returns the status and the wake-up time written (None when the workflow
-    finished, or when the lease had been lost). An active workflow with a
-    deadline wakes at the deadline at the latest. A finished one wakes its
-    parent if the parent waits for it, and a cancelled one asks its
-    non-detached children to cancel (after the commit).
-    """
-    wake_at = fields.get("wake_at", lease.wake_at)
-    status = fields.get("status", lease.status)
-    deadline = fields.get("deadline_at", lease.deadline_at)
-    if status in WORKFLOW_ACTIVE and deadline is not None:
-        # Wake at the deadline to be cancelled then (once it passed, the
-        # cancel is under way: a retry keeps its backoff).
-        late = wake_at is None or wake_at > deadline
-        if late and deadline > clock.now_datetime():
-            wake_at = fields["wake_at"] = deadline
-    if status in WORKFLOW_ACTIVE and "wake_at" in fields:
-        fields.update(wake_fields(wake_at))
-    try:
-        with db.atomic():
-            if driver is not None:
-                driver.write_held()
-            written = leases.release(lease, **fields)
-            _after_release(lease, written, status)
-            if driver is not None and driver.streamed and written is not None:
-                if status in WORKFLOW_FINISHED:  # its readers end after commit
-                    ended = lease.workflow_id
-                    db.on_commit(lambda: streams.announce(ended, [], ended=True))
-    except LeaseLost:
-        # Fenced out as at any write (a cancel was requested, or a successor
-        # took over): its last batch is dropped, as a failed flush would be.
-        logger.info("workflow run fenced out workflow=%s", lease.workflow_id)
-        return release(lease, status=WorkflowStatus.SLEEPING)
-    if written is None or status not in WORKFLOW_ACTIVE:
-        if written is not None and status == WorkflowStatus.CANCELLED:
-            # After the commit: the parent's row lock is gone by then, so
-            # children ending concurrently (they lock theirs, then ours)
-            # cannot deadlock with us.
-            parent_id = lease.workflow_id
-            db.on_commit(lambda: children.cancel_children(parent_id), robust=True)
-        return status, None
-    # release() made it due now if something arrived meanwhile.
-    wake_at = written.get("wake_at", lease.wake_at)
-    due_now = wake_at is not None and clock.to_timestamp(wake_at) <= clock.now()
-    if not (lease.run and due_now):  # run() goes on with it right away
-        schedule_wake(lease.workflow_id, wake_at)
-    return status, wake_at
-
-
-def _after_release(lease: Lease, written: Any, status: str) -> None:
-    """What a finish sets off, in the release's transaction."""
-    if written is not None and status in WORKFLOW_FINISHED and lease.parent_id:
-        children.notify_parent(lease.workflow_id, lease.parent_id)
-    if written is not None and status not in WORKFLOW_ACTIVE and lease.queue:
-        queues.admit_on_commit(lease.queue)  # its slot is free
-
-
-def _release_for_retry(
-    lease: Lease, error: str, status: str = WorkflowStatus.SLEEPING, **fields: Any
-) -> tuple[str, datetime | None]:
-    delay = retry_delay(lease.retry_count)
-    return release(
-        lease,
-        status=status,
-        wake_at=clock.to_datetime(clock.now() + delay),
-        retry_count=lease.retry_count + 1,
-        last_error=error[:2000],
-        **fields,
-    )
-
-
-def _release_outcome(
-    lease: Lease, driver: DjangoDriver, outcome: WorkflowOutcome, **fields: Any
-) -> tuple[str, datetime | None]:
-    state = outcome.state
-    now = clock.now_datetime()
-    if state in WORKFLOW_FINISHED:
-        return release(
-            lease,
-            driver,
-            status=state,
-            wake_at=None,
-            waiting_for=[],
-            finished_at=now,
-            retry_count=0,
-            last_error="",
-            **fields,
-        )
-    if state == "rolling_back":
-        # A rollback handler raised: the next run retries it.
-        return _release_for_retry(
-            lease,
-            f"Rollback failed: {outcome.error!r}",
-            WorkflowStatus.ROLLING_BACK,
-            **fields,
-        )
-    wake = driver.alarm if driver.alarm_set else outcome.sleep_until
-    return release(
-        lease,
-        driver,
-        status=WorkflowStatus.SLEEPING,
-        wake_at=None if wake is None else clock.to_datetime(wake),
-        waiting_for=list(outcome.waiting_for),
-        retry_count=0,
-        last_error="",
-        **fields,
-    )
-
-
 def cancel_claimed(
     lease: Lease, reason: str = "cancelled"
 ) -> tuple[str, datetime | None]:
     """Cancel the claimed workflow for good (its rollbacks run) and release it.
 
     ``reason`` is ``cancelled``, ``parent_cancelled`` or ``timeout``. A
-    rollback handler that raises leaves it ``rolling_back``, retried later
-    like any rollback; it ends ``cancelled`` once they all ran.
+    rollback handler that raises leaves it ``cancelled`` with its cancel
+    still pending (``cancel_requested``), retried later like any rollback.
     """
     driver = DjangoDriver(
         lease.workflow_id,
@@ -457,7 +351,6 @@ def cancel_claimed(
         stop_on_cancel=False,
         private_loop=True,
     )
-    cleared: dict[str, Any] = {"cancel_requested": False}
     try:
         definition = registry.get(lease.name)
     except WorkflowNotFound:
@@ -465,7 +358,7 @@ def cancel_claimed(
     if definition is None:
         # No code to roll back with (a worker on older code): just stop it.
         run_private(cancel_workflow(lease.workflow_id, driver))
-        outcome = WorkflowOutcome("cancelled")
+        outcome = WorkflowOutcome("cancelled", error=cancellation(reason))
     else:
         result = _drive_claimed(lease, definition, driver, cancel=reason)
         if isinstance(result, tuple):
@@ -477,9 +370,23 @@ def cancel_claimed(
         reason,
         outcome.state,
     )
-    if outcome.state in ("cancelled", "rolling_back"):
+    if outcome.state == "rolling_back":
+        return release_for_retry(
+            lease,
+            f"Rollback failed: {outcome.error!r}",
+            error=endings.cancel_error(reason),
+            **cancel_pending(reason),
+        )
+    if outcome.state != "cancelled" and lease.cancel_requested:
+        # It finished after cancel() returned, before the cancel reached it
+        # (between its last write and its release): the cancel stands, as
+        # the caller was told, with nothing to roll back.
+        run_private(cancel_workflow(lease.workflow_id, driver))
+        outcome = WorkflowOutcome("cancelled", error=cancellation(reason))
+    cleared: dict[str, Any] = {"cancel_requested": False}
+    if outcome.state == "cancelled":
         cleared["cancel_reason"] = reason  # else it finished before the cancel
-    return _release_outcome(lease, driver, outcome, **cleared)
+    return release_outcome(lease, driver, outcome, **cleared)
 
 
 # -- due work (the in-process worker, run_due) -----------------------------------------

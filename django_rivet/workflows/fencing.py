@@ -197,6 +197,26 @@ class LeaseFence:
         if held is None:
             raise self.lost()
 
+    def check_not_cancelled(self) -> None:
+        """Raise :class:`LeaseLost` if a cancel is pending or the lease is gone.
+
+        One plain read, outside any transaction: what a run does before each
+        step it starts, so that once ``cancel()`` returned no further step
+        function runs. Nothing to check without a lease or when cancels do
+        not stop this driver.
+        """
+        if self.token is None or not self.stop_on_cancel:
+            return
+        connection = db.connection()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.dialect(connection).lease_held_sql(),
+                [self.workflow_id, self.token],
+            )
+            held = cursor.fetchone()
+        if held is None:
+            raise self.lost()
+
     def insert(
         self, cursor: CursorWrapper, rows: int, params: list[Any], upsert: bool
     ) -> None:

@@ -30,7 +30,7 @@ from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import rivet_settings
-from ..models import WORKFLOW_ACTIVE, Workflow, db, sql
+from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -83,8 +83,9 @@ _CLAIMED = (
 def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
     """Claim the lease on ``workflow_id``; return None if it is not available.
 
-    A run claim (``run=True``) takes an active workflow that is due, or whose
-    lease expired, and marks it running. An operation claim takes any
+    A run claim (``run=True``) takes an unsettled workflow that is due, or
+    whose lease expired, and marks it running (one whose cancel is still to
+    be carried out stays ``cancelled``). An operation claim takes any
     workflow nobody holds, whatever its status or wake-up time (operations
     -- cancel, recover, replay -- never take over a crashed run's lease: the
     sweeper resumes that run first). One
@@ -147,7 +148,10 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
     Returns the fields written, or None if the lease was no longer ours. If
     a message, a wake-up or a cancel arrived while the lease was held
     (``wake_signal`` moved, or ``cancel_requested`` is set), an active
-    workflow is made due now instead, so the arrival is never lost.
+    workflow is made due now instead, so the arrival is never lost. A cancel
+    that returned while the lease was held wins over whatever the run
+    ended with: the workflow stays ``cancelled``, due now, and the fields
+    written say ``cancel_requested`` (the next run carries the cancel out).
     """
     now = clock.now_datetime()
     released = {
@@ -161,11 +165,25 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
     # In the caller's transaction when there is one (a run's release, with
     # its last batch): no savepoint, a failure rolls back both.
     with db.atomic(savepoint=False):
-        quiet = rows.filter(wake_signal=lease.wake_signal, cancel_requested=False)
+        # Quiet: nothing arrived since the claim (every arrival bumps the
+        # signal), and no cancel is pending but one the claim saw (which the
+        # holder carries out, or a resume withdraws).
+        quiet = rows.filter(
+            wake_signal=lease.wake_signal, cancel_requested=lease.cancel_requested
+        )
         if quiet.update(**released):
             return released
         if released.get("status", lease.status) in WORKFLOW_ACTIVE:
             released["wake_at"] = now
+        if released.get("cancel_requested") is not False:
+            cancelling = {
+                **released,
+                "status": WorkflowStatus.CANCELLED,
+                "cancel_requested": True,
+                "wake_at": now,
+            }
+            if rows.filter(cancel_requested=True).update(**cancelling):
+                return cancelling
         if rows.update(**released):
             return released
     logger.warning("workflow lease lost before release workflow=%s", lease.workflow_id)

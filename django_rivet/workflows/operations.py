@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,7 +26,6 @@ from ..engine import (
     ReplayRefusedError,
     WorkflowDefinition,
     check_record,
-    encode_message_body,
     keys,
     read_history,
     recover_workflow,
@@ -37,25 +36,22 @@ from ..engine.ops import WorkflowSnapshot, read_workflow
 from ..engine.shapes import workflow_shapes
 from ..exceptions import (
     InvalidArgs,
-    WorkflowFinished,
-    WorkflowInboxFull,
     WorkflowNotFound,
 )
 from ..models import (
-    WORKFLOW_ACTIVE,
-    WORKFLOW_FINISHED,
     Workflow,
     WorkflowKV,
-    WorkflowMessage,
     WorkflowStatus,
     db,
     sql,
 )
-from . import leases, queues, registry
+from . import attributes as workflow_attributes
+from . import cancels, children, leases, queues, registry
 from .children import start_fields
 from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
 from .leases import Lease
+from .placement import Placement, create_placed, placement
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -67,7 +63,6 @@ __all__ = [
     "history",
     "recover",
     "replay",
-    "send",
     "snapshot",
     "start",
     "status",
@@ -106,21 +101,26 @@ def start(
     timeout: float | None = None,
     run_after: datetime | None = None,
     order: int = 0,
+    attributes: Mapping[str, str | int] | None = None,
+    partition_key: str | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
     The input is validated and stored now; the first run is dispatched when
     the surrounding transaction commits. An existing id returns its own
-    name (a different workflow name under that id is a ``ValueError``).
+    name (a different workflow name under that id is
+    ``workflow/id_conflict``, a ``ValueError``).
     With ``queue`` the workflow is stored ``queued`` and admission starts
     it (:mod:`.queues`); past the queue's ``max_queued`` the start is refused
     (``workflow/queue_full``). ``timeout`` (seconds; default: the
-    definition's) sets its deadline. ``run_after`` delays the first run (a
-    queued workflow is admitted only once it is due). ``order`` is the
-    priority of a direct start among due workflows (lower first; the task
-    backend's).
+    definition's) sets its deadline; ``attributes`` are stored for search (a
+    new workflow's only: an existing id keeps its own). ``run_after`` delays
+    the first run (a queued workflow is admitted only once it is due).
+    ``order`` is the priority of a direct start among due workflows (lower
+    first; the task backend's).
     """
-    where = queues.placement(queue, priority, dedup_key)
+    where = placement(queue, priority, dedup_key, partition_key)
+    attribute_rows = workflow_attributes.check(attributes)
     fresh = workflow_id is None
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
     if not workflow_id or len(workflow_id) > MAX_ID_LENGTH:
@@ -147,7 +147,7 @@ def start(
         "traceparent": observability.traceparent(),
         **placed,
     }
-    if fresh and where is None:
+    if fresh and where is None and not attribute_rows:
         # A random id is new: no lookup, nothing to collide with.
         _insert_new(workflow_id, fields, encoded)
         schedule_wake(workflow_id, due)  # once the caller commits, or now
@@ -159,16 +159,14 @@ def start(
             found = _create_or_find(workflow_id, fields, where)
             if found is not None:
                 if found != definition.name:
-                    raise ValueError(
-                        f"Workflow id {workflow_id!r} is already used by a "
-                        f"{found!r} workflow"
-                    )
+                    raise children.id_conflict(workflow_id, found)
                 return workflow_id, found
         WorkflowKV.objects.create(
             workflow_id=workflow_id,
             key=keys.workflow_key(keys.WORKFLOW_INPUT),
             value=encoded,
         )
+        workflow_attributes.store(workflow_id, attribute_rows)
         if where is None:
             schedule_wake(workflow_id, due)
         elif due is not now:
@@ -202,7 +200,7 @@ def _insert_new(workflow_id: str, fields: dict[str, Any], encoded: bytes) -> Non
 
 
 def _create_or_find(
-    workflow_id: str, fields: dict[str, Any], where: queues.Placement | None
+    workflow_id: str, fields: dict[str, Any], where: Placement | None
 ) -> str | None:
     """Create the workflow row; return the name of the one holding the id.
 
@@ -213,12 +211,10 @@ def _create_or_find(
         # lookup and the insert below see one snapshot; a read first fails
         # with "database is locked" if another writer commits in between.
         Workflow.objects.filter(pk=workflow_id).update(updated_at=F("updated_at"))
-    try:
-        row, created = Workflow.objects.get_or_create(id=workflow_id, defaults=fields)
-    except IntegrityError as error:
-        if where is None:
-            raise
-        raise queues.duplicate_of(where, error) from error
+    row, created = create_placed(
+        where,
+        lambda: Workflow.objects.get_or_create(id=workflow_id, defaults=fields),
+    )
     return None if created else row.name
 
 
@@ -260,6 +256,18 @@ def status(workflow_id: str) -> str:
     return _column(workflow_id, "status")
 
 
+def status_and_reason(workflow_id: str) -> tuple[str, str]:
+    """Return the workflow's status and why it was cancelled ("" if it was not)."""
+    found = (
+        Workflow.objects.filter(pk=workflow_id)
+        .values_list("status", "cancel_reason")
+        .first()
+    )
+    if found is None:
+        raise _not_found(workflow_id)
+    return str(found[0]), str(found[1])
+
+
 def _reader(workflow_id: str) -> DjangoDriver:
     _require(workflow_id)
     return DjangoDriver(workflow_id, private_loop=True)
@@ -292,97 +300,24 @@ def wake(workflow_id: str) -> bool:
     return True
 
 
-#: Unreceived messages one workflow's inbox may hold (as an actor's queue).
-MAX_INBOX_MESSAGES = 1000
-
-
-def check_inbox(workflow_id: str) -> None:
-    """Refuse a message to a full inbox (``workflow/inbox_full``).
-
-    Run with the workflow row locked, so concurrent senders count in turn;
-    the count reads the inbox index, at most ``MAX_INBOX_MESSAGES + 1`` rows.
-    """
-    pending = (
-        WorkflowMessage.objects.filter(workflow_id=workflow_id)
-        .values("id")[: MAX_INBOX_MESSAGES + 1]
-        .count()
-    )
-    if pending >= MAX_INBOX_MESSAGES:
-        raise WorkflowInboxFull(
-            f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
-            "messages; it must receive some first",
-            metadata={"limit": MAX_INBOX_MESSAGES},
-        )
-
-
-def send(workflow_id: str, name: str, body: Any = None) -> str:
-    """Store a message in the workflow's inbox and wake it if it waits for it.
-
-    Returns the message id. Raises ``TypeError`` for a body that cannot be
-    stored, ``workflow/not_found`` for an unknown workflow,
-    ``workflow/finished`` for one that finished (completed, failed or
-    cancelled: nothing would receive it, and it would be kept until
-    retention) and ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES``
-    unreceived messages.
-    """
-    data = encode_message_body(body)
-    now = clock.now_datetime()
-    with db.atomic():
-        # The signal bump comes first: it locks the row, so a run releasing
-        # concurrently either sees it (and runs again) or released before
-        # (and its waiting_for is what we read next).
-        rows = Workflow.objects.filter(pk=workflow_id)
-        if not rows.update(wake_signal=F("wake_signal") + 1):
-            raise _not_found(workflow_id)
-        status, waiting_for = rows.values_list("status", "waiting_for").get()
-        if status in WORKFLOW_FINISHED:
-            raise WorkflowFinished(
-                f"Workflow {workflow_id!r} has finished ({status}): it takes no "
-                "more messages",
-                metadata={"status": status},
-            )
-        check_inbox(workflow_id)
-        message = WorkflowMessage.objects.create(
-            workflow_id=workflow_id, name=name, body=data
-        )
-        wanted = name in waiting_for or "*" in waiting_for
-        if status in WORKFLOW_ACTIVE and wanted:
-            rows.update(wake_at=now, **wake_fields(now))
-            schedule_wake(workflow_id, now)
-    logger.debug("workflow message sent workflow=%s name=%s", workflow_id, name)
-    return str(message.pk)
-
-
 def cancel(workflow_id: str, reason: str = "cancelled") -> bool:
     """Cancel an active workflow; return False if it had already finished.
 
-    A workflow nobody runs is cancelled right here: the rollback handlers of
-    its completed steps run, then its non-detached children are asked to
-    cancel. One that a worker is running is marked: the worker is fenced
-    out at its next write and the next claim cancels it.
+    It is ``cancelled`` at once, and stops before its next step (see
+    :mod:`.cancels`). A workflow nobody runs has its cancel carried out
+    right here: the rollback handlers of its completed steps run in this
+    process. One that a worker runs has it carried out by that worker once
+    its running step (if any) finishes.
     """
     if reason not in CANCEL_REASONS:
         raise ValueError(f"Unknown cancel reason {reason!r}")
-    now = clock.now_datetime()
     with db.atomic():
-        requested = (
-            Workflow.objects.active()
-            .filter(pk=workflow_id)
-            .update(
-                cancel_requested=True,
-                cancel_reason=reason,
-                wake_at=now,
-                wake_signal=F("wake_signal") + 1,
-                **wake_fields(now),
-            )
-        )
-        if not requested:
+        if not cancels.mark([workflow_id], reason):
             _require(workflow_id)
             return False
         lease = leases.claim(workflow_id, run=False)
         if lease is None:
-            schedule_wake(workflow_id, now)
-            return True
+            return True  # its holder carries the cancel out
     # Outside the claim's transaction: rollback handlers do I/O.
     cancel_claimed(lease, reason)
     return True

@@ -32,7 +32,8 @@ from ..conf import rivet_settings
 from ..engine import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from ..exceptions import WorkflowCannotWait
 from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
-from . import execution, operations
+from ..models.base import prefix_end
+from . import execution, operations, sends
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -43,6 +44,7 @@ __all__ = [
     "arequest",
     "get_event",
     "read_event",
+    "read_events",
     "refuse_wait",
     "request",
     "take_reply",
@@ -66,6 +68,21 @@ def read_event(workflow_id: str, key: str) -> tuple[bool, Any]:
     """Return ``(found, value)`` of the event ``key`` of ``workflow_id``."""
     value = _read(workflow_id, keys.event_key(key), "event")
     return (False, None) if value is _NOT_SET else (True, value)
+
+
+def read_events(workflow_id: str) -> dict[str, Any]:
+    """Return every event ``workflow_id`` published, key to its latest value."""
+    operations.status(workflow_id)  # workflow/not_found for an unknown id
+    prefix = keys.pack((keys.PUBLISHED, keys.EVENT))
+    rows = WorkflowKV.objects.filter(workflow_id=workflow_id, key__gte=prefix)
+    upper = prefix_end(prefix)
+    if upper is not None:
+        rows = rows.filter(key__lt=upper)
+    found: dict[str, Any] = {}
+    for key, value in rows.order_by("key").values_list("key", "value"):
+        name = str(keys.unpack(bytes(key))[2])
+        found[name] = schema.decode_published("event", bytes(value))
+    return found
 
 
 def take_reply(workflow_id: str, message_id: str) -> tuple[bool, Any]:
@@ -257,7 +274,7 @@ def request(
     """
     limit = _limit(timeout)
     deadline = time.monotonic() + limit
-    message_id = operations.send(workflow_id, name, body)
+    message_id = sends.send(workflow_id, name, body)
     if db.in_invocation():
         return _request_here(workflow_id, message_id)
     delay = POLL_FIRST
@@ -285,7 +302,7 @@ async def arequest(
         return await inline(workflow_id, name, body, timeout)
     limit = _limit(timeout)
     deadline = time.monotonic() + limit
-    message_id = await sync_to_async(operations.send)(workflow_id, name, body)
+    message_id = await sync_to_async(sends.send)(workflow_id, name, body)
     # A run of the workflow may take a while: off the thread-sensitive one.
     step = sync_to_async(_request_step, thread_sensitive=False)
     delay = POLL_FIRST

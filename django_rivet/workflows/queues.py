@@ -40,19 +40,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError
 from django.db.models import Count, Min, Q
 
 from .. import clock, dispatch
 from ..conf import rivet_settings
-from ..exceptions import (
-    InvalidQueueArguments,
-    UnknownWorkflowQueue,
-    WorkflowDeduplicated,
-    WorkflowQueueFull,
-)
+from ..exceptions import WorkflowQueueFull
 from ..models import (
-    WORKFLOW_ACTIVE,
     WORKFLOW_ADMITTED,
     Workflow,
     WorkflowQueue,
@@ -60,24 +53,23 @@ from ..models import (
     db,
     sql,
 )
+from . import partitions
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
 
 __all__ = [
     "ADMIT_BATCH",
-    "Placement",
     "QueueConfig",
     "QueueStats",
     "admit",
     "admit_after_start",
     "admit_due",
     "admit_on_commit",
+    "admit_when_due",
     "check_depth",
     "configured",
-    "duplicate_of",
     "next_admission_at",
-    "placement",
     "queue_stats",
 ]
 
@@ -92,13 +84,34 @@ _warned: set[str] = set()
 
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
-    """One entry of ``RIVET["WORKFLOW_QUEUES"]``."""
+    """One entry of ``RIVET["WORKFLOW_QUEUES"]``.
+
+    ``partition_concurrency`` and ``partition_rate_limit`` hold per
+    partition key (either makes the queue partitioned: every start names a
+    ``partition_key``); ``worker_concurrency`` caps the queue's workflows one
+    process runs at once.
+    """
 
     name: str
     concurrency: int | None = None
     rate_limit: tuple[int, float] | None = None
+    partition_concurrency: int | None = None
+    partition_rate_limit: tuple[int, float] | None = None
+    worker_concurrency: int | None = None
     # Workflows waiting to start (queued) at most; None: no bound.
     max_queued: int | None = None
+
+    @property
+    def partitioned(self) -> bool:
+        """Tell whether the queue's workflows each belong to a partition."""
+        return (
+            self.partition_concurrency is not None
+            or self.partition_rate_limit is not None
+        )
+
+
+def _rate(value: Any) -> tuple[int, float] | None:
+    return None if value is None else (int(value[0]), float(value[1]))
 
 
 def configured() -> dict[str, QueueConfig]:
@@ -106,122 +119,16 @@ def configured() -> dict[str, QueueConfig]:
     queues: dict[str, QueueConfig] = {}
     for name, options in rivet_settings.WORKFLOW_QUEUES.items():
         options = options or {}
-        rate = options.get("rate_limit")
         queues[name] = QueueConfig(
             name,
             options.get("concurrency"),
-            None if rate is None else (int(rate[0]), float(rate[1])),
+            _rate(options.get("rate_limit")),
+            options.get("partition_concurrency"),
+            _rate(options.get("partition_rate_limit")),
+            options.get("worker_concurrency"),
             options.get("max_queued"),
         )
     return queues
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where ``workflows.start(..., queue=...)`` puts a workflow."""
-
-    queue: str
-    priority: int = 0
-    dedup_key: str = ""
-
-    def fields(self, run_after: datetime | None = None) -> dict[str, Any]:
-        """Return the row fields of a queued workflow (not admitted before
-        ``run_after``)."""
-        return {
-            "status": WorkflowStatus.QUEUED,
-            "wake_at": None,
-            "run_after": run_after,
-            "queue": self.queue,
-            "priority": self.priority,
-            "dedup_key": self.dedup_key,
-        }
-
-
-def placement(
-    queue: str | None, priority: int = 0, dedup_key: str | None = None
-) -> Placement | None:
-    """Check the queue arguments of a start; ``None`` for a direct start.
-
-    Raises ``workflow/unknown_queue`` for a queue that is not configured,
-    ``workflow/invalid_queue_args`` (400; also a ``ValueError`` and a
-    ``TypeError``) for a bad priority or key, or for either without a queue.
-    """
-    if queue is None:
-        if priority != 0 or dedup_key is not None:
-            raise _invalid("priority and dedup_key need a queue=")
-        return None
-    if not isinstance(queue, str) or queue not in configured():
-        raise UnknownWorkflowQueue(
-            f"No workflow queue {queue!r} is configured in RIVET['WORKFLOW_QUEUES']",
-            metadata={"queue": queue},
-        )
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise _invalid("priority is an integer (lower starts first)", "priority")
-    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        raise _invalid(
-            f"priority is from {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}", "priority"
-        )
-    if dedup_key is not None and (
-        not isinstance(dedup_key, str)
-        or not 0 < len(dedup_key) <= DEDUP_KEY_MAX_LENGTH
-        or "\x00" in dedup_key
-    ):
-        raise _invalid(
-            f"dedup_key is 1 to {DEDUP_KEY_MAX_LENGTH} characters, no NUL",
-            "dedup_key",
-        )
-    return Placement(queue, priority, dedup_key or "")
-
-
-def _invalid(message: str, argument: str | None = None) -> InvalidQueueArguments:
-    metadata = None if argument is None else {"argument": argument}
-    return InvalidQueueArguments(message, metadata=metadata)
-
-
-def check_depth(name: str) -> None:
-    """Refuse a start into a queue holding ``max_queued`` queued workflows.
-
-    Counted in the start's transaction, after its own row is inserted, with
-    a bounded count (at most ``max_queued + 1`` index entries). Not under the
-    queue's lock (a start inside an action would hold it through the
-    action): concurrent starts on PostgreSQL can each pass at the bound, so
-    a queue may exceed it by the starts in flight at that moment.
-    """
-    config = configured().get(name)
-    if config is None or config.max_queued is None:
-        return
-    bound = config.max_queued
-    depth = _of_queue(name).filter(status=WorkflowStatus.QUEUED)[: bound + 1].count()
-    if depth > bound:
-        raise WorkflowQueueFull(
-            f"Workflow queue {name!r} holds {bound} workflows waiting to start",
-            metadata={"queue": name, "limit": bound},
-        )
-
-
-def duplicate_of(where: Placement, error: IntegrityError) -> WorkflowDeduplicated:
-    """Return the error for a start refused by the deduplication index.
-
-    Re-raises ``error`` when no workflow of the queue holds the key (the
-    insert failed for another reason).
-    """
-    holder = (
-        Workflow.objects.filter(
-            queue=where.queue, dedup_key=where.dedup_key, status__in=WORKFLOW_ACTIVE
-        )
-        .values_list("pk", flat=True)
-        .first()
-    )
-    if not where.dedup_key or holder is None:
-        raise error
-    # The holder may be another caller's workflow: its id (and the key,
-    # which may be derived from what that caller sent) stays on the server.
-    return WorkflowDeduplicated(
-        f"A workflow of queue {where.queue!r} that has not finished holds this "
-        "deduplication key",
-        metadata={"queue": where.queue},
-        holder=str(holder),
-    )
 
 
 # -- admission -------------------------------------------------------------------------
@@ -281,6 +188,29 @@ def _of_queue(name: str) -> Any:
 # A pass runs with every queued start, so its statements are written once
 # as SQL (:meth:`.sql.Dialect.admission_sql`) rather than compiled by the
 # ORM each time (that compilation was most of a queued start's extra cost).
+
+
+def check_depth(name: str) -> None:
+    """Refuse a start into a queue holding ``max_queued`` queued workflows.
+
+    Counted in the start's transaction, after its own row is inserted, with
+    a bounded count (at most ``max_queued + 1`` index entries). Not under the
+    queue's lock (a start inside an action would hold it through the
+    action): concurrent starts on PostgreSQL can each pass at the bound, so
+    a queue may exceed it by the starts in flight at that moment.
+    """
+    config = configured().get(name)
+    if config is None or config.max_queued is None:
+        return
+    bound = config.max_queued
+    depth = _of_queue(name).filter(status=WorkflowStatus.QUEUED)[: bound + 1].count()
+    if depth > bound:
+        raise WorkflowQueueFull(
+            f"Workflow queue {name!r} holds {bound} workflows waiting to start",
+            metadata={"queue": name, "limit": bound},
+        )
+
+
 def _sql() -> sql.AdmissionSQL:
     return sql.dialect(db.connection()).admission_sql(WORKFLOW_ADMITTED)
 
@@ -351,10 +281,16 @@ def admit(name: str, limit: int = ADMIT_BATCH) -> int:
     with _admission_transaction(name, now):
         free = _free_slots(config, now, limit)
         if free <= 0:
-            queued = _queued(now).filter(queue=name)
-            _wake_when_the_window_reopens(config, queued, now)
+            _wake_when_the_window_reopens(config, _reopens_at(config, now))
             return 0
-        started = _start_queued(name, now, free)
+        if config.partitioned:
+            started = partitions.start_queued(config, now, free)
+            if not started:
+                _wake_when_the_window_reopens(
+                    config, partitions.reopens_at(config, now)
+                )
+        else:
+            started = _start_queued(name, now, free)
         for workflow_id in started:
             schedule_wake(workflow_id, now)
     if started:
@@ -363,10 +299,10 @@ def admit(name: str, limit: int = ADMIT_BATCH) -> int:
 
 
 def _wake_when_the_window_reopens(
-    config: QueueConfig, queued: Any, now: datetime
+    config: QueueConfig, reopens: datetime | None
 ) -> None:
-    """Send one wake-up for when the rate limit lets the next start through."""
-    reopens = _reopens_at(config, now)
+    """Send one wake-up for when a rate limit lets the next start through."""
+    queued = _queued(clock.now_datetime()).filter(queue=config.name)
     if reopens is None or not queued.exists():
         return
     rows = WorkflowQueue.objects.filter(name=config.name)
@@ -445,16 +381,16 @@ def next_admission_at() -> float | None:
     )
     times = [] if delayed is None else [clock.to_timestamp(delayed)]
     for name, config in configured().items():
-        if name not in waiting or config.rate_limit is None:
+        if name not in waiting:
             continue
         if (
             config.concurrency is not None
             and _free_slots(QueueConfig(name, config.concurrency), now, 1) <= 0
         ):
             continue
-        reopens = _reopens_at(config, now)
-        if reopens is not None:
-            times.append(clock.to_timestamp(reopens))
+        for reopens in (_reopens_at(config, now), partitions.reopens_at(config, now)):
+            if reopens is not None:
+                times.append(clock.to_timestamp(reopens))
     return min(times) if times else None
 
 

@@ -64,7 +64,7 @@ def schedule_wake(workflow_id: str, wake_at: datetime | None) -> None:
 def next_due_at() -> float | None:
     """Return when the next workflow is due or the next lease expires."""
     times = [
-        Workflow.objects.active()
+        Workflow.objects.unsettled()
         .filter(lease_token="")
         .aggregate(at=Min("wake_at"))["at"],
         Workflow.objects.exclude(lease_token="").aggregate(at=Min("lease_expires_at"))[
@@ -94,7 +94,7 @@ def sweep() -> int:
     # at most once a minute per workflow, so a busy queue does not snowball.
     resend = now - max(grace_period(), LOST_RESEND)
     horizon = clock.to_datetime(clock.now() + dispatch.ETA_HORIZON)
-    unleased = Workflow.objects.active().filter(lease_token="")
+    unleased = Workflow.objects.unsettled().filter(lease_token="")
     upcoming = unleased.filter(wake_at__lte=horizon).filter(
         Q(enqueued_for__isnull=True) | ~Q(enqueued_for=F("wake_at"))
     )
@@ -103,7 +103,7 @@ def sweep() -> int:
     )
     crashed = (
         Workflow.objects.expired_leases(now)
-        .active()
+        .unsettled()
         .filter(
             Q(enqueued_at__isnull=True)
             | Q(enqueued_at__lt=F("lease_expires_at"))  # not sent since it expired

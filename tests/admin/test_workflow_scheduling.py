@@ -52,6 +52,26 @@ def test_the_queue_page_shows_depth_running_and_oldest_wait(viewer):
     assert Workflow.objects.filter(queue="pair", status="queued").count() == 1
 
 
+@override_settings(
+    RIVET={
+        "WORKFLOW_QUEUES": {
+            "tenants": {
+                "partition_concurrency": 1,
+                "partition_rate_limit": (5, 60),
+                "worker_concurrency": 3,
+            }
+        }
+    }
+)
+def test_the_queue_page_shows_partition_and_process_limits(viewer):
+    workflows.start("approval", {}, queue="tenants", partition_key="t1")
+    page = viewer.get(reverse("admin:django_rivet_workflowqueue_changelist"))
+    text = page.content.decode()
+    assert "per partition: concurrency 1" in text
+    assert "per partition: 5 starts per 60 s" in text
+    assert "3 per worker process" in text
+
+
 @workflow(name="admin_nightly", cron="0 2 * * *", tz="UTC")
 async def admin_nightly(ctx, tick):
     return tick

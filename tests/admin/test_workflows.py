@@ -222,3 +222,9 @@ def test_resume_action(operator):
     assert waiting.status == "sleeping"
     response = act(operator, "resume_workflows", "to-resume")
     assert "Did not resume to-resume" in response.content.decode()
+
+
+def test_the_page_shows_the_attributes(viewer):
+    workflows.start("greet", {"name": "x"}, id="tagged", attributes={"tenant": "42"})
+    html = change_page(viewer, "tagged")
+    assert "<code>tenant</code> = &#x27;42&#x27;" in html

@@ -193,3 +193,45 @@ async def test_turning_a_child_into_start_child_diverges(clock, driver):
     outcome = await execute(clock, "wf-1", changed, driver, "yield")
     assert isinstance(outcome.error, HistoryDivergedError)
     assert outcome.error.location == "ship"
+
+
+async def two_children(ctx, _):
+    a = await ctx.start_child("a", "label", {}, queue="q", partition_key="t1")
+    b = await ctx.start_child("b", "label", {})
+    first = await ctx.wait_first("first", [a, b])
+    return [first.child_id, first.state, first.output, first.error]
+
+
+async def test_wait_first_returns_the_first_to_end_and_replays_it(clock):
+    driver = CountingHost()
+    outcome = await run_workflow("p", two_children, None, driver)
+    assert (outcome.state, outcome.waiting_for) == (
+        "sleeping",
+        ["child:p/a", "child:p/b"],
+    )
+    assert driver.children["p/a"].queued == {"queue": "q", "partition_key": "t1"}
+    assert driver.children["p/b"].queued is None
+    driver.finish_child("p/b", "failed", error={"name": "Boom", "message": "no"})
+    outcome = await run_workflow("p", two_children, None, driver)
+    assert outcome.output == ["p/b", "failed", None, {"name": "Boom", "message": "no"}]
+    driver.finish_child("p/a", output="later")  # ended after: the record stands
+    again = await run_workflow("p", two_children, None, driver)
+    assert again.output == outcome.output
+    entries = [(e.kind, e.location) for e in await read_history(driver)]
+    assert entries == [("child", "a"), ("child", "b"), ("wait_first", "first")]
+
+
+async def test_wait_first_over_other_ids_on_replay_diverges(clock):
+    driver = CountingHost()
+    driver.finish_child("x", output=1)
+
+    async def waits(ctx, ids):
+        return (await ctx.wait_first("first", ids)).child_id
+
+    async def changed(ctx, ids):  # the code now waits for other workflows
+        return (await ctx.wait_first("first", list(reversed(ids)))).child_id
+
+    assert (await run_workflow("p", waits, ["x", "y"], driver)).output == "x"
+    outcome = await run_workflow("p", changed, None, driver)
+    assert outcome.state == "failed"
+    assert isinstance(outcome.error, HistoryDivergedError)

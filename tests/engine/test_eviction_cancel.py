@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from django_rivet.engine import (
+    InMemoryDriver,
+    StorageError,
     cancel_workflow,
     read_workflow,
     run_workflow,
@@ -103,3 +107,41 @@ async def test_engine_level_cancel_works_without_a_run(clock, driver):
     await cancel_workflow("wf-1", driver)
     assert driver.get_alarm("wf-1") is None
     assert (await run_workflow("wf-1", wf, None, driver)).state == "cancelled"
+
+
+class CancellableHost(InMemoryDriver):
+    """A host that can cancel a run from outside (``check_cancel``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = False
+        self.checks: list[str] = []
+
+    async def check_cancel(self) -> None:
+        self.checks.append("check")
+        if self.cancelled:
+            raise StorageError("cancelled")
+
+
+async def test_a_host_s_cancel_check_runs_before_each_new_step_attempt(clock):
+    driver = CancellableHost()
+    calls, runs = [], []
+
+    async def wf(ctx, _):
+        await ctx.step("one", lambda: calls.append("one"))
+        await ctx.step("two", lambda: calls.append("two"), transaction=True)
+        if not runs:
+            driver.cancelled = True  # cancelled between the steps, once
+        runs.append(1)
+        await ctx.step("three", lambda: calls.append("three"))
+        return "done"
+
+    with pytest.raises(StorageError):
+        await run_workflow("wf-1", wf, None, driver)
+    # One check before "one" and one before "three": none before the
+    # transactional step (its transaction checks), and "three" never ran.
+    assert (calls, driver.checks) == (["one", "two"], ["check", "check"])
+    driver.cancelled, driver.checks = False, []
+    assert (await run_workflow("wf-1", wf, None, driver)).state == "completed"
+    # A replay checks nothing for the recorded steps.
+    assert (calls, driver.checks) == (["one", "two", "three"], ["check"])

@@ -363,3 +363,58 @@ async def streamer(ctx, input):
         await ctx.messages.next("hold", names=["release"])
     await ctx.close_stream("n")
     return input["count"]
+
+
+@workflow(name="blockedBetweenSteps")
+async def blocked_between_steps(ctx, input):
+    """A charge, then a wait in the workflow's own code, then more work.
+
+    The wait is not a step: the code creates the file ``input["entered"]``
+    and polls for ``input["gate"]`` (files, so a test can hold a Celery
+    worker's run there). ``then`` is what follows: ``step``, ``transaction``
+    (a ``transaction=True`` step), ``child`` (a child started), or
+    ``nothing``. With ``refund`` the charge has a rollback handler; every
+    step and handler records a ``StepRow``.
+    """
+    if input.get("refund"):
+        await ctx.rollback_checkpoint("start")
+
+    def charge():
+        record(ctx.workflow_id, "charge")
+        return "ch_1"
+
+    def refund(rollback_ctx, output):
+        record(ctx.workflow_id, f"refund:{output}")
+
+    await ctx.step("charge", charge, rollback=refund if input.get("refund") else None)
+    if not os.path.exists(input["gate"]):
+        open(input["entered"], "w").close()  # noqa: SIM115 - an empty marker
+        deadline = time.monotonic() + 60
+        while not os.path.exists(input["gate"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    then = input.get("then", "step")
+    if then == "child":
+        await ctx.start_child("child", "greet", {"name": "late"})
+    elif then != "nothing":
+        await ctx.step(
+            "after",
+            lambda: record(ctx.workflow_id, "after"),
+            transaction=then == "transaction",
+        )
+    return "done"
+
+
+@workflow(name="tenantJob")
+async def tenant_job(ctx, input):
+    """One slow step that logs when it ran, for whom and where (``input["log"]``)."""
+
+    def work():
+        started = time.time()
+        time.sleep(input.get("delay", 0.05))
+        line = {"key": input["key"], "pid": os.getpid(), "start": started}
+        line["end"] = time.time()
+        with open(input["log"], "a") as out:
+            out.write(json.dumps(line) + "\n")
+        return input["key"]
+
+    return await ctx.step("work", work)

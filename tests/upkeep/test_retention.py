@@ -323,6 +323,8 @@ def test_rivet_purge_dry_run_prints_counts_per_table_and_deletes_nothing(capsys)
         "WorkflowMessage: 1",
         "WorkflowStream: 1",
         "WorkflowStreamValue: 3",
+        "WorkflowAttribute: 0",
+        "WorkflowMessageKey: 0",
         "Schedule: 1",
         "QueueMessage: 0",
         "CronRun: 0",

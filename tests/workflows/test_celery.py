@@ -13,8 +13,10 @@ import random
 import time
 
 import pytest
+from django.test import override_settings
 
 from django_rivet import workflows
+from django_rivet.engine import WorkflowCancelled
 from django_rivet.models import Workflow
 from django_rivet.workflows import streams
 from tests.support.database import SEVERAL_PROCESSES
@@ -227,3 +229,100 @@ def test_a_parent_waits_for_a_sleeping_child_across_worker_restarts(broker, env)
     child = workflows.get("celery-parent/nap")
     assert child.parent_id == "celery-parent" and child.status == "completed"
     assert [e.kind for e in parent.history()] == ["child"]
+
+
+def test_a_cancel_stops_a_worker_s_workflow_blocked_between_its_steps(
+    broker, env, tmp_path
+):
+    """Issue 44: once cancel() returns, the worker starts no further step.
+
+    The workflow waits in its own code between two steps (it polls for a
+    file); the cancel lands there. Its status is ``cancelled`` at once; let
+    go, the worker stops before the next step and runs the rollback.
+    """
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    with celery_worker(env):
+        handle = workflows.start(
+            "blockedBetweenSteps",
+            {"entered": str(entered), "gate": str(gate), "refund": True},
+            id="celery-cancel",
+        )
+        wait_for(entered.exists, what="the wait between the steps")
+        assert handle.cancel() is True
+        row = Workflow.objects.get(pk="celery-cancel")
+        assert row.status == "cancelled" and row.lease_token != ""  # still held
+        gate.touch()
+        wait_for(
+            lambda: Workflow.objects.filter(
+                pk="celery-cancel", cancel_requested=False, lease_token=""
+            ).exists(),
+            what="the worker carrying the cancel out",
+        )
+    steps = StepRow.objects.filter(workflow_id="celery-cancel").order_by("pk")
+    assert list(steps.values_list("step", flat=True)) == ["charge", "refund:ch_1"]
+    assert handle.status == "cancelled"
+    with pytest.raises(WorkflowCancelled):
+        handle.result(timeout=5)
+
+
+def test_a_partitioned_queue_on_two_workers_keeps_every_key_in_bounds_and_moving(
+    broker, env, tmp_path
+):
+    """Issue 44: 20 keys x 200 workflows on two workers.
+
+    The queue (tests/settings/workflow.py) runs 8 at once, 2 per key, and 2
+    per worker process (each a 4-thread pool). The workflows are started key
+    by key, so a first-come admission would serve the first keys' backlog
+    before the last keys; the round robin serves every key early.
+    """
+    from tests.settings.workflow import WORKFLOW_QUEUES
+
+    log = tmp_path / "jobs.jsonl"
+    keys = [f"key-{index:02}" for index in range(20)]
+    with override_settings(RIVET={"WORKFLOW_QUEUES": WORKFLOW_QUEUES}):
+        handles = [
+            workflows.start(
+                "tenantJob",
+                {"key": key, "log": str(log)},
+                queue="tenants",
+                partition_key=key,
+            )
+            for key in keys
+            for _ in range(10)
+        ]
+    with contextlib.ExitStack() as stack:
+        for name in ("w0", "w1"):
+            stack.enter_context(
+                celery_worker(env, pool="threads", concurrency=4, name=name,
+                              beat=name == "w0")
+            )  # fmt: skip
+        wait_for(
+            lambda: (
+                Workflow.objects.filter(queue="tenants", status="completed").count()
+                == 200
+            ),
+            timeout=240,
+            what="the 200 workflows",
+        )
+    assert {h.result(timeout=5) for h in handles} == set(keys)
+    jobs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(jobs) == 200
+
+    def most_at_once(intervals):
+        edges = sorted(
+            [(job["start"], 1) for job in intervals]
+            + [(job["end"], -1) for job in intervals]
+        )
+        now = peak = 0
+        for _, step in edges:  # an end before a start at the same instant
+            now += step
+            peak = max(peak, now)
+        return peak
+
+    for key in keys:
+        assert most_at_once([j for j in jobs if j["key"] == key]) <= 2, key
+    for pid in {job["pid"] for job in jobs}:
+        assert most_at_once([j for j in jobs if j["pid"] == pid]) <= 2, pid
+    assert most_at_once(jobs) <= 8
+    first = sorted(jobs, key=lambda job: job["end"])[:60]
+    assert {job["key"] for job in first} == set(keys), "a key waited behind others"

@@ -148,6 +148,27 @@ async def test_a_requested_cancel_fences_the_run_out(clock):
     await canceller.set(k(1), b"cancelled")
 
 
+async def test_the_cancel_check_before_a_step_reads_a_committed_cancel(clock):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Workflow.objects.create)(
+        id="wf-check", name="greet", wake_at=clock.datetime()
+    )
+    lease = await sync_to_async(leases.claim)("wf-check")
+    driver = DjangoDriver("wf-check", lease_token=lease.token)
+    await driver.check_cancel()  # held, not cancelled: nothing to say
+    await sync_to_async(Workflow.objects.filter(pk="wf-check").update)(
+        cancel_requested=True
+    )
+    with pytest.raises(LeaseLost):
+        await driver.check_cancel()
+    # The drivers that carry a cancel out, and those without a lease, go on.
+    await DjangoDriver(
+        "wf-check", lease_token=lease.token, stop_on_cancel=False
+    ).check_cancel()
+    await DjangoDriver("wf-check").check_cancel()
+
+
 async def test_writes_renew_the_lease(clock):
     from asgiref.sync import sync_to_async
 

@@ -16,6 +16,7 @@ from django.db import OperationalError
 from django.test import override_settings
 
 from django_rivet import workflows
+from django_rivet.engine import WorkflowCancelled
 from django_rivet.engine.storage import MAX_KV_BATCH_ENTRIES, Storage
 from django_rivet.models import Workflow, WorkflowStatus
 from django_rivet.testing import freeze_time, run_due, run_until_idle
@@ -113,7 +114,7 @@ def test_two_workers_never_run_one_workflow_at_once():
         assert row("gated").run_count == 1
 
 
-def test_a_cancel_stops_a_running_workflow_at_its_next_write():
+def test_a_cancel_lets_the_running_step_finish_and_refuses_its_record():
     gate.clear()
     entered.clear()
     with registry.register_temporarily(gated):
@@ -126,11 +127,14 @@ def test_a_cancel_stops_a_running_workflow_at_its_next_write():
         try:
             assert entered.wait(30)
             assert handle.cancel() is True
-            assert handle.status == "running"  # the worker still holds it
+            # Cancelled at once, though the worker still holds it.
+            assert handle.status == "cancelled"
+            assert row("stopped").lease_token != ""
         finally:
             gate.set()
             worker.join(30)
-        # The step's record was refused; the same worker then cancelled it.
+        # The step finished, its record was refused; the same worker then
+        # carried the cancel out.
         assert results == ["cancelled"]
         assert handle.snapshot().state == "cancelled"
         assert handle.history() == []
@@ -301,6 +305,8 @@ async def stubborn_refund(ctx, input):
         StepRow.objects.create(workflow_id=ctx.workflow_id, step="refunded")
 
     await ctx.step("charge", lambda: "ch_1", rollback=refund)
+    if input == "wait":  # for a cancel
+        await ctx.sleep("wait", 3600)
     raise RuntimeError("out of stock")
 
 
@@ -318,6 +324,37 @@ def test_a_failing_rollback_handler_is_retried_with_backoff(clock):
         assert run_due() == 1
         assert handle.status == "failed"
         assert rows_per_step("stubborn") == {"refunded": 1}
+
+
+def test_a_cancel_whose_rollback_fails_stays_cancelled_and_retries_it(clock):
+    with registry.register_temporarily(stubborn_refund):
+        handle = workflows.start("stubbornRefund", "wait", id="stubborn-cancel")
+        assert run_due() == 1 and handle.status == "sleeping"
+        assert handle.cancel() is True  # its rollback raises, here
+        found = row("stubborn-cancel")
+        assert (found.status, found.cancel_requested, found.retry_count) == (
+            "cancelled",
+            True,
+            1,
+        )
+        assert found.wake_at.timestamp() == pytest.approx(clock.now() + 1)
+        assert "payment provider down" in found.last_error
+        with pytest.raises(WorkflowCancelled):
+            handle.result(timeout=5)
+        clock.advance(1)
+        assert run_due() == 1  # retried: still down
+        assert row("stubborn-cancel").retry_count == 2
+        StepRow.objects.create(workflow_id="x", step="refund-ok")
+        clock.advance(2)
+        assert run_due() == 1
+        found = row("stubborn-cancel")
+        assert (found.status, found.cancel_requested, found.retry_count) == (
+            "cancelled",
+            False,
+            0,
+        )
+        assert rows_per_step("stubborn-cancel") == {"refunded": 1}
+        assert handle.resume() is False  # its cancel ran a rollback handler
 
 
 # -- wake-ups: nothing that arrives mid-run is lost ------------------------------------
@@ -362,6 +399,27 @@ def test_the_sweeper_resends_lost_tasks_and_expired_leases(clock, sent):
     assert sent[-1][0] == "lost"
     assert sweep()["workflows"] == 0
     assert run_due() == 2
+
+
+def test_a_cancel_whose_worker_crashed_is_carried_out_once_its_lease_expires(
+    clock, sent
+):
+    with registry.register_temporarily(stubborn_refund):
+        StepRow.objects.create(workflow_id="x", step="refund-ok")
+        handle = workflows.start("stubbornRefund", "wait", id="orphan")
+        assert run_due() == 1  # charged, then sleeping
+        handle.wake()
+        leases.claim("orphan")  # a worker takes it, and dies holding it
+        assert handle.cancel() is True
+        assert handle.status == "cancelled" and row("orphan").cancel_requested
+        sent.clear()
+        clock.advance(leases.lease_seconds() + 1)
+        assert sweep()["workflows"] == 1  # the crashed holder's cancel
+        assert sent[-1][0] == "orphan"
+        assert run_due() == 1
+    found = row("orphan")
+    assert (found.status, found.cancel_requested) == ("cancelled", False)
+    assert rows_per_step("orphan") == {"refunded": 1}
 
 
 def test_sent_tasks_are_recorded_on_the_row(clock, sent):

@@ -14,7 +14,16 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 
-from django_rivet import Actor, WorkflowInboxFull, action, actors, clock, workflows
+from django_rivet import (
+    Actor,
+    WorkflowIdConflict,
+    WorkflowInboxFull,
+    WorkflowNotFound,
+    action,
+    actors,
+    clock,
+    workflows,
+)
 from django_rivet.engine import (
     ChildWorkflowError,
     WorkflowCancelled,
@@ -31,8 +40,7 @@ from django_rivet.testing import (
     run_due,
     run_until_idle,
 )
-from django_rivet.workflows import WorkflowCannotWait, WorkflowFinished
-from django_rivet.workflows import operations as workflow_operations
+from django_rivet.workflows import WorkflowCannotWait, WorkflowFinished, sends, workflow
 from tests.support.threads import in_threads_each
 from tests.testapp.models import StepRow
 
@@ -126,6 +134,122 @@ def test_a_child_of_a_cancelled_parent_cancels_itself_when_it_runs():
     Workflow.objects.filter(pk="lost").update(status="cancelled")
     Workflow.objects.filter(pk="lost/nap").update(wake_at=clock.now_datetime())
     assert run_until_idle("lost/nap") == "cancelled"
+
+
+@workflow(name="handsOff")
+async def hands_off(ctx, input):
+    """Starts a napping child, a detached one, maybe waits for a third."""
+    await ctx.start_child("nap", "napper", {"seconds": 3600})
+    await ctx.start_child("free", "napper", {"seconds": 3600}, detached=True)
+    if input.get("wait"):
+        return await ctx.child("waited", "napper", {"seconds": 3600}, timeout=30)
+    return "handed off"
+
+
+def deadlines(*ids):
+    found = dict(Workflow.objects.filter(pk__in=ids).values_list("pk", "deadline_at"))
+    return [found[pk] for pk in ids]
+
+
+def test_a_child_s_deadline_is_never_later_than_its_parent_s():
+    # The parent hands work to a child and exits: the child still ends at
+    # the parent's deadline; the detached one runs on.
+    with register_temporarily(hands_off), freeze_time() as frozen:
+        parent = workflows.start("handsOff", {}, id="hand", timeout=60)
+        assert run_until_idle(parent) == "completed"
+        deadline = Workflow.objects.get(pk="hand").deadline_at
+        assert deadlines("hand/nap", "hand/free") == [deadline, None]
+        run_due()
+        frozen.advance(60)
+        run_due()
+        assert workflows.get("hand/nap").status == "cancelled"
+        assert workflows.get("hand/free").status == "sleeping"
+        with pytest.raises(WorkflowTimeout):
+            workflows.get("hand/nap").result()
+
+
+def test_workflow_timeout():
+    """DBOS test_workflow_timeout: a parent's deadline reaches its children.
+
+    The parent starts one child and waits for another (with a shorter
+    timeout of its own, which stays); at the parent's deadline the parent
+    and its children are cancelled.
+    """
+    with register_temporarily(hands_off), freeze_time() as frozen:
+        workflows.start("handsOff", {"wait": True}, id="tp", timeout=60)
+        started = clock.now()
+        run_due()
+        assert deadlines("tp/nap", "tp/waited") == [
+            clock.to_datetime(started + 60),
+            clock.to_datetime(started + 30),
+        ]
+        frozen.advance(60)
+        run_due()
+        run_due()
+        for workflow_id in ("tp", "tp/nap", "tp/waited"):
+            with pytest.raises(WorkflowCancelled):
+                workflows.get(workflow_id).result()
+        assert workflows.get("tp/free").status == "sleeping"
+
+
+@workflow(name="adopter")
+async def adopter(ctx, input):
+    """Waits for the workflow ``input["id"]`` as its child (the id may exist)."""
+    name = input.get("workflow", "greet")
+    first = await ctx.child("first", name, input, id=input["id"])
+    again = await ctx.start_child("again", name, input, id=input["id"])
+    return [first, again]
+
+
+def test_child_workflow_assigned_id():
+    """DBOS test_child_workflow_assigned_id: a child id is an idempotency key.
+
+    A second entry, and a second parent, naming the id get the recorded
+    result; the step ran once and the child keeps its first parent.
+    """
+    with register_temporarily(adopter):
+        one = workflows.start("adopter", {"id": "assigned", "name": "ann"}, id="p1")
+        run_due()
+        run_due()
+        assert one.result() == ["hello ann", "assigned"]
+        two = workflows.start("adopter", {"id": "assigned", "name": "bob"}, id="p2")
+        assert run_until_idle(two) == "completed"
+        assert two.result() == ["hello ann", "assigned"]  # the recorded one
+        assert workflows.get("assigned").parent_id == "p1"
+        assert [e.kind for e in workflows.get("assigned").history()] == ["step"]
+
+
+def test_a_child_id_held_by_another_workflow_name_is_an_id_conflict():
+    workflows.start("approval", {}, id="taken")
+    with register_temporarily(adopter):
+        parent = workflows.start("adopter", {"id": "taken"}, id="conflicted")
+        assert run_until_idle(parent) == "failed"
+    error = parent.snapshot().error
+    assert error["name"] == "WorkflowIdConflict"
+    assert "'taken' is already used by a 'approval' workflow" in error["message"]
+    with pytest.raises(WorkflowIdConflict) as info:
+        workflows.start("greet", {"name": "x"}, id="taken")
+    assert info.value.qualified_code == "workflow/id_conflict"
+    assert isinstance(info.value, ValueError)
+    assert info.value.metadata == {"workflow_id": "taken", "name": "approval"}
+
+
+def test_a_parent_waiting_for_a_workflow_it_did_not_start_is_woken_when_it_ends():
+    napping = workflows.start("napper", {"seconds": 60}, id="shared-nap")
+    with register_temporarily(adopter), freeze_time() as frozen:
+        assert run_until_idle(napping) == "sleeping"
+        waiter = workflows.start(
+            "adopter", {"id": "shared-nap", "workflow": "napper"}, id="waiter"
+        )
+        assert run_until_idle(waiter) == "sleeping"
+        assert Workflow.objects.get(pk="shared-nap").awaited_by == ["waiter"]
+        frozen.advance(60)
+        assert run_until_idle(napping) == "completed"
+        # Its end woke the waiter (which is not its parent).
+        assert Workflow.objects.get(pk="waiter").wake_at <= clock.now_datetime()
+        assert run_until_idle(waiter) == "completed"
+    assert waiter.result() == ["rested", "shared-nap"]
+    assert napping.parent_id is None
 
 
 # -- replies ---------------------------------------------------------------------------
@@ -309,6 +433,19 @@ async def test_arequest_outside_an_action():
 
 
 # -- published values ------------------------------------------------------------------
+def test_get_event_of_a_workflow_that_does_not_exist_raises_not_found():
+    """DBOS test_get_event_timeout's missing id, deliberately different.
+
+    DBOS's ``get_event`` returns None for an id no workflow has; here a
+    handle names a workflow that exists, so it is ``WorkflowNotFound``
+    (docs/workflows.md, "Coming from DBOS"); an unset key is None.
+    """
+    with pytest.raises(WorkflowNotFound):
+        workflows.WorkflowHandle("nobody", "publisher").get_event("progress")
+    with pytest.raises(WorkflowNotFound):
+        workflows.get("nobody")
+
+
 async def test_get_event_sees_the_latest_value_and_waits_for_one():
     handle = await workflows.astart("publisher", {}, id="pub")
     assert await handle.aget_event("progress") is None  # never set, no wait
@@ -441,7 +578,7 @@ def test_a_failed_steps_traceback_is_in_history_and_in_the_log(caplog):
 
 # -- inboxes --------------------------------------------------------------------------
 def test_a_workflow_inbox_is_bounded(monkeypatch):
-    monkeypatch.setattr(workflow_operations, "MAX_INBOX_MESSAGES", 5)
+    monkeypatch.setattr(sends, "MAX_INBOX_MESSAGES", 5)
     handle = workflows.start("approval", {}, id="inbox-bound")
     run_until_idle(handle)
     for n in range(5):

@@ -94,6 +94,30 @@ def test_at_most_concurrency_workflows_of_a_queue_are_started_and_not_finished()
 
 
 @settings
+def test_resuming_queued_workflows():
+    """DBOS test_resuming_queued_workflows: resume() starts a queued one now.
+
+    It runs outside its queue's limits (the one slot is held); the others
+    wait for the slot as before.
+    """
+    with freeze_time(START):
+        holder = workflows.start("approval", {}, id="holder", queue="single")
+        first = workflows.start("greet", {"name": "1"}, id="regular-1", queue="single")
+        second = workflows.start("greet", {"name": "2"}, id="regular-2", queue="single")
+        assert run_until_idle(holder) == "sleeping"
+        assert statuses(first, second) == ["queued", "queued"]
+        assert first.resume() is True
+        assert first.status == WorkflowStatus.PENDING
+        assert run_until_idle(first) == "completed"
+        assert second.status == WorkflowStatus.QUEUED
+        assert first.resume() is False  # completed: nothing to resume
+        approve(holder)
+        run_due()
+        assert statuses(holder, first, second) == ["completed"] * 3
+    assert first.result() == "hello 1" and second.result() == "hello 2"
+
+
+@settings
 def test_a_rate_limited_queue_starts_at_most_n_per_window():
     with freeze_time(START) as clock:
         handles = [
@@ -200,6 +224,13 @@ def test_a_dedup_key_held_by_a_queued_or_running_workflow_is_refused():
 
 @settings
 def test_bad_queue_arguments_are_refused_and_store_nothing():
+    """DBOS test_enqueue_on_nonexistent_queue, deliberately different.
+
+    DBOS records a workflow enqueued on an undeclared queue and runs it once
+    the queue is registered; here queues are settings checked at start-up,
+    so an unknown name is refused at once (docs/workflows.md, "Coming from
+    DBOS").
+    """
     with pytest.raises(UnknownWorkflowQueue) as unknown:
         workflows.start("greet", {"name": "x"}, queue="nope")
     assert unknown.value.qualified_code == "workflow/unknown_queue"
@@ -390,6 +421,19 @@ def rivet_errors(rivet):
         (
             {"e": {"rate_limit": (10, 0)}},
             "entry 'e': rate_limit must be (starts, seconds), both positive",
+        ),
+        # DBOS test_partition_limit_validation: limits that could never bind.
+        (
+            {"e": {"partition_concurrency": 0}},
+            "entry 'e': partition_concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"worker_concurrency": 0}},
+            "entry 'e': worker_concurrency must be a positive integer",
+        ),
+        (
+            {"e": {"partition_rate_limit": (1,)}},
+            "entry 'e': partition_rate_limit must be (starts, seconds), both positive",
         ),
     ],
 )

@@ -252,11 +252,11 @@ def test_cancel_stops_a_sleeping_workflow_for_good():
     assert handle.cancel() is False  # already finished
 
 
-def test_cancel_of_a_running_workflow_takes_effect_at_its_next_write():
+def test_cancel_of_a_running_workflow_fences_its_next_write_out():
     handle = workflows.start("rowWriter", {"steps": 3}, id="busy")
     lease = leases.claim("busy")  # another worker is running it
     assert handle.cancel() is True
-    assert handle.status == "running"
+    assert handle.status == "cancelled"
     assert Workflow.objects.get(pk="busy").cancel_requested
     from asgiref.sync import async_to_sync
 
@@ -264,8 +264,12 @@ def test_cancel_of_a_running_workflow_takes_effect_at_its_next_write():
 
     with pytest.raises(LeaseLost):
         async_to_sync(DjangoDriver("busy", lease_token=lease.token).set)(b"k", b"v")
+    # The run that was fenced out lets go: the workflow stays cancelled and
+    # the next run carries the cancel out.
     leases.release(lease, status=WorkflowStatus.SLEEPING)
+    assert handle.status == "cancelled"
     assert run_until_idle(handle) == "cancelled"
+    assert not Workflow.objects.get(pk="busy").cancel_requested
     assert not StepRow.objects.exists()
 
 

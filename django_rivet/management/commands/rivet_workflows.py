@@ -1,4 +1,4 @@
-"""``manage.py rivet_workflows``: find workflows, and cancel, resume or recover them.
+"""``manage.py rivet_workflows``: find workflows; cancel, resume, recover, delete.
 
 ::
 
@@ -6,6 +6,7 @@
     manage.py rivet_workflows cancel --name order --older-than 7d --dry-run
     manage.py rivet_workflows recover --name order          # failed ones
     manage.py rivet_workflows resume --status cancelled     # cancelled ones
+    manage.py rivet_workflows delete --name order --older-than 90d   # finished ones
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from django_rivet.management.base import (
     parse_duration,
     printable,
 )
-from django_rivet.models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
+from django_rivet.models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowStatus,
+)
 from django_rivet.workflows import queries
 from django_rivet.workflows.client import WorkflowHandle
 
@@ -30,6 +36,7 @@ _TARGETS = {
     "cancel": [str(status) for status in WORKFLOW_ACTIVE],
     "recover": [WorkflowStatus.FAILED.value],
     "resume": [WorkflowStatus.CANCELLED.value],
+    "delete": [str(status) for status in WORKFLOW_FINISHED],
 }
 
 
@@ -37,14 +44,16 @@ class Command(RivetCommand):
     """List workflows matching filters, or act on each of them."""
 
     help = (
-        "List workflows, or cancel (active ones), recover (failed ones) or "
-        "resume (cancelled ones) every workflow matching the filters. "
-        "--dry-run prints what would be done."
+        "List workflows, or cancel (active ones), recover (failed ones), "
+        "resume (cancelled ones) or delete (finished ones, with their history) "
+        "every workflow matching the filters. --dry-run prints what would be done."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Add the verb and the filters."""
-        parser.add_argument("verb", choices=["list", "cancel", "resume", "recover"])
+        parser.add_argument(
+            "verb", choices=["list", "cancel", "resume", "recover", "delete"]
+        )
         parser.add_argument("--name", help="Only workflows with this name.")
         parser.add_argument(
             "--status",
@@ -93,7 +102,7 @@ class Command(RivetCommand):
             waiting_for=options["waiting_for"],
             parent_id=options["parent"],
             created_before=created_before,
-        )
+        ).order_by("-created_at", "-id")
         limit = options["limit"]
         if limit is None and verb == "list":
             limit = 100
@@ -119,7 +128,12 @@ class Command(RivetCommand):
 
     def _act(self, verb: str, rows: list[Workflow], dry_run: bool) -> None:
         done = skipped = failed = 0
-        past = {"cancel": "cancelled", "recover": "recovered", "resume": "resumed"}
+        past = {
+            "cancel": "cancelled",
+            "recover": "recovered",
+            "resume": "resumed",
+            "delete": "deleted",
+        }
         for row in rows:
             shown = printable(row.id)
             if dry_run:

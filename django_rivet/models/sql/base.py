@@ -270,6 +270,18 @@ class Dialect(ABC):
             ),
         )
 
+    def lease_held_sql(self) -> str:
+        """Return a plain read of "the run holds the lease and no cancel is pending".
+
+        Its parameters: the workflow id, the lease token; no row: stop. It
+        locks nothing: what a run reads before it starts a step, to see a
+        cancel that committed.
+        """
+        return self._cached(  # type: ignore[no-any-return]
+            ("held",),
+            lambda: f"SELECT 1 FROM {table('Workflow')} {self._held_by_us(True)}",
+        )
+
     # What the lease check appends to lock the row it found.
     _lease_check_lock: ClassVar[str] = ""
 
@@ -279,9 +291,10 @@ class Dialect(ABC):
         """Return a claim of a workflow's lease in one statement.
 
         Parameters: token, owner, expiry, (a run: updated_at), the id, (a
-        run: now, now). A run claim takes an ``active`` workflow that is due
-        or whose lease expired, and marks it running; an operation claim any
-        one nobody holds. Returns the ``returning`` columns of the row it
+        run: now, now). A run claim takes an unsettled workflow (``active``,
+        or cancelled with its cancel still to carry out) that is due or whose
+        lease expired, and marks an active one running; an operation claim
+        any one nobody holds. Returns the ``returning`` columns of the row it
         claimed, none when it claimed nothing. PostgreSQL skips a row
         another transaction holds (``SKIP LOCKED``) instead of waiting.
         """
@@ -293,16 +306,22 @@ class Dialect(ABC):
             where = f"{token} = ''"
             if run:
                 count = quote("run_count")
+                status, cancelling = quote("status"), quote("cancel_requested")
                 sets += [
-                    f"{quote('status')} = 'running'",
+                    # One whose cancel is still to be carried out stays
+                    # cancelled (the run carries it out).
+                    f"{status} = CASE WHEN {cancelling} THEN {status} "
+                    "ELSE 'running' END",
                     f"{count} = {count} + 1",
                     f"{quote('updated_at')} = %s",
                 ]
-                statuses = ", ".join(f"'{status}'" for status in active)
+                statuses = ", ".join(f"'{name}'" for name in active)
+                # Unsettled (models.workflows.UNSETTLED): active, or a cancel
+                # still to carry out.
                 where = (
-                    f"{quote('status')} IN ({statuses}) AND (({token} = '' AND "
-                    f"{quote('wake_at')} <= %s) OR (NOT ({token} = '') AND "
-                    f"{expires} < %s))"
+                    f"({status} IN ({statuses}) OR {cancelling}) AND "
+                    f"(({token} = '' AND {quote('wake_at')} <= %s) OR "
+                    f"(NOT ({token} = '') AND {expires} < %s))"
                 )
             return (
                 f"UPDATE {workflows} SET {', '.join(sets)} WHERE "

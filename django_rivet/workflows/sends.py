@@ -1,0 +1,192 @@
+"""Messages to workflows: ``handle.send``, ``workflows.send_many``, the inbox.
+
+A message is a ``WorkflowMessage`` row in the workflow's inbox (FIFO by id)
+until the workflow receives it. Sending wakes the workflow, in the same
+transaction, when its current wait takes that name. An idempotency key
+makes a send happen at most once per key and workflow: the key is kept
+(``WorkflowMessageKey``) after the message was received, until the
+workflow is deleted, and a second send with it returns the first one's
+message id and sends nothing. ``send_many`` sends a list in one
+transaction: all of them, or none when one cannot be sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+
+from .. import clock
+from ..engine import Message, encode_message_body, schema
+from ..exceptions import WorkflowFinished, WorkflowInboxFull, WorkflowNotFound
+from ..models import (
+    WORKFLOW_ACTIVE,
+    WORKFLOW_FINISHED,
+    Workflow,
+    WorkflowMessage,
+    WorkflowMessageKey,
+    db,
+)
+from .wakeups import schedule_wake, wake_fields
+
+logger = logging.getLogger("django_rivet.workflows")
+
+__all__ = [
+    "MAX_IDEMPOTENCY_KEY_LENGTH",
+    "MAX_INBOX_MESSAGES",
+    "Send",
+    "check_inbox",
+    "inbox",
+    "send",
+    "send_many",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One message of :func:`send_many`: to ``workflow_id``, named ``name``."""
+
+    workflow_id: str
+    name: str
+    body: Any = None
+    idempotency_key: str | None = None
+
+
+#: Unreceived messages one workflow's inbox may hold (as an actor's queue).
+MAX_INBOX_MESSAGES = 1000
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+
+
+def _not_found(workflow_id: str) -> WorkflowNotFound:
+    return WorkflowNotFound(f"No workflow has id {workflow_id!r}")
+
+
+def check_inbox(workflow_id: str, adding: int = 1) -> None:
+    """Refuse messages that would overfill the inbox (``workflow/inbox_full``).
+
+    Run with the workflow row locked, so concurrent senders count in turn;
+    the count reads the inbox index, at most ``MAX_INBOX_MESSAGES + 1`` rows.
+    """
+    pending = (
+        WorkflowMessage.objects.filter(workflow_id=workflow_id)
+        .values("id")[: MAX_INBOX_MESSAGES + 1]
+        .count()
+    )
+    if pending + adding > MAX_INBOX_MESSAGES:
+        raise WorkflowInboxFull(
+            f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
+            "messages; it must receive some first",
+            metadata={"limit": MAX_INBOX_MESSAGES},
+        )
+
+
+def _check_key(key: str | None) -> None:
+    if key is not None and (
+        not isinstance(key, str) or not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH
+    ):
+        raise ValueError(
+            f"An idempotency key is a string of 1-{MAX_IDEMPOTENCY_KEY_LENGTH} "
+            f"characters, not {key!r}"
+        )
+
+
+def _deliver(message: Send, data: bytes, now: datetime) -> str:
+    """Store one message and wake its workflow (call in a transaction)."""
+    workflow_id, name, key = message.workflow_id, message.name, message.idempotency_key
+    # The signal bump comes first: it locks the row, so a run releasing
+    # concurrently either sees it (and runs again) or released before
+    # (and its waiting_for is what we read next), and concurrent senders
+    # of one key look for it in turn.
+    rows = Workflow.objects.filter(pk=workflow_id)
+    if not rows.update(wake_signal=F("wake_signal") + 1):
+        raise _not_found(workflow_id)
+    if key is not None:
+        sent = WorkflowMessageKey.objects.filter(workflow_id=workflow_id, key=key)
+        found = sent.values_list("message_id", flat=True).first()
+        if found is not None:
+            return str(found)  # sent before: at most once per key
+    status, waiting_for = rows.values_list("status", "waiting_for").get()
+    if status in WORKFLOW_FINISHED:
+        # Nothing would receive it, and it would be kept until retention.
+        raise WorkflowFinished(
+            f"Workflow {workflow_id!r} has finished ({status}): it takes no "
+            "more messages",
+            metadata={"status": status},
+        )
+    check_inbox(workflow_id)
+    row = WorkflowMessage.objects.create(workflow_id=workflow_id, name=name, body=data)
+    if key is not None:
+        WorkflowMessageKey.objects.create(
+            workflow_id=workflow_id, key=key, message_id=row.pk
+        )
+    wanted = name in waiting_for or "*" in waiting_for
+    if status in WORKFLOW_ACTIVE and wanted:
+        rows.update(wake_at=now, **wake_fields(now))
+        schedule_wake(workflow_id, now)
+    return str(row.pk)
+
+
+def send(
+    workflow_id: str, name: str, body: Any = None, idempotency_key: str | None = None
+) -> str:
+    """Store a message in the workflow's inbox and wake it if it waits for it.
+
+    Returns the message id (with an ``idempotency_key`` used before, the
+    first message's, and nothing is sent). Raises ``TypeError`` for a body
+    that cannot be stored, ``workflow/not_found`` for an unknown workflow,
+    ``workflow/finished`` for one that finished (completed, failed or
+    cancelled) and ``workflow/inbox_full`` past ``MAX_INBOX_MESSAGES``
+    unreceived messages.
+    """
+    return send_many([Send(workflow_id, name, body, idempotency_key)])[0]
+
+
+def send_many(messages: Iterable[Send]) -> list[str]:
+    """Send every message in one transaction; return their ids, in order.
+
+    All or nothing: an unknown workflow, a full inbox or a body that cannot
+    be stored sends none of them. Two messages to one workflow with the
+    same idempotency key are a ``ValueError`` (nothing sent); a key used
+    before returns the earlier message's id and sends that one again never.
+    """
+    batch = list(messages)
+    seen: set[tuple[str, str]] = set()
+    encoded = []
+    for message in batch:
+        _check_key(message.idempotency_key)
+        if message.idempotency_key is not None:
+            pair = (message.workflow_id, message.idempotency_key)
+            if pair in seen:
+                raise ValueError(
+                    f"Two messages to workflow {message.workflow_id!r} have the "
+                    f"idempotency key {message.idempotency_key!r}"
+                )
+            seen.add(pair)
+        encoded.append(encode_message_body(message.body))
+    if not batch:
+        return []
+    now = clock.now_datetime()
+    with db.atomic():
+        sent = [_deliver(m, data, now) for m, data in zip(batch, encoded, strict=True)]
+    for message in batch:
+        logger.debug(
+            "workflow message sent workflow=%s name=%s",
+            message.workflow_id,
+            message.name,
+        )
+    return sent
+
+
+def inbox(workflow_id: str) -> list[Message]:
+    """Return the messages in the workflow's inbox, oldest first (not yet received)."""
+    if not Workflow.objects.filter(pk=workflow_id).exists():
+        raise _not_found(workflow_id)
+    rows = WorkflowMessage.objects.filter(workflow_id=workflow_id).order_by("id")
+    return [
+        Message(str(pk), name, schema.loads(bytes(body)), clock.to_timestamp(at))
+        for pk, name, body, at in rows.values_list("id", "name", "body", "created_at")
+    ]
