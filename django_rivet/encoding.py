@@ -48,7 +48,6 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeVar
 
@@ -62,14 +61,11 @@ __all__ = [
     "ALLOWED_CBOR_TAGS",
     "OFFLOAD_BYTES",
     "READ_DEPTH",
-    "Encoded",
     "Encoding",
     "adecode",
     "adecode_message",
     "cbor_dumps",
-    "cbor_head",
     "cbor_loads",
-    "cbor_map",
     "decode",
     "decode_message",
     "decode_trusted",
@@ -81,7 +77,6 @@ __all__ = [
     "json_loads",
     "parse_encoding",
     "run_decoder",
-    "splice",
 ]
 
 Encoding = Literal["json", "cbor"]
@@ -255,18 +250,6 @@ def json_dumps(value: Any, *, indent: int | None = None) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """A value checked against the domain and encoded for one encoding.
-
-    What an action's invocation hands the transport that called it (the
-    output is encoded before the transaction commits); frames embed
-    ``data`` as it is (:func:`splice`).
-    """
-
-    data: bytes
-
-
 def encode_value(value: Any, encoding: Encoding, where: str = "output") -> bytes:
     """Check ``value`` against the value domain and encode it for the wire.
 
@@ -276,44 +259,6 @@ def encode_value(value: Any, encoding: Encoding, where: str = "output") -> bytes
     if encoding == "cbor":
         return _cbor_checked(value)
     return json_dumps(value).encode("utf-8")
-
-
-def cbor_head(major: int, length: int) -> bytes:
-    """The head of a CBOR item of major type ``major`` and ``length``.
-
-    The shortest form, as cbor2 writes it (for strings, arrays and maps whose
-    bodies are assembled by hand).
-    """
-    if length < 24:
-        return bytes((major << 5 | length,))
-    if length < 0x100:
-        return bytes((major << 5 | 24, length))
-    if length < 0x10000:
-        return bytes((major << 5 | 25,)) + length.to_bytes(2, "big")
-    if length < 0x100000000:
-        return bytes((major << 5 | 26,)) + length.to_bytes(4, "big")
-    return bytes((major << 5 | 27,)) + length.to_bytes(8, "big")
-
-
-def cbor_map(items: list[tuple[str, bytes]]) -> bytes:
-    """Assemble a CBOR map from string keys and already-encoded values."""
-    return cbor_head(5, len(items)) + b"".join(
-        _cbor_checked(key) + value for key, value in items
-    )
-
-
-def splice(head: dict[str, Any], name: str, data: bytes, encoding: Encoding) -> bytes:
-    """Encode the map ``head`` plus ``name``: an already-encoded value, last.
-
-    Frames carry an action's output as :class:`Encoded` bytes; this puts
-    them in their envelope without decoding or encoding them again.
-    """
-    if encoding == "cbor":
-        items = [(key, _cbor_encode(value)) for key, value in head.items()]
-        return cbor_map([*items, (name, data)])
-    start = json_dumps(head).encode("utf-8")[:-1]
-    separator = b"," if head else b""
-    return start + separator + json.dumps(name).encode("ascii") + b":" + data + b"}"
 
 
 def encode(value: Any, encoding: Encoding) -> bytes:

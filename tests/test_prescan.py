@@ -15,7 +15,7 @@ from django.test import RequestFactory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_rivet import encoding
+from django_rivet import encoding, splicing
 from django_rivet.domain import MAX_DEPTH, MAX_ENTRIES, value_problem
 from django_rivet.encoding import decode, decode_message
 from django_rivet.exceptions import MalformedRequest
@@ -65,7 +65,7 @@ def measured(value):
 
 
 def head(major, length):
-    return encoding.cbor_head(major, length)
+    return splicing.cbor_head(major, length)
 
 
 def written(value, draw):

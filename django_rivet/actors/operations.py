@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..domain import check_value
-from ..encoding import Encoded
 from ..exceptions import (
     ActionNotFound,
     InvalidArgs,
@@ -24,6 +23,7 @@ from ..exceptions import (
     RivetError,
 )
 from ..registries import did_you_mean
+from ..splicing import Encoded
 from .calls import AuthRequest
 from .definition import Actor, HandlerSpec
 

@@ -23,7 +23,7 @@ import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..encoding import cbor_head
+from ..splicing import cbor_head
 from . import keys
 from .cbor import loads, text_at, uint_at
 from .driver import KVWrite

@@ -11,7 +11,6 @@ Either way a later call with the same id and driver resumes by replay.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Literal
@@ -20,7 +19,7 @@ from django_rivet import clock
 
 from . import history, keys, schema
 from .context import WorkflowContext
-from .driver import EngineDriver, call_maybe_async
+from .driver import EngineDriver
 from .errors import (
     EvictedError,
     RollbackCheckpointError,
@@ -34,7 +33,7 @@ from .errors import (
     error_info,
     was_reported,
 )
-from .execution import RollbackStop, Run, emit
+from .execution import Run, emit
 from .fields import UNSET
 from .messages import ANY_MESSAGE
 from .ops import (
@@ -44,12 +43,11 @@ from .ops import (
     read_workflow,
     recover_workflow,
 )
+from .rollback import run_rollbacks
 from .shapes import workflow_shapes
 from .storage import Storage, driver_call
 from .values import (
     ErrorHook,
-    RollbackContext,
-    RollbackErrorEvent,
     WorkflowErrorEvent,
     WorkflowOutcome,
 )
@@ -434,46 +432,9 @@ class WorkflowRun:
     ) -> WorkflowOutcome:
         """Run rollback handlers of completed steps, newest first; resumable."""
         run = self._new_run(storage, rollback=True)
-        scope = WorkflowContext.root_scope(run)
-        try:
-            await self.fn(scope.context, workflow_shapes(self.fn).load_input(input))
-        except EvictedError:
-            return WorkflowOutcome("rolling_back", error=error)
-        except StorageError:
-            raise
-        except (RollbackStop, WorkflowInterrupt, Exception):
-            pass  # the replay only collects handlers; it ends where history ends
-        finally:
-            scope.abandon()
-        context = RollbackContext(self.workflow_id, self._eviction.is_set)
-        actions = sorted(run.rollback_actions, key=lambda a: a.seq, reverse=True)
-        for action in actions:
-            metadata = storage.metadata.get(action.entry_id)
-            if metadata is None or metadata.rollback_completed_at is not None:
-                continue
-            try:
-                await run.until_evicted(
-                    _call_handler(self.driver, action.handler, context, action.output)
-                )
-            except EvictedError:
-                return WorkflowOutcome("rolling_back", error=error)
-            except Exception as rollback_error:
-                metadata.rollback_error = error_info(rollback_error)["message"]
-                metadata.touch()
-                await storage.flush()
-                logger.warning(
-                    "workflow rollback failed workflow=%s step=%s",
-                    self.workflow_id,
-                    action.name,
-                )
-                await run.emit(
-                    RollbackErrorEvent(self.workflow_id, action.name, rollback_error)
-                )
-                return WorkflowOutcome("rolling_back", error=rollback_error)
-            metadata.rollback_completed_at = clock.now()
-            metadata.rollback_error = None
-            metadata.touch()
-            await storage.flush()
+        stopped = await run_rollbacks(run, self.fn, input, error)
+        if stopped is not None:
+            return stopped
         if isinstance(error, WorkflowCancelled):
             # A cancellation (a cancel, a parent's cancel, a deadline) rolls
             # back like a failure but ends cancelled, reported nowhere.
@@ -484,21 +445,6 @@ class WorkflowRun:
         await storage.flush()
         await self._report_failure(error, previously_failed)
         return WorkflowOutcome("failed", error=error)
-
-
-async def _call_handler(
-    driver: EngineDriver, fn: Callable[..., Any], *args: Any
-) -> Any:
-    """Run a rollback handler; sync ones go through the driver's ``call_sync``.
-
-    Handlers do I/O like steps do (a refund), so a host that must keep
-    blocking code off the event loop gets them the same way.
-    """
-    call_sync = getattr(driver, "call_sync", None)
-    if inspect.iscoroutinefunction(fn) or call_sync is None:
-        return await call_maybe_async(fn, *args)
-    result = await call_sync(lambda: fn(*args))
-    return await result if inspect.isawaitable(result) else result
 
 
 def _history(storage: Storage) -> list[history.HistoryEntry]:

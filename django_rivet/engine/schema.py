@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..encoding import cbor_head
+from ..splicing import cbor_head
 from . import keys
 from .cbor import dumps, loads, roundtrip, text_at
 from .errors import SchemaError

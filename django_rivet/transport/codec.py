@@ -16,8 +16,9 @@ from typing import Any
 
 from ..actors.connections import ConnectResult
 from ..conf import rivet_settings
-from ..encoding import Encoded, cbor_loads
+from ..encoding import cbor_loads
 from ..exceptions import InternalError, RequestTooLarge, RivetError
+from ..splicing import Encoded
 from .frames import ActionFrame, ConnectPlan, SubscriptionFrame
 from .limits import outgoing_too_large
 

@@ -19,8 +19,9 @@ from typing import Any
 
 from ..actors.connections import WILDCARD, ConnectResult
 from ..conf import rivet_settings
-from ..encoding import Encoded, Encoding, decode_message, encode, encode_value, splice
+from ..encoding import Encoding, decode_message, encode, encode_value
 from ..exceptions import Forbidden, InvalidArgs, MalformedRequest, RivetError
+from ..splicing import Encoded, splice
 from .frames import ActionFrame, ConnectPlan, FrameError, SubscriptionFrame
 from .origins import origin_allowed
 from .parsing import event_name, parse_connect_request, scope_headers

@@ -18,13 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..actors.connections import (
-    SERVER_ID,
-    Disconnect,
-    heartbeat_interval,
-    touch_connections,
-)
+from ..actors.connections import SERVER_ID, Disconnect
 from ..actors.lanes import ainvoke
+from ..actors.liveness import heartbeat_interval, touch_connections
 from ..actors.rows import ActorRef
 from ..exceptions import ActorNotFound
 from ..models.db import run_db

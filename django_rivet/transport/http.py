@@ -32,7 +32,7 @@ from ..actors.invocation import Operation
 from ..actors.lanes import ainvoke
 from ..actors.operations import CallAction, EnsureActor, OutputEncoder
 from ..actors.rows import ActorRef, Mode
-from ..encoding import Encoded, Encoding, adecode, decode, encode, encode_value, splice
+from ..encoding import Encoding, adecode, decode, encode, encode_value
 from ..exceptions import (
     InvalidArgs,
     MalformedRequest,
@@ -40,6 +40,7 @@ from ..exceptions import (
     RivetError,
 )
 from ..scheduling import queues
+from ..splicing import Encoded, splice
 from .limits import check_body_size, outgoing_too_large, read_body_bytes
 from .operations import Describe, HandleRequest, csrf_rejection
 from .parsing import parse_actor_id, parse_bool, query_params

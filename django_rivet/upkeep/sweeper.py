@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..actors.connections import sweep_stale_connections
+from ..actors.liveness import sweep_stale_connections
 from ..scheduling.due import enqueue_upcoming, fire_lost, recover_stale_claims
 from ..workflows import queues as workflow_queues
 from ..workflows import scheduled, wakeups

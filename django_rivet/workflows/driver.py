@@ -36,22 +36,19 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import IntegrityError
 
-from .. import clock
 from ..conf import rivet_settings
 from ..engine import (
     ChildOutcome,
     ChildStart,
     KVDeletions,
-    Message,
     StorageLimitError,
-    encode_message_body,
-    schema,
 )
 from ..engine.stream_store import StreamWrite
-from ..models import WorkflowKV, WorkflowMessage, db, sql
+from ..models import WorkflowKV, db, sql
 from ..models.base import prefix_end
 from . import blocking, children, streams
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
+from .inbox import InboxMethods
 
 if TYPE_CHECKING:
     from ..engine import EngineDriver
@@ -79,7 +76,7 @@ ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 _DELETE_KEYS = 500
 
 
-class DjangoDriver:
+class DjangoDriver(InboxMethods):
     """The engine driver of one workflow, on ``WorkflowKV``/``WorkflowMessage``.
 
     ``lease_token`` (the run's claim) fences every write; without one the
@@ -118,10 +115,7 @@ class DjangoDriver:
         # it asked at all.
         self.alarm: float | None = None
         self.alarm_set = False
-        # The inbox's message ids as this driver knows them: read once at the
-        # first completion, then every message received is added. A
-        # completion of an id not in it is a no-op (see complete_message).
-        self._inbox: set[int] | None = None
+        self._inbox: set[int] | None = None  # see InboxMethods
         # Keys this driver saw stored (listed or written): a write of none
         # of them tries a plain INSERT first (see _upsert).
         self._stored: set[bytes] = set()
@@ -423,87 +417,6 @@ class DjangoDriver:
     async def clear_alarm(self, workflow_id: str) -> None:
         """Record that the workflow needs no alarm (applied on release)."""
         self.alarm, self.alarm_set = None, True
-
-    # Messages ------------------------------------------------------------------------
-
-    async def add_message(self, name: str, data: Any) -> str:
-        """Append a message to the inbox and return its id."""
-        body = encode_message_body(data)
-
-        def add() -> str:
-            row = WorkflowMessage.objects.create(
-                workflow_id=self.workflow_id, name=name, body=body
-            )
-            return str(row.pk)
-
-        return await self._db(add)  # type: ignore[no-any-return]
-
-    async def receive_messages(
-        self, names: builtins.list[str] | None, count: int, completable: bool
-    ) -> builtins.list[Message]:
-        """Return up to ``count`` of the oldest matching messages.
-
-        Non-completable messages are removed in the same transaction.
-        """
-
-        def receive() -> builtins.list[Message]:
-            rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
-            if names is not None:
-                rows = rows.filter(name__in=list(names))
-            with db.atomic():
-                if not completable:
-                    self.renew_lease()
-                found = list(
-                    rows.order_by("id").values_list("id", "name", "body", "created_at")[
-                        : max(count, 0)
-                    ]
-                )
-                if found and not completable:
-                    WorkflowMessage.objects.filter(
-                        pk__in=[row[0] for row in found]
-                    ).delete()
-            if completable and self._inbox is not None:
-                self._inbox.update(row[0] for row in found)
-            return [
-                Message(
-                    str(pk), name, schema.loads(bytes(body)), clock.to_timestamp(at)
-                )
-                for pk, name, body, at in found
-            ]
-
-        return await self._db(receive)  # type: ignore[no-any-return]
-
-    async def complete_message(self, id: str, response: Any = None) -> None:
-        """Remove a received message (unknown ids are a no-op).
-
-        The engine recorded the message in history first, so removing it
-        needs no fence: a late duplicate removal changes nothing.
-
-        A replay completes every message its history received again (one
-        recorded just before a crash may still be in the inbox), so the
-        first completion reads the inbox's ids, once: an id that was not
-        there and has not been received since is gone for good (the engine
-        completes only messages it received, after the run that received
-        them committed them), and its completion costs nothing. Without
-        this, each wake-up of a workflow paid one transaction for every
-        message it ever received.
-        """
-        try:
-            pk = int(id)
-        except (TypeError, ValueError):
-            return
-        if self._inbox is not None and pk not in self._inbox:
-            return
-
-        def complete() -> None:
-            rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
-            if self._inbox is None:
-                self._inbox = set(rows.values_list("pk", flat=True))
-            if pk in self._inbox:
-                rows.filter(pk=pk).delete()
-                self._inbox.discard(pk)
-
-        await self._db(complete)
 
     # Children --------------------------------------------------------------------
 

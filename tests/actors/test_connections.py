@@ -7,10 +7,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from django_rivet import Actor, action, actors, clock
-from django_rivet.actors.connections import (
-    SERVER_ID,
-    Connect,
-    Disconnect,
+from django_rivet.actors.connections import SERVER_ID, Connect, Disconnect
+from django_rivet.actors.liveness import (
     stale_after,
     sweep_stale_connections,
     touch_connections,

@@ -31,8 +31,8 @@ from django.utils.datastructures import CaseInsensitiveMapping
 
 from ...actors.connections import ConnectResult
 from ...actors.rows import ActorRef
-from ...encoding import Encoded
 from ...exceptions import Forbidden, MalformedRequest, RivetError
+from ...splicing import Encoded
 from ..frames import ActionFrame, ConnectPlan, SubscriptionFrame
 from ..parsing import query_params, scope_headers
 from ..sockets import ConnectionConsumer

@@ -37,9 +37,10 @@ from ...actors.errors import public_error
 from ...actors.lanes import ainvoke
 from ...actors.operations import CallAction, OutputEncoder
 from ...actors.rows import ActorRef
-from ...encoding import Encoded, json_dumps, run_decoder
+from ...encoding import json_dumps, run_decoder
 from ...exceptions import MalformedRequest, error_from_dict
 from ...scheduling import queues
+from ...splicing import Encoded
 from ...tokens import mask_tokens
 from ..http import add_retry_after, api_view
 from ..limits import check_body_size, outgoing_too_large, read_body_bytes

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...domain import check_value
-from ...encoding import cbor_map, decode, encode, json_dumps
+from ...encoding import decode, encode, json_dumps
 from ...exceptions import InvalidArgs, InvalidEncoding, MalformedRequest, RivetError
+from ...splicing import cbor_map
 from . import bare
 from .values import prepare, revive
 

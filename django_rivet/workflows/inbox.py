@@ -1,0 +1,112 @@
+"""The workflow driver's inbox: ``WorkflowMessage`` rows of one workflow.
+
+Split from :class:`~.driver.DjangoDriver` (which inherits these methods) so
+the driver's module holds its KV storage and fencing, this one the inbox.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from .. import clock
+from ..engine import Message, encode_message_body, schema
+from ..models import WorkflowMessage, db
+
+__all__ = ["InboxMethods"]
+
+
+class InboxMethods:
+    """The engine's message methods, for a driver of one workflow.
+
+    The driver provides ``workflow_id``, ``_db`` (where database work runs)
+    and ``renew_lease``. ``_inbox`` holds the inbox's message ids as this
+    driver knows them: read once at the first completion, then every message
+    received is added; a completion of an id not in it is a no-op (see
+    :meth:`complete_message`).
+    """
+
+    workflow_id: str
+    _inbox: set[int] | None
+    _db: Callable[..., Any]
+    renew_lease: Callable[[], None]
+
+    async def add_message(self, name: str, data: Any) -> str:
+        """Append a message to the inbox and return its id."""
+        body = encode_message_body(data)
+
+        def add() -> str:
+            row = WorkflowMessage.objects.create(
+                workflow_id=self.workflow_id, name=name, body=body
+            )
+            return str(row.pk)
+
+        return await self._db(add)  # type: ignore[no-any-return]
+
+    async def receive_messages(
+        self, names: builtins.list[str] | None, count: int, completable: bool
+    ) -> builtins.list[Message]:
+        """Return up to ``count`` of the oldest matching messages.
+
+        Non-completable messages are removed in the same transaction.
+        """
+
+        def receive() -> builtins.list[Message]:
+            rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
+            if names is not None:
+                rows = rows.filter(name__in=list(names))
+            with db.atomic():
+                if not completable:
+                    self.renew_lease()
+                found = list(
+                    rows.order_by("id").values_list("id", "name", "body", "created_at")[
+                        : max(count, 0)
+                    ]
+                )
+                if found and not completable:
+                    WorkflowMessage.objects.filter(
+                        pk__in=[row[0] for row in found]
+                    ).delete()
+            if completable and self._inbox is not None:
+                self._inbox.update(row[0] for row in found)
+            return [
+                Message(
+                    str(pk), name, schema.loads(bytes(body)), clock.to_timestamp(at)
+                )
+                for pk, name, body, at in found
+            ]
+
+        return await self._db(receive)  # type: ignore[no-any-return]
+
+    async def complete_message(self, id: str, response: Any = None) -> None:
+        """Remove a received message (unknown ids are a no-op).
+
+        The engine recorded the message in history first, so removing it
+        needs no fence: a late duplicate removal changes nothing.
+
+        A replay completes every message its history received again (one
+        recorded just before a crash may still be in the inbox), so the
+        first completion reads the inbox's ids, once: an id that was not
+        there and has not been received since is gone for good (the engine
+        completes only messages it received, after the run that received
+        them committed them), and its completion costs nothing. Without
+        this, each wake-up of a workflow paid one transaction for every
+        message it ever received.
+        """
+        try:
+            pk = int(id)
+        except (TypeError, ValueError):
+            return
+        if self._inbox is not None and pk not in self._inbox:
+            return
+
+        def complete() -> None:
+            rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
+            if self._inbox is None:
+                self._inbox = set(rows.values_list("pk", flat=True))
+            if pk in self._inbox:
+                rows.filter(pk=pk).delete()
+                self._inbox.discard(pk)
+
+        await self._db(complete)
