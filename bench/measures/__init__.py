@@ -45,10 +45,10 @@ MEASURES: dict[str, ModuleType] = {
         p12_hot,
         p13_spread,
         p14_queue,
+        p15_streams,
+        p16_tasks,
         p17_reads,
         p40_big_state,
         p41_request_bystander,
-        p16_tasks,
-        p15_streams,
     )
 }
