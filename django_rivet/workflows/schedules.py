@@ -21,9 +21,11 @@ rows of the same kind, named after their workflow and marked
 ``from_code``: they are listed with these, paused, resumed, triggered and
 backfilled alike, but changed only in the code (``create``, ``apply`` and
 ``delete`` refuse their names). Ticks are started by the worker loop and the
-sweep (:mod:`.scheduled`, one firing path for both kinds).
+sweep (``django_rivet.workflows.scheduled``, one firing path for both
+kinds).
 
-These are plain database functions: a workflow calls them inside a step.
+These are plain database functions, each with an async twin (``acreate``,
+``alist``...): a workflow calls them inside a step.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 
 from .. import clock, crontab
@@ -47,7 +50,16 @@ from .placement import placement
 
 __all__ = [
     "WorkflowSchedule",
+    "aapply",
+    "abackfill",
+    "acreate",
+    "adelete",
+    "aget",
+    "alist",
+    "apause",
     "apply",
+    "aresume",
+    "atrigger",
     "backfill",
     "create",
     "delete",
@@ -380,3 +392,64 @@ def apply(schedules: Iterable[Mapping[str, Any]]) -> builtins.list[WorkflowSched
             name__in=[name for name, _, _ in checked]
         ).order_by("name")
     ]
+
+
+# -- the async twins -------------------------------------------------------------------
+async def acreate(
+    schedule_name: str,
+    workflow_name: str | WorkflowDefinition,
+    cron: str,
+    tz: str = "UTC",
+    context: Any = None,
+    queue: str | None = None,
+    *,
+    catch_up: bool = False,
+) -> WorkflowSchedule:
+    """Async :func:`create`."""
+    return await sync_to_async(create)(
+        schedule_name, workflow_name, cron, tz, context, queue, catch_up=catch_up
+    )
+
+
+async def aget(schedule_name: str) -> WorkflowSchedule | None:
+    """Async :func:`get`."""
+    return await sync_to_async(get)(schedule_name)
+
+
+async def alist(**filters: Any) -> builtins.list[WorkflowSchedule]:
+    """Async :func:`list`."""
+    return await sync_to_async(list)(**filters)
+
+
+async def adelete(schedule_name: str) -> bool:
+    """Async :func:`delete`."""
+    return await sync_to_async(delete)(schedule_name)
+
+
+async def apause(schedule_name: str) -> bool:
+    """Async :func:`pause`."""
+    return await sync_to_async(pause)(schedule_name)
+
+
+async def aresume(schedule_name: str) -> bool:
+    """Async :func:`resume`."""
+    return await sync_to_async(resume)(schedule_name)
+
+
+async def atrigger(schedule_name: str) -> WorkflowHandle:
+    """Async :func:`trigger`."""
+    return await sync_to_async(trigger)(schedule_name)
+
+
+async def abackfill(
+    schedule_name: str, start: datetime, end: datetime
+) -> builtins.list[WorkflowHandle]:
+    """Async :func:`backfill`."""
+    return await sync_to_async(backfill)(schedule_name, start, end)
+
+
+async def aapply(
+    schedules: Iterable[Mapping[str, Any]],
+) -> builtins.list[WorkflowSchedule]:
+    """Async :func:`apply`."""
+    return await sync_to_async(apply)(builtins.list(schedules))

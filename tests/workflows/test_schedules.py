@@ -107,9 +107,11 @@ def test_create_list_get_delete_and_the_list_filters(clock):
         schedules.create("test-schedule", "sched_target", "0 0 * * *")
     with pytest.raises(InvalidCron, match="Fake/Zone"):
         schedules.create("bad-tz", "sched_target", "* * * * *", tz="Fake/Zone")
-    # Ours, not DBOS's: the workflow must be registered.
+    # Ours, not DBOS's: the workflow must be registered, the name fit.
     with pytest.raises(WorkflowNotFound):
         schedules.create("no-workflow", "no_such_workflow", "* * * * *")
+    with pytest.raises(ValueError, match="1-200 characters"):
+        schedules.create("x" * 201, "sched_target", "* * * * *")
 
     schedules.create("other-schedule", sched_other, "0 0 * * *")
     assert schedules.pause("other-schedule") is True
@@ -589,6 +591,51 @@ def test_catch_up_starts_every_tick_missed_while_nothing_ran(clock):
     assert schedules.get("backfill-restart").next_tick_at == datetime(
         2026, 6, 1, 16, 0, tzinfo=UTC
     )
+
+
+# -- DBOS test_schedule_crud_async ----------------------------------------------------
+@pytest.mark.django_db(transaction=True)  # the twins run off the loop's thread
+async def test_the_async_twins(clock):
+    created = await schedules.acreate(
+        "async-schedule", "sched_target", "* * * * *", context={"async": True}
+    )
+    assert await schedules.alist(from_code=False) == [created]
+    assert (await schedules.aget("async-schedule")).context == {"async": True}
+    assert await schedules.aget("nonexistent") is None
+    assert len(await schedules.alist(paused=False, prefix="async-")) == 1
+    assert await schedules.alist(prefix="nope-") == []
+    assert await schedules.apause("async-schedule") is True
+    assert await schedules.aresume("async-schedule") is True
+    clock.advance(1)
+    handle = await schedules.atrigger("async-schedule")
+    assert handle.workflow_id == "async-schedule@2026-06-01T12:00:01Z"
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    backfilled = await schedules.abackfill("async-schedule", start, start)
+    assert [h.workflow_id for h in backfilled] == [
+        "async-schedule@2025-01-01T00:00:00Z"
+    ]
+    assert await schedules.adelete("async-schedule") is True
+    assert await schedules.aget("async-schedule") is None
+    applied = await schedules.aapply(
+        [
+            {
+                "schedule_name": "async-sched-a",
+                "workflow_name": "sched_target",
+                "cron": "* * * * *",
+            },
+            {
+                "schedule_name": "async-sched-b",
+                "workflow_name": "sched_other",
+                "cron": "0 0 * * *",
+                "catch_up": True,
+                "tz": "Europe/London",
+            },
+        ]
+    )
+    assert [(s.name, s.catch_up, s.tz) for s in applied] == [
+        ("async-sched-a", False, "UTC"),
+        ("async-sched-b", True, "Europe/London"),
+    ]
 
 
 # -- DBOS test_instance_method_schedule_rejected ---------------------------------------
