@@ -638,8 +638,16 @@ async def test_the_async_twins(clock):
     ]
 
 
-# -- DBOS test_instance_method_schedule_rejected ---------------------------------------
-# Not translated: a schedule names a registered workflow, never a bound method.
+# -- Not translated ----------------------------------------------------------------
+# test_instance_method_schedule_rejected, test_static_class_method_schedule,
+# test_classmethod_schedule: a schedule names a registered workflow, never a
+# function or method. test_schedule_thread_signature,
+# test_long_schedule_shutdown: no thread per schedule here (one loop fires
+# them all). test_schedule_name_survives_export_import: no export/import of
+# workflows. test_client_*: DBOSClient's copies of the tests above (the
+# remote client here drives actors, not schedules).
+# test_scheduled_workflow_datetime_with_portable_serializer: scheduled_at is
+# an ISO 8601 string in a JSON input already.
 
 
 # -- DBOS test_schedule_with_queue_name ------------------------------------------------
@@ -719,8 +727,7 @@ def test_the_codes_schedules_are_listed_and_managed_with_them(clock):
 
 def test_a_runtime_schedule_of_an_unregistered_workflow_waits(clock):
     schedules.create("waiting", "sched_target", "* * * * *")
-    with register_temporarily():
-        pass
+    # As if its workflow were removed from the code since.
     ScheduledWorkflow.objects.filter(name="waiting").update(workflow_name="gone")
     clock.advance(120)
     run_due()  # not ticked, not listed, nothing raised
