@@ -5,14 +5,17 @@ A queue's page shows its limits, its depth (queued workflows), how many run
 linking to the workflows. Workflow schedules, the code's (``cron=``) and
 those created at run time (``workflows.schedules``), are listed together
 and can be paused, resumed and triggered; those created at run time can be
-deleted too (the code's follow the code).
+added (through ``workflows.schedules.create``) and deleted too (the code's
+follow the code).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
@@ -22,6 +25,7 @@ from django.utils.http import urlencode
 from django.utils.timesince import timesince
 
 from .. import clock
+from ..exceptions import RivetError
 from ..models import (
     WORKFLOW_ADMITTED,
     ScheduledWorkflow,
@@ -146,6 +150,52 @@ _SCHEDULED_COLUMNS = (
 )
 
 
+# What the add form asks: a schedule created at run time.
+_ADD_FIELDS = (
+    "name",
+    "workflow_name",
+    "expression",
+    "timezone",
+    "context",
+    "queue",
+    "catch_up",
+)
+
+
+class ScheduleAddForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Creates the schedule with ``workflows.schedules.create`` as it validates.
+
+    Whatever refuses it (a taken name, an unknown workflow or queue, an
+    expression that cannot be scheduled) is a form error naming it.
+    """
+
+    class Meta:
+        model = ScheduledWorkflow
+        fields = _ADD_FIELDS
+        labels = {"expression": "Cron", "timezone": "Time zone"}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            schedules.create(
+                data["name"],
+                data["workflow_name"],
+                data["expression"],
+                tz=data.get("timezone") or "UTC",
+                context=data.get("context"),
+                queue=data.get("queue") or None,
+                catch_up=bool(data.get("catch_up")),
+            )
+        except (RivetError, ValueError, TypeError) as exc:
+            raise ValidationError(str(exc)) from exc
+        return data
+
+    def validate_unique(self) -> None:
+        """Nothing: ``create`` refused a taken name already."""
+
+
 @admin.register(ScheduledWorkflow)
 class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     list_display = _SCHEDULED_COLUMNS
@@ -167,6 +217,30 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     ]
 
     change_list_template = NOTED_CHANGE_LIST
+
+    # -- adding a schedule created at run time (the only edit: the code's
+    # follow the code, the others change by actions or apply()) --
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("django_rivet.add_scheduledworkflow")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.fields if obj is not None else _ADD_FIELDS
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.readonly_fields if obj is not None else ()
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if obj is None:
+            kwargs["form"] = ScheduleAddForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def save_model(
+        self, request: HttpRequest, obj: ScheduledWorkflow, form: Any, change: bool
+    ) -> None:
+        # The form created the row as it validated; read it back.
+        obj.refresh_from_db()
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -148,3 +148,37 @@ def test_run_time_schedules_are_listed_with_the_codes_and_managed_alike(root):
     }
     run = Workflow.objects.get(pk="report-eu@2026-06-01T12:00:00Z")
     assert run.name == "admin_report"
+
+
+def test_viewers_cannot_add_schedules(viewer):
+    url = reverse("admin:django_rivet_scheduledworkflow_add")
+    assert viewer.get(url).status_code == 403
+
+
+def test_a_schedule_is_added_in_the_admin_through_create(root):
+    url = reverse("admin:django_rivet_scheduledworkflow_add")
+    form = {
+        "name": "report-us",
+        "workflow_name": "admin_report",
+        "expression": "0 2 * * *",
+        "timezone": "America/New_York",
+        "context": '{"region": "us"}',
+        "queue": "",
+    }
+    with register_temporarily(admin_report), freeze_time(START):
+        refused = root.post(url, dict(form, expression="0 25 * * *"))
+        assert "hour 25 out of range" in refused.content.decode()
+        refused = root.post(url, dict(form, workflow_name="nope"))
+        assert refused.status_code == 200
+        assert not ScheduledWorkflow.objects.exists()
+        response = root.post(url, form)
+        assert response.status_code == 302
+        made = workflows.schedules.get("report-us")
+        assert (made.workflow_name, made.tz, made.context, made.from_code) == (
+            "admin_report",
+            "America/New_York",
+            {"region": "us"},
+            False,
+        )
+        taken = root.post(url, form)
+        assert "exists already" in taken.content.decode()
