@@ -10,6 +10,8 @@ from .base import RivetError
 __all__ = [
     "InvalidQueueArguments",
     "PartitionKeyRequired",
+    "ScheduleExists",
+    "ScheduleNotFound",
     "UnknownWorkflowQueue",
     "WorkflowActive",
     "WorkflowCannotWait",
@@ -30,6 +32,22 @@ class WorkflowNotFound(RivetError):
     code = "not_found"
     http_status = 404
     default_message = "Workflow not found"
+
+
+class ScheduleNotFound(WorkflowNotFound):
+    """No workflow schedule has that name (also a ``WorkflowNotFound``)."""
+
+    code = "schedule_not_found"
+    default_message = "Workflow schedule not found"
+
+
+class ScheduleExists(RivetError, ValueError):
+    """A workflow schedule of that name exists (also a ``ValueError``)."""
+
+    group = "workflow"
+    code = "schedule_exists"
+    http_status = 409
+    default_message = "A workflow schedule of that name exists"
 
 
 class WorkflowDeduplicated(RivetError):

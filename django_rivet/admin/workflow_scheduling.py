@@ -2,15 +2,20 @@
 
 A queue's page shows its limits, its depth (queued workflows), how many run
 (started, not finished) and how long the oldest has waited, each count
-linking to the workflows. Scheduled workflows can be paused, resumed and
-run now; the rest follows the code.
+linking to the workflows. Workflow schedules, the code's (``cron=``) and
+those created at run time (``workflows.schedules``), are listed together
+and can be paused, resumed and triggered; those created at run time can be
+added (through ``workflows.schedules.create``) and deleted too (the code's
+follow the code).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
@@ -20,6 +25,7 @@ from django.utils.http import urlencode
 from django.utils.timesince import timesince
 
 from .. import clock
+from ..exceptions import RivetError
 from ..models import (
     WORKFLOW_ADMITTED,
     ScheduledWorkflow,
@@ -27,7 +33,7 @@ from ..models import (
     WorkflowQueue,
     WorkflowStatus,
 )
-from ..workflows import queues, scheduled
+from ..workflows import queues, scheduled, schedules
 from .rendering import NOTED_CHANGE_LIST, ReadOnlyAdmin
 
 
@@ -129,34 +135,118 @@ class WorkflowQueueAdmin(ReadOnlyAdmin):
         return timesince(obj.oldest_queued_at, clock.now_datetime())
 
 
-# The list's columns; the change page adds when the row was written.
+# The list's columns; the change page adds the context and the row's times.
 _SCHEDULED_COLUMNS = (
     "name",
+    "workflow_name",
     "expression",
     "timezone",
+    "queue",
     "next_tick_at",
     "paused",
     "last_tick_at",
     "last_workflow",
-    "in_code",
+    "kind",
 )
+
+
+# What the add form asks: a schedule created at run time.
+_ADD_FIELDS = (
+    "name",
+    "workflow_name",
+    "expression",
+    "timezone",
+    "context",
+    "queue",
+    "catch_up",
+)
+
+
+class ScheduleAddForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Creates the schedule with ``workflows.schedules.create`` as it validates.
+
+    Whatever refuses it (a taken name, an unknown workflow or queue, an
+    expression that cannot be scheduled) is a form error naming it.
+    """
+
+    class Meta:
+        model = ScheduledWorkflow
+        fields = _ADD_FIELDS
+        labels = {"expression": "Cron", "timezone": "Time zone"}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            schedules.create(
+                data["name"],
+                data["workflow_name"],
+                data["expression"],
+                tz=data.get("timezone") or "UTC",
+                context=data.get("context"),
+                queue=data.get("queue") or None,
+                catch_up=bool(data.get("catch_up")),
+            )
+        except (RivetError, ValueError, TypeError) as exc:
+            raise ValidationError(str(exc)) from exc
+        return data
+
+    def validate_unique(self) -> None:
+        """Nothing: ``create`` refused a taken name already."""
 
 
 @admin.register(ScheduledWorkflow)
 class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     list_display = _SCHEDULED_COLUMNS
-    list_filter = ["paused"]
-    readonly_fields = (*_SCHEDULED_COLUMNS, "created_at", "updated_at")
+    list_filter = ["paused", "from_code", "workflow_name"]
+    search_fields = ["name", "workflow_name"]
+    readonly_fields = (
+        *_SCHEDULED_COLUMNS,
+        "context",
+        "catch_up",
+        "created_at",
+        "updated_at",
+    )
     fields = readonly_fields
-    actions = ["pause_schedules", "resume_schedules", "run_now"]
+    actions = [
+        "pause_schedules",
+        "resume_schedules",
+        "trigger_schedules",
+        "delete_schedules",
+    ]
 
     change_list_template = NOTED_CHANGE_LIST
+
+    # -- adding a schedule created at run time (the only edit: the code's
+    # follow the code, the others change by actions or apply()) --
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("django_rivet.add_scheduledworkflow")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.fields if obj is not None else _ADD_FIELDS
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.readonly_fields if obj is not None else ()
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if obj is None:
+            kwargs["form"] = ScheduleAddForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def save_model(
+        self, request: HttpRequest, obj: ScheduledWorkflow, form: Any, change: bool
+    ) -> None:
+        # The form created the row as it validated; read it back.
+        obj.refresh_from_db()
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # Rows follow the code at every worker round and sweep (and before
-        # each action).
+        # The code's rows follow the code at every worker round and sweep
+        # (and before each action).
         written = ScheduledWorkflow.objects.values_list("name", flat=True)
         label = "In the code, written at the next worker round or sweep"
         new = set(scheduled.definitions()) - set(written)
@@ -169,9 +259,13 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
         url = reverse("admin:django_rivet_workflow_change", args=[obj.last_workflow_id])
         return format_html('<a href="{}">{}</a>', url, obj.last_workflow_id)
 
-    @admin.display(description="in the code", boolean=True)
-    def in_code(self, obj: ScheduledWorkflow) -> bool:
-        return obj.name in scheduled.definitions()
+    @admin.display(description="from")
+    def kind(self, obj: ScheduledWorkflow) -> str:
+        if not obj.from_code:
+            return "run time"
+        if obj.name in scheduled.definitions():
+            return "the code"
+        return "the code (removed)"
 
     def has_control_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_rivet.change_scheduledworkflow")
@@ -182,7 +276,8 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
         operation = {
             "pause": scheduled.pause,
             "resume": scheduled.resume,
-            "run": scheduled.run_now,
+            "trigger": scheduled.trigger,
+            "delete": schedules.delete,
         }[verb]
         done = [
             result if isinstance(result, str) else name
@@ -209,12 +304,19 @@ class ScheduledWorkflowAdmin(ReadOnlyAdmin):
     ) -> None:
         self._each(request, queryset, "resume")
 
-    @admin.action(description="Run the selected workflows now")
-    def run_now(
+    @admin.action(description="Trigger the selected schedules now")
+    def trigger_schedules(
         self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow]
     ) -> None:
-        self._each(request, queryset, "run")
+        self._each(request, queryset, "trigger")
+
+    @admin.action(description="Delete the selected schedules (run time ones)")
+    def delete_schedules(
+        self, request: HttpRequest, queryset: QuerySet[ScheduledWorkflow]
+    ) -> None:
+        self._each(request, queryset, "delete")
 
     pause_schedules.allowed_permissions = ["control"]  # type: ignore[attr-defined]
     resume_schedules.allowed_permissions = ["control"]  # type: ignore[attr-defined]
-    run_now.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    trigger_schedules.allowed_permissions = ["control"]  # type: ignore[attr-defined]
+    delete_schedules.allowed_permissions = ["control"]  # type: ignore[attr-defined]

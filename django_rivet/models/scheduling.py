@@ -406,16 +406,29 @@ class ScheduledWorkflowQuerySet(models.QuerySet["ScheduledWorkflow"]):
 
 
 class ScheduledWorkflow(models.Model):
-    """The ticks of a ``@workflow(cron=...)``; one row per workflow name.
+    """A workflow schedule: one row per schedule name.
 
-    Rows follow the code: they are created and updated from the registered
-    definitions by the first sweep (or worker round) that sees them.
-    ``paused`` is the only thing the admin changes.
+    Two kinds share the table and the firing path: the schedules of
+    ``@workflow(cron=...)`` (``from_code``; the row's name is the workflow's,
+    and the row follows the code: it is written from the registered
+    definitions by the first sweep or worker round that sees them), and the
+    schedules created at run time with ``workflows.schedules.create`` or
+    ``apply`` (several per workflow, each with its ``context`` and
+    ``queue``). ``paused`` and the ticks are changed by either.
     """
 
     name = models.CharField(max_length=200, primary_key=True)
+    workflow_name = models.CharField(max_length=200, default="")
     expression = models.CharField(max_length=255)
     timezone = models.CharField(max_length=64, default="UTC")
+    # Handed to each tick's workflow as input["context"] (JSON).
+    context = models.JSONField(null=True, blank=True)
+    # The workflow queue ticks are started on ("": a direct start).
+    queue = models.CharField(max_length=200, blank=True, default="")
+    # Start every tick missed while nothing ran (else: one late tick).
+    catch_up = models.BooleanField(default=False)
+    # Written from a @workflow(cron=...) (else: created at run time).
+    from_code = models.BooleanField(default=False)
     # The next tick to start: the source of truth, moved forward by
     # compare-and-set in the transaction that starts the tick's workflow.
     next_tick_at = models.DateTimeField()

@@ -10,7 +10,9 @@ import ...``) gives everything a project writes and runs workflows with:
   ``ChildWorkflowError``, ...), all defined by the engine
   (``django_rivet.engine``, pure Python);
 - running them: ``start``, ``get``, ``filter``, ``count``,
-  their async twins and ``WorkflowHandle`` (see ``client``).
+  their async twins and ``WorkflowHandle`` (see ``client``);
+- scheduling them at run time: ``schedules`` (``schedules.create``,
+  ``list``, ``pause``, ``trigger``, ``backfill``, ``apply``...).
 
 The package is everything Django about workflows; the engine stays free of
 Django:
@@ -24,8 +26,9 @@ Django:
 - ``execution``: run a workflow until it pauses (the Celery task, the
   in-process worker, ``run_until_idle``);
 - ``wakeups``: dispatch for due workflows and their sweep step;
-- ``queues``: workflow queues (admission with flow control), and
-  ``scheduled``: ``@workflow(cron=...)`` ticks;
+- ``queues``: workflow queues (admission with flow control),
+  ``scheduled``: the ticks of workflow schedules (``@workflow(cron=...)``
+  and those created at run time, ``schedules``);
 - ``operations``, ``control``: cancel, recover, replay, resume,
   send, wake (handles, admin); ``children`` (parents and children),
   ``published`` (events and replies), ``queries`` (search).
@@ -43,6 +46,7 @@ Django's models are ready.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_from
@@ -96,6 +100,7 @@ from ..exceptions import (
 )
 
 if TYPE_CHECKING:
+    from . import schedules
     from .client import (
         MAX_ID_LENGTH,
         Send,
@@ -171,10 +176,18 @@ __all__ = [
     "delete",
     "filter",
     "get",
+    "schedules",
     "send_many",
     "start",
     "workflow",
 ]
 
-# The names of __all__ not bound above: the client's.
-__getattr__ = lazy_from("django_rivet.workflows.client", __all__, globals())
+# The names of __all__ not bound above: the client's, and the module
+# ``schedules`` (imported on first use too).
+_client_names = lazy_from("django_rivet.workflows.client", __all__, globals())
+
+
+def __getattr__(name: str) -> object:
+    if name == "schedules":
+        return importlib.import_module(f"{__name__}.schedules")
+    return _client_names(name)

@@ -1,21 +1,30 @@
-"""Workflows on a schedule: ``@workflow(cron="0 2 * * *", tz="UTC")``.
+"""Workflow schedules: their ticks, one workflow per tick.
 
-Each tick starts exactly one workflow, with the id ``"<name>@<tick>"`` (the
-tick in ISO 8601 UTC, ``nightly_report@2026-06-02T02:00:00Z``) and the input
-``{"scheduled_at": "<the same tick>"}``:
+A schedule is a :class:`~django_rivet.models.ScheduledWorkflow` row, of one
+of two kinds that share everything below:
 
-- a :class:`~django_rivet.models.ScheduledWorkflow` row per scheduled
-  workflow holds ``next_tick_at``, the source of truth. A tick moves it
-  forward by compare-and-set *in the transaction that starts the tick's
-  workflow*, so two beats, two workers or a sweeper racing a Celery task
-  start it once; the id makes the start idempotent besides.
-- rows follow the code: :func:`sync` creates them from the registered
-  definitions and reschedules one whose expression or zone changed (the
-  first sweep or worker round after a deploy does it). Only ``paused`` is
-  changed from outside (the admin: pause, resume, run now).
+- ``@workflow(cron="0 2 * * *", tz="UTC")``: the row is named after the
+  workflow, ``from_code``, and follows the code: :func:`sync` creates the
+  rows from the registered definitions and reschedules one whose
+  expression or zone changed (the first sweep or worker round after a
+  deploy does it, and :mod:`.schedules` before it answers);
+- schedules created at run time (:mod:`.schedules`: ``create``,
+  ``apply``...), several per workflow, each with its ``context`` (handed
+  to every tick) and its ``queue``.
+
+Each tick starts exactly one workflow, with the id ``"<schedule>@<tick>"``
+(the tick in ISO 8601 UTC, ``nightly_report@2026-06-02T02:00:00Z``) and the
+input ``{"scheduled_at": "<the same tick>", "schedule": "<schedule>",
+"context": <the schedule's>}``:
+
+- ``next_tick_at`` is the source of truth. A tick moves it forward by
+  compare-and-set *in the transaction that starts the tick's workflow*, so
+  two beats, two workers or a sweeper racing a Celery task start it once;
+  the id makes the start idempotent besides.
 - ticks missed while nothing ran are folded into one late tick, the oldest
-  missed (as actor cron does); ``manage.py rivet_backfill`` starts the
-  others (:func:`backfill`, idempotent by id).
+  missed (as actor cron does), unless the schedule has ``catch_up``: then
+  each missed tick starts its workflow. :func:`backfill` (and ``manage.py
+  rivet_backfill``) starts the ticks of a range, idempotent by id.
 
 Ticks run from the sweeper (every ``SWEEP_INTERVAL``), the worker loop, and
 with Celery a ``rivet.tick_workflows`` ETA task sent when the next tick
@@ -34,7 +43,7 @@ from django.db.models import F, Min, Q
 
 from .. import clock, crontab, dispatch
 from ..engine import WorkflowDefinition
-from ..exceptions import InvalidCron, WorkflowNotFound
+from ..exceptions import InvalidCron, ScheduleNotFound
 from ..models import ScheduledWorkflow, Workflow, db
 from . import operations, registry
 
@@ -43,8 +52,10 @@ logger = logging.getLogger("django_rivet.scheduler")
 __all__ = [
     "MAX_BACKFILL",
     "backfill",
+    "backfill_ids",
     "definitions",
     "enqueue_upcoming_ticks",
+    "live",
     "next_tick_due",
     "pause",
     "resume",
@@ -54,6 +65,7 @@ __all__ = [
     "sync",
     "tick_id",
     "tick_input",
+    "trigger",
     "zone_of",
 ]
 
@@ -63,13 +75,13 @@ MAX_BACKFILL = 10000
 
 
 def tick_id(name: str, tick: datetime) -> str:
-    """Return the workflow id of ``name``'s tick at ``tick``."""
+    """Return the workflow id of schedule ``name``'s tick at ``tick``."""
     return f"{name}@{_iso(tick)}"
 
 
-def tick_input(tick: datetime) -> dict[str, Any]:
-    """Return the input of a tick's workflow."""
-    return {"scheduled_at": _iso(tick)}
+def tick_input(name: str, tick: datetime, context: Any = None) -> dict[str, Any]:
+    """Return the input of schedule ``name``'s tick at ``tick``."""
+    return {"scheduled_at": _iso(tick), "schedule": name, "context": context}
 
 
 def _iso(when: datetime) -> str:
@@ -90,36 +102,66 @@ def definitions() -> dict[str, WorkflowDefinition]:
     }
 
 
-def _definition(name: str) -> WorkflowDefinition:
-    definition = definitions().get(name)
-    if definition is None:
-        raise WorkflowNotFound(f"No workflow {name!r} has a cron schedule")
-    return definition
+def live(found: dict[str, WorkflowDefinition] | None = None) -> Q:
+    """Return the filter of the rows that tick in this process.
+
+    The code's rows whose workflow still has its ``cron=`` (``found``:
+    :func:`sync`'s answer), and the run-time ones whose workflow is
+    registered. A row left by a removed ``cron=`` stays (a deploy may be
+    under way) but neither ticks nor is listed.
+    """
+    found = definitions() if found is None else found
+    return Q(from_code=True, name__in=list(found)) | Q(
+        from_code=False, workflow_name__in=list(registry.all_workflows())
+    )
 
 
-# -- rows follow the code --------------------------------------------------------------
+def _row(name: str) -> ScheduledWorkflow:
+    row = ScheduledWorkflow.objects.filter(live(sync()), name=name).first()
+    if row is None:
+        raise ScheduleNotFound(
+            f"No workflow schedule {name!r}: no workflow of that name has a "
+            "cron schedule and no schedule of that name was created at run time",
+            metadata={"schedule": name},
+        )
+    return row
+
+
+def _definition_of(row: ScheduledWorkflow) -> WorkflowDefinition:
+    return registry.get(row.workflow_name or row.name)
+
+
+# -- the code's rows follow the code ---------------------------------------------------
 def sync() -> dict[str, WorkflowDefinition]:
-    """Create and update the rows of the scheduled workflows; return them.
+    """Create and update the rows of ``@workflow(cron=)``; return them.
 
     A new schedule's first tick is the first one after now; a changed
     expression or zone starts over from now. Invalid ones are skipped and
-    logged (``rivet.E702`` reports them at check time).
+    logged (``rivet.E702`` reports them at check time), and so is one whose
+    name a schedule created at run time holds.
     """
     found = definitions()
     if not found:
         return {}
     now = clock.now_datetime()
     rows = {
-        name: (expression, zone)
-        for name, expression, zone in ScheduledWorkflow.objects.filter(
+        name: (expression, zone, from_code)
+        for name, expression, zone, from_code in ScheduledWorkflow.objects.filter(
             name__in=found
-        ).values_list("name", "expression", "timezone")
+        ).values_list("name", "expression", "timezone", "from_code")
     }
     valid = {}
     for name, definition in found.items():
         assert definition.cron is not None
         expression, zone = " ".join(definition.cron.split()), zone_of(definition)
-        if rows.get(name) == (expression, zone):
+        if name in rows and not rows[name][2]:
+            logger.error(
+                "scheduled workflow %s is not scheduled: a schedule created at "
+                "run time has its name",
+                name,
+            )
+            continue
+        if rows.get(name) == (expression, zone, True):
             valid[name] = definition
             continue
         try:
@@ -133,22 +175,27 @@ def sync() -> dict[str, WorkflowDefinition]:
             ScheduledWorkflow.objects.bulk_create(
                 [
                     ScheduledWorkflow(
-                        name=name, created_at=now, updated_at=now, **fields
+                        name=name,
+                        workflow_name=name,
+                        from_code=True,
+                        created_at=now,
+                        updated_at=now,
+                        **fields,
                     )
                 ],
                 ignore_conflicts=True,
             )
         else:
-            old_expression, old_zone = rows[name]
+            old_expression, old_zone, _ = rows[name]
             ScheduledWorkflow.objects.filter(
-                name=name, expression=old_expression, timezone=old_zone
+                name=name, from_code=True, expression=old_expression, timezone=old_zone
             ).update(enqueued_for=None, updated_at=now, **fields)
         logger.info("scheduled workflow %s: %s (%s)", name, expression, zone)
     return valid
 
 
 # -- ticks -----------------------------------------------------------------------------
-def _wake_for(name: str, when: datetime) -> dict[str, Any]:
+def wake_for(when: datetime) -> dict[str, Any]:
     """Return the row fields for a tick task sent for ``when`` (sent on commit)."""
     timestamp = clock.to_timestamp(when)
     if not dispatch.within_eta_horizon(timestamp):
@@ -157,49 +204,71 @@ def _wake_for(name: str, when: datetime) -> dict[str, Any]:
     return {"enqueued_for": when}
 
 
-def _tick(row: ScheduledWorkflow, definition: WorkflowDefinition) -> bool:
-    """Start the workflow of ``row``'s due tick; tell whether this call did."""
-    now = clock.now_datetime()
+def _start(row: ScheduledWorkflow, definition: WorkflowDefinition, at: datetime) -> str:
+    workflow_id = tick_id(row.name, at)
+    operations.start(
+        definition,
+        tick_input(row.name, at, row.context),
+        workflow_id,
+        queue=row.queue or None,
+    )
+    return workflow_id
+
+
+def _tick(
+    row: ScheduledWorkflow, definition: WorkflowDefinition, budget: int = 1
+) -> int:
+    """Start the workflows of ``row``'s due ticks; return how many this call did.
+
+    One tick, the oldest due (the missed ones fold into it), unless the row
+    has ``catch_up``: then each missed tick, at most ``budget`` in this call.
+    """
     tick = row.next_tick_at
-    following = crontab.next_cron_time(row.expression, row.timezone, max(tick, now))
-    workflow_id = tick_id(row.name, tick)
-    with db.atomic():
-        advanced = ScheduledWorkflow.objects.filter(
-            name=row.name, next_tick_at=tick, paused=False
-        ).update(
-            next_tick_at=following,
-            last_tick_at=tick,
-            last_workflow_id=workflow_id,
-            updated_at=now,
-            **_wake_for(row.name, following),
-        )
-        if not advanced:
-            return False  # another beat or worker took this tick
-        operations.start(definition, tick_input(tick), workflow_id)
-    logger.info("scheduled workflow started workflow=%s", workflow_id)
-    return True
+    started = 0
+    while True:
+        now = clock.now_datetime()
+        after = tick if row.catch_up else max(tick, now)
+        following = crontab.next_cron_time(row.expression, row.timezone, after)
+        with db.atomic():
+            advanced = ScheduledWorkflow.objects.filter(
+                name=row.name, next_tick_at=tick, paused=False
+            ).update(
+                next_tick_at=following,
+                last_tick_at=tick,
+                last_workflow_id=tick_id(row.name, tick),
+                updated_at=now,
+                **wake_for(following),
+            )
+            if not advanced:
+                return started  # another beat or worker took this tick
+            workflow_id = _start(row, definition, tick)
+        logger.info("scheduled workflow started workflow=%s", workflow_id)
+        started += 1
+        if following > now or started >= budget:
+            return started
+        tick = following
 
 
 def run_due_ticks(limit: int = 100) -> int:
-    """Start the workflows of every due tick; return how many were started."""
-    found = sync()
-    if not found:
-        return 0
-    due = ScheduledWorkflow.objects.due(clock.now_datetime()).filter(name__in=found)
+    """Start the workflows of due ticks, at most ``limit``; return how many."""
+    due = ScheduledWorkflow.objects.due(clock.now_datetime()).filter(live(sync()))
     started = 0
     for row in list(due.order_by("next_tick_at")[:limit]):
-        if _tick(row, found[row.name]):
-            started += 1
+        if started >= limit:
+            break
+        try:
+            started += _tick(row, _definition_of(row), limit - started)
+        except Exception:
+            # A queue removed from the settings, an input the workflow
+            # refuses...: the row stays due (and logged), the others tick.
+            logger.exception("workflow schedule %s: its tick did not start", row.name)
     return started
 
 
 def next_tick_due() -> float | None:
-    """Return when the next tick of a scheduled workflow is due (the worker)."""
-    found = definitions()
-    if not found:
-        return None
+    """Return when the next tick of a workflow schedule is due (the worker)."""
     at = (
-        ScheduledWorkflow.objects.filter(paused=False, name__in=found)
+        ScheduledWorkflow.objects.filter(live(), paused=False)
         .aggregate(at=Min("next_tick_at"))
         .get("at")
     )
@@ -230,10 +299,10 @@ def sweep() -> int:
     return run_due_ticks() + enqueue_upcoming_ticks()
 
 
-# -- pause, resume, run now, backfill (the admin and rivet_backfill) -------------------
+# -- pause, resume, trigger, backfill (either kind) ------------------------------------
 def pause(name: str) -> bool:
     """Stop starting ``name``'s ticks; return False if it was paused already."""
-    sync()
+    _row(name)
     return bool(
         ScheduledWorkflow.objects.filter(name=name, paused=False).update(
             paused=True, updated_at=clock.now_datetime()
@@ -246,9 +315,8 @@ def resume(name: str) -> bool:
 
     Returns False if it was not paused.
     """
-    sync()
-    row = ScheduledWorkflow.objects.filter(name=name, paused=True).first()
-    if row is None:
+    row = _row(name)
+    if not row.paused:
         return False
     now = clock.now_datetime()
     following = crontab.next_cron_time(row.expression, row.timezone, now)
@@ -257,33 +325,40 @@ def resume(name: str) -> bool:
             paused=False,
             next_tick_at=following,
             updated_at=now,
-            **_wake_for(name, following),
+            **wake_for(following),
         )
     return bool(resumed)
 
 
-def run_now(name: str) -> str:
-    """Start ``name`` now, as a tick at this second; return the workflow id."""
-    definition = _definition(name)
+def trigger(name: str) -> str:
+    """Start ``name``'s workflow now, as a tick at this second; return its id.
+
+    It has the schedule's context and queue; two triggers in one second
+    start one workflow (the id is the tick's).
+    """
+    row = _row(name)
     now = clock.now_datetime().replace(microsecond=0)
-    workflow_id = tick_id(name, now)
-    operations.start(definition, tick_input(now), workflow_id)
-    return workflow_id
+    return _start(row, _definition_of(row), now)
 
 
-def backfill(name: str, start: datetime, end: datetime) -> tuple[int, int]:
+run_now = trigger  # the admin's older name
+
+
+def backfill_ids(name: str, start: datetime, end: datetime) -> tuple[list[str], int]:
     """Start ``name``'s ticks from ``start`` to ``end`` (both included).
 
-    Idempotent by id: returns ``(started, already there)``. Raises
-    ``ValueError`` for more than :data:`MAX_BACKFILL` ticks.
+    Idempotent by id: returns every tick's workflow id and how many were
+    there already. Raises ``ValueError`` for more than :data:`MAX_BACKFILL`
+    ticks.
     """
-    definition = _definition(name)
-    assert definition.cron is not None
-    zone = zone_of(definition)
-    crontab.validate_cron(definition.cron, zone, start)
+    row = _row(name)
+    definition = _definition_of(row)
+    crontab.validate_cron(row.expression, row.timezone, start)
     ticks: list[datetime] = []
     # The first tick at or after ``start``.
-    tick = crontab.next_cron_time(definition.cron, zone, start - timedelta(seconds=1))
+    tick = crontab.next_cron_time(
+        row.expression, row.timezone, start - timedelta(seconds=1)
+    )
     while tick <= end:
         ticks.append(tick)
         if len(ticks) > MAX_BACKFILL:
@@ -291,10 +366,16 @@ def backfill(name: str, start: datetime, end: datetime) -> tuple[int, int]:
                 f"More than {MAX_BACKFILL} ticks between {start} and {end}; "
                 "backfill a shorter range"
             )
-        tick = crontab.next_cron_time(definition.cron, zone, tick)
+        tick = crontab.next_cron_time(row.expression, row.timezone, tick)
     ids = [tick_id(name, tick) for tick in ticks]
     existing = set(Workflow.objects.filter(pk__in=ids).values_list("pk", flat=True))
     for tick, workflow_id in zip(ticks, ids, strict=True):
         if workflow_id not in existing:
-            operations.start(definition, tick_input(tick), workflow_id)
-    return len(ids) - len(existing), len(existing)
+            _start(row, definition, tick)
+    return ids, len(existing)
+
+
+def backfill(name: str, start: datetime, end: datetime) -> tuple[int, int]:
+    """Start ``name``'s ticks in a range: ``(started, already there)``."""
+    ids, existing = backfill_ids(name, start, end)
+    return len(ids) - existing, existing

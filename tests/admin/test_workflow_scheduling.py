@@ -77,7 +77,7 @@ async def admin_nightly(ctx, tick):
     return tick
 
 
-def test_scheduled_workflows_can_be_paused_resumed_and_run_now(root):
+def test_scheduled_workflows_can_be_paused_resumed_and_triggered(root):
     with register_temporarily(admin_nightly), freeze_time(START):
         listing = root.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
         # A page view writes nothing: the new schedule is named, not stored.
@@ -93,7 +93,9 @@ def test_scheduled_workflows_can_be_paused_resumed_and_run_now(root):
         assert ScheduledWorkflow.objects.get().paused is True
         act(root, "scheduledworkflow", "resume_schedules", ["admin_nightly"])
         assert ScheduledWorkflow.objects.get().paused is False
-        response = act(root, "scheduledworkflow", "run_now", ["admin_nightly"])
+        response = act(
+            root, "scheduledworkflow", "trigger_schedules", ["admin_nightly"]
+        )
         assert "admin_nightly@2026-06-01T12:00:00Z" in response.content.decode()
     assert Workflow.objects.filter(pk="admin_nightly@2026-06-01T12:00:00Z").exists()
 
@@ -103,6 +105,80 @@ def test_viewers_cannot_pause_or_run_scheduled_workflows(viewer):
         scheduled.sync()
         viewer.get(reverse("admin:django_rivet_scheduledworkflow_changelist"))
         act(viewer, "scheduledworkflow", "pause_schedules", ["admin_nightly"])
-        act(viewer, "scheduledworkflow", "run_now", ["admin_nightly"])
+        act(viewer, "scheduledworkflow", "trigger_schedules", ["admin_nightly"])
     assert ScheduledWorkflow.objects.get().paused is False
     assert not Workflow.objects.exists()
+
+
+@workflow(name="admin_report")
+async def admin_report(ctx, tick):
+    return tick
+
+
+def test_run_time_schedules_are_listed_with_the_codes_and_managed_alike(root):
+    with register_temporarily(admin_nightly, admin_report), freeze_time(START):
+        workflows.schedules.create(
+            "report-eu", "admin_report", "0 2 * * *", context={"region": "eu"}
+        )
+        listing = root.get(
+            reverse("admin:django_rivet_scheduledworkflow_changelist")
+        ).content.decode()
+        assert "report-eu" in listing and "admin_nightly" in listing
+        assert "run time" in listing and "the code" in listing
+        page = root.get(
+            reverse("admin:django_rivet_scheduledworkflow_change", args=["report-eu"])
+        ).content.decode()
+        assert "region" in page
+        act(root, "scheduledworkflow", "pause_schedules", ["report-eu"])
+        assert workflows.schedules.get("report-eu").paused is True
+        response = act(root, "scheduledworkflow", "trigger_schedules", ["report-eu"])
+        assert "report-eu@2026-06-01T12:00:00Z" in response.content.decode()
+        # The code's schedule is not deleted: it follows the code.
+        response = act(
+            root,
+            "scheduledworkflow",
+            "delete_schedules",
+            ["report-eu", "admin_nightly"],
+        )
+        text = response.content.decode()
+        assert "Delete: report-eu." in text
+        assert "Could not delete admin_nightly" in text
+    assert set(ScheduledWorkflow.objects.values_list("name", flat=True)) == {
+        "admin_nightly"
+    }
+    run = Workflow.objects.get(pk="report-eu@2026-06-01T12:00:00Z")
+    assert run.name == "admin_report"
+
+
+def test_viewers_cannot_add_schedules(viewer):
+    url = reverse("admin:django_rivet_scheduledworkflow_add")
+    assert viewer.get(url).status_code == 403
+
+
+def test_a_schedule_is_added_in_the_admin_through_create(root):
+    url = reverse("admin:django_rivet_scheduledworkflow_add")
+    form = {
+        "name": "report-us",
+        "workflow_name": "admin_report",
+        "expression": "0 2 * * *",
+        "timezone": "America/New_York",
+        "context": '{"region": "us"}',
+        "queue": "",
+    }
+    with register_temporarily(admin_report), freeze_time(START):
+        refused = root.post(url, dict(form, expression="0 25 * * *"))
+        assert "hour 25 out of range" in refused.content.decode()
+        refused = root.post(url, dict(form, workflow_name="nope"))
+        assert refused.status_code == 200
+        assert not ScheduledWorkflow.objects.exists()
+        response = root.post(url, form)
+        assert response.status_code == 302
+        made = workflows.schedules.get("report-us")
+        assert (made.workflow_name, made.tz, made.context, made.from_code) == (
+            "admin_report",
+            "America/New_York",
+            {"region": "us"},
+            False,
+        )
+        taken = root.post(url, form)
+        assert "exists already" in taken.content.decode()

@@ -57,7 +57,11 @@ def test_each_tick_starts_exactly_one_workflow_named_after_the_tick():
     ]
     handle = workflows.get("nightly_report@2026-06-01T02:00:00Z")
     assert handle.result(timeout=1) == "report for 2026-06-01T02:00:00Z"
-    assert handle.snapshot().input == {"scheduled_at": "2026-06-01T02:00:00Z"}
+    assert handle.snapshot().input == {
+        "scheduled_at": "2026-06-01T02:00:00Z",
+        "schedule": "nightly_report",
+        "context": None,
+    }
 
 
 def test_the_expression_is_read_in_its_time_zone():
@@ -77,8 +81,8 @@ def test_two_beats_racing_for_one_tick_start_it_once():
         first = ScheduledWorkflow.objects.get(name="nightly_report")
         second = ScheduledWorkflow.objects.get(name="nightly_report")
         definition = scheduled.definitions()["nightly_report"]
-        assert scheduled._tick(first, definition) is True
-        assert scheduled._tick(second, definition) is False
+        assert scheduled._tick(first, definition) == 1
+        assert scheduled._tick(second, definition) == 0
         assert run_due() == 1  # only the workflow's run
     assert ids() == ["nightly_report@2026-06-01T02:00:00Z"]
 
@@ -119,7 +123,7 @@ def test_rivet_backfill_refuses_what_it_cannot_do(monkeypatch):
     for args, why in (
         (
             ["greet", "--from", "2026-06-01", "--to", "2026-06-02"],
-            "has a cron schedule",
+            "no workflow of that name has a cron schedule",
         ),
         (["nightly_report", "--from", "yesterday", "--to", "2026-06-02"], "ISO"),
         (["nightly_report", "--from", "2026-06-02", "--to", "2026-06-01"], "before"),

@@ -23,11 +23,12 @@ def _moment(value: str) -> datetime:
 
 
 class Command(RivetCommand):
-    """Start the workflows of a scheduled workflow's ticks in a time range."""
+    """Start the workflows of a workflow schedule's ticks in a time range."""
 
     help = (
-        "Start the workflows of every tick of the scheduled workflow NAME "
-        "(@workflow(cron=...)) from --from to --to, both included: ticks "
+        "Start the workflows of every tick of the workflow schedule NAME "
+        "(a workflow's @workflow(cron=...), or a schedule created at run time "
+        "with workflows.schedules) from --from to --to, both included: ticks "
         "missed while nothing ran, or before the schedule existed. Each "
         "tick's workflow has the id NAME@<tick>, so ticks already started "
         "are left alone and running it twice is safe. Times are ISO 8601; "
@@ -36,7 +37,7 @@ class Command(RivetCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Add the name and the range."""
-        parser.add_argument("name", help="The workflow's name.")
+        parser.add_argument("name", help="The schedule's name.")
         parser.add_argument("--from", dest="start", required=True, type=_moment)
         parser.add_argument("--to", dest="end", required=True, type=_moment)
 
