@@ -150,6 +150,18 @@ RETRIES = Kind(
 QUEUES = Kind(
     "a dict of queue names to their limits", lambda v: isinstance(v, dict), dict
 )
+# The longest application version (the Workflow.version column).
+MAX_VERSION_LENGTH = 64
+
+
+def _version(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_VERSION_LENGTH
+
+
+VERSION = Kind(
+    f"None or a version string of 1 to {MAX_VERSION_LENGTH} characters",
+    lambda v: v is None or _version(v),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +297,11 @@ SETTINGS: dict[str, Setting] = {
     # worker_concurrency: its workflows one process runs at once.
     # rivet.E701 checks the limits too.
     "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
+    # The application version of this deployment ("2026.12.1"; None: none,
+    # today's behaviour). Each workflow started here records it, and this
+    # process runs only workflows of its own version and unversioned ones:
+    # the others wait for a worker of theirs (docs/workflows.md).
+    "APP_VERSION": Setting(None, VERSION),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
     # a logged-in active staff user when True, and any client whose address
     # is in METRICS_ALLOWED_IPS, a list of addresses or networks such as

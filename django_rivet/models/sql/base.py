@@ -286,15 +286,21 @@ class Dialect(ABC):
     _lease_check_lock: ClassVar[str] = ""
 
     def lease_claim_sql(
-        self, run: bool, active: Sequence[str], returning: Sequence[str]
+        self,
+        run: bool,
+        active: Sequence[str],
+        returning: Sequence[str],
+        versioned: bool = False,
     ) -> str:
         """Return a claim of a workflow's lease in one statement.
 
         Parameters: token, owner, expiry, (a run: updated_at), the id, (a
-        run: now, now). A run claim takes an unsettled workflow (``active``,
-        or cancelled with its cancel still to carry out) that is due or whose
-        lease expired, and marks an active one running; an operation claim
-        any one nobody holds. Returns the ``returning`` columns of the row it
+        run: now, now, and when ``versioned`` the worker's version). A run
+        claim takes an unsettled workflow (``active``, or cancelled with its
+        cancel still to carry out) that is due or whose lease expired, and
+        marks an active one running; ``versioned``, only one of that
+        application version or of none. An operation claim takes any one
+        nobody holds. Returns the ``returning`` columns of the row it
         claimed, none when it claimed nothing. PostgreSQL skips a row
         another transaction holds (``SKIP LOCKED``) instead of waiting.
         """
@@ -323,13 +329,15 @@ class Dialect(ABC):
                     f"(({token} = '' AND {quote('wake_at')} <= %s) OR "
                     f"(NOT ({token} = '') AND {expires} < %s))"
                 )
+                if versioned:
+                    where += f" AND {quote('version')} IN ('', %s)"
             return (
                 f"UPDATE {workflows} SET {', '.join(sets)} WHERE "
                 f"{self._claim_row('%s')} AND {where} "
                 f"RETURNING {', '.join(quote(column) for column in returning)}"
             )
 
-        key = ("claim", run, *active, "|", *returning)
+        key = ("claim", run, versioned, *active, "|", *returning)
         return self._cached(key, build)  # type: ignore[no-any-return]
 
     def _claim_row(self, placeholder: str) -> str:
@@ -444,15 +452,18 @@ class Dialect(ABC):
             of_queue = (
                 f"FROM {workflows} WHERE NOT ({quote('queue')} = '') AND queue = %s"
             )
-            status, id_ = quote("status"), quote("id")
+            status, id_, dedup = quote("status"), quote("id"), quote("dedup_key")
             return AdmissionSQL(
                 lock=f"UPDATE {table('WorkflowQueue')} "
                 f"SET {quote('admitted_at')} = %s WHERE {quote('name')} = %s",
                 running=f"SELECT COUNT(*) {of_queue} AND {status} IN ({statuses})",
                 started=f"SELECT COUNT(*) {of_queue} AND {quote('started_at')} > %s",
+                # A debounced workflow's burst ends as it starts: its key is
+                # free for the next one (workflows/debounces.py).
                 admit=f"UPDATE {workflows} SET {status} = 'pending', "
                 f"{quote('wake_at')} = %s, {quote('started_at')} = %s, "
-                f"{quote('updated_at')} = %s{{extra}} "
+                f"{quote('updated_at')} = %s, {dedup} = CASE WHEN "
+                f"{quote('debounced')} THEN '' ELSE {dedup} END{{extra}} "
                 f"WHERE {status} = 'queued' AND {id_} IN ("
                 f"SELECT {id_} FROM {workflows} WHERE {quote('queue')} = %s "
                 f"AND {status} = 'queued' AND ({quote('run_after')} IS NULL "
