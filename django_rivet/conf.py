@@ -392,6 +392,7 @@ class RivetSettings:
     RETRY_BACKOFF_BASE: float
     RETRY_BACKOFF_MAX: float
     WORKFLOW_QUEUES: dict[str, Any]
+    APP_VERSION: str | None
     METRICS_ALLOW_STAFF: bool
     METRICS_ALLOWED_IPS: list[str]
     INTERCEPTORS: list[str]

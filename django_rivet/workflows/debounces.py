@@ -103,7 +103,9 @@ def bounce_or_create(
                 # SQLite: take the write lock before reading (as
                 # operations._create_or_find does).
                 Workflow.objects.filter(
-                    queue=where.queue, dedup_key=where.dedup_key
+                    queue=where.queue,
+                    dedup_key=where.dedup_key,
+                    status__in=WORKFLOW_ACTIVE,
                 ).update(updated_at=F("updated_at"))
             holder = (
                 Workflow.objects.filter(

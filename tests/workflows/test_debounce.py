@@ -21,10 +21,12 @@ Deliberate differences from DBOS, explained in docs/workflows.md
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.test import override_settings
 
 from django_rivet import WorkflowDeduplicated, workflows
@@ -305,3 +307,30 @@ def test_debounce_misuse_is_refused():
         assert isinstance(caught.value, ValueError)
         assert caught.value.code == "invalid_queue_args"
     assert not Workflow.objects.exists()
+
+
+@settings
+@pytest.mark.django_db(transaction=True)  # threads: each its own connection
+def test_concurrent_starts_of_one_key_make_one_workflow():
+    """Concurrent first starts race on the queue's deduplication index: the
+    losers bounce the winner, and every caller gets its handle."""
+    barrier = threading.Barrier(4)
+    found, errors = [], []
+
+    def start(n):
+        try:
+            barrier.wait(10)
+            found.append(bounce(f"n{n}", period=60).workflow_id)
+        except Exception as error:  # reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert len(found) == 4 and len(set(found)) == 1
+    assert Workflow.objects.count() == 1
