@@ -150,17 +150,10 @@ RETRIES = Kind(
 QUEUES = Kind(
     "a dict of queue names to their limits", lambda v: isinstance(v, dict), dict
 )
-# The longest application version (the Workflow.version column).
-MAX_VERSION_LENGTH = 64
-
-
-def _version(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_VERSION_LENGTH
-
-
+MAX_VERSION_LENGTH = 64  # the Workflow.version column
 VERSION = Kind(
     f"None or a version string of 1 to {MAX_VERSION_LENGTH} characters",
-    lambda v: v is None or _version(v),
+    lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= MAX_VERSION_LENGTH),
 )
 
 
@@ -297,10 +290,8 @@ SETTINGS: dict[str, Setting] = {
     # worker_concurrency: its workflows one process runs at once.
     # rivet.E701 checks the limits too.
     "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
-    # The application version of this deployment ("2026.12.1"; None: none,
-    # today's behaviour). Each workflow started here records it, and this
-    # process runs only workflows of its own version and unversioned ones:
-    # the others wait for a worker of theirs (docs/workflows.md).
+    # This deployment's version ("2026.12.1"; None: none): workflows started
+    # here record it; only those of it (or none) run here (docs/workflows.md).
     "APP_VERSION": Setting(None, VERSION),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
     # a logged-in active staff user when True, and any client whose address
