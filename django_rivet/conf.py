@@ -150,6 +150,11 @@ RETRIES = Kind(
 QUEUES = Kind(
     "a dict of queue names to their limits", lambda v: isinstance(v, dict), dict
 )
+MAX_VERSION_LENGTH = 64  # the Workflow.version column
+VERSION = Kind(
+    f"None or a version string of 1 to {MAX_VERSION_LENGTH} characters",
+    lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= MAX_VERSION_LENGTH),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +290,9 @@ SETTINGS: dict[str, Setting] = {
     # worker_concurrency: its workflows one process runs at once.
     # rivet.E701 checks the limits too.
     "WORKFLOW_QUEUES": Setting({}, QUEUES, "rivet.E701"),
+    # This deployment's version ("2026.12.1"; None: none): workflows started
+    # here record it; only those of it (or none) run here (docs/workflows.md).
+    "APP_VERSION": Setting(None, VERSION),
     # Who may read the Prometheus metrics view (django_rivet.metrics URLs):
     # a logged-in active staff user when True, and any client whose address
     # is in METRICS_ALLOWED_IPS, a list of addresses or networks such as
@@ -375,6 +383,7 @@ class RivetSettings:
     RETRY_BACKOFF_BASE: float
     RETRY_BACKOFF_MAX: float
     WORKFLOW_QUEUES: dict[str, Any]
+    APP_VERSION: str | None
     METRICS_ALLOW_STAFF: bool
     METRICS_ALLOWED_IPS: list[str]
     INTERCEPTORS: list[str]

@@ -52,6 +52,7 @@ DOCUMENTED_DEFAULTS = {
     "RETRY_BACKOFF_BASE": 1.0,
     "RETRY_BACKOFF_MAX": 300.0,
     "WORKFLOW_QUEUES": {},
+    "APP_VERSION": None,
     # Who may read the metrics view (issue 28).
     "METRICS_ALLOW_STAFF": True,
     "METRICS_ALLOWED_IPS": [],

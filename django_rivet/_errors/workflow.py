@@ -81,7 +81,7 @@ class WorkflowDeduplicated(RivetError):
 
 
 class InvalidQueueArguments(RivetError, ValueError, TypeError):
-    """A start's ``queue``, ``priority`` or ``dedup_key`` is out of range.
+    """A start's ``queue``, ``priority``, ``dedup_key`` or ``debounce`` is out of range.
 
     Also a ``ValueError`` and a ``TypeError``, what these arguments raised
     before they had a code.

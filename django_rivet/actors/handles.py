@@ -121,11 +121,15 @@ class WorkflowsAPI(Protocol):
         timeout: float | timedelta | None = None,
         attributes: Mapping[str, str | int] | None = None,
         partition_key: str | None = None,
+        run_after: datetime | float | timedelta | None = None,
+        version: str | None = None,
+        debounce: float | timedelta | None = None,
+        debounce_max: float | timedelta | None = None,
     ) -> WorkflowHandleAPI:
         """Start a workflow (idempotent per ``id``); runs after commit.
 
         With ``queue``, it waits in that workflow queue (``priority``,
-        ``dedup_key``: see ``django_rivet.workflows.start``).
+        ``dedup_key``, ``debounce``: see ``django_rivet.workflows.start``).
         """
         ...
 
@@ -141,6 +145,10 @@ class WorkflowsAPI(Protocol):
         timeout: float | timedelta | None = None,
         attributes: Mapping[str, str | int] | None = None,
         partition_key: str | None = None,
+        run_after: datetime | float | timedelta | None = None,
+        version: str | None = None,
+        debounce: float | timedelta | None = None,
+        debounce_max: float | timedelta | None = None,
     ) -> WorkflowHandleAPI:
         """Async :meth:`start`."""
         ...

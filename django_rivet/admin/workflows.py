@@ -23,8 +23,14 @@ from django.utils.html import format_html, format_html_join
 
 from ..encoding import json_loads
 from ..exceptions import MalformedRequest
-from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowMessage, WorkflowStreamValue
-from ..workflows import control, operations, sends
+from ..models import (
+    WORKFLOW_ACTIVE,
+    Workflow,
+    WorkflowMessage,
+    WorkflowStatus,
+    WorkflowStreamValue,
+)
+from ..workflows import control, operations, sends, versions
 from ..workflows.client import WorkflowHandle
 from .rendering import pretty, render_history
 from .retention import RetentionAdmin, purge_note
@@ -48,13 +54,14 @@ class WorkflowAdmin(RetentionAdmin):
         "id",
         "name",
         "status",
+        "version",
         "wake_at",
         "waiting_for",
         "run_count",
         "retry_count",
         "updated_at",
     ]
-    list_filter = ["status", "name", "queue"]
+    list_filter = ["status", "name", "queue", "version"]
     search_fields = ["=id", "name"]
     ordering = ["-created_at"]
     readonly_fields = (
@@ -66,6 +73,8 @@ class WorkflowAdmin(RetentionAdmin):
         "children",
         "searchable_attributes",
         "queue",
+        "application_version",
+        "debounce",
         "replay_check",
         "created_at",
         "updated_at",
@@ -111,6 +120,33 @@ class WorkflowAdmin(RetentionAdmin):
     @admin.display(description="purged")
     def purge(self, obj: Workflow) -> str:
         return purge_note(obj)
+
+    @admin.display(description="application version")
+    def application_version(self, obj: Workflow) -> str:
+        if not obj.version:
+            return "- (any worker runs it)"
+        here = versions.current()
+        if obj.status in WORKFLOW_ACTIVE and here and obj.version != here:
+            return (
+                f"{obj.version} (waits for a worker of version {obj.version}: "
+                f"this deployment is {here})"
+            )
+        return obj.version
+
+    @admin.display(description="debounce")
+    def debounce(self, obj: Workflow) -> str:
+        if not obj.debounced:
+            return "-"
+        if obj.status != WorkflowStatus.QUEUED:
+            return "debounced; started"
+        cap = obj.debounce_deadline
+        limit = "" if cap is None else f", at the latest {cap:%Y-%m-%d %H:%M:%S}"
+        due = obj.run_after
+        return (
+            f"debounced (key {obj.dedup_key!r}): starts "
+            f"{'-' if due is None else f'{due:%Y-%m-%d %H:%M:%S}'}{limit} "
+            "unless another start of its key comes first"
+        )
 
     @admin.display(description="engine state")
     def engine_state(self, obj: Workflow) -> str:

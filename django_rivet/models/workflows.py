@@ -196,6 +196,17 @@ class Workflow(models.Model):
     # The W3C traceparent of the span that started it ("" without tracing):
     # every run's span continues that trace (docs/observability.md).
     traceparent = models.CharField(max_length=55, blank=True, default="")
+    # The application version it runs on (RIVET["APP_VERSION"] when it was
+    # started, or ``start(..., version=)``; "": none). A worker with a
+    # version runs only runs of its own version and unversioned ones; the
+    # others wait for a worker that has theirs (docs/workflows.md).
+    version = models.CharField(max_length=64, blank=True, default="")
+    # A debounced start (``start(..., debounce=)``) waiting for its burst to
+    # end: queued with ``run_after``, which each start of its dedup_key
+    # pushes back (never past ``debounce_deadline``, from ``debounce_max``).
+    # Admission clears its dedup_key: a later start begins a new burst.
+    debounced = models.BooleanField(default=False)
+    debounce_deadline = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowQuerySet.as_manager()
 

@@ -28,7 +28,7 @@ from ..models import (
     db,
     sql,
 )
-from . import queues, registry
+from . import queues, registry, versions
 from .placement import create_placed, placement
 from .wakeups import schedule_wake, wake_fields
 
@@ -53,10 +53,14 @@ def deadline_for(timeout: float | None, now: float) -> datetime | None:
     return clock.to_datetime(now + float(timeout))
 
 
-def start_fields(name: str, timeout: float | None, now: datetime) -> dict[str, Any]:
-    """Return the fields of a new workflow row: pending, due ``now``."""
+def start_fields(
+    name: str, timeout: float | None, now: datetime, version: str | None = None
+) -> dict[str, Any]:
+    """Return the fields of a new workflow row: pending, due ``now``, on
+    application ``version`` (default: this process's, versions.py)."""
     return {
         "name": name,
+        "version": versions.resolved(version),
         "status": WorkflowStatus.PENDING,
         "wake_at": now,
         "created_at": now,

@@ -33,6 +33,7 @@ from asgiref.sync import sync_to_async
 from ..engine import WorkflowDefinition
 from ..engine.values import seconds
 from . import control, operations, queries, sends
+from .debounces import debounce_seconds
 from .instance import WorkflowHandle
 from .sends import Send
 
@@ -71,6 +72,9 @@ def start(
     attributes: Mapping[str, str | int] | None = None,
     partition_key: str | None = None,
     run_after: datetime | float | timedelta | None = None,
+    version: str | None = None,
+    debounce: float | timedelta | None = None,
+    debounce_max: float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Start the workflow ``workflow`` (a registered name) with ``input``.
 
@@ -96,7 +100,14 @@ def start(
     integers by name, at most 32) are stored with a new workflow for
     :func:`filter` to find it by. ``run_after`` (an aware datetime, or
     seconds or a timedelta from now) delays the first run: the workflow is
-    ``pending`` (``queued``, not counted by its queue) until then. See
+    ``pending`` (``queued``, not counted by its queue) until then.
+
+    ``version`` is the application version it runs on (default:
+    ``RIVET["APP_VERSION"]``): only a worker of that version runs it.
+    ``debounce`` (seconds or a timedelta, with ``queue`` and ``dedup_key``)
+    starts it once no other start of that key came for that long, with the
+    latest input; every start of one burst returns the same handle, and
+    ``debounce_max`` bounds the wait from the burst's first start. See
     docs/workflows.md.
     """
     limit = seconds(timeout)
@@ -114,6 +125,9 @@ def start(
         attributes=attributes,
         partition_key=partition_key,
         run_after=operations.due_time(run_after),
+        version=version,
+        debounce=debounce_seconds(debounce, "debounce"),
+        debounce_max=debounce_seconds(debounce_max, "debounce_max"),
     )
     return WorkflowHandle(workflow_id, name)
 
@@ -130,6 +144,9 @@ async def astart(
     attributes: Mapping[str, str | int] | None = None,
     partition_key: str | None = None,
     run_after: datetime | float | timedelta | None = None,
+    version: str | None = None,
+    debounce: float | timedelta | None = None,
+    debounce_max: float | timedelta | None = None,
 ) -> WorkflowHandle:
     """Async :func:`start`."""
     return await sync_to_async(start)(
@@ -143,6 +160,9 @@ async def astart(
         attributes=attributes,
         partition_key=partition_key,
         run_after=run_after,
+        version=version,
+        debounce=debounce,
+        debounce_max=debounce_max,
     )
 
 
@@ -170,7 +190,8 @@ def filter(  # noqa: A001 - the public name the API documents
     list), ``status`` (one or a list), ``ids``, ``id_prefix`` (one or a
     list), ``waiting_for`` (a message name the workflow waits for now:
     ``"*"`` waits for any message, ``"child:<id>"`` for that child),
-    ``parent_id``, ``has_parent``, ``queue``, ``created_after`` /
+    ``parent_id``, ``has_parent``, ``queue``, ``version`` (one or a list;
+    ``""``: started without one), ``created_after`` /
     ``created_before`` and ``completed_after`` / ``completed_before``
     (datetimes or epoch seconds, exclusive), ``attributes`` (a mapping the
     workflow's attributes must match, by equality). ``order`` is ``"desc"``

@@ -36,7 +36,7 @@ from ..engine import (
 from ..engine.errors import cancellation
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus, db
-from . import cancels, capacity, endings, leases, registry
+from . import cancels, capacity, endings, leases, registry, versions
 from .blocking import run_private
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
@@ -399,6 +399,7 @@ def run_due(limit: int = 100) -> int:
     now = clock.now_datetime()
     ids = list(
         Workflow.objects.runnable(now)
+        .filter(versions.runs_here())
         .order_by("priority", "wake_at")
         .values_list("pk", flat=True)[:limit]
     )

@@ -39,11 +39,14 @@ def fork(
     new_id: str | None = None,
     *,
     queue: str | None = None,
+    version: str | None = None,
 ) -> tuple[str, str]:
     """Start a fork of ``workflow_id`` from the step at ``from_step``.
 
     Returns the fork's id and name. ``new_id`` (default: a random one) must
-    be free; ``queue`` starts it through that workflow queue. Raises
+    be free; ``queue`` starts it through that workflow queue; ``version``
+    is the application version it runs on (default: this process's, see
+    :mod:`.versions`: a fork is a run of the code deployed now). Raises
     ``workflow/not_found`` for an unknown workflow and
     ``EntryNotFoundError`` when no step is at ``from_step``.
     """
@@ -57,7 +60,7 @@ def fork(
     with db.atomic():
         placed = wake_fields(now) if where is None else where.fields()
         Workflow.objects.create(
-            id=new_id, **{**start_fields(name, None, now), **placed}
+            id=new_id, **{**start_fields(name, None, now, version), **placed}
         )
         _copy(workflow_id, new_id)
         driver = DjangoDriver(new_id, private_loop=True)

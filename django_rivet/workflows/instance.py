@@ -178,23 +178,35 @@ class WorkflowHandle(StreamReading):
         return await sync_to_async(self.resume)()
 
     def fork(
-        self, from_step: str, id: str | None = None, queue: str | None = None
+        self,
+        from_step: str,
+        id: str | None = None,
+        queue: str | None = None,
+        version: str | None = None,
     ) -> WorkflowHandle:
         """Start a new workflow from this one's history up to a step.
 
         ``from_step`` is the step's location as :meth:`history` shows it
         (``charge``, ``batch/~3/fetch``): the fork replays what was recorded
         before it and runs that step and the rest with the code deployed
-        now. This workflow is not touched. Returns the fork's handle.
+        now. This workflow is not touched. ``version``: the application
+        version the fork runs on (default: ``RIVET["APP_VERSION"]``).
+        Returns the fork's handle.
         """
-        fork_id, name = forks.fork(self.workflow_id, from_step, id, queue=queue)
+        fork_id, name = forks.fork(
+            self.workflow_id, from_step, id, queue=queue, version=version
+        )
         return WorkflowHandle(fork_id, name)
 
     async def afork(
-        self, from_step: str, id: str | None = None, queue: str | None = None
+        self,
+        from_step: str,
+        id: str | None = None,
+        queue: str | None = None,
+        version: str | None = None,
     ) -> WorkflowHandle:
         """Async :meth:`fork`."""
-        return await sync_to_async(self.fork)(from_step, id, queue)
+        return await sync_to_async(self.fork)(from_step, id, queue, version)
 
     def delete(self, children: bool = False) -> bool:
         """Delete the finished workflow and every row it owns; tell if it did.
@@ -219,6 +231,15 @@ class WorkflowHandle(StreamReading):
     async def aparent_id(self) -> str | None:
         """Async :attr:`parent_id`."""
         return await sync_to_async(control.parent_of)(self.workflow_id)
+
+    @property
+    def version(self) -> str | None:
+        """Return the application version it runs on (None: unversioned)."""
+        return operations.version_of(self.workflow_id)
+
+    async def aversion(self) -> str | None:
+        """Async :attr:`version`."""
+        return await sync_to_async(operations.version_of)(self.workflow_id)
 
     def request(self, name: str, body: Any = None, timeout: float | None = None) -> Any:
         """Send message ``name`` and return the value the workflow replies.

@@ -31,6 +31,7 @@ from django.utils.dateparse import parse_datetime
 from .. import clock
 from ..conf import rivet_settings
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
+from . import versions
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -88,7 +89,8 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
     be carried out stays ``cancelled``). An operation claim takes any
     workflow nobody holds, whatever its status or wake-up time (operations
     -- cancel, recover, replay -- never take over a crashed run's lease: the
-    sweeper resumes that run first). One
+    sweeper resumes that run first). A run claim in a process with an
+    ``APP_VERSION`` takes only a workflow of that version or of none. One
     statement (:meth:`~..models.sql.Dialect.lease_claim_sql`): its own
     transaction in autocommit, which takes the row lock on PostgreSQL
     (skipping a row another transaction holds) and the write lock on SQLite.
@@ -99,11 +101,18 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
     when = connection.ops.adapt_datetimefield_value
     expires = when(clock.to_datetime(clock.now() + lease_seconds()))
     params: list[Any] = [token, _OWNER, expires]
+    # A run claim takes only a run this process's version may run
+    # (versions.py); an operation (cancel, recover...) any version's.
+    version = versions.current() if run else ""
     if run:
         params += [when(now), workflow_id, when(now), when(now)]
     else:
         params.append(workflow_id)
-    statement = sql.dialect(connection).lease_claim_sql(run, WORKFLOW_ACTIVE, _CLAIMED)
+    if version:
+        params.append(version)
+    statement = sql.dialect(connection).lease_claim_sql(
+        run, WORKFLOW_ACTIVE, _CLAIMED, versioned=bool(version)
+    )
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         found = cursor.fetchone()

@@ -46,7 +46,7 @@ from ..models import (
     sql,
 )
 from . import attributes as workflow_attributes
-from . import cancels, children, leases, queues, registry
+from . import cancels, children, debounces, leases, queues, registry
 from .children import start_fields
 from .driver import DjangoDriver
 from .execution import cancel_claimed, release, run_if_idle, run_private
@@ -103,6 +103,9 @@ def start(
     order: int = 0,
     attributes: Mapping[str, str | int] | None = None,
     partition_key: str | None = None,
+    version: str | None = None,
+    debounce: float | None = None,
+    debounce_max: float | None = None,
 ) -> tuple[str, str]:
     """Store a new workflow (idempotent per id); return ``(id, name)``.
 
@@ -117,9 +120,13 @@ def start(
     new workflow's only: an existing id keeps its own). ``run_after`` delays
     the first run (a queued workflow is admitted only once it is due).
     ``order`` is the priority of a direct start among due workflows (lower
-    first; the task backend's).
+    first; the task backend's). ``version``: the application version it
+    runs on (:mod:`.versions`). ``debounce`` (seconds, with ``queue`` and
+    ``dedup_key``) makes it a debounced start (:mod:`.debounces`): the id
+    returned is the burst's workflow's.
     """
     where = placement(queue, priority, dedup_key, partition_key)
+    debounces.check(where, debounce, debounce_max, run_after)
     attribute_rows = workflow_attributes.check(attributes)
     fresh = workflow_id is None
     workflow_id = uuid.uuid4().hex if workflow_id is None else str(workflow_id)
@@ -142,11 +149,36 @@ def start(
     own_transaction = not db.in_atomic_block()
     fields = {
         **start_fields(
-            definition.name, definition.timeout if timeout is None else timeout, now
+            definition.name,
+            definition.timeout if timeout is None else timeout,
+            now,
+            version,
         ),
         "traceparent": observability.traceparent(),
         **placed,
     }
+    if debounce is not None and where is not None:
+
+        def create(debounced: dict[str, Any]) -> str | None:
+            row, created = Workflow.objects.get_or_create(
+                id=workflow_id, defaults=debounced
+            )
+            if not created:
+                return row.name
+            _store_input(workflow_id, encoded, attribute_rows)
+            return None
+
+        burst_id = debounces.bounce_or_create(
+            workflow_id,
+            definition.name,
+            where,
+            fields,
+            encoded,
+            debounce,
+            debounce_max,
+            create,
+        )
+        return burst_id, definition.name
     if fresh and where is None and not attribute_rows:
         # A random id is new: no lookup, nothing to collide with.
         _insert_new(workflow_id, fields, encoded)
@@ -161,12 +193,7 @@ def start(
                 if found != definition.name:
                     raise children.id_conflict(workflow_id, found)
                 return workflow_id, found
-        WorkflowKV.objects.create(
-            workflow_id=workflow_id,
-            key=keys.workflow_key(keys.WORKFLOW_INPUT),
-            value=encoded,
-        )
-        workflow_attributes.store(workflow_id, attribute_rows)
+        _store_input(workflow_id, encoded, attribute_rows)
         if where is None:
             schedule_wake(workflow_id, due)
         elif due is not now:
@@ -175,6 +202,16 @@ def start(
             queues.check_depth(where.queue)
             queues.admit_after_start(where.queue, own_transaction)
     return workflow_id, definition.name
+
+
+def _store_input(workflow_id: str, encoded: bytes, attribute_rows: Any) -> None:
+    """Store a new workflow's input and attributes (in its transaction)."""
+    WorkflowKV.objects.create(
+        workflow_id=workflow_id,
+        key=keys.workflow_key(keys.WORKFLOW_INPUT),
+        value=encoded,
+    )
+    workflow_attributes.store(workflow_id, attribute_rows)
 
 
 def _insert_new(workflow_id: str, fields: dict[str, Any], encoded: bytes) -> None:
@@ -249,6 +286,11 @@ def definition_of(workflow: str | WorkflowDefinition) -> WorkflowDefinition:
 def name_of(workflow_id: str) -> str:
     """Return the workflow name of an existing workflow id."""
     return _column(workflow_id, "name")
+
+
+def version_of(workflow_id: str) -> str | None:
+    """Return the application version a workflow runs on (None: none)."""
+    return _column(workflow_id, "version") or None
 
 
 def status(workflow_id: str) -> str:

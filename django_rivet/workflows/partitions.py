@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Case, Count, F, Q, Value, When
 
 from ..models import WORKFLOW_ADMITTED, Workflow, WorkflowQueue, WorkflowStatus
 from .wakeups import wake_fields
@@ -109,6 +109,8 @@ def start_queued(config: Any, now: datetime, free: int) -> list[str]:
         status=WorkflowStatus.PENDING,
         wake_at=now,
         started_at=now,
+        # A debounced burst ends as it starts (workflows/debounces.py).
+        dedup_key=Case(When(debounced=True, then=Value("")), default=F("dedup_key")),
         updated_at=now,
         **wake_fields(now),
     )

@@ -24,7 +24,7 @@ from ..exceptions import (
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus
 from .queues import DEDUP_KEY_MAX_LENGTH, PRIORITY_RANGE, configured
 
-__all__ = ["Placement", "create_placed", "duplicate_of", "placement"]
+__all__ = ["Placement", "create_placed", "duplicate_of", "invalid", "placement"]
 
 T = TypeVar("T")
 
@@ -58,13 +58,11 @@ def _key(value: str | None, what: str) -> str:
         or not 0 < len(value) <= DEDUP_KEY_MAX_LENGTH
         or "\x00" in value
     ):
-        raise _invalid(
-            f"{what} is 1 to {DEDUP_KEY_MAX_LENGTH} characters, no NUL", what
-        )
+        raise invalid(f"{what} is 1 to {DEDUP_KEY_MAX_LENGTH} characters, no NUL", what)
     return value or ""
 
 
-def _invalid(message: str, argument: str | None = None) -> InvalidQueueArguments:
+def invalid(message: str, argument: str | None = None) -> InvalidQueueArguments:
     metadata = None if argument is None else {"argument": argument}
     return InvalidQueueArguments(message, metadata=metadata)
 
@@ -85,7 +83,7 @@ def placement(
     """
     if queue is None:
         if priority != 0 or dedup_key is not None or partition_key is not None:
-            raise _invalid("priority, dedup_key and partition_key need a queue=")
+            raise invalid("priority, dedup_key and partition_key need a queue=")
         return None
     config = configured().get(queue) if isinstance(queue, str) else None
     if config is None:
@@ -99,14 +97,14 @@ def placement(
             metadata={"queue": queue},
         )
     if not config.partitioned and partition_key is not None:
-        raise _invalid(
+        raise invalid(
             f"Workflow queue {queue!r} is not partitioned: it takes no "
             "partition_key (give it partition_concurrency or partition_rate_limit)"
         )
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise _invalid("priority is an integer (lower starts first)", "priority")
+        raise invalid("priority is an integer (lower starts first)", "priority")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        raise _invalid(
+        raise invalid(
             f"priority is from {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}", "priority"
         )
     return Placement(

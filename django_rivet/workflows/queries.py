@@ -36,6 +36,7 @@ class Filters(TypedDict, total=False):
     parent_id: str | None
     has_parent: bool | None
     queue: str | None
+    version: str | Sequence[str] | None
     created_after: datetime | float | None
     created_before: datetime | float | None
     completed_after: datetime | float | None
@@ -88,7 +89,8 @@ def _times(
 def matching(**filters: Any) -> WorkflowQuerySet:
     """Return the workflows matching every filter of :class:`Filters` given.
 
-    ``name``, ``status`` and ``id_prefix`` take one value or several;
+    ``name``, ``status``, ``id_prefix`` and ``version`` take one value or
+    several (``version=""``: the workflows started without a version);
     ``ids`` a list of ids; ``waiting_for`` a message name the workflow's
     current wait includes (``"*"`` for any-message waits, ``"child:<id>"``
     for a parent waiting for a child); ``has_parent`` True for children,
@@ -123,6 +125,8 @@ def matching(**filters: Any) -> WorkflowQuerySet:
         )
     if "queue" in given:
         rows = rows.filter(queue=given["queue"])
+    if "version" in given:
+        rows = rows.filter(version__in=_some(given["version"]))
     rows = _times(
         rows, "created_at", given.get("created_after"), given.get("created_before")
     )

@@ -22,6 +22,7 @@ from django.db.models import F, Min, Q
 
 from .. import clock, dispatch
 from ..models import Workflow, db
+from . import versions
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -65,7 +66,7 @@ def next_due_at() -> float | None:
     """Return when the next workflow is due or the next lease expires."""
     times = [
         Workflow.objects.unsettled()
-        .filter(lease_token="")
+        .filter(versions.runs_here(), lease_token="")
         .aggregate(at=Min("wake_at"))["at"],
         Workflow.objects.exclude(lease_token="").aggregate(at=Min("lease_expires_at"))[
             "at"

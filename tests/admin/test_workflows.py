@@ -228,3 +228,21 @@ def test_the_page_shows_the_attributes(viewer):
     workflows.start("greet", {"name": "x"}, id="tagged", attributes={"tenant": "42"})
     html = change_page(viewer, "tagged")
     assert "<code>tenant</code> = &#x27;42&#x27;" in html
+
+
+def test_a_run_of_another_version_says_what_it_waits_for(viewer, settings):
+    """Issue 44: a run of another application version is visible as waiting
+    for a worker of its version; a debounced one says when it starts."""
+    settings.RIVET = {"APP_VERSION": "A", "WORKFLOW_QUEUES": {"q": {}}}
+    workflows.start("greet", {"name": "b"}, id="on-b", version="B")
+    page = viewer.get(reverse("admin:django_rivet_workflow_change", args=["on-b"]))
+    assert "waits for a worker of version B: this deployment is A" in (
+        page.content.decode()
+    )
+    listing = viewer.get(reverse(CHANGELIST), {"version": "B"}).content.decode()
+    assert "on-b" in listing
+    workflows.start(
+        "greet", {"name": "d"}, id="burst", queue="q", dedup_key="k", debounce=60
+    )
+    page = viewer.get(reverse("admin:django_rivet_workflow_change", args=["burst"]))
+    assert "unless another start of its key comes first" in page.content.decode()

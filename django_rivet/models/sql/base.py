@@ -15,17 +15,19 @@ model modules ask their dialect for SQL too (``waiting_for__has_name``).
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from django.apps import apps
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 
-__all__ = ["AdmissionSQL", "Dialect", "Statement"]
+from .admission import AdmissionSQL, admission_statements
+from .names import quote, table
+
+__all__ = ["AdmissionSQL", "Dialect", "Statement", "quote", "table"]
 
 # One statement and its parameters.
 Statement = tuple[str, list[Any]]
@@ -43,28 +45,6 @@ ACTOR_COLUMNS = (
 # By name and key, the row's name and key are the ones asked for: not read.
 ACTOR_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq", "state_version")
 CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
-
-
-def quote(name: str) -> str:
-    """Quote a table or column name (as both backends' ``quote_name`` do)."""
-    if name.startswith('"') and name.endswith('"'):
-        return name
-    return f'"{name}"'
-
-
-def table(model: str) -> str:
-    """Return the quoted table of django_rivet's model ``model``."""
-    return quote(apps.get_model("django_rivet", model)._meta.db_table)
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionSQL:
-    """The statements of a workflow queue's admission pass."""
-
-    lock: str
-    running: str
-    started: str
-    admit: str  # format with the SET clause of wake_fields' columns
 
 
 class Dialect(ABC):
@@ -286,15 +266,21 @@ class Dialect(ABC):
     _lease_check_lock: ClassVar[str] = ""
 
     def lease_claim_sql(
-        self, run: bool, active: Sequence[str], returning: Sequence[str]
+        self,
+        run: bool,
+        active: Sequence[str],
+        returning: Sequence[str],
+        versioned: bool = False,
     ) -> str:
         """Return a claim of a workflow's lease in one statement.
 
         Parameters: token, owner, expiry, (a run: updated_at), the id, (a
-        run: now, now). A run claim takes an unsettled workflow (``active``,
-        or cancelled with its cancel still to carry out) that is due or whose
-        lease expired, and marks an active one running; an operation claim
-        any one nobody holds. Returns the ``returning`` columns of the row it
+        run: now, now, and when ``versioned`` the worker's version). A run
+        claim takes an unsettled workflow (``active``, or cancelled with its
+        cancel still to carry out) that is due or whose lease expired, and
+        marks an active one running; ``versioned``, only one of that
+        application version or of none. An operation claim takes any one
+        nobody holds. Returns the ``returning`` columns of the row it
         claimed, none when it claimed nothing. PostgreSQL skips a row
         another transaction holds (``SKIP LOCKED``) instead of waiting.
         """
@@ -323,13 +309,15 @@ class Dialect(ABC):
                     f"(({token} = '' AND {quote('wake_at')} <= %s) OR "
                     f"(NOT ({token} = '') AND {expires} < %s))"
                 )
+                if versioned:
+                    where += f" AND {quote('version')} IN ('', %s)"
             return (
                 f"UPDATE {workflows} SET {', '.join(sets)} WHERE "
                 f"{self._claim_row('%s')} AND {where} "
                 f"RETURNING {', '.join(quote(column) for column in returning)}"
             )
 
-        key = ("claim", run, *active, "|", *returning)
+        key = ("claim", run, versioned, *active, "|", *returning)
         return self._cached(key, build)  # type: ignore[no-any-return]
 
     def _claim_row(self, placeholder: str) -> str:
@@ -438,28 +426,7 @@ class Dialect(ABC):
         PostgreSQL, and SQLite >= 3.35 (RETURNING; rivet.E402).
         """
 
-        def build() -> AdmissionSQL:
-            workflows = table("Workflow")
-            statuses = ", ".join(f"'{status}'" for status in admitted)
-            of_queue = (
-                f"FROM {workflows} WHERE NOT ({quote('queue')} = '') AND queue = %s"
-            )
-            status, id_ = quote("status"), quote("id")
-            return AdmissionSQL(
-                lock=f"UPDATE {table('WorkflowQueue')} "
-                f"SET {quote('admitted_at')} = %s WHERE {quote('name')} = %s",
-                running=f"SELECT COUNT(*) {of_queue} AND {status} IN ({statuses})",
-                started=f"SELECT COUNT(*) {of_queue} AND {quote('started_at')} > %s",
-                admit=f"UPDATE {workflows} SET {status} = 'pending', "
-                f"{quote('wake_at')} = %s, {quote('started_at')} = %s, "
-                f"{quote('updated_at')} = %s{{extra}} "
-                f"WHERE {status} = 'queued' AND {id_} IN ("
-                f"SELECT {id_} FROM {workflows} WHERE {quote('queue')} = %s "
-                f"AND {status} = 'queued' AND ({quote('run_after')} IS NULL "
-                f"OR {quote('run_after')} <= %s) ORDER BY {quote('priority')}, "
-                f"{quote('created_at')}, {id_} LIMIT %s) RETURNING {id_}",
-            )
-
+        build = functools.partial(admission_statements, admitted)
         return self._cached(("admission", *admitted), build)  # type: ignore[no-any-return]
 
     # -- text --------------------------------------------------------------------------
