@@ -76,19 +76,73 @@ def store_old_states(name: str, keys: list[str], state: bytes, version: int) -> 
 
 
 def add_kv_rows(workflow_id: str, image: dict[bytes, bytes]) -> None:
-    """Insert ``image`` into a workflow's KV rows (P6's prepared history)."""
-    from django.db import transaction
+    """Insert ``image`` into a workflow's KV rows (P6's prepared history).
 
-    from django_rivet.models import WorkflowKV
+    One ``executemany`` (a model instance per row cost P6w's 100k-entry
+    legs 10-30 s of setup each).
+    """
+    from django.db import connection, transaction
 
-    with transaction.atomic():
-        WorkflowKV.objects.bulk_create(
-            [
-                WorkflowKV(workflow_id=workflow_id, key=key, value=value)
-                for key, value in image.items()
-            ],
-            batch_size=500,
-        )
+    table, fk, key, value = workflow_kv_table()
+    sql = f"INSERT INTO {table} ({fk}, {key}, {value}) VALUES (%s, %s, %s)"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, [(workflow_id, k, v) for k, v in image.items()])
+
+
+def run_workflow(workflow_id: str) -> str | None:
+    """Run a workflow as a worker does when it is woken (P6w).
+
+    What the ``rivet.run_workflow`` task runs: claim the lease, run while it
+    is due, release; ``None`` when nothing ran.
+    """
+    from django_rivet.workflows import execution
+
+    return execution.run(workflow_id)
+
+
+def message_and_row_sql() -> tuple[str, str]:
+    """Return P6w's baseline statements, raw.
+
+    An ``INSERT`` of one inbox message (params: workflow id, name, body,
+    created_at as the database takes it) and a ``SELECT`` of one workflow
+    row by its primary key (param: workflow id).
+    """
+    from django.db import connection
+
+    from django_rivet.models import Workflow, WorkflowMessage
+
+    quote = connection.ops.quote_name
+    messages = quote(WorkflowMessage._meta.db_table)
+    fk = quote(WorkflowMessage._meta.get_field("workflow").column)
+    insert = (
+        f"INSERT INTO {messages} ({fk}, {quote('name')}, {quote('body')}, "
+        f"{quote('created_at')}) VALUES (%s, %s, %s, %s)"
+    )
+    select = (
+        f"SELECT {quote('status')} FROM {quote(Workflow._meta.db_table)} "
+        f"WHERE {quote(Workflow._meta.pk.column)} = %s"
+    )
+    return insert, select
+
+
+def delete_messages(workflow_id: str) -> None:
+    """Delete a workflow's inbox messages (P6w's baseline rows, untimed)."""
+    from django_rivet.models import WorkflowMessage
+
+    WorkflowMessage.objects.filter(workflow_id=workflow_id).delete()
+
+
+def checkpoint_sqlite() -> None:
+    """Checkpoint and truncate SQLite's WAL (between trials, untimed).
+
+    So a trial never pays for checkpointing what the previous one wrote or
+    deleted. Does nothing on other databases.
+    """
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def start_embedded_worker() -> None:
@@ -134,5 +188,7 @@ def describe() -> dict[str, Any]:
             "django_rivet.upkeep.worker.start/stop_embedded_worker (P8)",
             "django_rivet.models.Actor state/state_version columns (P1T)",
             "django_rivet.workflows.streams.announce (P15 times each commit)",
+            "django_rivet.workflows.execution.run (P6w: a worker's run on a wake)",
+            "django_rivet.models.WorkflowMessage (P6w's raw baseline)",
         ]
     }

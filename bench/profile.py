@@ -121,7 +121,7 @@ PROFILES = {"P1": p1, "P7": p3, "P4": p4, "P5": p5, "P6": p6, "P11": p11}
 
 # Server measures: what each side drives (bench/measures/transport.py, hot.py).
 SERVER = {
-    "P2": {"subject": "rivet_http", "baseline": "http_noop"},
+    "P2": {"subject": "rivet_http", "baseline": "same_commit"},
     "P3": {"subject": "rivet_ws", "baseline": "raw_consumer"},
     "P12": {"subject": "rivet", "baseline": "raw"},
     "P13": {"subject": "rivet", "baseline": "raw"},

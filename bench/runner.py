@@ -178,7 +178,9 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("ids", nargs="*", help="measures to run (P1 ... P15)")
+    parser.add_argument(
+        "ids", nargs="*", help="measures to run (P1 ... P41, in any case: P6w, p6w)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument(
         "--output",
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         help="results file (default bench/results/latest.json)",
     )
     args = parser.parse_args(argv)
-    wanted = [i.upper() for i in args.ids] or list(MEASURES)
+    by_upper = {measure_id.upper(): measure_id for measure_id in MEASURES}
+    wanted = [by_upper.get(i.upper(), i) for i in args.ids] or list(MEASURES)
     unknown = [i for i in wanted if i not in MEASURES]
     if unknown:
         parser.error(f"unknown measure(s) {unknown}; known: {list(MEASURES)}")

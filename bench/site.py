@@ -3,9 +3,16 @@
 Besides django-rivet's own routes, the baselines do what a Django developer
 would write without django-rivet:
 
-* ``plain_view`` / ``plain_async_view``: a view doing the same database work
-  as the benchmark actor's ``increment`` action (one transaction that locks a
-  row, reads its CBOR state blob, bumps a counter in it and writes it back);
+* ``plain_view``: a sync view doing the same database work as the benchmark
+  actor's ``increment`` action the way the ORM's documentation shows it
+  (``select_for_update().get()``, bump a counter in the CBOR state blob,
+  ``save()``, in ``atomic``; on SQLite an ``UPDATE`` first takes the write
+  lock, which ``FOR UPDATE`` does not there); ``plain_async_view``:
+  ``lock_and_update`` (the raw consumers' work, below) from an async view;
+* ``same_commit_view``: the durable commit the action makes and nothing else
+  (P2's floor): one raw ``UPDATE`` of a row's state blob in a transaction,
+  run from an async view on one long-lived thread that keeps its database
+  connection, as django-rivet's invocation threads do;
 * ``noop_view``: the server floor, the same request doing no work;
 * ``BaselineConsumer``: a raw Channels consumer doing that work per frame
   (``"noop": true`` frames skip it: the WebSocket floor);
@@ -21,6 +28,7 @@ would write without django-rivet:
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import cbor2
 from asgiref.sync import sync_to_async
@@ -51,11 +59,63 @@ def lock_and_update(name: str = "baseline") -> int:
         return int(state["n"])
 
 
+def save_with_orm(name: str = "baseline") -> int:
+    """What a Django developer writes: lock the row, change it, ``save()``."""
+    from bench.benchapp.models import Row
+
+    with transaction.atomic():
+        if connection.vendor == "sqlite":
+            # SQLite ignores FOR UPDATE: without a write first, the read's
+            # snapshot may be stale by the save ("database is locked").
+            Row.objects.filter(name=name).update(version=0)
+        row = Row.objects.select_for_update().get(name=name)
+        state = cbor2.loads(row.state) if row.state else {"n": 0}
+        state["n"] += 1
+        row.state = cbor2.dumps(state)
+        row.save()
+        return int(state["n"])
+
+
 @csrf_exempt
 def plain_view(request: HttpRequest) -> HttpResponse:
-    """A sync Django view: decode JSON, do the work, answer JSON."""
+    """A sync Django view: decode JSON, do the work with the ORM, answer JSON."""
     json.loads(request.body or b"{}")
-    return JsonResponse({"output": lock_and_update()})
+    return JsonResponse({"output": save_with_orm()})
+
+
+# One long-lived thread, so its database connection stays open between
+# requests (a sync view's would not: see bench/README.md, P2).
+_commit_thread = ThreadPoolExecutor(1, thread_name_prefix="bench-commit")
+_same_commit_state = cbor2.dumps({"n": 2**31})  # the size of a counter's state
+
+
+def same_commit(name: str = "same-commit") -> int:
+    """One raw ``UPDATE`` of a row's state in a transaction: one durable commit."""
+    from bench.benchapp.models import Row
+
+    quote = connection.ops.quote_name
+    table, state, version = (
+        quote(Row._meta.db_table),
+        quote("state"),
+        quote("version"),
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {state} = %s, {version} = {version} + 1 "
+            f"WHERE {quote('name')} = %s",
+            [_same_commit_state, name],
+        )
+        return int(cursor.rowcount)
+
+
+@csrf_exempt
+async def same_commit_view(request: HttpRequest) -> HttpResponse:
+    """P2's floor: the action's durable commit, the rest of the request alike."""
+    json.loads(request.body or b"{}")
+    updated = await sync_to_async(
+        same_commit, thread_sensitive=False, executor=_commit_thread
+    )()
+    return JsonResponse({"output": updated})
 
 
 @csrf_exempt
@@ -148,5 +208,6 @@ urlpatterns = [
     path("baseline/view", plain_view),
     path("baseline/async-view", plain_async_view),
     path("baseline/noop", noop_view),
+    path("baseline/same-commit", same_commit_view),
     path("rivet/", include("django_rivet.urls")),
 ]

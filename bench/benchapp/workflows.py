@@ -1,6 +1,13 @@
 """Workflows of the benchmarks (discovered like any app's workflows.py)."""
 
+from collections.abc import Callable
+
 from django_rivet.workflows import workflow
+
+#: P6w's live row: called with a wake's index once its step is durable
+#: (``ctx.step`` returns after the step's flush). Replays call it too, with
+#: old indexes; the measure waits for the index it sent.
+WAKE_HOOK: Callable[[int], None] | None = None
 
 
 def trivial(index: int) -> int:
@@ -31,6 +38,24 @@ async def bench_replay(ctx, count):
     index = 0
     while True:
         await ctx.messages.next(f"m{index}")
+        index += 1
+
+
+@workflow(name="benchWake")
+async def bench_wake(ctx, count):
+    """``count`` steps, then per message: receive it, one step, wait (P6w).
+
+    Each wake adds a received message and a step to the history; the wait
+    for the next message is what the workflow is left in.
+    """
+    await steps(ctx, count)
+    index = 0
+    while True:
+        await ctx.messages.next(f"m{index}")
+        await ctx.step(f"w{index}", lambda index=index: trivial(index))
+        hook = WAKE_HOOK
+        if hook is not None:
+            hook(index)
         index += 1
 
 

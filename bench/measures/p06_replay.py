@@ -1,4 +1,10 @@
-"""P6: load + replay of a workflow with N history entries.
+"""P6: load + replay of a workflow with N history entries (the cold wake).
+
+Issue 46 split the wake in two: this measure is the cold one, a run that
+loads and replays the whole history; P6w (p06_wake.py) times many wakes of
+one workflow, which a per-process history cache or a live window may serve
+without the load. On a build with such a cache, this measure must keep it
+off (or cold) to stay what it was.
 
 Subject: a ``benchReplay`` workflow whose history holds N completed steps
 waits for a message; each trial sends it one (untimed) and times
@@ -26,16 +32,18 @@ TITLE = "load + replay of a long history vs raw SELECT"
 TARGET = Target("ratio", "<=", 2.0)
 
 
-def leg(size: int, trials: int) -> dict[str, Any]:
-    from django.db import connection
+def with_history(name: str, size: int) -> tuple[Any, int]:
+    """Start workflow ``name`` with ``size`` completed steps; run it to its wait.
 
+    Returns its handle and how many KV rows the prepared steps took.
+    """
     from bench import internals
     from bench.measures.p04_flush import build
     from django_rivet import workflows
     from django_rivet.engine import InMemoryDriver
     from django_rivet.testing import run_until_idle
 
-    handle = workflows.start("benchReplay", size)
+    handle = workflows.start(name, size)
     driver = InMemoryDriver()
     loop = asyncio.new_event_loop()
     try:
@@ -44,6 +52,16 @@ def leg(size: int, trials: int) -> dict[str, Any]:
         loop.close()
     internals.add_kv_rows(handle.workflow_id, driver.kv)
     assert run_until_idle(handle) == "sleeping"  # replays, then waits for m0
+    return handle, len(driver.kv)
+
+
+def leg(size: int, trials: int) -> dict[str, Any]:
+    from django.db import connection
+
+    from bench import internals
+    from django_rivet.testing import run_until_idle
+
+    handle, kv_rows = with_history("benchReplay", size)
     table, fk, key, value = internals.workflow_kv_table()
     select = f"SELECT {key}, {value} FROM {table} WHERE {fk} = %s ORDER BY {key}"
     sent = iter(range(10**9))
@@ -62,11 +80,11 @@ def leg(size: int, trials: int) -> dict[str, Any]:
             cursor.execute(select, [handle.workflow_id])
             rows = cursor.fetchall()
         elapsed = time.perf_counter() - started
-        assert len(rows) >= len(driver.kv)
+        assert len(rows) >= kv_rows
         return elapsed
 
     result = alternate(subject, baseline, trials, warmup=1)
-    result["kv_rows"] = len(driver.kv)
+    result["kv_rows"] = kv_rows
     return result
 
 

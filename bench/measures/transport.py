@@ -6,9 +6,14 @@ rounds:
 
 * ``rivet_http``: ``POST /rivet/actors/bench/actions/increment`` on one
   keep-alive ``httpx.Client``;
-* ``http_noop``: a no-op async view on the same server (P2's floor);
-* ``plain_view``: a sync Django view doing the same ORM work as the action
-  (lock the row, read the CBOR state, bump it, write it back);
+* ``same_commit``: an async view making the action's durable commit and
+  nothing else (one raw ``UPDATE`` in a transaction, on a long-lived
+  thread that keeps its connection): P2's floor since issue 46;
+* ``plain_view``: a sync Django view doing the same work with the ORM
+  (``select_for_update().get()``, bump the CBOR state, ``save()``, in
+  ``atomic``);
+* ``http_noop``: a no-op async view on the same server (P2's floor until
+  issue 46, still printed);
 * ``rivet_ws``: the same action as WebSocket frames on one connection;
 * ``raw_consumer``: a raw Channels consumer doing that ORM work per frame
   (P3's baseline); ``ws_noop``: the same frames doing no work (the floor).
@@ -28,8 +33,8 @@ from typing import Any
 
 from bench.core import rounds
 
-MEASURES = ("rivet_http", "http_noop", "plain_view", "rivet_ws", "raw_consumer",
-            "ws_noop")  # fmt: skip
+MEASURES = ("rivet_http", "http_noop", "same_commit", "plain_view", "rivet_ws",
+            "raw_consumer", "ws_noop")  # fmt: skip
 
 
 def ops_per_s(fn: Callable[[], None], count: int) -> Callable[[], float]:
@@ -64,9 +69,8 @@ def prepare() -> dict[str, str]:
 
     from bench.benchapp.models import Row
 
-    Row.objects.get_or_create(
-        name="baseline", defaults={"state": cbor2.dumps({"n": 0})}
-    )
+    for name in ("baseline", "same-commit"):
+        Row.objects.get_or_create(name=name, defaults={"state": cbor2.dumps({"n": 0})})
     connections.close_all()
     env = {k: v for k, v in os.environ.items() if k.startswith("RIVET_BENCH_")}
     env["RIVET_BENCH_EMBEDDED"] = "0"  # no background worker in the server
@@ -101,6 +105,7 @@ def clients(stack: contextlib.ExitStack, url: str) -> dict[str, Callable[[], Non
     return {
         "rivet_http": post("/rivet/actors/bench/actions/increment?key=p2"),
         "http_noop": post("/baseline/noop"),
+        "same_commit": post("/baseline/same-commit"),
         "plain_view": post("/baseline/view"),
         "rivet_ws": ws_round_trip(rivet_ws, lambda i: {**frame, "id": i}),
         "raw_consumer": ws_round_trip(raw_ws, lambda i: {"id": i}),
