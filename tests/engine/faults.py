@@ -358,8 +358,7 @@ async def run_live(
             continue  # it woke before the host looked (a failed listen)
         waiting = window.waiting[0]
         if waiting.names != () and pending:
-            for name, body in pending.pop(0):
-                await inbox.add_message(name, body)
+            await _send_group(inbox, pending.pop(0))
         else:
             clock.set(max(waiting.until, clock.now()))
         for _ in range(10_000):  # until the wait woke (or the run ended)
@@ -368,6 +367,21 @@ async def run_live(
             await asyncio.sleep(0.001 if _ > 100 else 0)
         else:
             raise AssertionError(f"{workflow_id}: the live wait {waiting} never woke")
+
+
+async def _send_group(inbox: Any, group: tuple[tuple[str, Any], ...]) -> None:
+    """Send a scripted group at once: the live run wakes to all of it."""
+    if not hasattr(inbox, "workflow_id"):  # in memory: nothing runs in between
+        for name, body in group:
+            await inbox.add_message(name, body)
+        return
+    from asgiref.sync import sync_to_async
+
+    from django_rivet.workflows import sends
+
+    # One transaction: the in-process signal follows its commit.
+    batch = [sends.Send(inbox.workflow_id, name, body) for name, body in group]
+    await sync_to_async(sends.send_many)(batch)
 
 
 def _shape(history: list[Any]) -> list[tuple[str, str, str, Any]]:
@@ -521,7 +535,7 @@ async def check_recovery(
             )
     else:
         context = f"{scenario.name}: {kind} at call {at} ({driver.fired})"
-    assert _outcome(outcome) == expected.outcome, context
+    assert _outcome(outcome) == expected.outcome, f"{context}: {_outcome(outcome)}"
     assert _shape(await read_history(inner)) == expected.history, context
     assert not pending, f"{context}: scripted messages were left unsent"
     check_streams(await stream_contents(inner), expected.streams, context)
