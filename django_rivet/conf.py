@@ -9,9 +9,10 @@ it is read as). Reads are typed (``rivet_settings.ACTION_TIMEOUT`` is a
 
 A value of the wrong kind is reported by the system checks (``rivet.E004``,
 and ``E301``, ``E302``, ``E701``, ``E703`` for retention, cron history,
-workflow queues and the live window), with the same sentence :class:`InvalidSetting` raises if the
-runtime reads it anyway. Unknown keys are ``rivet.E001``. The settings page
-of the documentation (``settings.md``) says what each key means.
+workflow queues and the live window), with the same sentence
+:class:`InvalidSetting` raises if the runtime reads it anyway. Unknown keys
+are ``rivet.E001``. The settings page of the documentation (``settings.md``)
+says what each key means.
 """
 
 from __future__ import annotations
@@ -233,10 +234,7 @@ SETTINGS: dict[str, Setting] = {
     "WORKFLOW_LEASE_SECONDS": Setting(30, POSITIVE_NUMBER),
     # Seconds; sleeps shorter than this wait in memory instead of yielding.
     "WORKFLOW_POLL_INTERVAL": Setting(0.1, POSITIVE_NUMBER),
-    # Seconds a workflow run that begins a wait (a message, a child, a
-    # sleep ending within it) keeps its coroutine, history and lease,
-    # woken in process by what it waits for; 0: off (every wait yields).
-    # rivet.E703 checks it.
+    # Seconds a waiting workflow run stays live (0: off); rivet.E703.
     "WORKFLOW_LIVE_WAIT": Setting(0, LIVE_WAIT, "rivet.E703"),
     # True: a workflow flush is one database transaction (an oversized flush
     # is rejected) instead of chunks of <= 128 writes.

@@ -47,8 +47,7 @@ E702_HINT = (
 # The sentence InvalidSetting says too: the kind is declared in conf.
 E703 = "RIVET['WORKFLOW_LIVE_WAIT'] must be " + LIVE_WAIT.expected + "."
 E703_HINT = (
-    "It is how long a waiting workflow run stays in memory (0 turns it off); "
-    "see {docs}"
+    "It is how long a waiting workflow run stays in memory (0 turns it off); see {docs}"
 )
 _COUNTS = ("concurrency", "partition_concurrency", "worker_concurrency", "max_queued")
 _RATES = ("rate_limit", "partition_rate_limit")

@@ -163,6 +163,7 @@ async def run_child(
             await storage.flush()
             return child_id
         await storage.flush()
+
     def look() -> Any:
         return driver_call(host.child_outcome(child_id), "child outcome")
 

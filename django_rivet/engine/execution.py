@@ -72,7 +72,7 @@ class Run:
     # Called with the message id once a reply is recorded (``ctx.reply``).
     on_reply: Callable[[str], None] | None = None
     # The live window (``live_wait``): waits that begin in it wait in
-    # process (:mod:`.live`). None: every wait unwinds at once.
+    # process (``engine.live``). None: every wait unwinds at once.
     live: LiveWindow | None = None
     visited: set[keys.Location] = field(default_factory=set)
     covered: set[keys.Location] = field(default_factory=set)

@@ -12,7 +12,9 @@ nothing) and every ``worker_poll_interval`` seconds (what another process
 sent); once found, the workflow goes on from where it stands, without
 reloading or replaying its history.
 
-It unwinds exactly as without the window -- the wait's own interrupt, the
+Before it blocks, the run flushes what it holds (the pending entry, a
+reply, an event, stream values), as a pause would: what it did before the
+wait is seen while it waits. It unwinds exactly as without the window -- the wait's own interrupt, the
 pause flushing the history, the next run replaying -- when the window ends
 (``live_wait`` seconds after the wait began) or when the host closes it
 (:meth:`LiveWindow.close`: a worker shutting down). An eviction (a lease
@@ -27,19 +29,34 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from django_rivet import clock
 
+from .driver import EngineDriver
 from .errors import EvictedError
 from .flush import driver_call
-
-if TYPE_CHECKING:
-    from .execution import Run
+from .storage import Storage
 
 __all__ = ["LiveWait", "LiveWindow", "sleep", "wait_for"]
 
 T = TypeVar("T")
+
+
+class Run(Protocol):
+    """What a live wait needs of the run (``execution.Run``)."""
+
+    driver: EngineDriver
+    storage: Storage
+    eviction: asyncio.Event | None
+    check_cancel: Callable[[], Awaitable[None]] | None
+
+    @property
+    def live(self) -> LiveWindow | None:
+        """The run's live window."""
+
+    def evicted(self) -> bool:
+        """Whether the host asked the run to stop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +144,10 @@ async def wait_for(
                 return found
             if run.evicted():
                 raise EvictedError()
+            if first:
+                # What the run did before the wait is seen while it waits
+                # (a reply, an event, stream values), as a pause shows it.
+                await run.storage.flush()
             poll = min(until, now + driver.worker_poll_interval)
             await _block(run, window, waiting, poll, signal)
         finally:
@@ -148,6 +169,7 @@ async def sleep(run: Run, deadline: float) -> bool:
     assert window is not None
     driver = run.driver
     waiting = LiveWait((), deadline)
+    await run.storage.flush()  # what came before is seen meanwhile
     while True:
         now = clock.now()
         if now >= deadline:

@@ -9,7 +9,7 @@ Either way a later call with the same id and driver resumes by replay.
 
 ``live_wait`` (seconds, either mode) opens a live window at each wait: the
 wait happens inside the running coroutine, which goes on without replaying
-when what it waits for comes within the window (:mod:`.live`).
+when what it waits for comes within the window (``engine.live``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def run_workflow(
     failed; a later run with ``cancel`` again or without retries it).
     ``on_reply(message_id)`` hears of each reply recorded (``ctx.reply``).
     ``live_wait`` (seconds, 0: off) waits in process that long at each wait
-    before unwinding (:mod:`.live`).
+    before unwinding (``engine.live``).
     """
     return await start_workflow(
         workflow_id, fn, input, driver, mode, on_error,

@@ -402,7 +402,7 @@ class DjangoDriver(InboxMethods):
     async def wait_for_messages(self, names: Iterable[str] | None) -> None:
         """Return when a message (or a child's end) may have come (live window).
 
-        Signalled in process only (:mod:`.live`): the engine polls the inbox
+        Signalled in process only (``workflows.live``): the engine polls the inbox
         every ``worker_poll_interval`` seconds for what other processes sent.
         """
         await live.listen(self.workflow_id, names)

@@ -124,8 +124,6 @@ def run(
     run here (:mod:`.capacity`). ``live_wait``: the live window of its
     waits in seconds (0: none), ``RIVET["WORKFLOW_LIVE_WAIT"]`` by default.
     """
-    if live_wait is None:
-        live_wait = live.window()
     with capacity.slot(workflow_id) as room:
         if not room:
             capacity.defer(workflow_id)
@@ -137,16 +135,19 @@ def _run(
     workflow_id: str,
     max_passes: int,
     stop_after_reply: str | None,
-    live_wait: float = 0.0,
+    live_wait: float | None = None,
 ) -> str | None:
     status = None
-    run_claimed = functools.partial(
-        _run_claimed, stop_after_reply=stop_after_reply, live_wait=live_wait
-    )
     for _ in range(max_passes):
         lease = leases.claim(workflow_id)
         if lease is None:
             return status
+        run_claimed = functools.partial(
+            _run_claimed,
+            stop_after_reply=stop_after_reply,
+            # Per pass: a worker shutting down closes the windows to come.
+            live_wait=live.window() if live_wait is None else live_wait,
+        )
         status, wake_at = observability.workflow_run(run_claimed, lease)
         if wake_at is None or clock.to_timestamp(wake_at) > clock.now():
             return status

@@ -24,7 +24,10 @@ everything else, bounded by the poll interval.
 
 :func:`track` registers each live run, so a worker shutting down closes
 their windows (:func:`end_all`): they unwind and yield as without the
-window, at once.
+window, at once. The in-process worker, which runs one item at a time,
+closes them too when other work becomes due in this process
+(:func:`make_room`): a parent would otherwise wait live for a child that
+cannot run until it yields.
 """
 
 from __future__ import annotations
@@ -35,11 +38,21 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from .. import dispatch
 from ..conf import rivet_settings
 from ..engine import WorkflowRun
 from ..models import db
 
-__all__ = ["end_all", "listen", "signal", "signal_on_commit", "track", "window"]
+__all__ = [
+    "end_all",
+    "listen",
+    "make_room",
+    "reopen",
+    "signal",
+    "signal_on_commit",
+    "track",
+    "window",
+]
 
 
 @dataclass(eq=False, slots=True)
@@ -52,10 +65,14 @@ class _Listener:
 _lock = threading.Lock()
 _listeners: dict[str, list[_Listener]] = {}
 _runs: dict[WorkflowRun, asyncio.AbstractEventLoop] = {}
+# Set by end_all(): the process is shutting down, no run opens a window.
+_closing = threading.Event()
 
 
 def window() -> float:
-    """Return the live window of runs here, in seconds (0: off)."""
+    """Return the live window of runs here, in seconds (0: off, or closing)."""
+    if _closing.is_set():
+        return 0.0
     return float(rivet_settings.WORKFLOW_LIVE_WAIT)
 
 
@@ -121,6 +138,8 @@ def track(run: WorkflowRun) -> Iterator[None]:
     loop = asyncio.get_running_loop()
     with _lock:
         _runs[run] = loop
+    if _closing.is_set():  # end_all() came between its window() and here
+        run.end_live()
     try:
         yield
     finally:
@@ -128,16 +147,48 @@ def track(run: WorkflowRun) -> Iterator[None]:
             _runs.pop(run, None)
 
 
+def reopen() -> None:
+    """Let runs open live windows again after :func:`end_all` (tests)."""
+    _closing.clear()
+
+
+def make_room(job: str, args: list[object]) -> int:
+    """Work is due in this process's worker: close the windows it waits behind.
+
+    The in-process worker (embedded, ``rivet_worker``) runs one thing at a
+    time: a run waiting live there would hold up every other due item --
+    the child it waits for among them. So the windows of the runs here
+    close (they yield as without the window), but the one of the workflow
+    the work is for (a message to the live run itself). Returns how many.
+    """
+    if not _runs:
+        return 0
+    keep = args[0] if job == "run_workflow" and args else None
+    with _lock:
+        runs = [(run, loop) for run, loop in _runs.items() if run.workflow_id != keep]
+    for run, loop in runs:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(run.end_live)
+    return len(runs)
+
+
 def end_all() -> int:
     """Close the live window of every run of this process; return how many.
 
     What a worker shutting down calls: each run waiting in its window
     unwinds at once and yields as without the window (the next run, on any
-    worker, replays).
+    worker, replays), and no later run of this process opens one (a run
+    made due again by what arrived in its window replays and yields at
+    once), until :func:`reopen`.
     """
+    _closing.set()
     with _lock:
         runs = list(_runs.items())
     for run, loop in runs:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(run.end_live)
     return len(runs)
+
+
+# The in-process worker tells of work due now (dispatch.WorkerBackend).
+dispatch.on_worker_wake(make_room)

@@ -192,3 +192,38 @@ def test_the_window_lasts_a_positive_time():
 
     with pytest.raises(ValueError):
         LiveWindow(0)
+
+
+async def test_a_reply_made_before_the_wait_is_seen_while_it_waits(clock):
+    from django_rivet.engine import read_reply
+
+    async def server(ctx: Any, input: Any) -> Any:
+        for index in range(2):
+            request = await ctx.messages.next(f"req{index}", names=["ask"])
+            await ctx.reply(f"answer{index}", request, request.body * 2)
+        return "done"
+
+    driver = CountingDriver()
+    run = start_workflow("wf", server, None, driver, live_wait=60)
+    await blocked(run)
+    message_id = await driver.add_message("ask", 21)
+    while run.live is not None and run.live.wakes < 1:
+        await asyncio.sleep(0)
+    await blocked(run)  # waits for the next request, live
+    assert await read_reply(driver, message_id) == (True, 42)
+    run.end_live()
+    assert (await run).state == "sleeping"
+
+
+async def test_stream_values_written_before_the_wait_are_seen_while_it_waits(clock):
+    async def writer(ctx: Any, input: Any) -> Any:
+        await ctx.write_stream("out", "before")
+        await ctx.messages.next("go", names=["go"])
+        return "done"
+
+    driver = CountingDriver()
+    run = start_workflow("wf", writer, None, driver, live_wait=60)
+    await blocked(run)
+    assert [v for v in driver.streams.logs["out"].values]  # committed already
+    await send(run, "go", None)
+    assert (await run).state == "completed"

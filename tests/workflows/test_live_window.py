@@ -72,7 +72,10 @@ def lists(monkeypatch):
 def chat():
     seen.clear()
     with registry.register_temporarily(live_chat), override_settings(RIVET=LIVE):
-        yield
+        try:
+            yield
+        finally:
+            live.reopen()  # after a test of end_all()
 
 
 class Worker:
@@ -138,7 +141,9 @@ def test_a_message_from_another_process_is_found_by_the_poll(clock, lists):
     listening("polled")
     # Another process's send: the row, and no signal here.
     WorkflowMessage.objects.create(
-        workflow_id="polled", name="add", body=b"\x05"  # CBOR 5
+        workflow_id="polled",
+        name="add",
+        body=b"\x05",  # CBOR 5
     )
     clock.advance(0.1)  # WORKFLOW_POLL_INTERVAL
     assert worker.join() == "completed"
@@ -206,11 +211,41 @@ def test_a_worker_shutting_down_makes_live_runs_yield(clock):
     workflows.start("liveChat", {"messages": 2}, id="shutdown")
     worker = Worker("shutdown")
     listening("shutdown")
-    until(lambda: live.end_all() == 1, "the run is tracked")
+    until(lambda: live._runs, "the run is tracked")
+    assert live.end_all() == 1
     assert worker.join() == "sleeping"
     row = Workflow.objects.get(pk="shutdown")
     assert (row.status, row.waiting_for) == (WorkflowStatus.SLEEPING, ["add"])
     assert row.lease_token == ""
+    # Later runs of this process open no window: a message makes it run
+    # again, by replay, and it yields at once.
+    handle = workflows.get("shutdown")
+    handle.send("add", 1)
+    assert execution.run("shutdown") == "sleeping"
+    assert seen == [1]
+
+
+def test_a_run_made_due_by_its_window_s_arrivals_replays_once(clock, lists):
+    # Messages that came in the window moved the wake signal: the release
+    # makes it due now, and the same worker runs it again (a replay that
+    # finds nothing new, then a window of its own).
+    handle = workflows.start("liveChat", {"messages": 3}, id="again")
+    worker = Worker("again")
+    listening("again")
+    handle.send("add", 1)
+    until(lambda: len(seen) == 1, "the message was received")
+    listening("again")
+    until(lambda: live._runs, "the run is tracked")
+    live.make_room("run_workflow", ["someone-else"])  # its window closes
+    until(lambda: lists["n"] == 2, "the run replayed")
+    assert worker.thread.is_alive()  # the same worker, in a new window
+    for value in (2, 3):
+        listening("again")
+        handle.send("add", value)
+        until(lambda v=value: len(seen) == v, f"message {value} was received")
+    assert worker.join() == "completed"
+    assert handle.result() == 6
+    assert Workflow.objects.get(pk="again").run_count == 2
 
 
 def test_off_by_default_a_wait_yields_at_once(clock, lists):
@@ -234,3 +269,19 @@ def test_rivet_e703_refuses_a_live_wait_that_is_not_seconds(value):
 def test_a_live_wait_of_seconds_passes_the_checks(value):
     with override_settings(RIVET={"WORKFLOW_LIVE_WAIT": value}):
         assert not [m for m in run_checks() if m.id == "rivet.E703"]
+
+
+def test_the_in_process_worker_closes_live_windows_for_other_due_work(clock):
+    from django_rivet import dispatch
+
+    workflows.start("liveChat", {"messages": 2}, id="busy")
+    worker = Worker("busy")
+    listening("busy")
+    until(lambda: live._runs, "the run is tracked")
+    backend = dispatch.WorkerBackend()
+    backend.wake("run_workflow", ["busy"])  # its own wake-up: it stays live
+    assert live.make_room("run_workflow", ["busy"]) == 0
+    assert worker.thread.is_alive()
+    backend.wake("run_workflow", ["someone-else"])  # others' work is due
+    assert worker.join() == "sleeping"
+    assert Workflow.objects.get(pk="busy").waiting_for == ["add"]
