@@ -14,9 +14,10 @@ reloading or replaying its history.
 
 Before it blocks, the run flushes what it holds (the pending entry, a
 reply, an event, stream values), as a pause would: what it did before the
-wait is seen while it waits. It unwinds exactly as without the window -- the wait's own interrupt, the
-pause flushing the history, the next run replaying -- when the window ends
-(``live_wait`` seconds after the wait began) or when the host closes it
+wait is seen while it waits. It unwinds exactly as without the window --
+the wait's own interrupt, the pause flushing the history, the next run
+replaying -- when the window ends (``live_wait`` seconds after the wait
+began) or when the host closes it
 (:meth:`LiveWindow.close`: a worker shutting down). An eviction (a lease
 lost, a deadline, ``WorkflowRun.evict``/``cancel``) stops it as it stops
 any entry (``EvictedError``). A driver offering ``check_cancel`` is asked
