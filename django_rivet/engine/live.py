@@ -12,17 +12,18 @@ nothing) and every ``worker_poll_interval`` seconds (what another process
 sent); once found, the workflow goes on from where it stands, without
 reloading or replaying its history.
 
-Before it blocks, the run flushes what it holds (the pending entry, a
-reply, an event, stream values), as a pause would: what it did before the
-wait is seen while it waits. It unwinds exactly as without the window --
-the wait's own interrupt, the pause flushing the history, the next run
-replaying -- when the window ends (``live_wait`` seconds after the wait
-began) or when the host closes it
+Before it blocks, the run flushes what others could see (an event, stream
+values) and a message wait's deadline, as a pause would; the pending entry
+of a wait without a deadline is written only if it unwinds (a crash
+meanwhile replays it, as a crash mid-run does). It unwinds exactly as
+without the window -- the wait's own interrupt, the pause flushing the
+history, the next run replaying -- when the window ends (``live_wait``
+seconds after the wait began) or when the host closes it
 (:meth:`LiveWindow.close`: a worker shutting down). An eviction (a lease
 lost, a deadline, ``WorkflowRun.evict``/``cancel``) stops it as it stops
 any entry (``EvictedError``). A driver offering ``check_cancel`` is asked
-after each wake-up, so a cancel requested meanwhile fences the run out as it
-would before a step.
+after each wake-up, so a cancel requested meanwhile fences the run out as
+it would before a step.
 """
 
 from __future__ import annotations
@@ -145,9 +146,10 @@ async def wait_for(
                 return found
             if run.evicted():
                 raise EvictedError()
-            if first:
+            if first and (deadline is not None or run.storage.unshown):
                 # What the run did before the wait is seen while it waits
-                # (a reply, an event, stream values), as a pause shows it.
+                # (an event, stream values), as a pause shows it, and a
+                # timeout's deadline is durable (a crash keeps it).
                 await run.storage.flush()
             poll = min(until, now + driver.worker_poll_interval)
             await _block(run, window, waiting, poll, signal)
