@@ -78,12 +78,19 @@ class LiveWindow:
     the run sits in its window: ``blocked`` is set meanwhile); ``wakes``
     counts the waits that went on in process, ``unwound`` those that ended
     with the window.
+
+    ``budget`` (seconds, None: no bound) bounds how long the run stays live
+    in all, from its first wait: a workflow whose messages keep coming
+    within each window would otherwise hold its worker for good. Past it,
+    every wait unwinds as past its window.
     """
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, budget: float | None = None) -> None:
         if not seconds > 0:
             raise ValueError(f"A live window lasts a positive time, not {seconds!r}")
         self.seconds = float(seconds)
+        self.budget = None if budget is None else float(budget)
+        self.began: float | None = None  # clock time of the first wait
         self.closed = asyncio.Event()
         self.blocked = asyncio.Event()
         self.waiting: list[LiveWait] = []
@@ -96,7 +103,20 @@ class LiveWindow:
 
     def covers(self, seconds: float) -> bool:
         """Tell whether a wait of ``seconds`` fits in the window."""
-        return not self.closed.is_set() and seconds <= self.seconds
+        if self.closed.is_set() or seconds > self.seconds:
+            return False
+        return clock.now() + seconds <= self.end()
+
+    def begin(self) -> None:
+        """Note that a wait begins (the first starts the budget)."""
+        if self.began is None:
+            self.began = clock.now()
+
+    def end(self) -> float:
+        """Return when the budget runs out (infinity: never)."""
+        if self.budget is None or self.began is None:
+            return float("inf")
+        return self.began + self.budget
 
 
 async def wait_for(
@@ -117,7 +137,8 @@ async def wait_for(
     window = run.live
     assert window is not None
     driver = run.driver
-    until = clock.now() + window.seconds
+    window.begin()
+    until = min(clock.now() + window.seconds, window.end())
     if deadline is not None:
         until = min(until, deadline)
     listen = getattr(driver, "wait_for_messages", None)
@@ -172,18 +193,19 @@ async def sleep(run: Run, deadline: float) -> bool:
     assert window is not None
     driver = run.driver
     waiting = LiveWait((), deadline)
+    window.begin()
     await run.storage.flush()  # what came before is seen meanwhile
     while True:
         now = clock.now()
         if now >= deadline:
             window.wakes += 1
             return True
-        if window.closed.is_set():
+        if window.closed.is_set() or now >= window.end():
             window.unwound += 1
             return False
         if run.evicted():
             raise EvictedError()
-        poll = min(deadline, now + driver.worker_poll_interval)
+        poll = min(deadline, now + driver.worker_poll_interval, window.end())
         await _block(run, window, waiting, poll, None)
         if run.evicted():
             raise EvictedError()

@@ -109,11 +109,13 @@ def start_workflow(
     on_reply: ReplyHook | None = None,
     cancel: str | None = None,
     live_wait: float = 0.0,
+    live_budget: float | None = None,
 ) -> WorkflowRun:
     """Start running a workflow in a task; await the returned run for its outcome."""
     run = WorkflowRun(
         workflow_id, fn, input, driver, mode, on_error, on_history,
         on_reply=on_reply, cancel=cancel, live_wait=live_wait,
+        live_budget=live_budget,
     )  # fmt: skip
     run.start()
     return run
@@ -123,7 +125,8 @@ class WorkflowRun:
     """One in-process run of a workflow, with controls for the host.
 
     ``await run`` (or ``await run.result()``) gives the :class:`WorkflowOutcome`.
-    ``live`` is the run's live window (None without ``live_wait``).
+    ``live`` is the run's live window (None without ``live_wait``);
+    ``live_budget`` bounds its total time live (see ``engine.live``).
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class WorkflowRun:
         on_reply: ReplyHook | None = None,
         cancel: str | None = None,
         live_wait: float = 0.0,
+        live_budget: float | None = None,
     ) -> None:
         if mode not in ("yield", "live"):
             raise ValueError(f"mode must be 'yield' or 'live', not {mode!r}")
@@ -158,7 +162,7 @@ class WorkflowRun:
         self._cancelled = False
         self._task: asyncio.Task[WorkflowOutcome] | None = None
         self._storage: Storage | None = None
-        self.live = LiveWindow(live_wait) if live_wait > 0 else None
+        self.live = LiveWindow(live_wait, live_budget) if live_wait > 0 else None
 
     def start(self) -> None:
         """Start the run in a task of the running event loop."""

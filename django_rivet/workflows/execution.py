@@ -138,15 +138,21 @@ def _run(
     live_wait: float | None = None,
 ) -> str | None:
     status = None
+    went_live = False
     for _ in range(max_passes):
         lease = leases.claim(workflow_id)
         if lease is None:
             return status
+        # Per pass: a worker shutting down closes the windows to come, and
+        # one live pass per call (its budget, live.budget()) bounds how long
+        # a chatty workflow holds this worker; the passes after it replay
+        # and yield (the next dispatch runs it live again).
+        window = live.window() if live_wait is None else live_wait
+        if went_live:
+            window = 0.0
+        went_live = window > 0
         run_claimed = functools.partial(
-            _run_claimed,
-            stop_after_reply=stop_after_reply,
-            # Per pass: a worker shutting down closes the windows to come.
-            live_wait=live.window() if live_wait is None else live_wait,
+            _run_claimed, stop_after_reply=stop_after_reply, live_wait=window
         )
         status, wake_at = observability.workflow_run(run_claimed, lease)
         if wake_at is None or clock.to_timestamp(wake_at) > clock.now():
@@ -309,6 +315,7 @@ async def _drive(
         on_reply=on_reply if stop_after_reply is not None else None,
         cancel=cancel,
         live_wait=live_wait,
+        live_budget=live.budget(live_wait),
     )
     runs.append(run)
     loop = asyncio.get_running_loop()

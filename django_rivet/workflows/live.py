@@ -44,6 +44,8 @@ from ..engine import WorkflowRun
 from ..models import db
 
 __all__ = [
+    "BUDGET_WINDOWS",
+    "budget",
     "end_all",
     "listen",
     "make_room",
@@ -65,6 +67,9 @@ class _Listener:
 _lock = threading.Lock()
 _listeners: dict[str, list[_Listener]] = {}
 _runs: dict[WorkflowRun, asyncio.AbstractEventLoop] = {}
+# How long one run may stay live in all, in windows (see budget()).
+BUDGET_WINDOWS = 10
+
 # Set by end_all(): the process is shutting down, no run opens a window.
 _closing = threading.Event()
 
@@ -74,6 +79,16 @@ def window() -> float:
     if _closing.is_set():
         return 0.0
     return float(rivet_settings.WORKFLOW_LIVE_WAIT)
+
+
+def budget(seconds: float) -> float:
+    """Return how long a run with ``seconds`` of live window stays live in all.
+
+    :data:`BUDGET_WINDOWS` windows from its first wait: a workflow whose
+    messages keep coming within each window would otherwise hold its
+    worker (and keep a shutting-down worker, or a deploy, waiting) for good.
+    """
+    return BUDGET_WINDOWS * seconds
 
 
 async def listen(workflow_id: str, names: Iterable[str] | None) -> None:

@@ -227,3 +227,17 @@ async def test_stream_values_written_before_the_wait_are_seen_while_it_waits(clo
     assert [v for v in driver.streams.logs["out"].values]  # committed already
     await send(run, "go", None)
     assert (await run).state == "completed"
+
+
+async def test_the_budget_bounds_the_time_live_in_all(clock):
+    driver = CountingDriver()
+    run = start_workflow("wf", chatty, None, driver, live_wait=60, live_budget=100)
+    await blocked(run)
+    clock.advance(50)
+    await send(run, "add", 1)
+    await blocked(run)  # from 50 s: its window would end at 110 s, the budget at 100
+    assert run.live is not None and run.live.waiting[0].until == clock.now() + 50
+    clock.advance(50)
+    outcome = await run
+    assert (outcome.state, outcome.waiting_for) == ("sleeping", ["add"])
+    assert driver.lists == 1

@@ -227,25 +227,45 @@ def test_a_worker_shutting_down_makes_live_runs_yield(clock):
 
 def test_a_run_made_due_by_its_window_s_arrivals_replays_once(clock, lists):
     # Messages that came in the window moved the wake signal: the release
-    # makes it due now, and the same worker runs it again (a replay that
-    # finds nothing new, then a window of its own).
+    # makes it due now, and the same call runs it again -- a replay that
+    # finds nothing new and yields without a window (one live pass per call).
     handle = workflows.start("liveChat", {"messages": 3}, id="again")
     worker = Worker("again")
     listening("again")
     handle.send("add", 1)
     until(lambda: len(seen) == 1, "the message was received")
     listening("again")
-    until(lambda: live._runs, "the run is tracked")
     live.make_room("run_workflow", ["someone-else"])  # its window closes
-    until(lambda: lists["n"] == 2, "the run replayed")
-    assert worker.thread.is_alive()  # the same worker, in a new window
-    for value in (2, 3):
-        listening("again")
-        handle.send("add", value)
-        until(lambda v=value: len(seen) == v, f"message {value} was received")
+    assert worker.join() == "sleeping"
+    assert lists["n"] == 2
+    row = Workflow.objects.get(pk="again")
+    assert (row.run_count, row.waiting_for, row.wake_at) == (2, ["add"], None)
+    # The next message's dispatch runs it again (a replay), live.
+    handle.send("add", 2)
+    worker = Worker("again")
+    until(lambda: len(seen) == 2, "the message was received")
+    listening("again")
+    handle.send("add", 3)
     assert worker.join() == "completed"
+    assert lists["n"] == 3
     assert handle.result() == 6
-    assert Workflow.objects.get(pk="again").run_count == 2
+
+
+def test_a_run_stays_live_for_its_budget_at_most(clock, lists):
+    handle = workflows.start("liveChat", {"messages": 30}, id="budget")
+    worker = Worker("budget")
+    for index in range(live.BUDGET_WINDOWS):
+        listening("budget")
+        clock.advance(55)  # within each window of 60
+        handle.send("add", 1)
+        until(lambda i=index: len(seen) > i, f"message {index} was received")
+    listening("budget")  # from 550 s: its window would end at 610 s...
+    clock.advance(55)  # ...but 600 s (ten windows) from the first wait, it ends
+    assert worker.join() == "sleeping"
+    assert len(seen) == live.BUDGET_WINDOWS
+    assert lists["n"] == 2  # and the replay its window's arrivals asked for
+    row = Workflow.objects.get(pk="budget")
+    assert (row.waiting_for, row.wake_at) == (["add"], None)
 
 
 def test_off_by_default_a_wait_yields_at_once(clock, lists):
