@@ -226,6 +226,7 @@ def start_embedded_worker() -> bool:
         if _embedded is not None:
             return False
         stop = threading.Event()
+        live.reopen()  # (a worker stopped earlier in this process closed them)
         thread = threading.Thread(
             target=Worker().run, args=(stop,), name="rivet-embedded-worker", daemon=True
         )

@@ -135,9 +135,9 @@ def signal(workflow_id: str, name: str | None = None) -> int:
 def signal_on_commit(workflow_id: str, name: str | None = None) -> None:
     """Call :func:`signal` once the current transaction commits.
 
-    Nothing to do while the window is off (no run here listens).
+    Nothing to do while the window is off and no run here listens.
     """
-    if window() <= 0:
+    if rivet_settings.WORKFLOW_LIVE_WAIT <= 0 and not _listeners:
         return
     db.on_commit(lambda: signal(workflow_id, name), robust=True)
 
