@@ -48,6 +48,16 @@ async def live_chat(ctx: Any, input: Any) -> Any:
     return total
 
 
+@workflow(name="liveKid")
+async def live_kid(ctx: Any, input: Any) -> Any:
+    return await ctx.step("grow", lambda: input * 2)
+
+
+@workflow(name="liveParent")
+async def live_parent(ctx: Any, input: Any) -> Any:
+    return await ctx.child("kid", "liveKid", input, id="kid-of-parent")
+
+
 @pytest.fixture
 def clock():
     with freeze_time(1_700_000_000.0) as frozen:
@@ -71,7 +81,8 @@ def lists(monkeypatch):
 @pytest.fixture(autouse=True)
 def chat():
     seen.clear()
-    with registry.register_temporarily(live_chat), override_settings(RIVET=LIVE):
+    chats = registry.register_temporarily(live_chat, live_kid, live_parent)
+    with chats, override_settings(RIVET=LIVE):
         try:
             yield
         finally:
@@ -266,6 +277,17 @@ def test_a_run_stays_live_for_its_budget_at_most(clock, lists):
     assert lists["n"] == 2  # and the replay its window's arrivals asked for
     row = Workflow.objects.get(pk="budget")
     assert (row.waiting_for, row.wake_at) == (["add"], None)
+
+
+def test_a_child_ending_in_this_process_wakes_its_live_parent(clock, lists):
+    handle = workflows.start("liveParent", 21, id="parent")
+    parent = Worker("parent")
+    listening("parent")  # it started the child and waits for it, live
+    assert execution.run("kid-of-parent", live_wait=0) == "completed"
+    assert parent.join() == "completed"
+    assert lists["n"] == 2  # the child's run and the parent's one
+    assert handle.result() == 42
+    assert Workflow.objects.get(pk="parent").run_count == 1
 
 
 def test_off_by_default_a_wait_yields_at_once(clock, lists):
