@@ -147,10 +147,11 @@ def _run(
         # one live pass per call (its budget, live.budget()) bounds how long
         # a chatty workflow holds this worker; the passes after it replay
         # and yield (the next dispatch runs it live again).
-        window = live.window() if live_wait is None else live_wait
         if went_live:
             window = 0.0
-        went_live = window > 0
+        else:
+            window = live.window() if live_wait is None else live_wait
+            went_live = window > 0
         run_claimed = functools.partial(
             _run_claimed, stop_after_reply=stop_after_reply, live_wait=window
         )
