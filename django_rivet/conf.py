@@ -8,10 +8,11 @@ it is read as). Reads are typed (``rivet_settings.ACTION_TIMEOUT`` is a
 ``setting_changed``, so ``override_settings(RIVET=...)`` works in tests.
 
 A value of the wrong kind is reported by the system checks (``rivet.E004``,
-and ``E301``, ``E302``, ``E701`` for retention, cron history and workflow
-queues), with the same sentence :class:`InvalidSetting` raises if the
-runtime reads it anyway. Unknown keys are ``rivet.E001``. The settings page
-of the documentation (``settings.md``) says what each key means.
+and ``E301``, ``E302``, ``E701``, ``E703`` for retention, cron history,
+workflow queues and the live window), with the same sentence
+:class:`InvalidSetting` raises if the runtime reads it anyway. Unknown keys
+are ``rivet.E001``. The settings page of the documentation (``settings.md``)
+says what each key means.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_DOCS_URL",
     "MAX_CRON_HISTORY",
+    "MAX_LIVE_WAIT",
     "MAX_RETENTION_SECONDS",
     "MAX_RETRIES",
     "SETTINGS",
@@ -143,6 +145,12 @@ CRON_HISTORY = Kind(
     f"None or an integer from 0 to {MAX_CRON_HISTORY}",
     lambda v: v is None or (_integer(v) and 0 <= v <= MAX_CRON_HISTORY),
 )
+MAX_LIVE_WAIT = 3600.0
+LIVE_WAIT = Kind(
+    f"0 (off) or a number of seconds up to {MAX_LIVE_WAIT:g}",
+    lambda v: _number(v) and 0 <= v <= MAX_LIVE_WAIT,
+    float,
+)
 RETRIES = Kind(
     f"an integer from 0 to {MAX_RETRIES}",
     lambda v: _integer(v) and 0 <= v <= MAX_RETRIES,
@@ -231,6 +239,8 @@ SETTINGS: dict[str, Setting] = {
     "WORKFLOW_LEASE_SECONDS": Setting(30, POSITIVE_NUMBER),
     # Seconds; sleeps shorter than this wait in memory instead of yielding.
     "WORKFLOW_POLL_INTERVAL": Setting(0.1, POSITIVE_NUMBER),
+    # Seconds a waiting workflow run stays live (0: off); rivet.E703.
+    "WORKFLOW_LIVE_WAIT": Setting(0, LIVE_WAIT, "rivet.E703"),
     # True: a workflow flush is one database transaction (an oversized flush
     # is rejected) instead of chunks of <= 128 writes.
     "KV_ATOMIC_FLUSH": Setting(False, BOOLEAN),
@@ -367,6 +377,7 @@ class RivetSettings:
     EMBEDDED_WORKER: bool
     WORKFLOW_LEASE_SECONDS: float
     WORKFLOW_POLL_INTERVAL: float
+    WORKFLOW_LIVE_WAIT: float
     KV_ATOMIC_FLUSH: bool
     DISPATCH_BACKEND: str | None
     ALLOWED_ORIGINS: list[str] | None

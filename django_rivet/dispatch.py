@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
@@ -62,6 +63,7 @@ __all__ = [
     "configured_name",
     "grace_period",
     "notify_worker",
+    "on_worker_wake",
     "overridden",
     "use",
     "wait_for_work",
@@ -111,6 +113,15 @@ class DispatchBackend(Protocol):
 _worker_wakeup = threading.Event()
 
 
+_worker_wake_hooks: list[Callable[[str, list[Any]], Any]] = []
+
+
+def on_worker_wake(hook: Callable[[str, list[Any]], Any]) -> None:
+    """Call ``hook(job, args)`` when work becomes due now for the in-process worker."""
+    if hook not in _worker_wake_hooks:
+        _worker_wake_hooks.append(hook)
+
+
 def notify_worker() -> None:
     """Wake the worker loop of this process: new work may be due."""
     _worker_wakeup.set()
@@ -140,8 +151,15 @@ class WorkerBackend:
         return []
 
     def wake(self, job: Job, args: list[Any], eta: float | None = None) -> bool:
-        """Wake the loop; it computes when the job is due by itself."""
+        """Wake the loop; it computes when the job is due by itself.
+
+        Work due now is told to the :func:`on_worker_wake` hooks (the live
+        windows of workflow runs close: the loop runs one thing at a time).
+        """
         notify_worker()
+        if eta is None or eta <= clock.now():
+            for hook in list(_worker_wake_hooks):
+                hook(job, args)
         return True
 
 

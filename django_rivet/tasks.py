@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_shutting_down
 
 from .conf import rivet_settings
 
@@ -69,6 +70,14 @@ def run_workflow(workflow_id: str) -> str | None:
     from .workflows import execution
 
     return execution.run(workflow_id)
+
+
+@worker_shutting_down.connect(dispatch_uid="django_rivet.end_live_windows")
+def end_live_windows(**kwargs: Any) -> None:
+    """A Celery worker shutting down: runs in a live window unwind at once."""
+    from .workflows import live
+
+    live.end_all()
 
 
 @shared_task(name="rivet.admit_workflows", ignore_result=True)

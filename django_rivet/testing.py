@@ -384,7 +384,8 @@ def run_until_idle(handle: _Any, *, max_runs: int = 1000) -> str:
         # What happens after the start commits: its queue may start it now.
         queues.admit(queue)
     for _ in range(max_runs):
-        if execution.run(workflow_id, max_passes=1) is None:
+        # No live window: nothing else runs in this thread meanwhile.
+        if execution.run(workflow_id, max_passes=1, live_wait=0) is None:
             break
     status = Workflow.objects.filter(pk=workflow_id).values_list("status", flat=True)
     found = status.first()

@@ -61,6 +61,8 @@ DOCUMENTED_DEFAULTS = {
     "INCOMING_TRACE": "continue",
     "TRUSTED_PROXIES": [],
     "OPENAPI": None,
+    # The live window of workflow runs (issue 46): off.
+    "WORKFLOW_LIVE_WAIT": 0,
 }
 
 

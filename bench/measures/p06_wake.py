@@ -189,7 +189,7 @@ def run(ctx: Any) -> list:
     budget = ctx.size(BUDGET, 1.0)
     out: list[Row] = []
     for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):
-        for mode, function in (("claimed run", "leg"), ("live window", "live_leg")):
+        for mode, function in (("claimed run", "leg"),):
             found = {}
             for size, (batch, wakes) in sizes.items():
                 result = ctx.leg(

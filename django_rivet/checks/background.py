@@ -1,4 +1,5 @@
-"""Background work: workflow queues, scheduled workflows (rivet.E701, E702).
+"""Background work: workflow queues, scheduled workflows, the live window
+(rivet.E701, E702, E703).
 
 The retry settings' kinds are declared with the settings (``conf``), and
 reported as ``rivet.E004`` with the others.
@@ -13,14 +14,22 @@ from typing import Any
 from django.core.checks import Tags, register
 
 from .. import clock, crontab
-from ..conf import rivet_settings
+from ..conf import LIVE_WAIT, docs_url, rivet_settings
 from ..exceptions import InvalidCron
 from ..workflows import registry as workflow_registry
 from ..workflows import scheduled
 from ..workflows.queues import QUEUE_NAME_MAX_LENGTH
 from .base import message
 
-__all__ = ["E701", "E701_HINT", "E702", "E702_HINT", "check_background_work"]
+__all__ = [
+    "E701",
+    "E701_HINT",
+    "E702",
+    "E702_HINT",
+    "E703",
+    "E703_HINT",
+    "check_background_work",
+]
 
 E701 = "RIVET['WORKFLOW_QUEUES'] {problem}."
 E701_HINT = (
@@ -35,6 +44,11 @@ E702_HINT = (
     "Use five cron fields (or @daily...) and an IANA zone name; names of "
     "scheduled workflows are at most 200 characters (tick ids add the time)."
 )
+# The sentence InvalidSetting says too: the kind is declared in conf.
+E703 = "RIVET['WORKFLOW_LIVE_WAIT'] must be " + LIVE_WAIT.expected + "."
+E703_HINT = (
+    "It is how long a waiting workflow run stays in memory (0 turns it off); see {docs}"
+)
 _COUNTS = ("concurrency", "partition_concurrency", "worker_concurrency", "max_queued")
 _RATES = ("rate_limit", "partition_rate_limit")
 _QUEUE_OPTIONS = {*_COUNTS, *_RATES}
@@ -43,8 +57,15 @@ SCHEDULED_NAME_MAX_LENGTH = 200
 
 @register(Tags.compatibility)
 def check_background_work(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Check the workflow queues and the cron workflows."""
-    return _queues() + _scheduled_workflows()
+    """Check the workflow queues, the cron workflows and the live window."""
+    return _queues() + _scheduled_workflows() + _live_wait()
+
+
+def _live_wait() -> list[Any]:
+    if rivet_settings.problem("WORKFLOW_LIVE_WAIT") is None:
+        return []
+    hint = E703_HINT.format(docs=docs_url("workflows", "the-live-window"))
+    return [message("rivet.E703", E703, hint, "settings.RIVET")]
 
 
 def _positive(value: Any, kind: Any) -> bool:

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from . import keys, schema
+from . import keys, live, schema
 from .errors import ChildWorkflowError, MessageWaitError, diverged
 from .execution import RollbackStop, complete
 from .limits import check_record
@@ -163,7 +163,15 @@ async def run_child(
             await storage.flush()
             return child_id
         await storage.flush()
-    outcome = await driver_call(host.child_outcome(child_id), "child outcome")
+
+    def look() -> Any:
+        return driver_call(host.child_outcome(child_id), "child outcome")
+
+    if run.live_for():
+        # The live window: wait here for the child's end (its wake name).
+        outcome = await live.wait_for(run, [child_wake_name(child_id)], None, look)
+    else:
+        outcome = await look()
     if outcome is None:
         raise MessageWaitError(None, [child_wake_name(child_id)])
     return await _record_outcome(scope, entry, name, outcome)
@@ -230,12 +238,21 @@ async def wait_first(scope: Scope, name: str, child_ids: list[str]) -> FirstFini
         entry = storage.create_entry(location, "wait_first", data, status="running")
         await storage.flush()
     host = _host(scope)
-    ended: list[tuple[float, int, str, ChildOutcome]] = []
-    for index, child_id in enumerate(ids):
-        outcome = await driver_call(host.child_outcome(child_id), "child outcome")
-        if outcome is not None:
-            at = outcome.finished_at or float("inf")
-            ended.append((at, index, child_id, outcome))
+
+    async def look() -> list[tuple[float, int, str, ChildOutcome]]:
+        ended = []
+        for index, child_id in enumerate(ids):
+            outcome = await driver_call(host.child_outcome(child_id), "child outcome")
+            if outcome is not None:
+                at = outcome.finished_at or float("inf")
+                ended.append((at, index, child_id, outcome))
+        return ended
+
+    if run.live_for():
+        wakes = [child_wake_name(i) for i in ids]
+        ended = await live.wait_for(run, wakes, None, look)
+    else:
+        ended = await look()
     if not ended:
         raise MessageWaitError(None, [child_wake_name(i) for i in ids])
     _, _, child_id, outcome = min(ended, key=lambda found: found[:2])

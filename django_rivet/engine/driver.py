@@ -89,8 +89,11 @@ class EngineDriver(Protocol):
     (``ctx.write_stream``; the rules are in ``engine/stream_store.py``),
     ``async call_sync(fn)`` runs a synchronous step function (default: called
     inline on the event loop), ``async wait_for_messages(names)`` returns
-    when a matching message may have arrived (live mode; otherwise the engine
-    polls every ``worker_poll_interval`` seconds), and ``async
+    when a matching message (or ``child:<id>``, a child's end) may have
+    arrived -- a hint: it may return for nothing, and the engine looks
+    again every ``worker_poll_interval`` seconds anyway -- which is what
+    wakes a run waiting in its live window (``live_wait``, see
+    ``engine/live.py``) and ``mode="live"``; and ``async
     start_child(start)`` / ``async child_outcome(child_id)`` start child
     workflows and tell how they ended (``ctx.child``; see
     :class:`~django_rivet.engine.children.ChildHost`). A host wakes a

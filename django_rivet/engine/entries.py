@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from django_rivet import clock
 
+from . import live
 from .errors import SleepError, diverged
 from .execution import RollbackStop, complete
 from .scope import Scope
@@ -39,9 +40,14 @@ async def run_sleep(scope: Scope, name: str, deadline_of: Callable[[], float]) -
         await storage.flush()
     remaining = deadline - clock.now()
     if remaining > 0:
-        if remaining >= run.driver.worker_poll_interval:
+        if remaining < run.driver.worker_poll_interval:
+            await run.until_evicted(clock.wait_until(deadline))
+        elif run.live_for(remaining):
+            # Within the live window: sleep here, history in memory.
+            if not await live.sleep(run, deadline):
+                raise SleepError(deadline)  # the host closed the window
+        else:
             raise SleepError(deadline)
-        await run.until_evicted(clock.wait_until(deadline))
     complete(storage, entry, state="completed")
     if remaining <= 0:
         await storage.flush()

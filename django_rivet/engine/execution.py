@@ -14,6 +14,7 @@ from django_rivet import clock
 from . import keys, schema
 from .driver import EngineDriver
 from .errors import EvictedError
+from .live import LiveWindow
 from .storage import Storage
 from .values import ErrorEvent, ErrorHook
 
@@ -70,6 +71,9 @@ class Run:
     check: bool = False
     # Called with the message id once a reply is recorded (``ctx.reply``).
     on_reply: Callable[[str], None] | None = None
+    # The live window (``live_wait``): waits that begin in it wait in
+    # process (``engine.live``). None: every wait unwinds at once.
+    live: LiveWindow | None = None
     visited: set[keys.Location] = field(default_factory=set)
     covered: set[keys.Location] = field(default_factory=set)
     rollback_actions: list[RollbackAction] = field(default_factory=list)
@@ -89,6 +93,13 @@ class Run:
     def evicted(self) -> bool:
         """Return whether the host asked the run to stop."""
         return self.eviction is not None and self.eviction.is_set()
+
+    def live_for(self, seconds: float | None = None) -> bool:
+        """Tell whether a wait (of ``seconds``; None: any) may wait live."""
+        window = self.live
+        if window is None or self.rollback or self.check:
+            return False
+        return window.covers(0.0 if seconds is None else seconds)
 
     def cover(self, location: keys.Location) -> None:
         """Treat every entry below ``location`` as legitimately not replayed."""

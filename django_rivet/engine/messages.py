@@ -16,7 +16,7 @@ from typing import Any
 
 from django_rivet import clock
 
-from . import schema
+from . import live, schema
 from .errors import MessageTimeoutError, MessageWaitError, StorageLimitError
 from .execution import RollbackStop, complete
 from .scope import Scope
@@ -157,7 +157,14 @@ async def _receive(
             "messages": [],
         }
         entry = storage.create_entry(location, "message", data)
-    received = await _take(scope, names, count)
+    if run.live_for():
+        # The live window: wait here for a message, history in memory; past
+        # the window (or the deadline) this goes on as without it.
+        received = await live.wait_for(
+            run, names, deadline, lambda: _take(scope, names, count)
+        )
+    else:
+        received = await _take(scope, names, count)
     if received:
         records = [_record(m) for m in received]
         what = f'Messages received by "{name}"'

@@ -6,6 +6,10 @@ wait, a retry backoff), after flushing and setting the driver alarm. With
 ``mode="live"`` it keeps the workflow in this process instead, waiting for the
 deadline or a message and replaying again, until it completes or fails.
 Either way a later call with the same id and driver resumes by replay.
+
+``live_wait`` (seconds, either mode) opens a live window at each wait: the
+wait happens inside the running coroutine, which goes on without replaying
+when what it waits for comes within the window (``engine.live``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .errors import (
 )
 from .execution import Run, emit
 from .fields import UNSET
+from .live import LiveWindow
 from .messages import ANY_MESSAGE
 from .ops import (
     WorkflowSnapshot,
@@ -73,6 +78,7 @@ async def run_workflow(
     on_history: HistoryHook | None = None,
     on_reply: ReplyHook | None = None,
     cancel: str | None = None,
+    live_wait: float = 0.0,
 ) -> WorkflowOutcome:
     """Run (or resume) workflow ``workflow_id`` and return where it stands.
 
@@ -81,10 +87,13 @@ async def run_workflow(
     newest first, then it ends ``cancelled`` (``rolling_back`` if a handler
     failed; a later run with ``cancel`` again or without retries it).
     ``on_reply(message_id)`` hears of each reply recorded (``ctx.reply``).
+    ``live_wait`` (seconds, 0: off) waits in process that long at each wait
+    before unwinding (``engine.live``).
     """
     return await start_workflow(
         workflow_id, fn, input, driver, mode, on_error,
         on_history=on_history, on_reply=on_reply, cancel=cancel,
+        live_wait=live_wait,
     )  # fmt: skip
 
 
@@ -99,11 +108,14 @@ def start_workflow(
     on_history: HistoryHook | None = None,
     on_reply: ReplyHook | None = None,
     cancel: str | None = None,
+    live_wait: float = 0.0,
+    live_budget: float | None = None,
 ) -> WorkflowRun:
     """Start running a workflow in a task; await the returned run for its outcome."""
     run = WorkflowRun(
         workflow_id, fn, input, driver, mode, on_error, on_history,
-        on_reply=on_reply, cancel=cancel,
+        on_reply=on_reply, cancel=cancel, live_wait=live_wait,
+        live_budget=live_budget,
     )  # fmt: skip
     run.start()
     return run
@@ -113,6 +125,8 @@ class WorkflowRun:
     """One in-process run of a workflow, with controls for the host.
 
     ``await run`` (or ``await run.result()``) gives the :class:`WorkflowOutcome`.
+    ``live`` is the run's live window (None without ``live_wait``);
+    ``live_budget`` bounds its total time live (see ``engine.live``).
     """
 
     def __init__(
@@ -127,6 +141,8 @@ class WorkflowRun:
         *,
         on_reply: ReplyHook | None = None,
         cancel: str | None = None,
+        live_wait: float = 0.0,
+        live_budget: float | None = None,
     ) -> None:
         if mode not in ("yield", "live"):
             raise ValueError(f"mode must be 'yield' or 'live', not {mode!r}")
@@ -146,6 +162,7 @@ class WorkflowRun:
         self._cancelled = False
         self._task: asyncio.Task[WorkflowOutcome] | None = None
         self._storage: Storage | None = None
+        self.live = LiveWindow(live_wait, live_budget) if live_wait > 0 else None
 
     def start(self) -> None:
         """Start the run in a task of the running event loop."""
@@ -165,6 +182,11 @@ class WorkflowRun:
         """Ask the run to stop at the next entry; it can resume elsewhere."""
         self._eviction.set()
         self._wake.set()
+
+    def end_live(self) -> None:
+        """Close the live window: a wait in it unwinds (as past its end) now."""
+        if self.live is not None:
+            self.live.close()
 
     async def cancel(self) -> None:
         """Cancel the workflow for good and stop this run."""
@@ -332,6 +354,7 @@ class WorkflowRun:
             eviction=self._eviction,
             on_error=self.on_error,
             on_reply=self.on_reply,
+            live=None if rollback else self.live,
         )
 
     async def _cancel(

@@ -367,11 +367,14 @@ class Storage:
     # Flush ----------------------------------------------------------------------
 
     @property
+    def unshown(self) -> bool:
+        """Return whether published values or stream writes wait to be flushed."""
+        return bool(self._published or self.streams.pending)
+
+    @property
     def dirty(self) -> bool:
         """Return whether anything waits to be flushed."""
-        if self._flushed_names < len(self.names) or self._dirty:
-            return True
-        if self._published or self.streams.pending:
+        if self._flushed_names < len(self.names) or self._dirty or self.unshown:
             return True
         if self.pending_prefixes or self.pending_keys or self.pending_ranges:
             return True

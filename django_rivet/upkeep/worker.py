@@ -49,7 +49,7 @@ from ..scheduling.cron_runs import run_due_cron
 from ..scheduling.queue_delivery import deliver_due_queues
 from ..scheduling.schedule_runs import fire_due_schedules
 from ..signals import socket_opened
-from ..workflows import execution, scheduled, wakeups
+from ..workflows import execution, live, scheduled, wakeups
 from ..workflows import queues as workflow_queues
 from . import sweeper
 
@@ -226,6 +226,7 @@ def start_embedded_worker() -> bool:
         if _embedded is not None:
             return False
         stop = threading.Event()
+        live.reopen()  # (a worker stopped earlier in this process closed them)
         thread = threading.Thread(
             target=Worker().run, args=(stop,), name="rivet-embedded-worker", daemon=True
         )
@@ -258,6 +259,7 @@ def stop_embedded_worker(timeout: float = 10.0) -> None:
     thread, stop = running
     stop.set()
     dispatch.notify_worker()
+    live.end_all()  # a run waiting in its live window yields now
     thread.join(timeout)
 
 

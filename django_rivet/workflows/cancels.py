@@ -31,7 +31,7 @@ from django.db.models import F
 
 from .. import clock
 from ..models import Workflow, WorkflowStatus, db
-from . import children, endings, queues
+from . import children, endings, live, queues
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -82,6 +82,7 @@ def mark(workflow_ids: list[str], reason: str) -> list[str]:
             queues.admit_on_commit(queue)  # its slot is free
         children.notify_waiters(workflow_id, parent_id)
         schedule_wake(workflow_id, now)
+        live.signal_on_commit(workflow_id)  # a live run here stops now
         db.on_commit(functools.partial(cancel_children, workflow_id), robust=True)
     return [row[0] for row in found]
 

@@ -28,7 +28,7 @@ from ..models import (
     db,
     sql,
 )
-from . import queues, registry, versions
+from . import live, queues, registry, versions
 from .placement import create_placed, placement
 from .wakeups import schedule_wake, wake_fields
 
@@ -232,6 +232,7 @@ def notify_parent(child_id: str, parent_id: str) -> None:
     rows = Workflow.objects.filter(pk=parent_id)
     if not rows.update(wake_signal=F("wake_signal") + 1):
         return
+    live.signal_on_commit(parent_id, name)  # a live run of it, in this process
     status, waiting_for = rows.values_list("status", "waiting_for").get()
     if status in WORKFLOW_ACTIVE and name in (waiting_for or []):
         rows.update(wake_at=now, **wake_fields(now))

@@ -46,7 +46,7 @@ from ..engine import (
 from ..engine.stream_store import StreamWrite
 from ..models import WorkflowKV, db, sql
 from ..models.base import prefix_end
-from . import blocking, children, streams
+from . import blocking, children, live, streams
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
 from .inbox import InboxMethods
 
@@ -398,6 +398,14 @@ class DjangoDriver(InboxMethods):
 
         await self._db(append)
         self.streamed = True
+
+    async def wait_for_messages(self, names: Iterable[str] | None) -> None:
+        """Return when a message (or a child's end) may have come (live window).
+
+        Signalled in process only (``workflows.live``): the engine polls the inbox
+        every ``worker_poll_interval`` seconds for what other processes sent.
+        """
+        await live.listen(self.workflow_id, names)
 
     async def check_cancel(self) -> None:
         """Raise :class:`LeaseLost` if the workflow was cancelled (before a step)."""

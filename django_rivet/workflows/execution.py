@@ -36,7 +36,7 @@ from ..engine import (
 from ..engine.errors import cancellation
 from ..exceptions import WorkflowNotFound
 from ..models import Workflow, WorkflowStatus, db
-from . import cancels, capacity, endings, leases, registry, versions
+from . import cancels, capacity, endings, leases, live, registry, versions
 from .blocking import run_private
 from .driver import DjangoDriver, LeaseLost
 from .leases import Heartbeat, Lease
@@ -111,6 +111,7 @@ def run(
     *,
     max_passes: int = MAX_PASSES,
     stop_after_reply: str | None = None,
+    live_wait: float | None = None,
 ) -> str | None:
     """Run ``workflow_id`` while it is due; return its status after the last run.
 
@@ -120,24 +121,41 @@ def run(
     to that message is recorded (what a waiting ``handle.request`` runs);
     the workflow is then due again, for a worker to go on with. A workflow
     whose queue's ``worker_concurrency`` this process has reached is not
-    run here (:mod:`.capacity`).
+    run here (:mod:`.capacity`). ``live_wait``: the live window of its
+    waits in seconds (0: none), ``RIVET["WORKFLOW_LIVE_WAIT"]`` by default.
     """
     with capacity.slot(workflow_id) as room:
         if not room:
             capacity.defer(workflow_id)
             return None
-        return _run(workflow_id, max_passes, stop_after_reply)
+        return _run(workflow_id, max_passes, stop_after_reply, live_wait)
 
 
-def _run(workflow_id: str, max_passes: int, stop_after_reply: str | None) -> str | None:
+def _run(
+    workflow_id: str,
+    max_passes: int,
+    stop_after_reply: str | None,
+    live_wait: float | None = None,
+) -> str | None:
     status = None
+    went_live = False
     for _ in range(max_passes):
         lease = leases.claim(workflow_id)
         if lease is None:
             return status
-        status, wake_at = observability.workflow_run(
-            functools.partial(_run_claimed, stop_after_reply=stop_after_reply), lease
+        # Per pass: a worker shutting down closes the windows to come, and
+        # one live pass per call (its budget, live.budget()) bounds how long
+        # a chatty workflow holds this worker; the passes after it replay
+        # and yield (the next dispatch runs it live again).
+        if went_live:
+            window = 0.0
+        else:
+            window = live.window() if live_wait is None else live_wait
+            went_live = window > 0
+        run_claimed = functools.partial(
+            _run_claimed, stop_after_reply=stop_after_reply, live_wait=window
         )
+        status, wake_at = observability.workflow_run(run_claimed, lease)
         if wake_at is None or clock.to_timestamp(wake_at) > clock.now():
             return status
     # Still due after many passes: yield the worker to other workflows.
@@ -163,7 +181,7 @@ def _cancel_reason(lease: Lease) -> str | None:
 
 
 def _run_claimed(
-    lease: Lease, stop_after_reply: str | None = None
+    lease: Lease, stop_after_reply: str | None = None, live_wait: float = 0.0
 ) -> tuple[str, datetime | None]:
     """Run a claimed workflow once and release it; return (status, wake_at)."""
     reason = _cancel_reason(lease)
@@ -183,7 +201,11 @@ def _run_claimed(
         late_ms = max(0.0, (clock.now() - clock.to_timestamp(lease.wake_at)) * 1000)
     driver = DjangoDriver(lease.workflow_id, lease_token=lease.token, private_loop=True)
     failed = _drive_claimed(
-        lease, definition, driver, stop_after_reply=stop_after_reply
+        lease,
+        definition,
+        driver,
+        stop_after_reply=stop_after_reply,
+        live_wait=live_wait,
     )
     if isinstance(failed, tuple):
         return failed
@@ -205,6 +227,7 @@ def _drive_claimed(
     *,
     cancel: str | None = None,
     stop_after_reply: str | None = None,
+    live_wait: float = 0.0,
 ) -> WorkflowOutcome | tuple[str, datetime | None]:
     """Run the engine on a claimed workflow, with a heartbeat.
 
@@ -226,6 +249,7 @@ def _drive_claimed(
                 heartbeat,
                 cancel=cancel,
                 stop_after_reply=stop_after_reply,
+                live_wait=live_wait,
             )
         )
     except StorageError as exc:
@@ -267,8 +291,15 @@ async def _drive(
     *,
     cancel: str | None = None,
     stop_after_reply: str | None = None,
+    live_wait: float = 0.0,
 ) -> WorkflowOutcome:
     runs: list[WorkflowRun] = []
+    heartbeating = not db.in_atomic_block()
+    if not heartbeating or cancel is not None or stop_after_reply is not None:
+        # No live window: inside a caller's transaction (no heartbeat keeps
+        # the lease, and the transaction would stay open), for a cancel's
+        # rollbacks, or for a requester waiting for its reply.
+        live_wait = 0.0
 
     def on_reply(message_id: str) -> None:
         if message_id == stop_after_reply:
@@ -284,6 +315,8 @@ async def _drive(
         on_error=_log_event,
         on_reply=on_reply if stop_after_reply is not None else None,
         cancel=cancel,
+        live_wait=live_wait,
+        live_budget=live.budget(live_wait),
     )
     runs.append(run)
     loop = asyncio.get_running_loop()
@@ -293,7 +326,7 @@ async def _drive(
             loop.call_soon_threadsafe(run.evict)
 
     heartbeat.on_lost = evict
-    if not db.in_atomic_block():
+    if heartbeating:
         # Inside a caller's transaction (a request from an actor action)
         # nobody else can see or take the claim before it commits, and a
         # heartbeat on another connection would wait on our own row lock.
@@ -304,7 +337,8 @@ async def _drive(
         deadline = clock.to_timestamp(lease.deadline_at)
         timer = asyncio.ensure_future(_evict_at(deadline, run))
     try:
-        return await run
+        with live.track(run):  # a worker shutting down closes its window
+            return await run
     finally:
         if timer is not None:
             timer.cancel()

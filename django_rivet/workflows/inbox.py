@@ -13,6 +13,7 @@ from typing import Any
 from .. import clock
 from ..engine import Message, encode_message_body, schema
 from ..models import WorkflowMessage, db
+from . import live
 
 __all__ = ["InboxMethods"]
 
@@ -40,6 +41,7 @@ class InboxMethods:
             row = WorkflowMessage.objects.create(
                 workflow_id=self.workflow_id, name=name, body=body
             )
+            live.signal_on_commit(self.workflow_id, name)
             return str(row.pk)
 
         return await self._db(add)  # type: ignore[no-any-return]

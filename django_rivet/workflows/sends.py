@@ -31,6 +31,7 @@ from ..models import (
     WorkflowMessageKey,
     db,
 )
+from . import live
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -123,6 +124,9 @@ def _deliver(message: Send, data: bytes, now: datetime) -> str:
         WorkflowMessageKey.objects.create(
             workflow_id=workflow_id, key=key, message_id=row.pk
         )
+    # A run of it waiting in its live window here hears of it at once (its
+    # waiting_for on the row is its last release's, not what it waits for).
+    live.signal_on_commit(workflow_id, name)
     wanted = name in waiting_for or "*" in waiting_for
     if status in WORKFLOW_ACTIVE and wanted:
         rows.update(wake_at=now, **wake_fields(now))

@@ -27,6 +27,7 @@ Shared by the in-memory suite (every ``at``) and the Django driver's
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,7 @@ from django_rivet.engine import (
     cbor,
     read_history,
     run_workflow,
+    start_workflow,
 )
 
 KINDS = ("fail", "crash", "crash_after")
@@ -61,6 +63,7 @@ _COUNTED = (
     "receive_messages",
     "complete_message",
     "append_streams",
+    "wait_for_messages",
 )
 
 
@@ -76,6 +79,7 @@ class FaultyDriver:
         self.at = at
         self.kind = kind
         self.calls = 0
+        self.called: collections.Counter[str] = collections.Counter()
         self.fired: str | None = None
         self.atomic_batch = inner.atomic_batch
         self.worker_poll_interval = inner.worker_poll_interval
@@ -89,6 +93,7 @@ class FaultyDriver:
 
         async def call(*args: Any) -> Any:
             self.calls += 1
+            self.called[name] += 1
             if self.calls != self.at:
                 return await method(*args)
             self.fired = name
@@ -293,14 +298,22 @@ async def complete(
     pending: list[tuple[tuple[str, Any], ...]],
     *,
     runs: int = 60,
+    live_wait: float = 0.0,
 ) -> WorkflowOutcome:
     """Run like a host until the workflow finishes; send messages when asked.
 
     ``inbox`` receives the scripted messages (the unfaulted driver: a sent
     message is acknowledged to its sender once ``add_message`` returned).
+    With ``live_wait`` each run has a live window, and the host acts while
+    the run waits in it (see :func:`run_live`).
     """
     for _ in range(runs):
-        outcome = await run_workflow(workflow_id, fn, input, driver)
+        if live_wait:
+            outcome = await run_live(
+                clock, workflow_id, fn, input, driver, inbox, pending, live_wait
+            )
+        else:
+            outcome = await run_workflow(workflow_id, fn, input, driver)
         if outcome.state in ("completed", "failed", "cancelled"):
             return outcome
         if outcome.state == "sleeping" and outcome.waiting_for and pending:
@@ -311,6 +324,64 @@ async def complete(
         elif outcome.state == "sleeping":
             raise AssertionError(f"{workflow_id} waits for {outcome.waiting_for}")
     raise AssertionError(f"{workflow_id} did not finish in {runs} runs")
+
+
+async def run_live(
+    clock: VirtualClock,
+    workflow_id: str,
+    fn: Callable[..., Awaitable[Any]],
+    input: Any,
+    driver: Any,
+    inbox: Any,
+    pending: list[tuple[tuple[str, Any], ...]],
+    live_wait: float,
+) -> WorkflowOutcome:
+    """One run with a live window: while it waits there, send or advance.
+
+    A message wait gets the next scripted group sent into its window (woken
+    in process); any other wait (a sleep, or nothing left to send) sees the
+    clock jump to where it ends (its deadline, or the window's end, when it
+    unwinds as without the window).
+    """
+    run = start_workflow(workflow_id, fn, input, driver, live_wait=live_wait)
+    window = run.live
+    assert window is not None
+    task = asyncio.ensure_future(run.result())
+    while True:
+        blocked = asyncio.ensure_future(window.blocked.wait())
+        done, _ = await asyncio.wait({task, blocked}, return_when="FIRST_COMPLETED")
+        blocked.cancel()
+        await asyncio.gather(blocked, return_exceptions=True)
+        if task in done:
+            return task.result()
+        if not window.waiting:
+            continue  # it woke before the host looked (a failed listen)
+        waiting = window.waiting[0]
+        if waiting.names != () and pending:
+            await _send_group(inbox, pending.pop(0))
+        else:
+            clock.set(max(waiting.until, clock.now()))
+        for _ in range(10_000):  # until the wait woke (or the run ended)
+            if not window.blocked.is_set() or task.done():
+                break
+            await asyncio.sleep(0.001 if _ > 100 else 0)
+        else:
+            raise AssertionError(f"{workflow_id}: the live wait {waiting} never woke")
+
+
+async def _send_group(inbox: Any, group: tuple[tuple[str, Any], ...]) -> None:
+    """Send a scripted group at once: the live run wakes to all of it."""
+    if not hasattr(inbox, "workflow_id"):  # in memory: nothing runs in between
+        for name, body in group:
+            await inbox.add_message(name, body)
+        return
+    from asgiref.sync import sync_to_async
+
+    from django_rivet.workflows import sends
+
+    # One transaction: the in-process signal follows its commit.
+    batch = [sends.Send(inbox.workflow_id, name, body) for name, body in group]
+    await sync_to_async(sends.send_many)(batch)
 
 
 def _shape(history: list[Any]) -> list[tuple[str, str, str, Any]]:
@@ -333,6 +404,9 @@ class Reference:
     effects: collections.Counter[str]
     calls: int
     streams: dict[str, tuple[list[Any], bool]] = dataclasses.field(default_factory=dict)
+    called: collections.Counter[str] = dataclasses.field(
+        default_factory=collections.Counter
+    )
 
 
 async def stream_contents(inner: Any) -> dict[str, tuple[list[Any], bool]]:
@@ -376,7 +450,11 @@ def _outcome(outcome: WorkflowOutcome) -> tuple[str, Any, str | None]:
 
 
 async def reference(
-    clock: VirtualClock, scenario: Scenario, workflow_id: str, inner: Any
+    clock: VirtualClock,
+    scenario: Scenario,
+    workflow_id: str,
+    inner: Any,
+    live_wait: float = 0.0,
 ) -> Reference:
     """Run ``scenario`` without faults, counting driver calls."""
     effects = Effects()
@@ -389,10 +467,14 @@ async def reference(
         driver,
         inner,
         list(scenario.messages),
+        live_wait=live_wait,
     )
     history = _shape(await read_history(inner))
     streams = await stream_contents(inner)
-    return Reference(_outcome(outcome), history, effects.counts, driver.calls, streams)
+    return Reference(
+        _outcome(outcome), history, effects.counts, driver.calls, streams,
+        driver.called,
+    )  # fmt: skip
 
 
 def _done_steps(history: list[Any]) -> set[str]:
@@ -415,6 +497,7 @@ async def check_recovery(
     expected: Reference,
     at: int,
     kind: str,
+    live_wait: float = 0.0,
 ) -> str | None:
     """Fault call ``at`` with ``kind``, recover with fresh runs, compare.
 
@@ -427,8 +510,9 @@ async def check_recovery(
     fn = scenario.build(effects)
     try:
         outcome = await complete(
-            clock, workflow_id, fn, scenario.input, driver, inner, pending
-        )
+            clock, workflow_id, fn, scenario.input, driver, inner, pending,
+            live_wait=live_wait,
+        )  # fmt: skip
     except (StorageError, Crash) as stopped:
         # The fault stopped the run (a driver failure is the host's to retry,
         # never the workflow's failure): what the driver holds now is what
@@ -436,8 +520,9 @@ async def check_recovery(
         acknowledged = await read_history(inner)
         before = collections.Counter(effects.counts)
         outcome = await complete(
-            clock, workflow_id, fn, scenario.input, driver, inner, pending
-        )
+            clock, workflow_id, fn, scenario.input, driver, inner, pending,
+            live_wait=live_wait,
+        )  # fmt: skip
         context = f"{scenario.name}: {kind} at call {at} ({driver.fired}, {stopped!r})"
         for location in _done_steps(acknowledged):
             assert effects.counts[location] == before[location], (
@@ -450,7 +535,7 @@ async def check_recovery(
             )
     else:
         context = f"{scenario.name}: {kind} at call {at} ({driver.fired})"
-    assert _outcome(outcome) == expected.outcome, context
+    assert _outcome(outcome) == expected.outcome, f"{context}: {_outcome(outcome)}"
     assert _shape(await read_history(inner)) == expected.history, context
     assert not pending, f"{context}: scripted messages were left unsent"
     check_streams(await stream_contents(inner), expected.streams, context)

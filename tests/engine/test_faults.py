@@ -6,7 +6,9 @@ every call number N and each fault kind (fail, crash before the call, crash
 after it) a fresh in-memory driver runs it with that one fault, and fresh
 runs on the same storage must end exactly as the fault-free run did, with no
 acknowledged step or rollback redone (see ``faults.check_recovery``). Both
-a chunking driver and an atomic one.
+a chunking driver and an atomic one; and with a live window
+(``live_wait``), where the scripted messages arrive while the run waits
+in process and the sleeps within the window are slept there.
 """
 
 from __future__ import annotations
@@ -22,20 +24,26 @@ class AtomicInMemoryDriver(InMemoryDriver):
     atomic_batch = True
 
 
+@pytest.mark.parametrize("live_wait", [0.0, 120.0], ids=["yield", "live"])
 @pytest.mark.parametrize("atomic", [False, True], ids=["chunked", "atomic"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 async def test_every_fault_at_every_driver_call_is_recovered(
-    clock, scenario: Scenario, atomic: bool
+    clock, scenario: Scenario, atomic: bool, live_wait: float
 ):
     make = AtomicInMemoryDriver if atomic else InMemoryDriver
-    expected = await reference(clock, scenario, "wf", make())
+    expected = await reference(clock, scenario, "wf", make(), live_wait)
     assert expected.outcome[0] in ("completed", "failed")
     assert expected.calls > 5
+    if live_wait and scenario.messages:
+        # The messages were received in the window, history in memory: one
+        # load for the whole workflow.
+        assert expected.called["wait_for_messages"] > 0
+        assert expected.called["list"] == 1
     faulted: dict[str, int] = {}
     for at in range(1, expected.calls + 1):
         for kind in KINDS:
             fired = await check_recovery(
-                clock, scenario, "wf", make(), expected, at, kind
+                clock, scenario, "wf", make(), expected, at, kind, live_wait
             )
             assert fired is not None, f"call {at} never happened"
             faulted[fired] = faulted.get(fired, 0) + 1

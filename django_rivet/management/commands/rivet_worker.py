@@ -13,6 +13,7 @@ from django.core.management.base import CommandParser
 from django_rivet import dispatch
 from django_rivet.management.base import RivetCommand, bounded_float
 from django_rivet.upkeep.worker import Worker
+from django_rivet.workflows import live
 
 
 class Command(RivetCommand):
@@ -62,6 +63,7 @@ class Command(RivetCommand):
         def request_stop(signum: int, frame: Any) -> None:
             stop.set()
             dispatch.notify_worker()
+            live.end_all()  # a run waiting in its live window yields now
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)

@@ -1,0 +1,174 @@
+"""P6L: one wake of a workflow with a long history, with the live window on.
+
+Subject: a ``benchWakeLive`` workflow whose history holds N completed steps
+(prepared as P6 prepares it) runs on a worker thread (``execution.run``, as
+a Celery task runs it) with ``RIVET["WORKFLOW_LIVE_WAIT"]`` on: it waits
+for a message in its live window, receives it, runs one step and waits
+again, history in memory. A trial sends a batch of messages from the main
+thread (``handle.send``), each once the step after the previous one ran,
+and reports the time per wake: send, in-process wake, receive, record,
+step, next wait. The one load + replay of the run is before the trials
+(untimed); nothing is reloaded or replayed during them.
+
+Baseline: per message, a raw ``INSERT`` of a message row (into another
+workflow's inbox) and a ``SELECT`` of one row -- the least a wake has to
+write and read.
+
+Issue 46 calls this P6w with the window on; P6w (``p06_wake.py``) is the
+same wake as a claimed run, as without the window.
+
+Growth: the per-wake cost at the largest history against the smallest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from bench.core import Row, Target, row_from
+
+ID = "P6L"
+TITLE = "one wake of a long-history workflow, live window on, vs INSERT + SELECT"
+TARGET = Target("ratio", "<=", 3.0)
+GROWTH_TARGET = Target("ratio", "<=", 1.2)
+LIVE_WAIT = 600  # seconds: the window outlasts the whole leg
+
+_stepped = threading.Event()
+
+
+def _definition() -> Any:
+    from bench.benchapp.workflows import steps
+    from django_rivet.workflows import workflow
+
+    def after(body: Any) -> Any:
+        _stepped.set()
+        return body
+
+    @workflow(name="benchWakeLive")
+    async def bench_wake(ctx: Any, count: int) -> None:
+        """``count`` steps, then forever: a message, one step, a wait."""
+        await steps(ctx, count)
+        index = 0
+        while True:
+            message = await ctx.messages.next(f"m{index}")
+            await ctx.step(f"after{index}", lambda body=message.body: after(body))
+            index += 1
+
+    return bench_wake
+
+
+def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
+    from django.conf import settings
+    from django.db import connection
+    from django.test import override_settings
+
+    from bench import internals
+    from bench.core import alternate
+    from bench.measures.p04_flush import build, run_private
+    from django_rivet import workflows
+    from django_rivet.engine import InMemoryDriver
+    from django_rivet.models import Workflow, WorkflowMessage
+    from django_rivet.workflows import execution, live, registry
+
+    rivet = {**getattr(settings, "RIVET", {}), "WORKFLOW_LIVE_WAIT": LIVE_WAIT}
+    with registry.register_temporarily(_definition()), override_settings(RIVET=rivet):
+        handle = workflows.start("benchWakeLive", size)
+        driver = InMemoryDriver()
+        run_private(build(driver, size).flush())
+        internals.add_kv_rows(handle.workflow_id, driver.kv)
+        other = Workflow.objects.create(id="p6w-baseline", name="benchDeaf")
+        quote = connection.ops.quote_name
+        table = quote(WorkflowMessage._meta.db_table)
+        fk = quote(WorkflowMessage._meta.get_field("workflow").column)
+        insert = (
+            f"INSERT INTO {table} ({fk}, {quote('name')}, {quote('body')}, "
+            f"{quote('created_at')}) VALUES (%s, %s, %s, %s)"
+        )
+        workflow_table = quote(Workflow._meta.db_table)
+        select = f"SELECT {quote('status')} FROM {workflow_table} WHERE id = %s"
+        ran: list[Any] = []
+
+        def work() -> None:
+            try:
+                ran.append(execution.run(handle.workflow_id))
+            finally:
+                connection.close()
+
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 600
+        while handle.workflow_id not in live._listeners:  # loaded, replayed
+            assert time.monotonic() < deadline, "the run never waited"
+            time.sleep(0.01)
+        sent = iter(range(10**9))
+
+        def subject() -> float:
+            started = time.perf_counter()
+            for _ in range(batch):
+                _stepped.clear()
+                handle.send(f"m{next(sent)}", None)
+                assert _stepped.wait(60), "the live run did not wake"
+            return (time.perf_counter() - started) / batch
+
+        def baseline() -> float:
+            from django.utils import timezone
+
+            started = time.perf_counter()
+            for _ in range(batch):
+                with connection.cursor() as cursor:
+                    cursor.execute(insert, [other.pk, "m", b"\xf6", timezone.now()])
+                    cursor.execute(select, [handle.workflow_id])
+                    cursor.fetchone()
+            return (time.perf_counter() - started) / batch
+
+        try:
+            result = alternate(subject, baseline, trials, warmup=1)
+        finally:
+            live.end_all()
+            worker.join(60)
+        assert ran == ["sleeping"], ran
+        result["wakes"] = (trials + 1) * batch
+        return result
+
+
+def run(ctx: Any) -> list:
+    sizes, trials, batch = ctx.size(([100, 10_000, 100_000], 5, 40), ([100], 1, 5))
+    out: list[Row] = []
+    for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):
+        found: dict[int, Any] = {}
+        for size in sizes:
+            found[size] = ctx.leg(
+                "bench.measures.p06w_wake:leg",
+                {"size": size, "trials": trials, "batch": batch},
+                db=db,
+            )
+            out.append(
+                row_from(
+                    ID,
+                    f"one wake, {size:,} entries, live window, {label}",
+                    "s",
+                    found[size],
+                    "INSERT + SELECT",
+                    TARGET,
+                )
+            )
+        small, big = min(sizes), max(sizes)
+        if big != small:
+            grown = {
+                "subject": found[big]["subject"],
+                "baseline": found[small]["subject"],
+                "ratio": found[big]["subject"]["median"]
+                / found[small]["subject"]["median"],
+            }
+            out.append(
+                row_from(
+                    ID,
+                    f"one wake at {big:,} entries vs {small:,}, {label}",
+                    "s",
+                    grown,
+                    f"{small:,} entries",
+                    GROWTH_TARGET,
+                )
+            )
+    return out
