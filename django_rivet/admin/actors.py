@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.forms import ModelForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from ..actors import registry
 from ..actors.migration import migrate_stored
@@ -51,6 +51,37 @@ class EditingAdmin(ReadOnlyAdmin):
         form = super().get_form(request, obj, change, **kwargs)
         form.request = request  # type: ignore[attr-defined]
         return form
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # Not in Django's surrounding transaction: the edit is an invocation
+        # with a transaction (and the actor's lock) of its own. Inside one
+        # that had already read the page's rows, SQLite could not turn it
+        # into a write once another writer committed (SQLITE_BUSY_SNAPSHOT,
+        # at once, whatever the busy timeout): the edit failed as
+        # `actor/busy` instead of waiting for the lock.
+        # (Django's own view without its transaction: the stubs omit it.)
+        response: HttpResponse = self._changeform_view(  # type: ignore[attr-defined]
+            request, object_id, form_url, extra_context
+        )
+        return response
+
+    def delete_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # The deletion is an invocation too (see changeform_view).
+        response: HttpResponse = self._delete_view(  # type: ignore[attr-defined]
+            request, object_id, extra_context
+        )
+        return response
 
     def save_model(
         self, request: HttpRequest, obj: Any, form: Any, change: bool
