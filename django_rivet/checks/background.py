@@ -14,7 +14,8 @@ from typing import Any
 from django.core.checks import Tags, register
 
 from .. import clock, crontab
-from ..conf import LIVE_WAIT, docs_url, rivet_settings
+from ..conf import docs_url, rivet_settings
+from ..conf.kinds import LIVE_WAIT
 from ..exceptions import InvalidCron
 from ..workflows import registry as workflow_registry
 from ..workflows import scheduled

@@ -10,7 +10,8 @@ from typing import Any
 
 from django.core.checks import Tags, register
 
-from ..conf import CRON_HISTORY, RETENTION, docs_url, rivet_settings
+from ..conf import docs_url, rivet_settings
+from ..conf.kinds import CRON_HISTORY, RETENTION
 from .base import message
 
 __all__ = [

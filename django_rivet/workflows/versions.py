@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from django.db.models import Q
 
-from ..conf import MAX_VERSION_LENGTH, VERSION, rivet_settings
+from ..conf import rivet_settings
+from ..conf.kinds import MAX_VERSION_LENGTH, VERSION
 
 __all__ = ["current", "resolved", "runs_here"]
 
