@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,17 +68,31 @@ def in_threads_each(
     return errors
 
 
-def run_in_background(workflow_id: str) -> threading.Thread:
+FINISHED = ("completed", "failed", "cancelled")
+
+
+def run_in_background(workflow_id: str, *, retry_for: float = 0) -> threading.Thread:
     """Run a workflow to idle in a thread of its own, as a worker would.
 
+    With ``retry_for`` (seconds), a run that broke on storage trouble (the
+    workflow released for a retry: ``retry_count`` counted) is run again once it
+    is due, as a worker would, until the workflow finishes or the time is up.
     The caller joins the thread; it closes its database connections.
     """
     from django_rivet import workflows
+    from django_rivet.models import Workflow
     from django_rivet.testing import run_until_idle
 
     def work() -> None:
+        deadline = time.monotonic() + retry_for
         try:
-            run_until_idle(workflows.get(workflow_id))
+            status = run_until_idle(workflows.get(workflow_id))
+            while status not in FINISHED and time.monotonic() < deadline:
+                retried = Workflow.objects.filter(pk=workflow_id, retry_count__gt=0)
+                if not retried.exists():
+                    break  # it waits for something else: idle, as asked
+                time.sleep(0.2)
+                status = run_until_idle(workflows.get(workflow_id))
         finally:
             connections.close_all()
 

@@ -160,7 +160,11 @@ def test_rivet_js_follows_a_stream_through_a_killed_server(
         page.on("pageerror", lambda error: errors.append(str(error)))
         with daphne_process(env, port=port) as (url, proc):
             page.goto(f"{url}/rivet-test/stream/?workflow=browser-1000&actor=seen")
-            thread = run_in_background("browser-1000")
+            # A worker retries a run that broke on storage trouble; this one
+            # did once in three full runs ("database is locked" after the
+            # busy timeout, SQLite, while the servers restarted: see the
+            # note of stop 48), and the stream must still end whole.
+            thread = run_in_background("browser-1000", retry_for=120)
             wait_for(
                 lambda: int(page.locator("#count").inner_text()) >= 200,
                 what="200 values",
@@ -171,7 +175,7 @@ def test_rivet_js_follows_a_stream_through_a_killed_server(
             with Client(f"{url}/rivet") as client:
                 assert [client.actor("counter", "seen").call("increment")
                         for _ in range(2)] == [1, 2]  # fmt: skip
-            expect(page.locator("#status")).to_have_text("closed")
+            expect(page.locator("#status")).to_have_text("closed", timeout=90_000)
             wait_for(
                 lambda: page.evaluate("window.rivet.changes.length") == 2,
                 what="the counter's events",
@@ -179,6 +183,6 @@ def test_rivet_js_follows_a_stream_through_a_killed_server(
             assert page.evaluate("window.rivet.changes") == [[1, 1], [2, 2]]
             values = page.evaluate("window.rivet.values")
             problems = page.evaluate("window.rivet.problems")
-        thread.join(60)
+        thread.join(120)
     assert values == list(range(1000))
     assert problems == [] and errors == []
