@@ -125,6 +125,15 @@ def listening(workflow_id: str) -> None:
     until(lambda: workflow_id in live._listeners, "the run waits live")
 
 
+def blocked(clock: Any) -> None:
+    """Wait until the run blocks for its next poll (a wait on the clock).
+
+    It listens before it looks in the inbox: a clock moved between the two
+    would set its next poll after the new time, and nothing moves it again.
+    """
+    until(lambda: clock._waiters, "the run blocks until its next poll")
+
+
 def kv_rows(workflow_id: str) -> list[tuple[bytes, bytes]]:
     rows = WorkflowKV.objects.filter(workflow_id=workflow_id).order_by("key")
     return [(bytes(k), bytes(v)) for k, v in rows.values_list("key", "value")]
@@ -150,6 +159,7 @@ def test_a_message_from_another_process_is_found_by_the_poll(clock, lists):
     handle = workflows.start("liveChat", {"messages": 1}, id="polled")
     worker = Worker("polled")
     listening("polled")
+    blocked(clock)
     # Another process's send: the row, and no signal here.
     WorkflowMessage.objects.create(
         workflow_id="polled",
