@@ -79,14 +79,7 @@ async def ainvoke(
     lane = _lanes.get(key)
     if lane is None:
         lane = _lanes[key] = _Lane()
-    call = _Call(
-        ref,
-        operation,
-        origin,
-        contextvars.copy_context(),
-        loop.create_future(),
-        time.monotonic(),
-    )
+    call = _Call.waiting(loop, ref, operation, origin)
     lane.calls.append(call)
     if lane.server is None:
         lane.server = loop.create_task(_serve(key, lane))
@@ -108,6 +101,24 @@ class _Call:
     context: contextvars.Context
     future: asyncio.Future[Any]
     queued: float  # monotonic
+
+    @classmethod
+    def waiting(
+        cls,
+        loop: asyncio.AbstractEventLoop,
+        ref: ActorRef,
+        operation: Operation,
+        origin: Origin,
+    ) -> _Call:
+        """A call made now, in the caller's context, answered on ``loop``."""
+        return cls(
+            ref,
+            operation,
+            origin,
+            contextvars.copy_context(),
+            loop.create_future(),
+            time.monotonic(),
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -320,14 +331,7 @@ async def _aread(ref: ActorRef, operation: Operation, origin: Origin) -> Any:
     lane = _reads.get(key)
     if lane is None:
         lane = _reads[key] = _Reads()
-    call = _Call(
-        ref,
-        operation,
-        origin,
-        contextvars.copy_context(),
-        loop.create_future(),
-        time.monotonic(),
-    )
+    call = _Call.waiting(loop, ref, operation, origin)
     lane.waiting.append(call)
     if lane.running < READ_SLOTS:
         lane.running += 1
