@@ -133,6 +133,36 @@ def test_an_edit_waits_for_the_lock_and_refuses_a_stale_version(client, ledger):
     assert not LogEntry.objects.exists()
 
 
+def test_edits_run_in_their_own_transaction_not_in_the_view_s(
+    client, ledger, monkeypatch
+):
+    # Inside Django's view transaction, which had read the page's rows,
+    # SQLite could not start writing once another writer had committed: the
+    # edit failed as actor/busy instead of waiting for the actor's lock.
+    from django.db import connection
+
+    from django_rivet.admin import editing
+
+    outer = []
+
+    def recording(*args, **kwargs):
+        outer.append(connection.in_atomic_block)
+        return invoke(*args, **kwargs)
+
+    invoke = editing.invoke
+    monkeypatch.setattr(editing, "invoke", recording)
+    editor = log_in_staff(client, *EDITOR, username="editor")
+    shown, version = form_state(editor, ledger)
+    shown["total"] = 5
+    assert post_state(editor, ledger, shown, version).status_code == 302
+    ActorKVStore(ledger.actor_id).put("note", "x")
+    entry = ActorKV.objects.get()
+    delete = reverse("admin:django_rivet_actorkv_delete", args=[entry.pk])
+    assert editor.post(delete, {"post": "yes"}).status_code == 302
+    assert outer == [False, False]
+    assert row(ledger).decoded_state()["total"] == 5
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
