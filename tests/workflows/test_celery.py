@@ -324,5 +324,10 @@ def test_a_partitioned_queue_on_two_workers_keeps_every_key_in_bounds_and_moving
     for pid in {job["pid"] for job in jobs}:
         assert most_at_once([j for j in jobs if j["pid"] == pid]) <= 2, pid
     assert most_at_once(jobs) <= 8
-    first = sorted(jobs, key=lambda job: job["end"])[:60]
-    assert {job["key"] for job in first} == set(keys), "a key waited behind others"
+    # The round robin: the first 60 admissions (a workflow's started_at is
+    # when its queue let it start) serve every key. When each admitted
+    # workflow then runs is Celery's delivery: those admitted before the
+    # workers connected run up to a second later (stop 48's note).
+    admitted = Workflow.objects.filter(queue="tenants").order_by("started_at", "id")
+    first = list(admitted.values_list("partition_key", flat=True)[:60])
+    assert set(first) == set(keys), "a key waited behind others"
