@@ -207,15 +207,20 @@ def outcome(child_id: str) -> ChildOutcome | None:
     )
 
 
-def notify_waiters(workflow_id: str, parent_id: str) -> None:
+def notify_waiters(
+    workflow_id: str, parent_id: str, awaited_by: list[Any] | None = None
+) -> None:
     """Wake the parent and the other workflows waiting for ``workflow_id``.
 
-    Call when it ends, in the transaction that records it.
+    Call when it ends, in the transaction that records it. ``awaited_by``:
+    its waiters as the transaction read them already (None: read them here).
     """
     notify_parent(workflow_id, parent_id)
-    waiting = Workflow.objects.filter(pk=workflow_id).values_list("awaited_by")
-    found = waiting.first()
-    for waiter_id in (found[0] if found else None) or []:
+    if awaited_by is None:
+        waiting = Workflow.objects.filter(pk=workflow_id).values_list("awaited_by")
+        found = waiting.first()
+        awaited_by = (found[0] if found else None) or []
+    for waiter_id in awaited_by:
         notify_parent(workflow_id, str(waiter_id))
 
 

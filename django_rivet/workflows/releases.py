@@ -85,7 +85,9 @@ def release(
             written = leases.release(lease, **fields)
             if written is not None:
                 status = written.get("status", status)  # a cancel's stays
-                _after_release(lease, driver, status, fields.get("status"), error)
+                asked = fields.get("status")
+                awaited_by = written.pop("awaited_by", None)
+                _after_release(lease, driver, status, asked, error, awaited_by)
     except LeaseLost:
         # Fenced out as at any write (a cancel was requested, or a successor
         # took over): its last batch is dropped, as a failed flush would be.
@@ -113,10 +115,14 @@ def _after_release(
     status: str,
     asked: str | None,
     error: dict[str, Any] | None,
+    awaited_by: list[Any] | None,
 ) -> None:
-    """What the status written sets off, in the release's transaction."""
+    """What the status written sets off, in the release's transaction.
+
+    ``awaited_by``: the waiters the release read back (None: not read).
+    """
     if status in WORKFLOW_FINISHED:
-        children.notify_waiters(lease.workflow_id, lease.parent_id)
+        children.notify_waiters(lease.workflow_id, lease.parent_id, awaited_by)
         if driver is not None and driver.streamed:
             # Its stream readers end once they read everything.
             ended = lease.workflow_id

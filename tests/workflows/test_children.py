@@ -9,7 +9,9 @@ is ``ctx.wait_first(name, ids)``.
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_rivet import WorkflowDeduplicated, workflows
 from django_rivet.models import Workflow
@@ -132,6 +134,37 @@ def test_wait_first_wakes_for_a_workflow_it_did_not_start():
         assert run_until_idle(waiter) == "completed"
     child_id, state, _ = waiter.result()
     assert (child_id, state) == ("two", "cancelled")
+
+
+def test_a_workflow_ending_wakes_its_waiters_from_what_its_release_read():
+    """The release that records the end reads the waiters in its own write.
+
+    The waiter is due at once (no clock moved), and no statement of the
+    release reads the row again for ``awaited_by``.
+    """
+    with register_temporarily(first_of_two), freeze_time(START) as clock:
+        one = workflows.start("approval", {}, id="one")
+        two = workflows.start("approval", {}, id="two")
+        run_until_idle(one)
+        run_until_idle(two)
+        waiter = workflows.start("firstOfTwo", {"ids": ["one", "two"]}, id="w3")
+        assert run_until_idle(waiter) == "sleeping"
+        two.send("approve", {"by": "me"})
+        with CaptureQueriesContext(connection) as queries:
+            assert run_until_idle(two) == "completed"
+        rereads = [
+            query["sql"]
+            for query in queries.captured_queries
+            if "awaited_by" in query["sql"] and "RETURNING" not in query["sql"]
+        ]
+        assert rereads == []
+        waiting = Workflow.objects.get(pk="w3")
+        assert waiting.wake_at is not None and waiting.wake_at <= START
+        assert run_until_idle(waiter) == "sleeping"  # its sleep after the wait
+        clock.advance(60)
+        assert run_until_idle(waiter) == "completed"
+    child_id, state, output = waiter.result()
+    assert (child_id, state, output) == ("two", "completed", {"approved_by": "me"})
 
 
 @workflow(name="firstOfNone")

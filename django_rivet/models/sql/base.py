@@ -262,6 +262,28 @@ class Dialect(ABC):
             lambda: f"SELECT 1 FROM {table('Workflow')} {self._held_by_us(True)}",
         )
 
+    def lease_release_sql(self, columns: Sequence[str]) -> str:
+        """Return a release of a lease nothing arrived during (one statement).
+
+        Parameters: a value per column of ``columns``, then the workflow id,
+        the lease token, the ``wake_signal`` and ``cancel_requested`` the
+        claim read. Returns the row's ``awaited_by`` (the workflows waiting
+        for it) when it released, no row when something arrived (or the
+        lease is gone): the caller then takes the slower path.
+        """
+
+        def build() -> str:
+            sets = ", ".join(f"{quote(column)} = %s" for column in columns)
+            return (
+                f"UPDATE {table('Workflow')} SET {sets} "
+                f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s "
+                f"AND {quote('wake_signal')} = %s "
+                f"AND {quote('cancel_requested')} = %s "
+                f"RETURNING {quote('awaited_by')}"
+            )
+
+        return self._cached(("release", *columns), build)  # type: ignore[no-any-return]
+
     # What the lease check appends to lock the row it found.
     _lease_check_lock: ClassVar[str] = ""
 
