@@ -159,11 +159,20 @@ class DjangoDriver(InboxMethods):
         ):
             self._defer_next = True
 
-    def write_held(self) -> None:
-        """Write the held batch in the releasing transaction (``LeaseLost``)."""
+    def write_held(self, checked: bool = True) -> None:
+        """Write the held batch in the releasing transaction (``LeaseLost``).
+
+        ``checked=False``: the transaction holds the lease row locked by a
+        write that matched the token already (a quiet release), so the rows
+        go in with plain INSERTs.
+        """
         held, self._held = self._held, []
-        if held:
+        if not held:
+            return
+        if checked:
             self._fence.write_in_transaction(lambda: self._upsert(held))
+        else:
+            self._upsert(held)
 
     # Fenced writes ---------------------------------------------------------------
 

@@ -152,7 +152,12 @@ def _datetime(value: Any) -> datetime | None:
     return parsed
 
 
-def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
+def release(
+    lease: Lease,
+    *,
+    write: Callable[[bool], None] | None = None,
+    **fields: Any,
+) -> dict[str, Any] | None:
     """Give the lease back, writing ``fields`` to the row.
 
     Returns the fields written, or None if the lease was no longer ours. If
@@ -165,6 +170,13 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
     When nothing arrived, the fields returned also hold ``awaited_by`` as
     the release read it (the workflows waiting for this one's end), which
     spares a finished workflow's release a read of its own row.
+
+    ``write(checked)``: the holder's last writes, in the same transaction.
+    After a quiet release they need no lease check of their own
+    (``checked=False``): the release's write matched the token and holds
+    the row's lock (SQLite's write lock) until the commit. Otherwise they
+    come first and check the lease themselves (``checked=True``), raising
+    :class:`~.driver.LeaseLost` when it is gone.
     """
     now = clock.now_datetime()
     released = {
@@ -182,7 +194,11 @@ def release(lease: Lease, **fields: Any) -> dict[str, Any] | None:
         # holder carries out, or a resume withdraws).
         awaited_by = _release_quiet(lease, released)
         if awaited_by is not None:
+            if write is not None:
+                write(False)
             return {**released, "awaited_by": awaited_by}
+        if write is not None:
+            write(True)
         rows = Workflow.objects.filter(pk=lease.workflow_id, lease_token=lease.token)
         if released.get("status", lease.status) in WORKFLOW_ACTIVE:
             released["wake_at"] = now

@@ -80,9 +80,8 @@ def release(
         fields.update(wake_fields(wake_at))
     try:
         with db.atomic():
-            if driver is not None:
-                driver.write_held()
-            written = leases.release(lease, **fields)
+            held = None if driver is None else driver.write_held
+            written = leases.release(lease, write=held, **fields)
             if written is not None:
                 status = written.get("status", status)  # a cancel's stays
                 asked = fields.get("status")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -404,3 +404,37 @@ def test_a_lost_lease_fences_out_a_write_over_a_key_the_run_never_saw(clock):
     with pytest.raises(LeaseLost):
         asyncio.run(run.batch([(k(1), b"stale"), (k(2), b"stale")]))
     assert _stored("wf-unseen-lost") == {k(1): b"held", k(9): b"renewed"}
+
+
+# -- the release: the run's last batch rides in its transaction ----------------------
+def test_a_quiet_release_writes_the_last_batch_without_a_lease_check_of_its_own(clock):
+    """The release's UPDATE matched the token and holds the row: enough."""
+    from django_rivet.workflows import execution
+
+    handle = workflows.start("greet", {"name": "Ada"})
+    with CaptureQueriesContext(connection) as queries:
+        assert execution.run(handle.workflow_id) == "completed"
+    statements = [query["sql"] for query in queries.captured_queries]
+    last = _row_writes(queries.captured_queries)[-1]
+    release = statements[statements.index(last) - 1]
+    lease_table = f'"{Workflow._meta.db_table}"'
+    assert release.startswith(f"UPDATE {lease_table}") and "RETURNING" in release
+    assert lease_table not in last  # no check of its own: the UPDATE's holds
+    assert handle.result() == "hello Ada"
+
+
+def test_a_release_after_an_arrival_still_fences_the_last_batch(clock):
+    """A cancel that came while the run held the lease drops its last batch."""
+    driver = _claimed_here(clock, "wf-late")
+    lease_row = Workflow.objects.get(pk="wf-late")
+    lease = leases.Lease(
+        "wf-late", lease_row.lease_token, "greet", "running", None,
+        lease_row.wake_signal, False, 0, run=True,
+    )  # fmt: skip
+    driver.defer_next_batch()
+    asyncio.run(driver.batch([(k(1), b"last")]))
+    assert _stored("wf-late") == {}  # held for the release
+    Workflow.objects.filter(pk="wf-late").update(cancel_requested=True)
+    with pytest.raises(LeaseLost), transaction.atomic():
+        leases.release(lease, write=driver.write_held, status="sleeping")
+    assert _stored("wf-late") == {}
