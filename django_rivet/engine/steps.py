@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django_rivet import clock
 
@@ -39,12 +39,29 @@ __all__ = [
     "StepOptions",
     "backoff",
     "failure_kind",
+    "no_side_effects",
     "run_step",
     "step_options",
     "try_step",
 ]
 
 logger = logging.getLogger("django_rivet.workflow")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def no_side_effects(fn: F) -> F:
+    """Mark ``fn`` as a step function with no effect outside its output.
+
+    The run reads the cancel flag before each step so that once
+    ``cancel()`` returned no further step function acts on the world; a
+    function marked here (django-rivet's own bookkeeping, such as a task
+    attempt's start record) acts on nothing, so it starts without that read
+    and the next step's check stands for both.
+    """
+    fn.__dict__["rivet_no_side_effects"] = True
+    return fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +188,11 @@ async def run_step(
             raise RollbackStop()
         entry = storage.create_entry(location, "step", {})
 
-    if run.check_cancel is not None and not options.transaction:
+    if (
+        run.check_cancel is not None
+        and not options.transaction
+        and not getattr(fn, "rivet_no_side_effects", False)
+    ):
         # A cancel that returned stops the run before this step's function
         # (a transactional step's transaction checks it by itself).
         await driver_call(run.check_cancel(), "cancel check")

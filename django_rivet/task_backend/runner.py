@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import clock
 from ..engine import WorkflowContext, WorkflowDefinition
+from ..engine.steps import no_side_effects
 from ..scheduling.retries import backoff, traceback_text
 from ..signals import work_failed
 from . import compat
@@ -67,6 +68,7 @@ class _Attempt:
         self.task: compat.Task[..., Any] | None = None
         self.result: compat.TaskResult[..., Any] | None = None
 
+    @no_side_effects  # the check before the ``run`` step stands for both
     def begin(self) -> dict[str, Any]:
         """Record who runs the attempt, and when (the ``attempt N`` step)."""
         self.ran = True

@@ -14,6 +14,7 @@ from django_rivet.engine import (
     run_workflow,
     start_workflow,
 )
+from django_rivet.engine.steps import no_side_effects
 
 from .conftest import START
 
@@ -145,3 +146,25 @@ async def test_a_host_s_cancel_check_runs_before_each_new_step_attempt(clock):
     assert (await run_workflow("wf-1", wf, None, driver)).state == "completed"
     # A replay checks nothing for the recorded steps.
     assert (calls, driver.checks) == (["one", "two", "three"], ["check"])
+
+
+async def test_a_step_function_without_side_effects_starts_without_a_check(clock):
+    """django-rivet's own bookkeeping steps: the next step's check stands for both."""
+    driver = CancellableHost()
+    calls = []
+
+    @no_side_effects
+    def started():
+        calls.append("started")
+        return {"at": 1}
+
+    async def wf(ctx, _):
+        await ctx.step("start", started, ephemeral=True)
+        await ctx.step("work", lambda: calls.append("work"))
+        return "done"
+
+    driver.cancelled = True
+    with pytest.raises(StorageError):
+        await run_workflow("wf-1", wf, None, driver)
+    # The bookkeeping ran unchecked; the work, checked, never ran.
+    assert (calls, driver.checks) == (["started"], ["check"])
