@@ -70,11 +70,16 @@ class TaskSpec:
         found = import_string(self.path)
         if not isinstance(found, compat.Task):
             raise TypeError(f"{self.path} is not a task")
+        run_after = None if self.run_after is None else _aware(self.run_after)
+        options = (self.priority, self.queue_name, self.backend, run_after)
+        own = (found.priority, found.queue_name, found.backend, found.run_after)
+        if own == options:
+            return found  # most tasks: ``using()`` would copy and validate it again
         return found.using(
             priority=self.priority,
             queue_name=self.queue_name,
             backend=self.backend,
-            run_after=None if self.run_after is None else _aware(self.run_after),
+            run_after=run_after,
         )
 
 
