@@ -227,7 +227,7 @@ def _release_quiet(lease: Lease, released: dict[str, Any]) -> list[Any] | None:
     names = sorted(released)  # plain values (no expressions), by field name
     fields = [_FIELDS[name] for name in names]
     params = [
-        field.get_db_prep_save(released[name], connection)
+        db.prep_save(field, released[name], connection)
         for name, field in zip(names, fields, strict=True)
     ]
     params += [lease.workflow_id, lease.token, lease.wake_signal]

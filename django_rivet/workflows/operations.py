@@ -225,7 +225,7 @@ def _insert_new(workflow_id: str, fields: dict[str, Any], encoded: bytes) -> Non
     columns = Workflow._meta.concrete_fields
     statements = sql.dialect(connection).start_sql([str(f.column) for f in columns])
     row = Workflow(id=workflow_id, **fields)
-    params = [f.get_db_prep_save(f.pre_save(row, True), connection) for f in columns]
+    params = [db.prep_save(f, f.pre_save(row, True), connection) for f in columns]
     key = keys.workflow_key(keys.WORKFLOW_INPUT)
     if len(statements) == 1:
         with connection.cursor() as cursor:
