@@ -219,6 +219,20 @@ async def crash_writer(ctx, input):
     return input["steps"]
 
 
+@workflow(name="messageRows")
+async def message_rows(ctx, input):
+    """Takes ``count`` "row" messages; each one's transactional step writes a row."""
+    for index in range(input["count"]):
+        message = await ctx.messages.next(f"m{index}", names=["row"])
+
+        def write(index=index, body=message.body):
+            record(ctx.workflow_id, f"m{index}:{body}", transactional=True)
+            return index
+
+        await ctx.step(f"s{index}", write, transaction=True)
+    return input["count"]
+
+
 @workflow(name="twoSteps")
 async def two_steps(ctx, input):
     """Two steps, the second failing its first attempt (observability tests)."""

@@ -116,6 +116,45 @@ def test_a_stream_written_by_a_killed_worker_has_no_duplicate_and_no_gap(broker,
     assert Workflow.objects.get(pk="streamed").run_count >= 2
 
 
+def test_a_worker_killed_while_its_workflow_waits_live_loses_no_message(
+    broker, redis_url
+):
+    """Issue 46: SIGKILL during the live window; the workflow goes on elsewhere.
+
+    While it waits live the run keeps its lease (the row stays ``running``)
+    and takes the messages sent to it without a release; after the kill the
+    lease expires, the sweeper sends the workflow to another worker, and the
+    replay takes the messages sent meanwhile: every message's transactional
+    row exists once, in order.
+    """
+    env = server_env(
+        RIVET_TEST_REDIS_URL=redis_url,
+        DJANGO_SETTINGS_MODULE="tests.settings.workflow_live",
+    )
+
+    def rows() -> list[str]:
+        found = StepRow.objects.filter(workflow_id="live-kill")
+        return list(found.order_by("id").values_list("step", flat=True))
+
+    with celery_worker(env, name="doomed") as doomed:
+        handle = workflows.start("messageRows", {"count": 6}, id="live-kill")
+        for index in range(3):
+            handle.send("row", index)
+            wait_for(lambda index=index: len(rows()) == index + 1, what="its row")
+        waiting = Workflow.objects.get(pk="live-kill")
+        # Live: the run holds its lease while it waits for the next message.
+        assert waiting.status == "running" and waiting.lease_token != ""
+        runs = waiting.run_count
+        kill9(doomed)
+    for index in range(3, 6):
+        handle.send("row", index)  # to a workflow whose worker is gone
+    with celery_worker(env, beat=True, name="rescuer"):
+        assert handle.result(timeout=90) == 6
+    assert rows() == [f"m{index}:{index}" for index in range(6)]
+    assert runs == 1  # the first three messages came to the live run
+    assert Workflow.objects.get(pk="live-kill").run_count >= 2
+
+
 def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
     broker, env, tmp_path
 ):
