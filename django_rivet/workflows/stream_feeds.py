@@ -14,7 +14,11 @@ behind the feed, or a feed that missed an announcement, reads the rows
 (:func:`.streams.read_after`).
 
 The :class:`StreamHub` of a loop joins the channel-layer group of each
-workflow it follows and hears this process's commits at once. Announcements
+workflow it follows and hears this process's commits at once. It reads its
+channel aside (:attr:`~django_rivet.events.hubs.LoopHub.receive_aside`):
+while the loop hands one commit's values to a hundred responses, the next
+announcements are already taken off the layer, and the loop gets them all
+in its next turn. Announcements
 are at most once (a layer drops messages when full, or while Redis is
 down), so it also reads the heads of its streams every
 ``EVENT_CHECK_INTERVAL`` (every :data:`POLL_WITHOUT_LAYER` seconds without
@@ -331,6 +335,9 @@ class StreamHub(LoopHub):
     """The announcements of one event loop's feeds: layer, local commits, checks."""
 
     channel_prefix = "rivet.streams"
+    # A commit's values go to every reader in one turn of the loop: read the
+    # announcements aside, or they queue up behind that turn.
+    receive_aside = True
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)

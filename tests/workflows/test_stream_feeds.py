@@ -8,11 +8,13 @@ production (this process's listeners, and the channel layer).
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
+from django.test import override_settings
 
-from django_rivet import workflows
-from django_rivet.engine import workflow
+from django_rivet import events, workflows
+from django_rivet.engine import schema, workflow
 from django_rivet.testing import arun_until_idle, register_temporarily
 from django_rivet.workflows import streams
 from django_rivet.workflows.stream_feeds import StreamReader
@@ -20,6 +22,7 @@ from django_rivet.workflows.stream_feeds import StreamReader
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 READERS = 100
+IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 
 @workflow(name="stream-rounds")
@@ -80,3 +83,57 @@ async def test_a_hundred_readers_share_each_commit_without_reading_the_rows(
         finally:
             for reader in readers:
                 reader.close()
+
+
+def wait_blocking(condition, seconds=10.0):
+    """Wait for ``condition()`` without letting the event loop run."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.005)
+
+
+async def test_announcements_leave_the_layer_while_the_readers_loop_is_busy(
+    row_reads,
+):
+    # Another process's commits reach this one only through the layer. The
+    # loop serving the readers is busy (here: blocked), as a loop handing a
+    # commit's values to a hundred responses is: the announcements must not
+    # wait in the layer for it, but be taken and handed over in its next turn.
+    with register_temporarily(rounds), override_settings(CHANNEL_LAYERS=IN_MEMORY):
+        handle = await workflows.astart(
+            "stream-rounds", {"rounds": 0, "size": 0}, id="aside"
+        )
+        readers = await open_readers("aside", 3)
+        hub = readers[0].hub
+        layer = events.get_layer()
+        group = events.workflow_group("aside")
+        while hub.channel not in layer.groups.get(group, {}):
+            await asyncio.sleep(0.001)  # the hub joins the workflow's group
+        row_reads.clear()
+        for first in (1, 3, 5):  # three commits of two values each
+            events.send_to_group(group, announcement(first))
+        wait_blocking(lambda: len(hub._inbox) == 3)
+        waiting = layer.channels.get(hub.channel)
+        assert waiting is None or waiting.empty()  # nothing waits in the layer
+        try:
+            await asyncio.sleep(0)  # one turn of the loop takes all three
+            for reader in readers:
+                found = await reader.next(wait=0)
+                assert [v.decoded() for v in found] == ["a", "b", "c", "d", "e", "f"]
+            assert row_reads == []
+        finally:
+            for reader in readers:
+                reader.close()
+        assert await arun_until_idle(handle) == "completed"
+
+
+def announcement(first):
+    """The channel-layer message of a commit of two values from ``first``."""
+    values = [schema.dumps("abcdef"[first - 1]), schema.dumps("abcdef"[first])]
+    return {
+        "type": streams.STREAM_MESSAGE,
+        "workflow": "aside",
+        "ended": False,
+        "streams": [["n", first, values, first + 1, False]],
+    }
