@@ -188,7 +188,9 @@ class StreamFeed:
         index = cursor + 1 - self.values[0].offset
         if index < 0 or index >= len(self.values):
             return None
-        found = StreamValues(_cut(self.values[index : index + limit], max_bytes))
+        found = StreamValues(self.values[index : index + limit])
+        if 0 < max_bytes <= self.bytes:  # else no slice of the feed reaches it
+            found = StreamValues(_cut(found, max_bytes))
         self._shared, self._shared_for = found, asked
         return found
 

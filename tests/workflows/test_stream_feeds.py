@@ -85,6 +85,24 @@ async def test_a_hundred_readers_share_each_commit_without_reading_the_rows(
                 reader.close()
 
 
+async def test_a_reader_takes_about_max_bytes_at_a_time_and_at_least_one_value():
+    handle = await workflows.astart(
+        "streamer", {"count": 5, "pad": 1000, "hold": True}, id="bounded"
+    )
+    assert await arun_until_idle(handle) == "sleeping"  # five values of ~1 KB
+    for max_bytes, expected in ((2500, [3, 2]), (10, [1] * 5), (0, [5])):
+        reader = StreamReader("bounded", "n")
+        try:
+            sizes = []
+            while found := await reader.next(wait=0, max_bytes=max_bytes):
+                sizes.append(len(found))
+            assert sizes == expected
+        finally:
+            reader.close()
+    await handle.asend("release")
+    assert await arun_until_idle(handle) == "completed"
+
+
 def wait_blocking(condition, seconds=10.0):
     """Wait for ``condition()`` without letting the event loop run."""
     deadline = time.monotonic() + seconds
