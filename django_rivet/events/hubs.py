@@ -9,6 +9,11 @@ message), and runs :meth:`LoopHub.check` every :meth:`LoopHub.interval`
 seconds, to find what the layer lost. :func:`current` returns the running
 loop's hub of a class, started on first use; a hub that stopped (nothing
 left to follow) is replaced by a new one when needed.
+
+A hub with :attr:`LoopHub.receive_aside` reads its channel on the
+publishing loop's thread instead (:func:`.layer.receive_aside`) and takes
+what arrived meanwhile in one turn of its own loop, so messages do not
+queue up in the layer while the loop is busy with what the last one brought.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .layer import channel_receive, get_layer
+from .layer import channel_receive, get_layer, receive_aside
 
 __all__ = ["LoopHub", "current", "run_once"]
 
@@ -31,6 +36,9 @@ class LoopHub:
 
     #: The start of the hub's channel name.
     channel_prefix = "rivet.hub"
+    #: Read the channel on the publishing loop's thread (see the module);
+    #: for hubs whose :meth:`before_receive` does nothing.
+    receive_aside = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -40,6 +48,9 @@ class LoopHub:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._receiver: asyncio.Task[None] | None = None
         self._checker: asyncio.Task[None] | None = None
+        self._stop_reading: Callable[[], object] | None = None
+        self._inbox: list[dict[str, Any]] = []
+        self._inbox_lock = threading.Lock()
 
     # -- what a kind of hub supplies ---------------------------------------------------
     def handle(self, message: dict[str, Any]) -> None:
@@ -68,7 +79,11 @@ class LoopHub:
         """Start the check and the channel's reader (once; idempotent)."""
         if self._checker is None:
             self._checker = self.loop.create_task(self._check_loop())
-            if self.layer is not None:
+            if self.layer is not None and self.receive_aside:
+                self._stop_reading = receive_aside(
+                    self.channel, self._arrived, self._recover_aside
+                )
+            elif self.layer is not None:
                 self._receiver = self.loop.create_task(self._receive_loop())
 
     def stop(self) -> None:
@@ -81,6 +96,8 @@ class LoopHub:
         for task in (self._receiver, self._checker):
             if task is not None:
                 task.cancel()
+        if self._stop_reading is not None:
+            self._stop_reading()
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` in a task the hub keeps until it is done."""
@@ -93,6 +110,32 @@ class LoopHub:
             await self.before_receive()
             message = await channel_receive(self.layer, self.channel, self.recover)
             self.handle(message)
+
+    # -- reading aside (on the publishing loop's thread) ----------------------------
+    def _arrived(self, message: dict[str, Any]) -> None:
+        with self._inbox_lock:
+            self._inbox.append(message)
+            if len(self._inbox) > 1:
+                return  # the loop has yet to take the ones before
+        try:
+            self.loop.call_soon_threadsafe(self._take_inbox)
+        except RuntimeError:  # the hub's loop is closed: stop reading
+            if self._stop_reading is not None:
+                self._stop_reading()
+
+    def _take_inbox(self) -> None:
+        with self._inbox_lock:
+            messages, self._inbox = self._inbox, []
+        for message in messages:
+            if not self.stopped:
+                self.handle(message)
+
+    async def _recover_aside(self) -> None:
+        # recover() belongs to the hub's loop: run it there, and wait.
+        if self.stopped or self.loop.is_closed():
+            raise asyncio.CancelledError()
+        done = asyncio.run_coroutine_threadsafe(self.recover(), self.loop)
+        await asyncio.wrap_future(done)
 
     async def _check_loop(self) -> None:
         while True:

@@ -45,6 +45,7 @@ __all__ = [
     "get_layer",
     "layer_health",
     "publish",
+    "receive_aside",
     "remove_listener",
     "send_to_channel",
     "send_to_group",
@@ -384,6 +385,31 @@ def _group_sender() -> _GroupSender:
         if _sender is None or _sender.pid != os.getpid():  # new, or forked
             _sender = _GroupSender()
         return _sender
+
+
+def receive_aside(
+    channel: str,
+    deliver: Callable[[dict[str, Any]], None],
+    recover: Callable[[], Awaitable[None]] | None = None,
+) -> Callable[[], object]:
+    """Read ``channel`` on the publishing loop's thread; return what stops it.
+
+    ``deliver(message)`` runs on that thread, for each message in order.
+    channels_redis makes four round trips to Redis per message received,
+    and on a loop that is busy writing a commit's values to a hundred
+    responses each one waits for the loop's turn: the loop then reads one
+    message per few turns, and messages queue up in Redis behind it. Read
+    here, they are taken as they come, whatever the loop is doing.
+    """
+    layer = get_layer()
+    if layer is None:
+        return lambda: None
+
+    async def read() -> None:
+        while True:
+            deliver(await channel_receive(layer, channel, recover))
+
+    return asyncio.run_coroutine_threadsafe(read(), _group_sender().loop).cancel
 
 
 def _send(layer: Any, what: str, method: Any, target: str, message: Any) -> None:

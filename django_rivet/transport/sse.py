@@ -20,7 +20,9 @@ ASGI server Django runs under (daphne, uvicorn). What they share is here:
   that went away -- so that the server buffers at most what one socket
   holds (daphne: twisted's 64 KiB high-water mark, through the same
   adapter as WebSockets, :class:`~.flow.DaphneFlow`; uvicorn: its write
-  buffer). The client reconnects with ``Last-Event-ID``.
+  buffer). The client reconnects with ``Last-Event-ID``. Under daphne each
+  message is also written to the socket as it is sent (``TCP_NODELAY``,
+  and no waiting for the reactor's next turn).
 """
 
 from __future__ import annotations
@@ -188,7 +190,7 @@ SSE_ROUTES = frozenset({"workflow_stream", "actor_events"})
 
 
 class BoundedSend:
-    """An SSE response's ``send``: a reader stuck past the timeout is cut off.
+    """An SSE response's ``send``: written at once, a reader stuck too long cut off.
 
     A body message the server has not taken within ``SLOW_CONSUMER_TIMEOUT``
     aborts the connection and raises ``CancelledError`` into the view's
@@ -203,6 +205,9 @@ class BoundedSend:
         # leaves it on) a small write waits for the client's delayed ACK of
         # the previous one, up to 40 ms. uvicorn's asyncio sockets have it off.
         transport = getattr(getattr(self.daphne, "_protocol", None), "transport", None)
+        # A plain TCP socket's transport, written to as each message is sent
+        # (:meth:`_flush`); TLS transports have no doWrite and keep twisted's.
+        self._socket = transport if hasattr(transport, "doWrite") else None
         no_delay = getattr(transport, "setTcpNoDelay", None)
         if no_delay is not None:
             try:
@@ -220,6 +225,8 @@ class BoundedSend:
         daphne = self.daphne
         if daphne is not None and not daphne.paused:
             await self._send(message)  # daphne's send never waits
+            if message.get("more_body"):
+                self._flush()
             return
         try:
             async with asyncio.timeout(rivet_settings.SLOW_CONSUMER_TIMEOUT):
@@ -231,6 +238,28 @@ class BoundedSend:
             logger.warning("closing a slow event-stream reader")
             self._abort()
             raise asyncio.CancelledError() from None
+
+    def _flush(self) -> None:
+        """Write what daphne buffered for the socket now, not on the next turn.
+
+        twisted writes a socket's buffer when its reactor next finds the
+        socket writable, after everything else of the loop's turn: a commit
+        handed to a hundred responses left the first one only once the last
+        was served, and reached the readers as one burst. A socket that is
+        closing is left to twisted, which finishes the close in that write.
+        """
+        transport = self._socket
+        if (
+            transport is None
+            or not transport.connected
+            or transport.disconnecting
+            or getattr(transport, "_writeDisconnecting", False)
+        ):
+            return
+        try:
+            transport.doWrite()  # an error recurs on twisted's own write
+        except Exception:  # pragma: no cover - twisted handles its errors
+            logger.debug("writing an event stream at once failed", exc_info=True)
 
     def _abort(self) -> None:
         """Drop the connection and whatever the server still buffers for it."""

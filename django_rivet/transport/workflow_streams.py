@@ -10,8 +10,10 @@ Authorization is the workflow's ``can_read_stream(request, workflow_id,
 key)`` (sync or async). Without one, or when it returns a falsy value or
 raises, and for an id no workflow has, the answer is the same 403
 ``workflow/forbidden``: a caller cannot tell a refused workflow from a
-missing one. Values are read through :mod:`~django_rivet.workflows.stream_feeds`
-(each SSE frame encoded once per process, however many readers).
+missing one. Values are read through :mod:`~django_rivet.workflows.stream_feeds`:
+each value's message is encoded once per process, and the messages of what
+a commit added are joined once for every reader that is caught up
+(:func:`messages`), so a commit costs each reader one write of shared bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..exceptions import (
 )
 from ..models import Workflow
 from ..workflows import registry
-from ..workflows.stream_feeds import StreamReader, StreamValue
+from ..workflows.stream_feeds import StreamReader, StreamValue, StreamValues
 from . import sse
 from .http import error_response
 from .limits import outgoing_too_large
@@ -115,6 +117,14 @@ def encoded(value: StreamValue) -> bytes:
     return data
 
 
+def messages(found: StreamValues) -> bytes:
+    """Return the SSE messages of ``found``, joined once for all its readers."""
+    data = found.frame
+    if data is None:
+        data = found.frame = b"".join(map(encoded, found))
+    return data
+
+
 async def _body(reader: StreamReader) -> AsyncIterator[bytes]:
     # One generator, no layer between the reader and the response: it runs
     # once per commit for every reader of the stream.
@@ -129,6 +139,6 @@ async def _body(reader: StreamReader) -> AsyncIterator[bytes]:
             if found is None:
                 yield CLOSE
                 return
-            yield b"".join(map(encoded, found)) if found else sse.KEEPALIVE
+            yield messages(found) if found else sse.KEEPALIVE
     finally:
         reader.close()

@@ -18,7 +18,7 @@ from ..engine.ops import WorkflowSnapshot
 from ..models import db
 from . import attributes as workflow_attributes
 from . import control, forks, operations, published, results, sends
-from .stream_feeds import StreamReading
+from .stream_reading import StreamReading
 
 __all__ = ["WorkflowHandle"]
 

@@ -2,15 +2,23 @@
 
 A :class:`StreamReader` follows one stream from an offset: ``handle.
 aread_stream`` and the SSE route use one each, ``handle.read_stream`` one
-on a background loop of the process. The readers of one stream in one
-process share a :class:`StreamFeed`: the values committed lately, as the
-commits' announcements carried them (:func:`.streams.announce`), each
-encoded once for SSE, so a hundred readers of one stream cost the database
-nothing while they keep up. A reader behind the feed, or a feed that missed
-an announcement, reads the rows (:func:`.streams.read_after`).
+on a background loop of the process (:mod:`.stream_reading`). The readers
+of one stream in one process share a :class:`StreamFeed`: the values
+committed lately, as the commits' announcements carried them
+(:func:`.streams.announce`), so a hundred readers of one stream cost the
+database nothing while they keep up. Readers that are caught up ask for
+the same values at once (those of the last commit) and are handed one and
+the same :class:`StreamValues`: what a transport makes of them (their SSE
+messages, joined) is made once per process, not once per reader. A reader
+behind the feed, or a feed that missed an announcement, reads the rows
+(:func:`.streams.read_after`).
 
 The :class:`StreamHub` of a loop joins the channel-layer group of each
-workflow it follows and hears this process's commits at once. Announcements
+workflow it follows and hears this process's commits at once. It reads its
+channel aside (:attr:`~django_rivet.events.hubs.LoopHub.receive_aside`):
+while the loop hands one commit's values to a hundred responses, the next
+announcements are already taken off the layer, and the loop gets them all
+in its next turn. Announcements
 are at most once (a layer drops messages when full, or while Redis is
 down), so it also reads the heads of its streams every
 ``EVENT_CHECK_INTERVAL`` (every :data:`POLL_WITHOUT_LAYER` seconds without
@@ -24,8 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,12 +50,10 @@ logger = logging.getLogger("django_rivet.workflows")
 __all__ = [
     "POLL_WITHOUT_LAYER",
     "StreamFeed",
-    "StreamReading",
     "StreamHub",
     "StreamReader",
     "StreamValue",
-    "aread_stream",
-    "read_stream",
+    "StreamValues",
 ]
 
 # Seconds between two reads of the heads when there is no channel layer.
@@ -71,6 +76,34 @@ class StreamValue:
     def decoded(self) -> Any:
         """Return the value."""
         return schema.loads(self.data)
+
+
+class StreamValues(list[StreamValue]):
+    """Consecutive values a reader takes at once, oldest first.
+
+    A feed hands the same object to every reader that asks for the same
+    values, so ``frame`` (for the transport: the values' messages, joined)
+    is built once for all of them.
+    """
+
+    __slots__ = ("frame",)
+
+    frame: bytes | None
+
+    def __init__(self, values: Iterable[StreamValue] = ()) -> None:
+        super().__init__(values)
+        self.frame = None
+
+
+def _cut(values: list[StreamValue], max_bytes: int) -> list[StreamValue]:
+    """Return the first values up to about ``max_bytes`` (> 0), at least one."""
+    if max_bytes > 0:
+        size = 0
+        for index, value in enumerate(values):
+            size += len(value.data)
+            if size >= max_bytes:
+                return values[: index + 1]
+    return values
 
 
 class StreamFeed:
@@ -102,6 +135,10 @@ class StreamFeed:
         self.pending: dict[int, bytes] = {}
         self.readers: set[StreamReader] = set()
         self._fill: asyncio.Task[None] | None = None
+        # The values last handed out, and what was asked: (cursor, filled,
+        # limit, max_bytes). The readers woken by one commit ask the same.
+        self._shared: StreamValues | None = None
+        self._shared_for: tuple[int, int, int, int] | None = None
 
     @property
     def start(self) -> int:
@@ -136,14 +173,26 @@ class StreamFeed:
         first = batch.values[0][0] if values else batch.length + 1
         self.offer(first, values, batch.length, batch.closed)
 
-    def after(self, cursor: int, limit: int) -> list[StreamValue] | None:
-        """Return the buffered values after ``cursor`` (None: not buffered)."""
+    def after(self, cursor: int, limit: int, max_bytes: int = 0) -> StreamValues | None:
+        """Return the buffered values after ``cursor`` (None: not buffered).
+
+        At most ``limit`` values and (``max_bytes`` > 0) about that many
+        bytes of them, at least one. Readers asking the same of an unchanged
+        feed get the same object.
+        """
+        asked = (cursor, self.filled, limit, max_bytes)
+        if asked == self._shared_for:
+            return self._shared
         if not self.values:
             return None
         index = cursor + 1 - self.values[0].offset
         if index < 0 or index >= len(self.values):
             return None
-        return self.values[index : index + limit]
+        found = StreamValues(self.values[index : index + limit])
+        if 0 < max_bytes <= self.bytes:  # else no slice of the feed reaches it
+            found = StreamValues(_cut(found, max_bytes))
+        self._shared, self._shared_for = found, asked
+        return found
 
     def wake(self) -> None:
         """Wake every reader that is behind or may be at the end."""
@@ -210,7 +259,7 @@ class StreamReader:
 
     async def next(
         self, wait: float | None = None, limit: int = 500, max_bytes: int = 0
-    ) -> Any:
+    ) -> StreamValues | None:
         """Return the next values after the cursor, oldest first.
 
         Waits for at least one; returns ``[]`` after ``wait`` seconds without
@@ -218,41 +267,42 @@ class StreamReader:
         or its workflow finished, and every value read). At most ``limit``
         values, and (``max_bytes`` > 0) about that many bytes of them, at
         least one. Raises ``workflow/not_found`` when the workflow does not
-        exist.
+        exist. Readers caught up with the feed are handed one shared object.
         """
         feed = self.feed
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         while not self.closed:
-            found = feed.after(self.cursor, limit)
+            found = feed.after(self.cursor, limit, max_bytes)
             if found:
-                return self._advance(found, max_bytes)
+                return self._advance(found)
             if not feed.known or self.cursor + 1 < feed.start:
                 # The first read, or behind what the feed keeps: read the rows.
                 batch = await self._read(limit)
                 if batch.values:
-                    return self._advance(self._take(batch), max_bytes)
+                    return self._advance(self._take(batch, max_bytes))
             elif self.cursor >= feed.head and (feed.closed or feed.ended):
                 # Confirm on the rows: an announcement may have been lost.
                 batch = await self._read(limit)
                 if batch.values:
-                    return self._advance(self._take(batch), max_bytes)
+                    return self._advance(self._take(batch, max_bytes))
                 return None
             elif self.cursor < feed.head:
                 feed.schedule_fill()  # values on their way or lost: read once
             self.wake.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
-                return []
+                return StreamValues()
             try:
                 async with asyncio.timeout(remaining):  # no task per wait
                     await self.wake.wait()
             except TimeoutError:
-                return []
+                return StreamValues()
         return None
 
     async def _read(self, limit: int) -> Batch:
         feed = self.feed
+
         batch = await run_db(
             streams.read_after, feed.workflow_id, feed.key, self.cursor, limit
         )
@@ -264,20 +314,14 @@ class StreamReader:
         feed.learn(batch)
         return batch
 
-    def _take(self, batch: Batch) -> list[StreamValue]:
-        found = self.feed.after(self.cursor, len(batch.values))
+    def _take(self, batch: Batch, max_bytes: int) -> StreamValues:
+        found = self.feed.after(self.cursor, len(batch.values), max_bytes)
         if not found:  # the feed did not keep them (its bounds)
-            found = [StreamValue(offset, data) for offset, data in batch.values]
+            values = [StreamValue(offset, data) for offset, data in batch.values]
+            found = StreamValues(_cut(values, max_bytes))
         return found
 
-    def _advance(self, found: list[StreamValue], max_bytes: int) -> list[StreamValue]:
-        if max_bytes > 0:
-            size = 0
-            for index, value in enumerate(found):
-                size += len(value.data)
-                if size >= max_bytes:
-                    found = found[: index + 1]
-                    break
+    def _advance(self, found: StreamValues) -> StreamValues:
         self.cursor = found[-1].offset
         return found
 
@@ -293,6 +337,9 @@ class StreamHub(LoopHub):
     """The announcements of one event loop's feeds: layer, local commits, checks."""
 
     channel_prefix = "rivet.streams"
+    # A commit's values go to every reader in one turn of the loop: read the
+    # announcements aside, or they queue up behind that turn.
+    receive_aside = True
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
@@ -419,77 +466,3 @@ class StreamHub(LoopHub):
 def current_hub() -> StreamHub:
     """Return the stream hub of the running event loop (started on first use)."""
     return current(StreamHub)
-
-
-# -- the readers users call ----------------------------------------------------------
-async def aread_stream(
-    workflow_id: str, key: str, since: int = 0
-) -> AsyncIterator[Any]:
-    """Yield the values of a stream after offset ``since``, waiting for new ones.
-
-    Ends once the stream is closed or its workflow finished, and every value
-    was read. Raises ``workflow/not_found`` for a workflow that does not exist.
-    """
-    reader = StreamReader(workflow_id, key, since)
-    try:
-        while (found := await reader.next()) is not None:
-            for value in found:
-                yield value.decoded()
-    finally:
-        reader.close()
-
-
-_background: asyncio.AbstractEventLoop | None = None
-_background_lock = threading.Lock()
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """Return the process's loop for synchronous readers (started on first use)."""
-    global _background
-    with _background_lock:
-        if _background is None or _background.is_closed():
-            _background = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=_background.run_forever, name="rivet-streams", daemon=True
-            )
-            thread.start()
-        return _background
-
-
-def read_stream(workflow_id: str, key: str, since: int = 0) -> Iterator[Any]:
-    """Synchronous :func:`aread_stream` (the waiting happens on a background loop)."""
-    loop = _background_loop()
-
-    async def open_reader() -> StreamReader:
-        return StreamReader(workflow_id, key, since)
-
-    reader = asyncio.run_coroutine_threadsafe(open_reader(), loop).result()
-    try:
-        while True:
-            found = asyncio.run_coroutine_threadsafe(reader.next(), loop).result()
-            if found is None:
-                return
-            for value in found:
-                yield value.decoded()
-    finally:
-        loop.call_soon_threadsafe(reader.close)
-
-
-class StreamReading:
-    """The stream readers of a workflow handle (``WorkflowHandle`` has them)."""
-
-    workflow_id: str
-
-    def read_stream(self, key: str, since: int = 0) -> Iterator[Any]:
-        """Iterate over the values of stream ``key`` after offset ``since``.
-
-        Blocks for new values as the workflow writes them (``ctx.write_stream``)
-        and ends once the stream is closed or the workflow finished, and
-        every value was read. Offsets count from 1: ``since=120`` starts at
-        the 121st value.
-        """
-        return read_stream(self.workflow_id, key, since)
-
-    def aread_stream(self, key: str, since: int = 0) -> AsyncIterator[Any]:
-        """Async :meth:`read_stream` (``async for value in ...``)."""
-        return aread_stream(self.workflow_id, key, since)

@@ -6,6 +6,7 @@ real. Real servers (daphne, Redis, Chromium): tests/transport/test_e2e_sse.py.
 """
 
 import asyncio
+import functools
 import json
 
 import pytest
@@ -13,8 +14,10 @@ from django.test import AsyncClient, override_settings
 
 from django_rivet import workflows
 from django_rivet.testing import RivetCommunicator, arun_until_idle
+from django_rivet.transport.sse import BoundedSend
 from tests.support.sse import Parser
 from tests.transport.test_delivery import FAST_CHECK, increment, unannounced
+from tests.transport.test_flow import FakeDaphneProtocol, FakeTransport
 
 # pg: the PostgreSQL leg runs this module (stream rows, the event log).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
@@ -223,3 +226,49 @@ async def test_an_old_last_event_id_is_told_the_log_was_truncated():
         assert notice.data["metadata"] == {"since": 1, "oldest": 4, "latest": 5}
         assert [(await reader.next()).id for _ in range(2)] == [4, 5]
         await reader.close()
+
+
+# -- daphne's sockets --------------------------------------------------------------
+class BufferingTransport(FakeTransport):
+    """twisted's TCP transport as far as writing goes: buffered until doWrite."""
+
+    connected = True
+    disconnecting = False
+
+    def __init__(self):
+        self.buffered, self.written = [], []
+
+    def doWrite(self):  # noqa: N802 - twisted's interface
+        self.written += self.buffered
+        self.buffered = []
+
+    def setTcpNoDelay(self, enabled):  # noqa: N802
+        self.no_delay = enabled
+
+
+class BufferingServer:
+    """daphne's server: a body message lands in the socket's buffer."""
+
+    async def handle_reply(self, protocol, message):
+        protocol.transport.buffered.append(message["body"])
+
+
+BufferingServer.__module__ = "daphne.server"
+
+
+async def test_each_event_stream_message_leaves_daphne_as_it_is_sent():
+    # twisted writes a socket's buffer on the reactor's next turn: with a
+    # hundred responses served in one turn, each reader's message waited for
+    # the last one's. A closing socket is left to twisted, which closes it
+    # in that write.
+    protocol = FakeDaphneProtocol()
+    protocol.transport = BufferingTransport()
+    send = BoundedSend(functools.partial(BufferingServer().handle_reply, protocol))
+    body = {"type": "http.response.body", "more_body": True}
+    await send({**body, "body": b"data: 1\n\n"})
+    assert protocol.transport.written == [b"data: 1\n\n"]
+    assert protocol.transport.no_delay is True
+    protocol.transport.disconnecting = True
+    await send({**body, "body": b"data: 2\n\n"})
+    assert protocol.transport.buffered == [b"data: 2\n\n"]
+    send.close()
