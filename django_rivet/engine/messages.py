@@ -2,8 +2,9 @@
 
 A receive is one ``message`` entry recording what was received (or that the
 wait timed out), so a replay returns the same messages and never takes them
-from the inbox again. Messages are taken as *completable*: recorded and
-flushed first, completed (removed from the inbox) after, so a crash in between
+from the inbox again. Messages are taken as *completable*: recorded, then
+completed (removed from the inbox) in the same transaction when the driver
+offers ``batch_completing``, else after the flush, so a crash in between
 leaves them in the inbox and the recorded ids keep them from being received a
 second time.
 """
@@ -178,10 +179,11 @@ async def _receive(
                 # A batch too large for one record: take fewer now; the rest
                 # stay in the inbox (they were never completed) for later.
                 records = records[:-1]
+        # The flush that records them removes them from the inbox (in its
+        # transaction when the driver can, else right after it).
+        storage.complete_messages(record["id"] for record in records)
         await storage.flush()
-        for record in records:
-            run.consumed_messages.add(record["id"])
-            await _complete(scope, record["id"])
+        run.consumed_messages.update(record["id"] for record in records)
         return [_to_message(record) for record in records]
     if deadline is not None and clock.now() >= deadline:
         complete(storage, entry, state="timed_out")
