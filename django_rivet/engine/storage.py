@@ -346,11 +346,16 @@ class Storage:
     def complete_messages(self, message_ids: Iterable[str]) -> None:
         """Remove received messages from the inbox with the next flush.
 
-        The flush that records their receipt removes them in its own
-        transaction when the driver can (``batch_completing``), else right
-        after it; a failed flush keeps them for the next one.
+        The flush removes them in its own transaction when the driver can
+        (``batch_completing``), else right after its writes; a failed flush
+        keeps them for the next one.
         """
         self._completing.update(dict.fromkeys(message_ids))
+
+    @property
+    def completing(self) -> bool:
+        """Return whether received messages wait for the flush that removes them."""
+        return bool(self._completing)
 
     # Workflow fields --------------------------------------------------------------
 
