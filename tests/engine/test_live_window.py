@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 from django_rivet import engine
-from django_rivet.engine import InMemoryDriver, run_workflow, start_workflow
+from django_rivet.engine import (
+    InMemoryDriver,
+    StorageError,
+    run_workflow,
+    start_workflow,
+)
 from django_rivet.engine.runner import WorkflowRun
 
 
@@ -302,3 +307,32 @@ async def test_a_live_wake_costs_the_same_at_any_history_size(clock):
     small = await _engine_lines_per_wake(300)
     large = await _engine_lines_per_wake(3_000)
     assert large == small
+
+
+class CancelCheckingDriver(CountingDriver):
+    """A host that can cancel while the run holds it: counts its checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.cancelled = False
+
+    async def check_cancel(self) -> None:
+        self.checks += 1
+        if self.cancelled:
+            raise StorageError("cancelled")
+
+
+async def test_a_wake_with_its_message_leaves_the_cancel_check_to_the_step(clock):
+    driver = CancelCheckingDriver()
+    run = start_workflow("wf", chatty, None, driver, live_wait=60)
+    await blocked(run)
+    await send(run, "add", 1)
+    await blocked(run)
+    assert driver.checks == 1  # the step's, before its function
+    # A wake that finds nothing (here the poll's) asks the host.
+    driver.cancelled = True
+    clock.advance(driver.worker_poll_interval)
+    with pytest.raises(StorageError):
+        await run
+    assert driver.checks == 2
