@@ -6,7 +6,7 @@ a Celery task runs it) with ``RIVET["WORKFLOW_LIVE_WAIT"]`` on: it waits
 for a message in its live window, receives it, runs one step and waits
 again, history in memory. A trial sends a batch of messages from the main
 thread (``handle.send``), each once the step after the previous one ran,
-and reports the time per wake: send, in-process wake, receive, record,
+and reports the time per wake (ms): send, in-process wake, receive, record,
 step, next wait. The one load + replay of the run is before the trials
 (untimed); nothing is reloaded or replayed during them.
 
@@ -109,7 +109,7 @@ def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
                 _stepped.clear()
                 handle.send(f"m{next(sent)}", None)
                 assert _stepped.wait(60), "the live run did not wake"
-            return (time.perf_counter() - started) / batch
+            return (time.perf_counter() - started) * 1000 / batch
 
         def baseline() -> float:
             from django.utils import timezone
@@ -120,7 +120,7 @@ def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
                     cursor.execute(insert, [other.pk, "m", b"\xf6", timezone.now()])
                     cursor.execute(select, [handle.workflow_id])
                     cursor.fetchone()
-            return (time.perf_counter() - started) / batch
+            return (time.perf_counter() - started) * 1000 / batch
 
         try:
             result = alternate(subject, baseline, trials, warmup=1)
@@ -147,7 +147,7 @@ def run(ctx: Any) -> list:
                 row_from(
                     ID,
                     f"one wake, {size:,} entries, live window, {label}",
-                    "s",
+                    "ms",
                     found[size],
                     "INSERT + SELECT",
                     TARGET,
@@ -165,7 +165,7 @@ def run(ctx: Any) -> list:
                 row_from(
                     ID,
                     f"one wake at {big:,} entries vs {small:,}, {label}",
-                    "s",
+                    "ms",
                     grown,
                     f"{small:,} entries",
                     GROWTH_TARGET,

@@ -103,6 +103,10 @@ class EngineDriver(Protocol):
     ``transaction=True`` step, whose transaction must check by itself): it
     raises a ``StorageError`` once the workflow was cancelled, so no step
     function starts after the cancel.
+    ``async batch_completing(writes, message_ids)`` writes like ``batch``
+    and completes the received messages ``message_ids`` in the same
+    transaction (a flush recording their receipt in one chunk; without it
+    the engine calls ``complete_message`` for each once the flush is written).
     ``defer_next_batch()`` says that the next ``batch`` is the last write
     of the run (it completes, fails or pauses next): the driver may hold it
     and write it with what ends the run on its side, as long as any other
@@ -340,6 +344,14 @@ class InMemoryDriver:
             taken = {m.id for m in found}
             self.messages = [m for m in self.messages if m.id not in taken]
         return found
+
+    async def batch_completing(
+        self, writes: builtins.list[KVWrite], message_ids: builtins.list[str]
+    ) -> None:
+        """Write ``writes`` and complete ``message_ids`` at once (one transaction)."""
+        await self.batch(writes)
+        for message_id in message_ids:
+            await self.complete_message(message_id, None)
 
     async def complete_message(self, id: str, response: Any = None) -> None:
         """Remove a received message and keep its response."""

@@ -4,9 +4,12 @@
 (a :class:`Plan`); :func:`apply` sends it: an atomic driver gets it whole in
 one ``atomic_flush`` call, any other driver ``batch`` chunks within the
 limits, then the deletions (at most ``MAX_CONCURRENT_DELETES`` at once),
-then the writes that recreate a key inside a deleted span. Every size is
-checked before any I/O; a driver failure is a ``StorageError``, a refusal of
-the unit as too large a ``StorageLimitError``.
+then the writes that recreate a key inside a deleted span. Received
+messages the flush records (``Plan.completions``) leave the inbox in the
+transaction of its one chunk when the driver offers ``batch_completing``,
+else once everything was written. Every size is checked before any I/O; a
+driver failure is a ``StorageError``, a refusal of the unit as too large a
+``StorageLimitError``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from . import schema
 from .driver import EngineDriver, KVDeletions, KVWrite
 from .errors import StorageError, StorageLimitError
 from .limits import (
@@ -27,7 +31,7 @@ from .limits import (
 )
 from .schema import Entry, EntryMetadata
 
-__all__ = ["Plan", "apply", "chunk_writes", "doomed", "driver_call"]
+__all__ = ["Plan", "apply", "chunk_writes", "doomed", "driver_call", "plan_records"]
 
 logger = logging.getLogger("django_rivet.workflow")
 
@@ -87,10 +91,41 @@ class Plan:
     fields: dict[int, bytes | None] = field(default_factory=dict)
     published: list[KVWrite] = field(default_factory=list)
     deletions: KVDeletions = field(default_factory=KVDeletions)
+    # Received messages whose record this flush writes: removed from the
+    # inbox as (or once) that record is durable.
+    completions: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.writes or self.rewrites or self.deletions)
+        return not (self.writes or self.rewrites or self.deletions or self.completions)
+
+
+def plan_records(dirty: Iterable[Entry | EntryMetadata], plan: Plan) -> None:
+    """Add the writes of the ``dirty`` records still unflushed to ``plan``."""
+    entries: list[Entry] = []
+    metadata: list[EntryMetadata] = []
+    for record in dirty:
+        if not record.dirty:
+            continue
+        if isinstance(record, Entry):
+            entries.append(record)
+        else:
+            metadata.append(record)
+    # Entries in creation order, then their metadata: a chunked flush cut
+    # short leaves whole entries behind, each before its metadata.
+    entries.sort(key=lambda entry: entry.seq)
+    writes, marks = plan.writes, plan.marks
+    for entry in entries:
+        cached = entry.encoded
+        if cached is not None and cached[0] == entry.gen:
+            encoded = cached[1]
+        else:
+            encoded = schema.encode_entry(entry)
+        writes.append((entry.key, encoded))
+        marks.append((entry, entry.gen))
+    for record in metadata:
+        writes.append((record.key, schema.encode_metadata(record)))
+        marks.append((record, record.gen))
 
 
 def doomed(key: bytes, deletions: KVDeletions, single: set[bytes]) -> bool:
@@ -106,15 +141,27 @@ async def apply(driver: EngineDriver, plan: Plan) -> None:
     # Every size is checked before any I/O.
     chunks = chunk_writes(plan.writes)
     later = chunk_writes(plan.rewrites)
+    completing = plan.completions
     try:
         if driver.atomic_batch:
             await driver.atomic_flush(plan.writes + plan.rewrites, plan.deletions)
-            return
-        for chunk in chunks:
-            await driver.batch(chunk)
-        await _delete(driver, plan.deletions)
-        for chunk in later:
-            await driver.batch(chunk)
+        else:
+            carrier = getattr(driver, "batch_completing", None)
+            if carrier is not None and completing and len(chunks) == 1 and not later:
+                # One transaction records the messages and removes them: a
+                # commit less per receive, and never one without the other.
+                await carrier(chunks[0], list(completing))
+                chunks, completing = [], []
+            for chunk in chunks:
+                await driver.batch(chunk)
+            await _delete(driver, plan.deletions)
+            for chunk in later:
+                await driver.batch(chunk)
+        # Else removed once their record is durable: a crash in between
+        # leaves them in the inbox, and the record keeps them from being
+        # received twice.
+        for message_id in completing:
+            await driver.complete_message(message_id, None)
     except StorageLimitError:
         raise  # the driver refused the unit: the caller decides
     except Exception as exc:

@@ -22,8 +22,10 @@ seconds after the wait began) or when the host closes it
 (:meth:`LiveWindow.close`: a worker shutting down). An eviction (a lease
 lost, a deadline, ``WorkflowRun.evict``/``cancel``) stops it as it stops
 any entry (``EvictedError``). A driver offering ``check_cancel`` is asked
-after each wake-up, so a cancel requested meanwhile fences the run out as
-it would before a step.
+after each wake-up that found nothing to take (a cancel signals the run
+too), so a cancel requested meanwhile fences the run out as it would before
+a step; a wake-up that found a message goes on to the next step, which asks
+before its function.
 """
 
 from __future__ import annotations
@@ -153,13 +155,16 @@ async def wait_for(
             )
             await asyncio.sleep(0)
         try:
-            if not first and run.check_cancel is not None:
-                await driver_call(run.check_cancel(), "cancel check")
             found = await check()
             if found:
                 if not first:
                     window.wakes += 1
                 return found
+            if not first and run.check_cancel is not None:
+                # A wake that found nothing may be a cancel's. (One that
+                # found what it waits for goes on: a step asks before its
+                # function, and a host fences its writes against a cancel.)
+                await driver_call(run.check_cancel(), "cancel check")
             now = clock.now()
             if now >= until or window.closed.is_set():
                 if window.closed.is_set() or deadline is None or now < deadline:

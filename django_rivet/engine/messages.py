@@ -2,10 +2,14 @@
 
 A receive is one ``message`` entry recording what was received (or that the
 wait timed out), so a replay returns the same messages and never takes them
-from the inbox again. Messages are taken as *completable*: recorded and
-flushed first, completed (removed from the inbox) after, so a crash in between
-leaves them in the inbox and the recorded ids keep them from being received a
-second time.
+from the inbox again. Messages are taken as *completable*: recorded, then
+completed (removed from the inbox) by the flush that writes the record -- the
+run's next one, usually the next step's -- in its transaction when the driver
+offers ``batch_completing``, else right after it. A crash before that flush
+leaves them in the inbox unrecorded (the replay receives them again, and
+re-runs what came after, as after a crash before the receive); a crash
+between the record and a late removal leaves them in the inbox recorded, and
+the recorded ids keep them from being received a second time.
 """
 
 from __future__ import annotations
@@ -91,6 +95,10 @@ async def _take(scope: Scope, names: list[str] | None, count: int) -> list[Messa
     """Receive up to ``count`` messages that history has not recorded yet."""
     run = scope.run
     driver = run.driver
+    if run.storage.completing:
+        # Received messages whose record is not written yet are still in
+        # the inbox: the record first, which removes them.
+        await run.storage.flush()
     fresh: list[Message] = []
     while True:
         batch = await driver_call(
@@ -178,10 +186,12 @@ async def _receive(
                 # A batch too large for one record: take fewer now; the rest
                 # stay in the inbox (they were never completed) for later.
                 records = records[:-1]
-        await storage.flush()
-        for record in records:
-            run.consumed_messages.add(record["id"])
-            await _complete(scope, record["id"])
+        # The record rides with the run's next flush (the next step's, the
+        # next wait's, the pause's), which removes the messages from the
+        # inbox in its transaction: a crash before it leaves them there, and
+        # the replay receives them again, as a crash before this receive.
+        storage.complete_messages(record["id"] for record in records)
+        run.consumed_messages.update(record["id"] for record in records)
         return [_to_message(record) for record in records]
     if deadline is not None and clock.now() >= deadline:
         complete(storage, entry, state="timed_out")

@@ -34,7 +34,7 @@ from django_rivet import clock
 from . import history, keys, loading, observe, schema
 from .driver import EngineDriver, KVWrite
 from .fields import WorkflowFields
-from .flush import Plan, apply, chunk_writes, doomed, driver_call
+from .flush import Plan, apply, chunk_writes, doomed, driver_call, plan_records
 from .limits import (
     MAX_CONCURRENT_DELETES,
     MAX_KV_BATCH_ENTRIES,
@@ -84,6 +84,8 @@ class Storage:
         self.pending_ranges: list[tuple[bytes, bytes]] = []
         # Published values (events, replies) waiting for the next flush.
         self._published: dict[bytes, bytes] = {}
+        # Received messages to remove from the inbox with the next flush.
+        self._completing: dict[str, None] = {}
         self._next_seq = 1
         self._lock = asyncio.Lock()
         self.on_flush: Callable[[], None] | None = None
@@ -341,6 +343,20 @@ class Storage:
         check_record(key, encoded, what)
         self._published[key] = encoded
 
+    def complete_messages(self, message_ids: Iterable[str]) -> None:
+        """Remove received messages from the inbox with the next flush.
+
+        The flush removes them in its own transaction when the driver can
+        (``batch_completing``), else right after its writes; a failed flush
+        keeps them for the next one.
+        """
+        self._completing.update(dict.fromkeys(message_ids))
+
+    @property
+    def completing(self) -> bool:
+        """Return whether received messages wait for the flush that removes them."""
+        return bool(self._completing)
+
     # Workflow fields --------------------------------------------------------------
 
     def get_field(self, field_id: int, default: Any = None) -> Any:
@@ -376,6 +392,8 @@ class Storage:
         """Return whether anything waits to be flushed."""
         if self._flushed_names < len(self.names) or self._dirty or self.unshown:
             return True
+        if self._completing:
+            return True
         if self.pending_prefixes or self.pending_keys or self.pending_ranges:
             return True
         return self.fields.dirty
@@ -393,9 +411,10 @@ class Storage:
                 plan.published = list(self._published.items())
                 writes += plan.published
             if self._dirty:
-                self._plan_records(plan)
+                plan_records(self._dirty, plan)
         self.fields.plan(plan, with_deletions=with_deletions)
         if with_deletions and not only_fields:
+            plan.completions = list(self._completing)
             deletions = plan.deletions
             deletions.prefixes = list(self.pending_prefixes)
             deletions.keys += self.pending_keys
@@ -412,32 +431,6 @@ class Storage:
                     plan.rewrites = later
         return plan
 
-    def _plan_records(self, plan: Plan) -> None:
-        entries: list[Entry] = []
-        metadata: list[EntryMetadata] = []
-        for record in self._dirty:
-            if not record.dirty:
-                continue
-            if isinstance(record, Entry):
-                entries.append(record)
-            else:
-                metadata.append(record)
-        # Entries in creation order, then their metadata: a chunked flush cut
-        # short leaves whole entries behind, each before its metadata.
-        entries.sort(key=lambda entry: entry.seq)
-        writes, marks = plan.writes, plan.marks
-        for entry in entries:
-            cached = entry.encoded
-            if cached is not None and cached[0] == entry.gen:
-                encoded = cached[1]
-            else:
-                encoded = schema.encode_entry(entry)
-            writes.append((entry.key, encoded))
-            marks.append((entry, entry.gen))
-        for record in metadata:
-            writes.append((record.key, schema.encode_metadata(record)))
-            marks.append((record, record.gen))
-
     def _commit(self, plan: Plan) -> None:
         names_before = self._flushed_names
         self._flushed_names = max(self._flushed_names, plan.names_upto)
@@ -450,6 +443,8 @@ class Storage:
         for key, value in plan.published:
             if self._published.get(key) == value:
                 del self._published[key]
+        for message_id in plan.completions:
+            self._completing.pop(message_id, None)
         self.fields.commit(plan.fields)
         deletions = plan.deletions
         if deletions.prefixes:

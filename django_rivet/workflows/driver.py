@@ -313,6 +313,24 @@ class DjangoDriver(InboxMethods):
             return
         await self._db(self._write_rows, writes)
 
+    async def batch_completing(
+        self, writes: builtins.list[KVWrite], message_ids: builtins.list[str]
+    ) -> None:
+        """Write ``writes`` and remove the received ``message_ids``, one transaction.
+
+        A receive's record and the message's removal commit together: one
+        commit less per message received (bench P6L), and a removal never
+        lands without the record (both are fenced by the lease).
+        """
+        if self.atomic_batch:
+            self._check_atomic_unit(writes)
+
+        def write() -> None:
+            self._upsert(writes)
+            self._remove_received(message_ids)
+
+        await self._db(self._write, write)
+
     async def batch_delete(self, keys: builtins.list[bytes]) -> None:
         """Delete every key in one transaction."""
         if not keys:

@@ -7,7 +7,7 @@ the driver's module holds its KV storage and fencing, this one the inbox.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import clock
@@ -58,18 +58,19 @@ class InboxMethods:
             rows = WorkflowMessage.objects.filter(workflow_id=self.workflow_id)
             if names is not None:
                 rows = rows.filter(name__in=list(names))
-            with db.atomic():
-                if not completable:
+            oldest = rows.order_by("id").values_list(
+                "id", "name", "body", "created_at"
+            )[: max(count, 0)]
+            if completable:
+                found = list(oldest)  # one read: no transaction around it
+            else:
+                with db.atomic():
                     self.renew_lease()
-                found = list(
-                    rows.order_by("id").values_list("id", "name", "body", "created_at")[
-                        : max(count, 0)
-                    ]
-                )
-                if found and not completable:
-                    WorkflowMessage.objects.filter(
-                        pk__in=[row[0] for row in found]
-                    ).delete()
+                    found = list(oldest)
+                    if found:
+                        WorkflowMessage.objects.filter(
+                            pk__in=[row[0] for row in found]
+                        ).delete()
             if completable and self._inbox is not None:
                 self._inbox.update(row[0] for row in found)
             return [
@@ -80,6 +81,28 @@ class InboxMethods:
             ]
 
         return await self._db(receive)  # type: ignore[no-any-return]
+
+    def _remove_received(self, ids: Iterable[str]) -> None:
+        """Delete received messages of this inbox (in the caller's transaction)."""
+        pks = [pk for pk in map(_pk, ids) if pk is not None]
+        if self._inbox is not None:
+            pks = [pk for pk in pks if pk in self._inbox]
+        if not pks:
+            return
+        # One plain DELETE: the ORM's delete() costs as much again in Python.
+        connection = db.connection()
+        quote = connection.ops.quote_name
+        meta = WorkflowMessage._meta
+        column = meta.get_field("workflow").column
+        marks = ", ".join(["%s"] * len(pks))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {quote(meta.db_table)} "
+                f"WHERE {quote(str(column))} = %s AND {quote('id')} IN ({marks})",
+                [self.workflow_id, *pks],
+            )
+        if self._inbox is not None:
+            self._inbox.difference_update(pks)
 
     async def complete_message(self, id: str, response: Any = None) -> None:
         """Remove a received message (unknown ids are a no-op).
@@ -96,9 +119,8 @@ class InboxMethods:
         this, each wake-up of a workflow paid one transaction for every
         message it ever received.
         """
-        try:
-            pk = int(id)
-        except (TypeError, ValueError):
+        pk = _pk(id)
+        if pk is None:
             return
         if self._inbox is not None and pk not in self._inbox:
             return
@@ -112,3 +134,11 @@ class InboxMethods:
                 self._inbox.discard(pk)
 
         await self._db(complete)
+
+
+def _pk(message_id: str) -> int | None:
+    """Return a message id as the inbox's primary key (None: not one of ours)."""
+    try:
+        return int(message_id)
+    except (TypeError, ValueError):
+        return None

@@ -105,6 +105,15 @@ class EngineDriverContract:
         await subject.complete_message(message_id, None)  # unknown id: no-op
         assert await subject.receive_messages(None, 1, True) == []
 
+    async def test_batch_completing_writes_and_completes_at_once(self, subject):
+        kept = await subject.add_message("a", 1)
+        taken = await subject.add_message("a", 2)
+        await subject.batch_completing([(b"\x01", b"received")], [taken])
+        assert await subject.get(b"\x01") == b"received"
+        assert [m.id for m in await subject.receive_messages(None, 5, True)] == [kept]
+        await subject.batch_completing([(b"\x02", b"x")], [taken])  # gone: no-op
+        assert await subject.get(b"\x02") == b"x"
+
     async def test_count_limits_a_receive(self, subject):
         for index in range(3):
             await subject.add_message("m", index)

@@ -54,6 +54,7 @@ _COUNTED = (
     "delete_range",
     "list",
     "batch",
+    "batch_completing",
     "batch_delete",
     "atomic_flush",
     "run_transactional",

@@ -10,11 +10,20 @@ replays. An eviction or a cancel stops it as any entry.
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 
-from django_rivet.engine import InMemoryDriver, run_workflow, start_workflow
+from django_rivet import engine
+from django_rivet.engine import (
+    InMemoryDriver,
+    StorageError,
+    run_workflow,
+    start_workflow,
+)
 from django_rivet.engine.runner import WorkflowRun
 
 
@@ -241,3 +250,89 @@ async def test_the_budget_bounds_the_time_live_in_all(clock):
     outcome = await run
     assert (outcome.state, outcome.waiting_for) == ("sleeping", ["add"])
     assert driver.lists == 1
+
+
+# -- what a wake costs: what is new, not the history -----------------------------------
+_ENGINE = str(Path(engine.__file__).parent)
+
+
+async def _engine_lines_per_wake(history: int, wakes: int = 3) -> float:
+    """Lines of engine code a live wake executes after ``history`` steps.
+
+    A deterministic measure of its work (the tracer counts, it does not
+    time): a flush plan, an index or a copy that walked the history would
+    execute lines in proportion to it.
+    """
+
+    async def chatty_after(ctx: Any, input: Any) -> None:
+        for index in range(history):
+            await ctx.step(f"s{index}", lambda index=index: index)
+        index = 0
+        while True:
+            message = await ctx.messages.next(f"m{index}")
+            await ctx.step(f"after{index}", lambda body=message.body: body)
+            index += 1
+
+    driver = CountingDriver()
+    run = start_workflow("wf", chatty_after, None, driver, live_wait=60)
+    await blocked(run)
+    await send(run, "m0", 0)  # the first wake pays for what is first once
+    await blocked(run)
+    lines = 0
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal lines
+        if event == "line":
+            lines += 1
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename.startswith(_ENGINE) else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        for index in range(1, wakes + 1):
+            await send(run, f"m{index}", index)
+            await blocked(run)
+    finally:
+        sys.settrace(previous)
+    assert driver.lists == 1  # never reloaded
+    run.evict()
+    assert (await run).state == "sleeping"
+    return lines / wakes
+
+
+async def test_a_live_wake_costs_the_same_at_any_history_size(clock):
+    small = await _engine_lines_per_wake(300)
+    large = await _engine_lines_per_wake(3_000)
+    assert large == small
+
+
+class CancelCheckingDriver(CountingDriver):
+    """A host that can cancel while the run holds it: counts its checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.cancelled = False
+
+    async def check_cancel(self) -> None:
+        self.checks += 1
+        if self.cancelled:
+            raise StorageError("cancelled")
+
+
+async def test_a_wake_with_its_message_leaves_the_cancel_check_to_the_step(clock):
+    driver = CancelCheckingDriver()
+    run = start_workflow("wf", chatty, None, driver, live_wait=60)
+    await blocked(run)
+    await send(run, "add", 1)
+    await blocked(run)
+    assert driver.checks == 1  # the step's, before its function
+    # A wake that finds nothing (here the poll's) asks the host.
+    driver.cancelled = True
+    clock.advance(driver.worker_poll_interval)
+    with pytest.raises(StorageError):
+        await run
+    assert driver.checks == 2

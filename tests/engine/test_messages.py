@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from django_rivet.engine import (
     InMemoryDriver,
     Message,
@@ -231,3 +233,73 @@ async def test_timeouts_may_be_timedeltas(clock, driver):
     assert outcome.sleep_until == START + 86400
     clock.advance(86400)
     assert (await run_workflow("wf-1", wf, None, driver)).output == ["wf-1", []]
+
+
+class RecordFirstDriver(InMemoryDriver):
+    """Refuses to complete a message no stored record names (order check)."""
+
+    def __init__(self, batching: bool) -> None:
+        super().__init__()
+        self.completed: list[str] = []
+        if not batching:  # a driver without the extension
+            self.batch_completing = None  # type: ignore[assignment]
+
+    async def complete_message(self, id: str, response=None) -> None:
+        assert any(id.encode() in value for value in self.kv.values()), id
+        self.completed.append(id)
+        await super().complete_message(id, response)
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["one-tx", "after"])
+async def test_a_message_leaves_the_inbox_only_once_its_receipt_is_written(
+    clock, batching
+):
+    driver = RecordFirstDriver(batching)
+    effects: list[int] = []
+
+    async def wf(ctx, _):
+        first = await ctx.messages.next("a")
+        second = await ctx.messages.next("b")  # the first still unwritten
+        total = await ctx.step("s", lambda: effects.append(1) or first.body)
+        return [total, second.body]
+
+    first = await driver.add_message("m", 1)
+    second = await driver.add_message("m", 2)
+    outcome = await run_workflow("wf", wf, None, driver)
+    assert (outcome.state, outcome.output) == ("completed", [1, 2])
+    assert driver.messages == []
+    assert effects == [1]
+    if not batching:
+        assert driver.completed == [first, second]
+
+
+async def test_a_crash_before_the_receipt_is_written_receives_it_again(clock):
+    driver = InMemoryDriver()
+    effects: list[int] = []
+
+    async def wf(ctx, _):
+        message = await ctx.messages.next("a")
+        return await ctx.step("s", lambda: effects.append(message.body) or 7)
+
+    class Crash(BaseException):
+        pass
+
+    real = driver.batch_completing
+
+    async def crash(writes, message_ids):
+        raise Crash()
+
+    await driver.add_message("m", 1)
+    driver.batch_completing = crash  # type: ignore[method-assign]
+    try:
+        await run_workflow("wf", wf, None, driver)
+    except Crash:
+        pass
+    # The step ran, nothing of the run was written: the message is still
+    # there, and the next run receives it (and runs the step) again.
+    assert [m.body for m in driver.messages] == [1]
+    driver.batch_completing = real  # type: ignore[method-assign]
+    outcome = await run_workflow("wf", wf, None, driver)
+    assert (outcome.state, outcome.output) == ("completed", 7)
+    assert effects == [1, 1]
+    assert driver.messages == []

@@ -303,6 +303,22 @@ async def test_a_lease_taken_between_renewals_fences_the_writes_out(clock):
     assert await driver.list(b"") == [(k(1), b"held")]
 
 
+async def test_a_lost_lease_neither_records_nor_removes_a_received_message(clock):
+    from asgiref.sync import sync_to_async
+
+    driver = await _claimed(clock, "wf-receipt")
+    message_id = await driver.add_message("m", 1)
+    [message] = await driver.receive_messages(None, 1, True)
+    await sync_to_async(Workflow.objects.filter(pk="wf-receipt").update)(
+        lease_token="successor"
+    )
+    with pytest.raises(LeaseLost):
+        await driver.batch_completing([(k(1), b"received")], [message.id])
+    assert await driver.list(b"") == []
+    [still] = await driver.receive_messages(None, 1, True)
+    assert still.id == message_id
+
+
 async def test_a_large_write_between_renewals_lands_whole(clock):
     driver = await _claimed(clock, "wf-large")
     await driver.set(k(1), b"renewed")

@@ -337,3 +337,50 @@ def test_the_in_process_worker_closes_live_windows_for_other_due_work(clock):
     backend.wake("run_workflow", ["someone-else"])  # others' work is due
     assert worker.join() == "sleeping"
     assert Workflow.objects.get(pk="busy").waiting_for == ["add"]
+
+
+class RecordingWorker(Worker):
+    """A worker whose run notes each write: its statement, whether in a
+    transaction, and how many messages the workflow had taken by then."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.writes: list[tuple[int, str, bool]] = []
+        super().__init__(workflow_id)
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        def note(execute: Any, sql: str, params: Any, many: bool, context: Any):
+            verb = sql.lstrip().split(" ", 1)[0].upper()
+            if verb in ("INSERT", "UPDATE", "DELETE", "WITH"):
+                table = "message" if "workflowmessage" in sql else "other"
+                if "workflowkv" in sql:
+                    table = "kv"
+                self.writes.append(
+                    (len(seen), f"{verb} {table}", connection.in_atomic_block)
+                )
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(note):
+            super()._run()
+
+
+def test_a_live_wake_writes_the_receipt_removal_and_step_in_one_transaction(clock):
+    handle = workflows.start("liveChat", {"messages": 3}, id="one-commit")
+    worker = RecordingWorker("one-commit")
+    for index, value in enumerate((1, 2, 3)):
+        listening("one-commit")
+        handle.send("add", value)
+        until(lambda i=index: len(seen) > i, f"message {index} was received")
+    assert worker.join() == "completed"
+    # The second wake (the first one's step ran, the second's had not): the
+    # message's receipt and the step's record, one checked INSERT, and the
+    # message's removal, in one transaction; nothing else written.
+    second = [(what, atomic) for taken, what, atomic in worker.writes if taken == 2]
+    assert [what for what, _ in second] in (
+        ["INSERT kv", "DELETE message"],
+        ["WITH kv", "DELETE message"],  # PostgreSQL's checked INSERT
+    )
+    assert all(atomic for _, atomic in second)
+    assert not WorkflowMessage.objects.filter(workflow_id="one-commit").exists()
+    assert handle.result() == 6
