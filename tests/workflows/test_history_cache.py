@@ -22,10 +22,10 @@ from django_rivet import checks as rivet_checks
 from django_rivet import workflows
 from django_rivet.clock import freeze_time
 from django_rivet.engine import keys
-from django_rivet.models import Workflow, WorkflowKV, db
+from django_rivet.models import Workflow, WorkflowKV, WorkflowStatus, db
 from django_rivet.models.base import prefix_end
 from django_rivet.testing import run_until_idle
-from django_rivet.workflows import history_cache, leases, operations
+from django_rivet.workflows import history_cache, leases, operations, releases
 from django_rivet.workflows.blocking import run_private
 from django_rivet.workflows.driver import DjangoDriver
 from django_rivet.workflows.history_cache import HistoryCache, HistoryCopy
@@ -174,22 +174,42 @@ def test_a_reply_taken_by_its_requester_invalidates_the_cache(clock, cache):
     assert cache.hits == 1  # that run's release counts again
 
 
-def test_a_debounced_input_replaced_without_the_lease_resets_the_mark(clock, cache):
-    Workflow.objects.create(id="waits", name="greet", history_mark="T")
-    history_cache.invalidate("waits")
-    assert Workflow.objects.get(pk="waits").history_mark == ""
+def test_invalidate_resets_the_mark_of_a_history_written_without_the_lease(cache):
+    Workflow.objects.create(id="tooled", name="greet", history_mark="T")
+    history_cache.invalidate("tooled")
+    assert Workflow.objects.get(pk="tooled").history_mark == ""
 
 
-def test_a_write_without_the_lease_during_a_run_survives_its_release(clock, cache):
+@pytest.mark.parametrize("arrival", [False, True], ids=["quiet", "slow"])
+def test_a_write_without_the_lease_during_a_run_survives_its_release(
+    clock, cache, arrival
+):
     handle = listening("during")
+    lease = leases.claim("during")
+    assert lease is None  # (not due) -- so claim as an operation does
     lease = leases.claim("during", run=False)
-    assert lease is not None
-    with db.atomic():
-        WorkflowKV.objects.filter(workflow_id="during").first()
-        history_cache.invalidate("during")  # (a reply taken meanwhile)
-    assert leases.release(lease) is not None
+    driver = DjangoDriver(
+        "during",
+        lease_token=lease.token,
+        private_loop=True,
+        history_mark=lease.history_mark,
+    )
+    assert run_private(driver.list(b"")) and cache.hits == 1
+    event = keys.event_key("taken")
+    run_private(driver.set(event, b"\x00"))
+    with db.atomic():  # a tool removes it without the lease meanwhile
+        WorkflowKV.objects.filter(workflow_id="during", key=event).delete()
+        history_cache.invalidate("during")
+    if arrival:
+        handle.send("ping", "meanwhile")  # the release's slow path
+    releases.release(lease, driver, status=WorkflowStatus.SLEEPING)
     assert Workflow.objects.get(pk="during").history_mark == ""
-    assert wake(handle, 0)
+    assert "during" in cache  # the run's copy, with the event row
+    if not arrival:
+        handle.send("ping", 0)
+    with CaptureQueriesContext(connection) as queries:
+        assert run_until_idle(handle) == "sleeping"
+    assert history_reads(queries) and cache.hits == 1  # not served
 
 
 # -- bounds ----------------------------------------------------------------------------
