@@ -21,6 +21,10 @@ to another workflow's inbox and are deleted between trials (untimed).
 Growth: the cost per wake at the largest history over the smallest (two
 legs, not paired: each its own process and database).
 
+The history cache (issue 46, ``RIVET["WORKFLOW_CACHE_SIZE"]``): a second
+set of rows makes the same claimed runs with it on; the warm-up trial
+fills it, so each timed wake skips the history's read (not its replay).
+
 The live window (issue 46, ``RIVET["WORKFLOW_LIVE_WAIT"]``): when the build
 has that setting, a second set of rows measures the same wakes with it on
 (a settings override in the leg) and the embedded worker running the
@@ -44,6 +48,7 @@ TITLE = "one wake of a long-history workflow vs insert + SELECT"
 TARGET = Target("ratio", "<=", 3.0)
 GROWTH_TARGET = Target("ratio", "<=", 1.2)
 LIVE_SETTING = "WORKFLOW_LIVE_WAIT"
+CACHE_SETTING = "WORKFLOW_CACHE_SIZE"
 LIVE_WAIT = 30.0  # seconds: longer than any gap between two wakes of a leg
 # Seconds of wakes per leg, at most (past the warm-up): 200 wakes when they
 # are cheap, fewer when each replays the whole history (today's build at
@@ -51,11 +56,16 @@ LIVE_WAIT = 30.0  # seconds: longer than any gap between two wakes of a leg
 BUDGET = 20.0
 
 
-def has_live_window() -> bool:
-    """Tell whether this build of django-rivet has the live window setting."""
+def has_setting(name: str) -> bool:
+    """Tell whether this build of django-rivet has the setting ``name``."""
     from django_rivet.conf import rivet_settings
 
-    return LIVE_SETTING in getattr(rivet_settings, "declared", {})
+    return name in getattr(rivet_settings, "declared", {})
+
+
+def has_live_window() -> bool:
+    """Tell whether this build of django-rivet has the live window setting."""
+    return has_setting(LIVE_SETTING)
 
 
 def baseline_trial(batch: int) -> Any:
@@ -130,6 +140,29 @@ def leg(size: int, batch: int, wakes: int, budget: float) -> dict[str, Any]:
     return result
 
 
+def cache_leg(size: int, batch: int, wakes: int, budget: float) -> dict[str, Any]:
+    """The same claimed runs with the history cache on (warm after a wake)."""
+    if not has_setting(CACHE_SETTING):
+        return {"skipped": f"this build has no RIVET[{CACHE_SETTING!r}]"}
+    from django.conf import settings
+    from django.test import override_settings
+
+    cached = {
+        **getattr(settings, "RIVET", {}),
+        CACHE_SETTING: 100,
+        "WORKFLOW_CACHE_BYTES": 1 << 30,  # 100,000 entries fit
+    }
+    from django_rivet.workflows import history_cache
+
+    with override_settings(RIVET=cached):
+        result = leg(size, batch, wakes, budget)
+    # Every wake after the first is served (a miss would read the history).
+    result["cache_hits"] = history_cache.cache.hits
+    result["cache_misses"] = history_cache.cache.misses
+    assert result["cache_hits"] >= result["wakes"], result
+    return result
+
+
 def live_leg(size: int, batch: int, wakes: int, budget: float) -> dict[str, Any]:
     """The same wakes with the live window on and the embedded worker running."""
     if not has_live_window():
@@ -189,7 +222,10 @@ def run(ctx: Any) -> list:
     budget = ctx.size(BUDGET, 1.0)
     out: list[Row] = []
     for db, label in (("sqlite", "SQLite-WAL"), ("postgresql", "PostgreSQL")):
-        for mode, function in (("claimed run", "leg"),):
+        for mode, function in (
+            ("claimed run", "leg"),
+            ("claimed run, history cache warm", "cache_leg"),
+        ):
             found = {}
             for size, (batch, wakes) in sizes.items():
                 result = ctx.leg(

@@ -1,5 +1,5 @@
-"""Background work: workflow queues, scheduled workflows, the live window
-(rivet.E701, E702, E703).
+"""Background work: workflow queues, scheduled workflows, the live window,
+the history cache (rivet.E701, E702, E703, E704, E705).
 
 The retry settings' kinds are declared with the settings (``conf``), and
 reported as ``rivet.E004`` with the others.
@@ -15,7 +15,7 @@ from django.core.checks import Tags, register
 
 from .. import clock, crontab
 from ..conf import docs_url, rivet_settings
-from ..conf.kinds import LIVE_WAIT
+from ..conf.kinds import CACHE_SIZE, LIVE_WAIT, POSITIVE_INTEGER
 from ..exceptions import InvalidCron
 from ..workflows import registry as workflow_registry
 from ..workflows import scheduled
@@ -29,6 +29,10 @@ __all__ = [
     "E702_HINT",
     "E703",
     "E703_HINT",
+    "E704",
+    "E704_HINT",
+    "E705",
+    "E705_HINT",
     "check_background_work",
 ]
 
@@ -50,6 +54,15 @@ E703 = "RIVET['WORKFLOW_LIVE_WAIT'] must be " + LIVE_WAIT.expected + "."
 E703_HINT = (
     "It is how long a waiting workflow run stays in memory (0 turns it off); see {docs}"
 )
+E704 = "RIVET['WORKFLOW_CACHE_SIZE'] must be " + CACHE_SIZE.expected + "."
+E704_HINT = (
+    "It is how many workflow histories a process keeps between runs (0 turns "
+    "the cache off); see {docs}"
+)
+E705 = "RIVET['WORKFLOW_CACHE_BYTES'] must be " + POSITIVE_INTEGER.expected + "."
+E705_HINT = "It bounds the bytes of the histories a process keeps; see {docs}"
+_CACHE = {"WORKFLOW_CACHE_SIZE": ("rivet.E704", E704, E704_HINT)}
+_CACHE["WORKFLOW_CACHE_BYTES"] = ("rivet.E705", E705, E705_HINT)
 _COUNTS = ("concurrency", "partition_concurrency", "worker_concurrency", "max_queued")
 _RATES = ("rate_limit", "partition_rate_limit")
 _QUEUE_OPTIONS = {*_COUNTS, *_RATES}
@@ -58,8 +71,8 @@ SCHEDULED_NAME_MAX_LENGTH = 200
 
 @register(Tags.compatibility)
 def check_background_work(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """Check the workflow queues, the cron workflows and the live window."""
-    return _queues() + _scheduled_workflows() + _live_wait()
+    """Check the workflow queues, the cron workflows, the live window and cache."""
+    return _queues() + _scheduled_workflows() + _live_wait() + _history_cache()
 
 
 def _live_wait() -> list[Any]:
@@ -67,6 +80,15 @@ def _live_wait() -> list[Any]:
         return []
     hint = E703_HINT.format(docs=docs_url("workflows", "the-live-window"))
     return [message("rivet.E703", E703, hint, "settings.RIVET")]
+
+
+def _history_cache() -> list[Any]:
+    docs = docs_url("workflows", "the-history-cache")
+    return [
+        message(check, text, hint.format(docs=docs), "settings.RIVET")
+        for key, (check, text, hint) in _CACHE.items()
+        if rivet_settings.problem(key) is not None
+    ]
 
 
 def _positive(value: Any, kind: Any) -> bool:

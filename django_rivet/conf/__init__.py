@@ -8,8 +8,9 @@ it is read as). Reads are typed (``rivet_settings.ACTION_TIMEOUT`` is a
 ``setting_changed``, so ``override_settings(RIVET=...)`` works in tests.
 
 A value of the wrong kind is reported by the system checks (``rivet.E004``,
-and ``E301``, ``E302``, ``E701``, ``E703`` for retention, cron history,
-workflow queues and the live window), with the same sentence
+and ``E301``, ``E302``, ``E701``, ``E703``, ``E704``, ``E705`` for
+retention, cron history, workflow queues, the live window and the history
+cache), with the same sentence
 :class:`InvalidSetting` raises if the runtime reads it anyway. Unknown keys
 are ``rivet.E001``. The settings page of the documentation (``settings.md``)
 says what each key means.
@@ -30,6 +31,7 @@ from .kinds import (
     ALIAS,
     BACKEND_NAME,
     BOOLEAN,
+    CACHE_SIZE,
     CRON_HISTORY,
     DOTTED_PATHS,
     HTTP_URL,
@@ -152,6 +154,10 @@ SETTINGS: dict[str, Setting] = {
     "WORKFLOW_POLL_INTERVAL": Setting(0.1, POSITIVE_NUMBER),
     # Seconds a waiting workflow run stays live (0: off); rivet.E703.
     "WORKFLOW_LIVE_WAIT": Setting(0, LIVE_WAIT, "rivet.E703"),
+    # Workflow histories one process keeps between runs (0: off), and their
+    # bytes; beyond either the least recently used go (rivet.E704, E705).
+    "WORKFLOW_CACHE_SIZE": Setting(0, CACHE_SIZE, "rivet.E704"),
+    "WORKFLOW_CACHE_BYTES": Setting(64 * 1024 * 1024, POSITIVE_INTEGER, "rivet.E705"),
     # True: a workflow flush is one database transaction (an oversized flush
     # is rejected) instead of chunks of <= 128 writes.
     "KV_ATOMIC_FLUSH": Setting(False, BOOLEAN),
@@ -289,6 +295,8 @@ class RivetSettings:
     WORKFLOW_LEASE_SECONDS: float
     WORKFLOW_POLL_INTERVAL: float
     WORKFLOW_LIVE_WAIT: float
+    WORKFLOW_CACHE_SIZE: int
+    WORKFLOW_CACHE_BYTES: int
     KV_ATOMIC_FLUSH: bool
     DISPATCH_BACKEND: str | None
     ALLOWED_ORIGINS: list[str] | None

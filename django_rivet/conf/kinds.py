@@ -115,6 +115,7 @@ LIVE_WAIT = Kind(
     lambda v: _number(v) and 0 <= v <= MAX_LIVE_WAIT,
     float,
 )
+CACHE_SIZE = Kind("0 (off) or a positive integer", lambda v: _integer(v) and v >= 0)
 RETRIES = Kind(
     f"an integer from 0 to {MAX_RETRIES}",
     lambda v: _integer(v) and 0 <= v <= MAX_RETRIES,

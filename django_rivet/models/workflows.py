@@ -158,6 +158,9 @@ class Workflow(models.Model):
     lease_token = models.CharField(max_length=32, blank=True, default="")
     lease_owner = models.CharField(max_length=255, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Whether the history is as a run's release left it (the history cache,
+    # workflows/history_cache.py): that run's token; "c:" + it once claimed.
+    history_mark = models.CharField(max_length=40, blank=True, default="")
     # A child's parent ("" for a top-level workflow), and whether it outlives
     # a cancel of its parent (``start_child(detached=True)``).
     parent_id = models.CharField(max_length=255, blank=True, default="")

@@ -186,7 +186,8 @@ def _bounce(
     if found is None:
         return False
     due = _run_after(now, debounce, found["debounce_deadline"])
-    moved: dict[str, Any] = {"run_after": due, "updated_at": now}
+    # A new input, written without a lease: no cached history holds.
+    moved: dict[str, Any] = {"run_after": due, "updated_at": now, "history_mark": ""}
     if found["deadline_at"] is not None and holder["run_after"] is not None:
         moved["deadline_at"] = _shift(found["deadline_at"], holder["run_after"], due)
     if not row.update(**moved):

@@ -48,6 +48,7 @@ from ..models import WorkflowKV, db, sql
 from ..models.base import prefix_end
 from . import blocking, children, live, streams
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
+from .history_cache import HistoryCopy
 from .inbox import InboxMethods
 
 if TYPE_CHECKING:
@@ -81,7 +82,9 @@ class DjangoDriver(InboxMethods):
 
     ``lease_token`` (the run's claim) fences every write; without one the
     driver writes unconditionally (tests, tools). ``stop_on_cancel`` makes a
-    requested cancel fence the run out too.
+    requested cancel fence the run out too. ``history_mark``: the claim's
+    (``Lease.history_mark``), for a run that may use and fill the history
+    cache (:mod:`.history_cache`).
     """
 
     # Whether a run reads its row for a pending cancel before each step it
@@ -97,8 +100,10 @@ class DjangoDriver(InboxMethods):
         stop_on_cancel: bool = True,
         atomic_batch: bool | None = None,
         private_loop: bool = False,
+        history_mark: str | None = None,
     ) -> None:
         self.workflow_id = workflow_id
+        self.history = HistoryCopy(workflow_id, lease_token, history_mark)
         self.private_loop = private_loop
         self._fence = LeaseFence(
             workflow_id,
@@ -140,10 +145,11 @@ class DjangoDriver(InboxMethods):
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
         self._defer_next = False
-        if self._held:
-            held, self._held = self._held, []
-            await self._blocking(blocking.storage_errors(self._write_rows), held)
-        return await self._blocking(blocking.storage_errors(fn), *args)
+        with self.history.applying():
+            if self._held:
+                held, self._held = self._held, []
+                await self._blocking(blocking.storage_errors(self._write_rows), held)
+            return await self._blocking(blocking.storage_errors(fn), *args)
 
     def defer_next_batch(self) -> None:
         """Hold the run's last batch for its release (a leased run's only).
@@ -169,10 +175,11 @@ class DjangoDriver(InboxMethods):
         held, self._held = self._held, []
         if not held:
             return
-        if checked:
-            self._fence.write_in_transaction(lambda: self._upsert(held))
-        else:
-            self._upsert(held)
+        with self.history.applying():
+            if checked:
+                self._fence.write_in_transaction(lambda: self._upsert(held))
+            else:
+                self._upsert(held)
 
     # Fenced writes ---------------------------------------------------------------
 
@@ -200,6 +207,18 @@ class DjangoDriver(InboxMethods):
                 rows = rows.filter(key__lt=upper)
         return rows
 
+    def _delete_under(self, prefix: bytes) -> None:
+        self.history.delete_prefix(prefix)
+        self._under(prefix).delete()
+
+    def _delete_range(self, start: bytes, end: bytes) -> None:
+        self.history.delete_range(start, end)
+        self._rows().filter(key__gte=start, key__lt=end).delete()
+
+    def _delete_keys(self, keys: builtins.list[bytes]) -> None:
+        self.history.delete_keys(keys)
+        self._rows().filter(key__in=[bytes(key) for key in keys]).delete()
+
     def _upsert(self, writes: Iterable[KVWrite]) -> None:
         """Write ``writes`` (the last value of a key wins) in INSERT statements.
 
@@ -219,6 +238,7 @@ class DjangoDriver(InboxMethods):
             pairs = {bytes(key): bytes(value) for key, value in writes}
         if not pairs:
             return
+        self.history.upsert(pairs)
         connection = db.connection()
         items = list(pairs.items())
         workflow_id = self.workflow_id
@@ -264,18 +284,19 @@ class DjangoDriver(InboxMethods):
 
     async def delete_prefix(self, prefix: bytes) -> None:
         """Delete every key starting with ``prefix``."""
-        await self._db(self._write, lambda: self._under(prefix).delete())
+        await self._db(self._write, functools.partial(self._delete_under, prefix))
 
     async def delete_range(self, start: bytes, end: bytes) -> None:
         """Delete every key in ``[start, end)``."""
-
-        def delete() -> None:
-            self._rows().filter(key__gte=start, key__lt=end).delete()
-
-        await self._db(self._write, delete)
+        await self._db(self._write, functools.partial(self._delete_range, start, end))
 
     async def list(self, prefix: bytes) -> builtins.list[KVWrite]:
         """Return every ``(key, value)`` under ``prefix``, sorted by key bytes."""
+        if not prefix and not self._held:
+            cached = self.history.cached()  # the history cache's, if current
+            if cached is not None:
+                self._stored.update(map(_first, cached))  # see _upsert
+                return cached
 
         def read() -> builtins.list[KVWrite]:
             # Raw SQL: a run loads its whole history with this read, and the
@@ -299,7 +320,10 @@ class DjangoDriver(InboxMethods):
             self._stored.update(map(_first, rows))  # see _upsert
             return rows  # type: ignore[no-any-return]
 
-        return await self._db(read)  # type: ignore[no-any-return]
+        rows: builtins.list[KVWrite] = await self._db(read)
+        if not prefix:
+            self.history.loaded(rows)
+        return rows
 
     async def batch(self, writes: builtins.list[KVWrite]) -> None:
         """Write every pair in one transaction."""
@@ -335,11 +359,7 @@ class DjangoDriver(InboxMethods):
         """Delete every key in one transaction."""
         if not keys:
             return
-
-        def delete() -> None:
-            self._rows().filter(key__in=[bytes(key) for key in keys]).delete()
-
-        await self._db(self._write, delete)
+        await self._db(self._write, functools.partial(self._delete_keys, keys))
 
     async def atomic_flush(
         self, writes: builtins.list[KVWrite], deletions: KVDeletions
@@ -354,12 +374,11 @@ class DjangoDriver(InboxMethods):
 
         def apply() -> None:
             for prefix in deletions.prefixes:
-                self._under(prefix).delete()
+                self._delete_under(prefix)
             for start, end in deletions.ranges:
-                self._rows().filter(key__gte=start, key__lt=end).delete()
+                self._delete_range(start, end)
             for offset in range(0, len(deletions.keys), _DELETE_KEYS):
-                chunk = deletions.keys[offset : offset + _DELETE_KEYS]
-                self._rows().filter(key__in=[bytes(key) for key in chunk]).delete()
+                self._delete_keys(deletions.keys[offset : offset + _DELETE_KEYS])
             self._upsert(writes)
 
         await self._db(self._write, apply)
@@ -402,14 +421,15 @@ class DjangoDriver(InboxMethods):
                 blocking.storage_errors(self._upsert)(writes)
             return output
 
-        if self.private_loop:
-            # The engine's loop is blocked on this very call: nothing races
-            # make_writes.
-            with blocking.off_the_loop():
-                return work(False)
-        # In the database thread, while the loop runs: make_writes goes back
-        # to the loop.
-        return await sync_to_async(work, thread_sensitive=True)(True)
+        with self.history.applying():
+            if self.private_loop:
+                # The engine's loop is blocked on this very call: nothing
+                # races make_writes.
+                with blocking.off_the_loop():
+                    return work(False)
+            # In the database thread, while the loop runs: make_writes goes
+            # back to the loop.
+            return await sync_to_async(work, thread_sensitive=True)(True)
 
     async def append_streams(self, writes: builtins.list[StreamWrite]) -> None:
         """Append stream values (``ctx.write_stream``) in one fenced transaction.

@@ -199,7 +199,12 @@ def _run_claimed(
     late_ms = 0.0
     if lease.wake_at is not None:
         late_ms = max(0.0, (clock.now() - clock.to_timestamp(lease.wake_at)) * 1000)
-    driver = DjangoDriver(lease.workflow_id, lease_token=lease.token, private_loop=True)
+    driver = DjangoDriver(
+        lease.workflow_id,
+        lease_token=lease.token,
+        private_loop=True,
+        history_mark=lease.history_mark,
+    )
     failed = _drive_claimed(
         lease,
         definition,
@@ -384,6 +389,7 @@ def cancel_claimed(
         lease_token=lease.token,
         stop_on_cancel=False,
         private_loop=True,
+        history_mark=lease.history_mark,
     )
     try:
         definition = registry.get(lease.name)

@@ -26,13 +26,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
+from django.db.models import Case, Value, When
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import rivet_settings
 from ..models import WORKFLOW_ACTIVE, Workflow, WorkflowStatus, db, sql
-from . import versions
+from . import history_cache, versions
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -64,6 +65,9 @@ class Lease:
     cancel_reason: str = ""
     parent_id: str = ""
     detached: bool = False
+    # The history mark the claim set (history_cache: "c:" + the token of the
+    # release whose history is unchanged since, when it is).
+    history_mark: str = ""
 
 
 # What a claim reads of the row it claimed (Lease's fields after the token).
@@ -79,6 +83,7 @@ _CLAIMED = (
     "cancel_reason",
     "parent_id",
     "detached",
+    "history_mark",
 )
 
 
@@ -135,6 +140,7 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
         cancel_reason=row["cancel_reason"],
         parent_id=row["parent_id"],
         detached=bool(row["detached"]),
+        history_mark=row["history_mark"],
     )
 
 
@@ -178,12 +184,14 @@ def release(
     come first and check the lease themselves (``checked=True``), raising
     :class:`~.driver.LeaseLost` when it is gone.
     """
+    history_cache.cache.evict(lease.workflow_id)  # a run's driver keeps its own
     now = clock.now_datetime()
     released = {
         "lease_token": "",
         "lease_owner": "",
         "lease_expires_at": None,
         "updated_at": now,
+        "history_mark": lease.token,  # unless reset meanwhile (MARK_RELEASED)
         **fields,
     }
     # In the caller's transaction when there is one (a run's release, with
@@ -199,6 +207,7 @@ def release(
             return {**released, "awaited_by": awaited_by}
         if write is not None:
             write(True)
+        released["history_mark"] = _mark_released(lease.token)
         rows = Workflow.objects.filter(pk=lease.workflow_id, lease_token=lease.token)
         if released.get("status", lease.status) in WORKFLOW_ACTIVE:
             released["wake_at"] = now
@@ -243,6 +252,11 @@ def _release_quiet(lease: Lease, released: dict[str, Any]) -> list[Any] | None:
     if isinstance(waiting, str | bytes):  # a JSON column read as text
         waiting = json.loads(waiting)
     return list(waiting or [])
+
+
+def _mark_released(token: str) -> Case:
+    """Return the mark a release writes: ``token``, unless reset meanwhile."""
+    return Case(When(history_mark="", then=Value("")), default=Value(token))
 
 
 # The row's fields by name and attribute name (what ``update()`` accepts).

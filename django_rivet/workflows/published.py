@@ -33,7 +33,7 @@ from ..engine import WorkflowNoReply, WorkflowRequestTimeout, keys, schema
 from ..exceptions import WorkflowCannotWait
 from ..models import WORKFLOW_FINISHED, WorkflowKV, WorkflowMessage, db
 from ..models.base import prefix_end
-from . import execution, operations, sends
+from . import execution, history_cache, operations, sends
 
 logger = logging.getLogger("django_rivet.workflows")
 
@@ -95,7 +95,9 @@ def take_reply(workflow_id: str, message_id: str) -> tuple[bool, Any]:
     value = _read(workflow_id, key, "reply")
     if value is _NOT_SET:
         return False, None
-    WorkflowKV.objects.filter(workflow_id=workflow_id, key=key).delete()
+    with db.atomic():  # a write without the lease: no cached history holds
+        WorkflowKV.objects.filter(workflow_id=workflow_id, key=key).delete()
+        history_cache.invalidate(workflow_id)
     return True, value
 
 

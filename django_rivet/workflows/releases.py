@@ -87,6 +87,8 @@ def release(
                 asked = fields.get("status")
                 awaited_by = written.pop("awaited_by", None)
                 _after_release(lease, driver, status, asked, error, awaited_by)
+                if driver is not None:  # its history, for its next run here
+                    driver.history.keep(runs_again(status, written))
     except LeaseLost:
         # Fenced out as at any write (a cancel was requested, or a successor
         # took over): its last batch is dropped, as a failed flush would be.

@@ -25,7 +25,7 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 
 from .admission import AdmissionSQL, admission_statements
-from .names import quote, table
+from .names import MARK_CLAIMED, MARK_RELEASED, quote, table
 
 __all__ = ["AdmissionSQL", "Dialect", "Statement", "quote", "table"]
 
@@ -273,7 +273,10 @@ class Dialect(ABC):
         """
 
         def build() -> str:
-            sets = ", ".join(f"{quote(column)} = %s" for column in columns)
+            sets = ", ".join(
+                f"{quote(c)} = {MARK_RELEASED if c == 'history_mark' else '%s'}"
+                for c in columns
+            )
             return (
                 f"UPDATE {table('Workflow')} SET {sets} "
                 f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s "
@@ -311,6 +314,7 @@ class Dialect(ABC):
             workflows = table("Workflow")
             token, expires = quote("lease_token"), quote("lease_expires_at")
             sets = [f"{token} = %s", f"{quote('lease_owner')} = %s", f"{expires} = %s"]
+            sets.append(MARK_CLAIMED)
             where = f"{token} = ''"
             if run:
                 count = quote("run_count")
