@@ -63,6 +63,9 @@ DOCUMENTED_DEFAULTS = {
     "OPENAPI": None,
     # The live window of workflow runs (issue 46): off.
     "WORKFLOW_LIVE_WAIT": 0,
+    # The history cache (issue 46): off; its memory bound, 64 MiB.
+    "WORKFLOW_CACHE_SIZE": 0,
+    "WORKFLOW_CACHE_BYTES": 64 * 1024 * 1024,
 }
 
 

@@ -190,8 +190,10 @@ class HistoryCopy:
         try:
             yield
         except BaseException:
-            if self._pending:  # a write that may or may not have landed
-                self.drop()
+            # A write that may or may not have landed -- or may still land:
+            # a cancelled call's thread goes on with its statement after the
+            # await was cancelled, and may record its write only then.
+            self.drop()
             raise
         pending, self._pending = self._pending, []
         if self.rows is not None:

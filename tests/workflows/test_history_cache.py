@@ -8,6 +8,7 @@ clock; "another process" is simulated with this one's cache put aside.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 
@@ -331,6 +332,23 @@ def test_a_driver_without_a_lease_never_caches(cache):
 
 
 # -- the fault matrix with the cache on ------------------------------------------------
+def test_a_cancelled_call_drops_the_copy_though_its_write_comes_later(cache):
+    """A cancelled call's thread goes on: its write may land, and be recorded, late.
+
+    The copy is given up at the cancel, not only when a recorded write
+    failed: under load the full suite's fault matrix served a history that
+    lacked such a write.
+    """
+    copy = HistoryCopy("wf-cancelled", "token", "c:")
+    copy.loaded([(b"a", b"1")])
+    with pytest.raises(asyncio.CancelledError), copy.applying():
+        raise asyncio.CancelledError  # nothing recorded yet
+    copy.upsert({b"b": b"2"})  # the thread reaches its write afterwards
+    with db.atomic():
+        copy.keep(True)
+    assert cache.take("wf-cancelled", "c:token") is None
+
+
 class ClaimingDriver:
     """A host's driver per run: each whole-history load releases and claims again.
 
