@@ -108,7 +108,7 @@ def prep_save(
 # Per model and database alias: each concrete field's position, the
 # parameters of a row of defaults, and the fields whose default is computed
 # at each insert (insert_params).
-_RowDefaults = tuple[dict[str, int], list[Any], list[tuple[int, Field[Any, Any]]]]
+_RowDefaults = tuple[dict[str, int], list[Any], list[tuple[int, "Field[Any, Any]"]]]
 _row_defaults: dict[tuple[type[Model], str], _RowDefaults] = {}
 
 
