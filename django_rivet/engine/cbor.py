@@ -117,10 +117,32 @@ def check_storable(value: Any, what: str = "value") -> None:
     """
     try:
         check_depth(value, MAX_DEPTH)
-        _check_types(value, "")
+        if not _storable(value):
+            _check_types(value, "")  # says where, and why
     except TypeError as exc:
         reason = getattr(exc, "message", None) or str(exc)
         raise TypeError(f"{what} cannot be stored: {reason}") from None
+
+
+def _storable(value: Any) -> bool:
+    """Tell whether ``value`` is made of storable types only (no path kept).
+
+    The common case, checked without building a path string per item;
+    :func:`_check_types` walks again to say where a refused value is.
+    """
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return True
+    if isinstance(value, list | tuple):
+        return all(map(_storable, value))
+    if isinstance(value, dict):
+        return all(
+            (key is None or isinstance(key, str | int | bytes | float))
+            and _storable(item)
+            for key, item in value.items()
+        )
+    if isinstance(value, Message):
+        return _storable(value.body)
+    return isinstance(value, datetime | uuid.UUID)
 
 
 def _check_types(value: Any, path: str) -> None:

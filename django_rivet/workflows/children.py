@@ -9,7 +9,9 @@ cancel cascade is :mod:`.cancels`'.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +37,7 @@ from .wakeups import schedule_wake, wake_fields
 logger = logging.getLogger("django_rivet.workflows")
 
 __all__ = [
+    "ChildMethods",
     "create_child",
     "deadline_for",
     "id_conflict",
@@ -242,3 +245,34 @@ def notify_parent(child_id: str, parent_id: str) -> None:
     if status in WORKFLOW_ACTIVE and name in (waiting_for or []):
         rows.update(wake_at=now, **wake_fields(now))
         schedule_wake(parent_id, now)
+
+
+class ChildMethods:
+    """The engine's child methods, for a driver of one workflow.
+
+    The driver provides ``workflow_id``, ``_db`` (where database work runs)
+    and ``_write`` (a fenced write).
+    """
+
+    workflow_id: str
+    _db: Callable[..., Any]
+    _write: Callable[..., Any]
+
+    async def start_child(self, start: ChildStart) -> None:
+        """Create the child's row (idempotent per id) in a fenced transaction.
+
+        Its first run is enqueued when that transaction commits. An id held
+        by another workflow (``ValueError``) or an unknown name
+        (``workflow/not_found``) is the parent's failure, not storage trouble.
+        """
+        await self._db(self._write, functools.partial(create_child, start))
+
+    async def watch_children(self, child_ids: list[str]) -> None:
+        """Have the ends of ``child_ids`` wake this workflow (``ctx.wait_first``)."""
+        await self._db(
+            self._write, functools.partial(watch, self.workflow_id, child_ids)
+        )
+
+    async def child_outcome(self, child_id: str) -> ChildOutcome | None:
+        """Return how the child ended, or None while it is active."""
+        return await self._db(outcome, child_id)  # type: ignore[no-any-return]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import functools
 import operator
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -38,18 +39,17 @@ from django.db import IntegrityError
 
 from ..conf import rivet_settings
 from ..engine import (
-    ChildOutcome,
-    ChildStart,
     KVDeletions,
     StorageLimitError,
 )
-from ..engine.stream_store import StreamWrite
 from ..models import WorkflowKV, db, sql
 from ..models.base import prefix_end
-from . import blocking, children, live, streams
+from . import blocking, live
+from .children import ChildMethods
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
 from .history_cache import HistoryCopy
 from .inbox import InboxMethods
+from .streams import StreamMethods
 
 if TYPE_CHECKING:
     from ..engine import EngineDriver
@@ -73,11 +73,18 @@ ATOMIC_FLUSH_MAX_WRITES = 10_000
 ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 
 
+# How long the read a run's history load makes of its row stands in for the
+# cancel check before its first step (DjangoDriver.check_cancel): the check
+# exists so that no step starts once cancel() returned, and a read is only
+# ever as fresh as the moment it was made; past this, read again (a long
+# replay, a thread that was descheduled).
+LOAD_CHECK_FRESH = 0.005
+
 # Keys per DELETE ... IN (...) statement, below every backend's parameter cap.
 _DELETE_KEYS = 500
 
 
-class DjangoDriver(InboxMethods):
+class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
     """The engine driver of one workflow, on ``WorkflowKV``/``WorkflowMessage``.
 
     ``lease_token`` (the run's claim) fences every write; without one the
@@ -129,6 +136,10 @@ class DjangoDriver(InboxMethods):
         self._held: builtins.list[KVWrite] = []
         # Whether this run wrote to a stream (its end is announced to readers).
         self.streamed = False
+        # When the history load last read "held, no cancel pending" (time.
+        # monotonic), for the check before the run's first step; None once
+        # any other database call, or that check, came after it.
+        self._load_checked_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -145,6 +156,7 @@ class DjangoDriver(InboxMethods):
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
         self._defer_next = False
+        self._load_checked_at = None
         with self.history.applying():
             if self._held:
                 held, self._held = self._held, []
@@ -311,8 +323,15 @@ class DjangoDriver(InboxMethods):
             dialect = sql.dialect(connection)
             statement = dialect.kv_list_sql(bool(prefix), upper is not None)
             with connection.cursor() as cursor:
-                cursor.execute(statement, params)
-                rows = cursor.fetchall()
+                if not prefix and self._checks_on_load():
+                    checked = [self.workflow_id, self._fence.token]
+                    cursor.execute(dialect.kv_load_checked_sql(), params + checked)
+                    rows = cursor.fetchall()
+                    if rows:  # held, no cancel pending (check_cancel)
+                        self._load_checked_at = time.monotonic()
+                if self._load_checked_at is None:
+                    cursor.execute(statement, params)
+                    rows = cursor.fetchall()
             if rows and not (type(rows[0][0]) is bytes and type(rows[0][1]) is bytes):
                 # SQLite and psycopg 3 give bytes already (a column's values
                 # all come through one adapter); other adapters may not.
@@ -421,6 +440,7 @@ class DjangoDriver(InboxMethods):
                 blocking.storage_errors(self._upsert)(writes)
             return output
 
+        self._load_checked_at = None  # its transaction checks by itself
         with self.history.applying():
             if self.private_loop:
                 # The engine's loop is blocked on this very call: nothing
@@ -431,21 +451,6 @@ class DjangoDriver(InboxMethods):
             # back to the loop.
             return await sync_to_async(work, thread_sensitive=True)(True)
 
-    async def append_streams(self, writes: builtins.list[StreamWrite]) -> None:
-        """Append stream values (``ctx.write_stream``) in one fenced transaction.
-
-        Readers hear of them once that transaction commits.
-        """
-
-        def append() -> None:
-            appended = self._write(
-                lambda: streams.append_rows(self.workflow_id, writes)
-            )
-            streams.announce_on_commit(self.workflow_id, appended)
-
-        await self._db(append)
-        self.streamed = True
-
     async def wait_for_messages(self, names: Iterable[str] | None) -> None:
         """Return when a message (or a child's end) may have come (live window).
 
@@ -454,8 +459,23 @@ class DjangoDriver(InboxMethods):
         """
         await live.listen(self.workflow_id, names)
 
+    def _checks_on_load(self) -> bool:
+        """Tell whether the history load carries the first cancel check."""
+        fence = self._fence
+        return self.checks_cancel and fence.token is not None and fence.stop_on_cancel
+
     async def check_cancel(self) -> None:
-        """Raise :class:`LeaseLost` if the workflow was cancelled (before a step)."""
+        """Raise :class:`LeaseLost` if the workflow was cancelled (before a step).
+
+        The run's first step right after its history load (nothing else in
+        between, within ``LOAD_CHECK_FRESH`` seconds) takes the load's own
+        read of the row (:meth:`~..models.sql.Dialect.kv_load_checked_sql`):
+        as fresh as a read of its own, one round trip fewer for a run of
+        one step (a task).
+        """
+        checked_at, self._load_checked_at = self._load_checked_at, None
+        if checked_at is not None and time.monotonic() - checked_at < LOAD_CHECK_FRESH:
+            return
         if self.checks_cancel:
             await self._db(self._fence.check_not_cancelled)
 
@@ -472,26 +492,6 @@ class DjangoDriver(InboxMethods):
     async def clear_alarm(self, workflow_id: str) -> None:
         """Record that the workflow needs no alarm (applied on release)."""
         self.alarm, self.alarm_set = None, True
-
-    # Children --------------------------------------------------------------------
-
-    async def start_child(self, start: ChildStart) -> None:
-        """Create the child's row (idempotent per id) in a fenced transaction.
-
-        Its first run is enqueued when that transaction commits. An id held
-        by another workflow (``ValueError``) or an unknown name
-        (``workflow/not_found``) is the parent's failure, not storage trouble.
-        """
-        await self._db(self._write, functools.partial(children.create_child, start))
-
-    async def watch_children(self, child_ids: builtins.list[str]) -> None:
-        """Have the ends of ``child_ids`` wake this workflow (``ctx.wait_first``)."""
-        watch = functools.partial(children.watch, self.workflow_id, child_ids)
-        await self._db(self._write, watch)
-
-    async def child_outcome(self, child_id: str) -> ChildOutcome | None:
-        """Return how the child ended, or None while it is active."""
-        return await self._db(children.outcome, child_id)  # type: ignore[no-any-return]
 
 
 if TYPE_CHECKING:  # DjangoDriver must satisfy the engine's protocol.

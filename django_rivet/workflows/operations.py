@@ -10,6 +10,7 @@ one. ``send`` and ``wake`` only touch the row and the inbox.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Mapping
@@ -70,6 +71,16 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 255
+
+
+@functools.cache
+def _input_key() -> bytes:
+    return keys.workflow_key(keys.WORKFLOW_INPUT)
+
+
+@functools.cache
+def _columns() -> list[str]:
+    return [str(f.column) for f in Workflow._meta.concrete_fields]
 
 
 def _require(workflow_id: str) -> None:
@@ -139,7 +150,7 @@ def start(
     encoded = schema.encode_workflow_field(keys.WORKFLOW_INPUT, stored)
     # The size check every stored value goes through: refused here, before
     # the workflow exists, rather than failing its first run.
-    check_record(keys.workflow_key(keys.WORKFLOW_INPUT), encoded, "Workflow input")
+    check_record(_input_key(), encoded, "Workflow input")
     now = clock.now_datetime()
     due = now if run_after is None or run_after <= now else run_after
     if where is not None:
@@ -222,16 +233,16 @@ def _insert_new(workflow_id: str, fields: dict[str, Any], encoded: bytes) -> Non
     transaction or its own; two run in a transaction.
     """
     connection = db.connection()
-    columns = Workflow._meta.concrete_fields
-    statements = sql.dialect(connection).start_sql([str(f.column) for f in columns])
-    row = Workflow(id=workflow_id, **fields)
-    params = [db.prep_save(f, f.pre_save(row, True), connection) for f in columns]
-    key = keys.workflow_key(keys.WORKFLOW_INPUT)
+    statements = sql.dialect(connection).start_sql(_columns())
+    params = db.insert_params(Workflow, {"id": workflow_id, **fields}, connection)
+    key = _input_key()
     if len(statements) == 1:
         with connection.cursor() as cursor:
             cursor.execute(statements[0], [*params, key, encoded])
         return
-    with db.atomic(), connection.cursor() as cursor:
+    # In the caller's transaction no savepoint: a failure between the two
+    # leaves that transaction to be rolled back (Django refuses to go on).
+    with db.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(statements[0], params)
         cursor.execute(statements[1], [workflow_id, key, encoded])
 

@@ -43,6 +43,7 @@ __all__ = [
     "INLINE_BYTES",
     "STREAM_MESSAGE",
     "Appended",
+    "StreamMethods",
     "Batch",
     "add_listener",
     "announce",
@@ -283,3 +284,30 @@ def contents(workflow_id: str) -> dict[str, tuple[list[Any], bool]]:
         values = stream.values.order_by("offset").values_list("value", flat=True)
         out[stream.key] = ([schema.loads(bytes(v)) for v in values], stream.closed)
     return out
+
+
+class StreamMethods:
+    """The engine's stream method, for a driver of one workflow.
+
+    The driver provides ``workflow_id``, ``_db`` (where database work runs)
+    and ``_write`` (a fenced write); ``streamed`` tells the run's release to
+    announce the streams' end to readers.
+    """
+
+    workflow_id: str
+    streamed: bool
+    _db: Callable[..., Any]
+    _write: Callable[..., Any]
+
+    async def append_streams(self, writes: list[StreamWrite]) -> None:
+        """Append stream values (``ctx.write_stream``) in one fenced transaction.
+
+        Readers hear of them once that transaction commits.
+        """
+
+        def append() -> None:
+            appended = self._write(lambda: append_rows(self.workflow_id, writes))
+            announce_on_commit(self.workflow_id, appended)
+
+        await self._db(append)
+        self.streamed = True

@@ -282,6 +282,29 @@ def test_a_task_enqueued_in_a_rolled_back_atomic_never_runs():
     assert committed.status == TaskResultStatus.SUCCESSFUL
 
 
+def test_an_enqueue_failing_half_way_in_a_transaction_cannot_be_committed(
+    monkeypatch,
+):
+    from django.db import DatabaseError, connection
+
+    from django_rivet.models import sql
+
+    dialect = sql.dialect(connection)
+    statements = dialect.start_sql
+    if len(statements([str(f.column) for f in Workflow._meta.concrete_fields])) < 2:
+        pytest.skip("one statement here: nothing between its two inserts")
+
+    def broken(columns):
+        return [statements(columns)[0], "INSERT INTO no_such_table VALUES (%s, %s, %s)"]
+
+    monkeypatch.setattr(dialect, "start_sql", broken)
+    with pytest.raises(DatabaseError), transaction.atomic():
+        with pytest.raises(DatabaseError):
+            tasks_api.mark.enqueue("half")
+        Workflow.objects.count()  # Django refuses: the transaction is broken
+    assert not Workflow.objects.exists()
+
+
 def test_run_after_holds_the_task_until_then_under_the_virtual_clock():
     with freeze_time() as frozen:
         at = frozen.datetime() + timedelta(minutes=5)

@@ -454,3 +454,76 @@ def test_a_release_after_an_arrival_still_fences_the_last_batch(clock):
     with pytest.raises(LeaseLost), transaction.atomic():
         leases.release(lease, write=driver.write_held, status="sleeping")
     assert _stored("wf-late") == {}
+
+
+async def _cancel(workflow_id: str) -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Workflow.objects.filter(pk=workflow_id).update)(
+        cancel_requested=True
+    )
+
+
+@pytest.fixture
+def cancel_reads(monkeypatch) -> list[str]:
+    """The reads of the row the cancel check makes (each workflow id)."""
+    from django_rivet.workflows.fencing import LeaseFence
+
+    made: list[str] = []
+    plain = LeaseFence.check_not_cancelled
+
+    def counted(fence: LeaseFence) -> None:
+        made.append(fence.workflow_id)
+        plain(fence)
+
+    monkeypatch.setattr(LeaseFence, "check_not_cancelled", counted)
+    return made
+
+
+async def test_the_history_load_reads_the_first_steps_cancel_check(clock, cancel_reads):
+    driver = await _claimed(clock, "wf-load-check")
+    await driver.set(k(1), b"input")
+    loaded = DjangoDriver("wf-load-check", lease_token=driver.lease_token)
+    assert await loaded.list(b"") == [(k(1), b"input")]
+    await loaded.check_cancel()  # the load's read of the row stands in
+    assert cancel_reads == []
+    await _cancel("wf-load-check")
+    with pytest.raises(LeaseLost):  # once only: the next step reads again
+        await loaded.check_cancel()
+    assert cancel_reads == ["wf-load-check"]
+
+
+async def test_a_cancel_before_the_history_load_stops_the_first_step(
+    clock, cancel_reads
+):
+    driver = await _claimed(clock, "wf-load-cancelled")
+    await driver.set(k(1), b"input")
+    await _cancel("wf-load-cancelled")
+    loaded = DjangoDriver("wf-load-cancelled", lease_token=driver.lease_token)
+    # The history still loads (the run carrying a cancel out needs it) ...
+    assert await loaded.list(b"") == [(k(1), b"input")]
+    with pytest.raises(LeaseLost):  # ... and the step's check reads the cancel
+        await loaded.check_cancel()
+    assert cancel_reads == ["wf-load-cancelled"]
+
+
+async def test_the_load_stands_in_only_for_a_check_right_after_it(
+    clock, cancel_reads, monkeypatch
+):
+    from django_rivet.workflows import driver as driver_module
+
+    driver = await _claimed(clock, "wf-load-stale")
+    await driver.set(k(1), b"input")
+    # Another database call in between: the check reads the row.
+    loaded = DjangoDriver("wf-load-stale", lease_token=driver.lease_token)
+    await loaded.list(b"")
+    await loaded.get(k(1))
+    await loaded.check_cancel()
+    assert cancel_reads == ["wf-load-stale"]
+    # Too long in between (a long replay): the check reads the row.
+    monkeypatch.setattr(driver_module, "LOAD_CHECK_FRESH", 0.0)
+    await loaded.list(b"")
+    await _cancel("wf-load-stale")
+    with pytest.raises(LeaseLost):
+        await loaded.check_cancel()
+    assert cancel_reads == ["wf-load-stale", "wf-load-stale"]
