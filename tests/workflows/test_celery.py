@@ -155,6 +155,50 @@ def test_a_worker_killed_while_its_workflow_waits_live_loses_no_message(
     assert Workflow.objects.get(pk="live-kill").run_count >= 2
 
 
+def test_a_workflow_moving_between_two_resident_workers_is_read_again_each_time(
+    broker, redis_url
+):
+    """Issue 46: the cache and the live window on, two workers, one killed.
+
+    Each worker keeps the history of the runs it made; with a live window
+    of one second, pauses let each run yield, and the next message's wake
+    goes to either worker: a worker the workflow comes back to after the
+    other one ran it must read the history again (a stale copy would replay
+    a history missing the other's steps and fail the run, or write a step
+    twice). One worker is killed half way, mid-window: the other carries on.
+    Every message's transactional row exists once, in order.
+    """
+    env = server_env(
+        RIVET_TEST_REDIS_URL=redis_url,
+        DJANGO_SETTINGS_MODULE="tests.settings.workflow_live",
+        RIVET_TEST_LIVE_WAIT="1",
+    )
+
+    def rows() -> list[str]:
+        found = StepRow.objects.filter(workflow_id="resident")
+        return list(found.order_by("id").values_list("step", flat=True))
+
+    count = 12
+    owners = set()
+    with celery_worker(env, beat=True, name="steady"):
+        with celery_worker(env, name="doomed") as doomed:
+            handle = workflows.start("messageRows", {"count": count}, id="resident")
+            for index in range(count // 2):
+                handle.send("row", index)
+                wait_for(lambda index=index: len(rows()) == index + 1, what="a row")
+                owners.add(Workflow.objects.get(pk="resident").lease_owner)
+                if index % 2:
+                    time.sleep(1.5)  # the window ends: the run yields
+            kill9(doomed)
+        for index in range(count // 2, count):
+            handle.send("row", index)
+            if index % 3 == 0:
+                time.sleep(1.5)
+        assert handle.result(timeout=90) == count
+    assert rows() == [f"m{index}:{index}" for index in range(count)]
+    assert Workflow.objects.get(pk="resident").run_count >= 3, owners
+
+
 def test_workers_killed_at_random_lose_no_workflow_and_never_share_one(
     broker, env, tmp_path
 ):

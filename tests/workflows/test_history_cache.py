@@ -400,19 +400,30 @@ async def claiming_driver(atomic: bool) -> ClaimingDriver:
     return ClaimingDriver(workflow_id, atomic)
 
 
+@pytest.mark.parametrize("live_wait", [0.0, 120.0], ids=["yield", "live"])
 @pytest.mark.parametrize("atomic", [False, True], ids=["chunked", "atomic"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 async def test_faults_at_driver_calls_are_recovered_with_the_cache_on(
-    scenario: Scenario, atomic: bool, cache
+    scenario: Scenario, atomic: bool, live_wait: float, cache
 ):
-    with freeze_time(1_700_000_000) as clock:
+    """Every call x every fault kind with the cache on, and the live window too."""
+    with (
+        freeze_time(1_700_000_000) as clock,
+        override_settings(RIVET={**CACHE, "WORKFLOW_LIVE_WAIT": live_wait}),
+    ):
         driver = await claiming_driver(atomic)
-        expected = await reference(clock, scenario, driver.workflow_id, driver)
-        assert cache.hits > 0  # the runs after the first were served
+        expected = await reference(
+            clock, scenario, driver.workflow_id, driver, live_wait
+        )
+        if live_wait and scenario.messages:
+            assert expected.called["wait_for_messages"] > 0
+        else:
+            assert cache.hits > 0  # the runs after the first were served
         for at in range(1, expected.calls + 1):
             for kind in KINDS:
                 driver = await claiming_driver(atomic)
                 fired = await check_recovery(
-                    clock, scenario, driver.workflow_id, driver, expected, at, kind
-                )
+                    clock, scenario, driver.workflow_id, driver, expected, at, kind,
+                    live_wait,
+                )  # fmt: skip
                 assert fired is not None, f"call {at} never happened"
