@@ -116,15 +116,22 @@ def claim(workflow_id: str, *, run: bool = True) -> Lease | None:
         params.append(workflow_id)
     if version:
         params.append(version)
+    # A run's claim alone in its transaction need not wait for the disk: lost
+    # in a crash, the workflow is simply claimed again (its run's writes are
+    # fenced by the token, and their durable commits flush the claim first).
     statement = sql.dialect(connection).lease_claim_sql(
-        run, WORKFLOW_ACTIVE, _CLAIMED, versioned=bool(version)
+        run,
+        WORKFLOW_ACTIVE,
+        _CLAIMED,
+        versioned=bool(version),
+        deferred=run and not connection.in_atomic_block,
     )
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         found = cursor.fetchone()
     if found is None:
         return None
-    row = dict(zip(_CLAIMED, found, strict=True))
+    row = dict(zip(_CLAIMED, found[: len(_CLAIMED)], strict=True))
     return Lease(
         workflow_id,
         token,

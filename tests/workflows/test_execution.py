@@ -79,6 +79,32 @@ def test_a_leased_workflow_is_not_run_by_anyone_else(clock):
     assert run_until_idle(handle) == "completed"
 
 
+def test_a_claim_inside_a_transaction_leaves_its_commit_durable(clock):
+    """A run's claim alone need not wait for the disk; one in a transaction must.
+
+    PostgreSQL: the claim that is its own transaction commits without
+    waiting for the WAL flush (lost in a crash, the workflow is claimed
+    again); inside the caller's transaction it must not change how that
+    transaction commits.
+    """
+    from django.db import connection, transaction
+
+    workflows.start("greet", {"name": "ann"}, id="in-atomic")
+    postgresql = connection.vendor == "postgresql"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if postgresql:  # the test server's default is off
+            cursor.execute("SET LOCAL synchronous_commit TO on")
+        lease = leases.claim("in-atomic")
+        assert lease is not None and lease.name == "greet"
+        if postgresql:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+    leases.release(lease, status=WorkflowStatus.PENDING)
+    alone = leases.claim("in-atomic")  # its own transaction
+    assert alone is not None and alone.name == "greet"
+    assert row("in-atomic").lease_token == alone.token
+
+
 gate = threading.Event()
 entered = threading.Event()
 

@@ -162,6 +162,7 @@ class Dialect(ActorStatements):
         active: Sequence[str],
         returning: Sequence[str],
         versioned: bool = False,
+        deferred: bool = False,
     ) -> str:
         """Return a claim of a workflow's lease in one statement.
 
@@ -174,6 +175,10 @@ class Dialect(ActorStatements):
         nobody holds. Returns the ``returning`` columns of the row it
         claimed, none when it claimed nothing. PostgreSQL skips a row
         another transaction holds (``SKIP LOCKED``) instead of waiting.
+        ``deferred`` (a statement that is its own transaction): its commit
+        does not wait for the disk where the database can say so in the
+        statement (one more column after ``returning``; see
+        :meth:`defer_commit_flush`).
         """
 
         def build() -> str:
@@ -203,14 +208,20 @@ class Dialect(ActorStatements):
                 )
                 if versioned:
                     where += f" AND {quote('version')} IN ('', %s)"
+            columns = [quote(column) for column in returning]
+            if deferred and self._deferred_commit_column:
+                columns.append(self._deferred_commit_column)
             return (
                 f"UPDATE {workflows} SET {', '.join(sets)} WHERE "
-                f"{self._claim_row('%s')} AND {where} "
-                f"RETURNING {', '.join(quote(column) for column in returning)}"
+                f"{self._claim_row('%s')} AND {where} RETURNING {', '.join(columns)}"
             )
 
-        key = ("claim", run, versioned, *active, "|", *returning)
+        key = ("claim", run, versioned, deferred, *active, "|", *returning)
         return self._cached(key, build)  # type: ignore[no-any-return]
+
+    # A column whose evaluation makes the statement's own transaction commit
+    # without waiting for the disk (lease_claim_sql's ``deferred``).
+    _deferred_commit_column: ClassVar[str] = ""
 
     def _claim_row(self, placeholder: str) -> str:
         """Return the claim's condition on the row's id (one parameter)."""

@@ -38,6 +38,10 @@ class PostgreSQLDialect(Dialect):
     _read_only_column = "set_config('transaction_read_only', 'on', true), "
     read_marker_columns = 1
 
+    # SET LOCAL as a value: read at the commit of the statement's own
+    # transaction, which then does not wait for the WAL flush.
+    _deferred_commit_column = "set_config('synchronous_commit', 'off', true)"
+
     def defer_commit_flush(self, connection: BaseDatabaseWrapper) -> None:
         """Commit without waiting for the WAL flush (``synchronous_commit``).
 
