@@ -204,6 +204,13 @@ class LeaseFence:
         step it starts, so that once ``cancel()`` returned no further step
         function runs. Nothing to check without a lease or when cancels do
         not stop this driver.
+
+        It is not folded into the previous step's write (one round trip
+        less): that answer is as old as that commit, and workflow code runs
+        between two steps for as long as it likes. Between this read and
+        the step function only the engine runs. (The first step after the
+        history load takes the load's read instead, when it is under a
+        millisecond old: ``DjangoDriver.check_cancel``.)
         """
         if self.token is None or not self.stop_on_cancel:
             return

@@ -6,10 +6,18 @@ PostgreSQL leg checks PostgreSQL's statements and the SQLite run SQLite's.
 
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
-from django.db import NotSupportedError, connection, transaction
+from django.db import (
+    IntegrityError,
+    NotSupportedError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
 from django.test.utils import CaptureQueriesContext
 
 from django_rivet import clock
@@ -100,6 +108,88 @@ def test_a_requested_cancel_fails_the_check_that_stops_on_cancel():
     with connection.cursor() as cursor:
         cursor.execute(dialect().lease_check_sql(False), ["wf-cancel", "ours"])
         assert cursor.fetchone() is not None  # an operation's check ignores it
+
+
+def _plain_insert_checked(workflow_id: str, rows: list[tuple[bytes, bytes]]):
+    params = [item for key, value in rows for item in (workflow_id, key, value)]
+    with connection.cursor() as cursor:
+        return dialect().insert_kv_checked(
+            cursor, True, len(rows), False, params, [workflow_id, "ours"]
+        )
+
+
+def test_a_plain_checked_insert_of_a_stored_key_fails_whole():
+    # The driver's first try for new keys: a key stored after all fails the
+    # statement, and none of its rows land (the upsert follows).
+    _leased("wf-plain")
+    assert _plain_insert_checked("wf-plain", [(b"a", b"1")]) is True
+    with pytest.raises(IntegrityError):
+        _plain_insert_checked("wf-plain", [(b"b", b"2"), (b"a", b"3")])
+    assert _kv("wf-plain") == {b"a": b"1"}
+
+
+def test_a_check_that_ignores_cancels_writes_while_a_cancel_is_pending():
+    _leased("wf-operation", cancel_requested=True)
+    with connection.cursor() as cursor:
+        held = dialect().insert_kv_checked(
+            cursor,
+            False,
+            1,
+            True,
+            ["wf-operation", b"a", b"1"],
+            ["wf-operation", "ours"],
+        )
+    assert held is True
+    assert _kv("wf-operation") == {b"a": b"1"}
+
+
+def _held(workflow_id: str, token: str = "ours") -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(dialect().lease_held_sql(), [workflow_id, token])
+        return cursor.fetchone() is not None
+
+
+def test_the_cancel_check_reads_a_held_lease_and_no_pending_cancel():
+    _leased("wf-read")
+    assert _held("wf-read")
+    assert not _held("wf-read", "theirs")
+    assert not _held("wf-absent")
+    Workflow.objects.filter(pk="wf-read").update(cancel_requested=True)
+    assert not _held("wf-read")  # what committed before the read, it sees
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's")
+def test_a_checked_insert_locks_the_lease_row_until_its_transaction_ends():
+    # As the renewal would: a claim or a cancel (another connection) waits.
+    _leased("wf-lock")
+
+    def try_lock() -> str:
+        # Another thread: its own connection, closed when it is done.
+        found: list[str] = []
+
+        def attempt() -> None:
+            table = connection.ops.quote_name(Workflow._meta.db_table)
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE NOWAIT",
+                        ["wf-lock"],
+                    )
+                found.append("locked it")
+            except OperationalError:
+                found.append("waited")
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=attempt)
+        thread.start()
+        thread.join()
+        return found[0]
+
+    with transaction.atomic():
+        assert _insert_checked("wf-lock", "ours", [(b"a", b"1")]) is True
+        assert try_lock() == "waited"
+    assert try_lock() == "locked it"
 
 
 def test_the_renewal_moves_the_expiry_only_for_the_holder():

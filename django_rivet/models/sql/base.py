@@ -257,6 +257,7 @@ class Dialect(ActorStatements):
 
         return self._cached(("insert", rows, upsert), build)  # type: ignore[no-any-return]
 
+    @abstractmethod
     def insert_kv_checked(
         self,
         cursor: CursorWrapper,
@@ -268,40 +269,12 @@ class Dialect(ActorStatements):
     ) -> bool:
         """Insert ``rows`` KV rows in the statement checking the lease; tell if held.
 
-        ``params``: the rows' (id, key, value each); ``lease``: the check's
-        (workflow id, token). The rows are written only if the lease row is
-        found, and the check locks it as the renewal would.
+        ``params``: the rows' (id, key, value each), all of the lease's
+        workflow; ``lease``: the check's (workflow id, token). The rows are
+        written only if the lease row is found (and no cancel is pending,
+        ``stop_on_cancel``), and the check locks it as the renewal would.
+        One statement: in autocommit, its own transaction.
         """
-        statement = self.checked_kv_insert_sql(stop_on_cancel, rows, upsert)
-        return self._run_checked(cursor, statement, params, lease)
-
-    def checked_kv_insert_sql(
-        self, stop_on_cancel: bool, rows: int, upsert: bool
-    ) -> str:
-        """Return the lease check and the insert of ``rows`` KV rows, one statement."""
-        return self._cached(  # type: ignore[no-any-return]
-            ("checked", stop_on_cancel, rows, upsert),
-            lambda: self._checked_insert(
-                self.lease_check_sql(stop_on_cancel),
-                *self._kv_insert_parts(rows, upsert),
-            ),
-        )
-
-    @abstractmethod
-    def _checked_insert(
-        self, check: str, insert: str, values: str, conflict: str
-    ) -> str:
-        """Build the statement inserting ``values`` only if ``check`` finds a row."""
-
-    @abstractmethod
-    def _run_checked(
-        self,
-        cursor: CursorWrapper,
-        statement: str,
-        params: list[Any],
-        lease: list[Any],
-    ) -> bool:
-        """Execute a checked insert; tell whether the check found the lease row."""
 
     def kv_list_sql(self, lower: bool, upper: bool) -> str:
         """Return the read of a workflow's KV rows by key (id, then the bounds)."""

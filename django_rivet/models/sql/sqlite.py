@@ -80,26 +80,41 @@ class SQLiteDialect(Dialect):
         if connection.connection is not None:
             connection.connection.execute("PRAGMA query_only = OFF")
 
-    def _checked_insert(
-        self, check: str, insert: str, values: str, conflict: str
-    ) -> str:
-        # The statement holds the write lock from its start. SQLite names a
-        # VALUES subquery's columns column1, column2...; the WHERE clause
-        # also keeps ON CONFLICT from parsing as a join's ON.
-        return (
-            f"{insert} SELECT column1, column2, column3 FROM (VALUES {values}) "
-            f"WHERE EXISTS ({check}) {conflict}"
-        )
-
-    def _run_checked(
+    def insert_kv_checked(
         self,
         cursor: CursorWrapper,
-        statement: str,
+        stop_on_cancel: bool,
+        rows: int,
+        upsert: bool,
         params: list[Any],
         lease: list[Any],
     ) -> bool:
+        """Insert the rows only if the lease check finds its row (one statement)."""
+        statement = self.checked_kv_insert_sql(stop_on_cancel, rows, upsert)
         cursor.execute(statement, params + lease)
         return bool(cursor.rowcount)  # a lost lease writes no row
+
+    def checked_kv_insert_sql(
+        self, stop_on_cancel: bool, rows: int, upsert: bool
+    ) -> str:
+        """Return the lease check and the insert of ``rows`` KV rows, one statement.
+
+        Parameters: the rows' (id, key, value each), then the workflow id
+        and the token. The statement holds the write lock from its start, so
+        nobody changes the lease row before it commits. SQLite names a
+        VALUES subquery's columns column1, column2...; the WHERE clause also
+        keeps ON CONFLICT from parsing as a join's ON.
+        """
+
+        def build() -> str:
+            insert, values, conflict = self._kv_insert_parts(rows, upsert)
+            check = self.lease_check_sql(stop_on_cancel)
+            return (
+                f"{insert} SELECT column1, column2, column3 FROM (VALUES {values}) "
+                f"WHERE EXISTS ({check}) {conflict}"
+            )
+
+        return self._cached(("checked", stop_on_cancel, rows, upsert), build)  # type: ignore[no-any-return]
 
     def json_list_contains(
         self, lhs: str, lhs_params: Sequence[Any], item: Any
