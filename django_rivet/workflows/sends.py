@@ -12,13 +12,12 @@ transaction: all of them, or none when one cannot be sent.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from django.db.models import F
 
 from .. import clock
 from ..engine import Message, encode_message_body, schema
@@ -30,6 +29,7 @@ from ..models import (
     WorkflowMessage,
     WorkflowMessageKey,
     db,
+    sql,
 )
 from . import live
 from .wakeups import schedule_wake, wake_fields
@@ -78,11 +78,15 @@ def check_inbox(workflow_id: str, adding: int = 1) -> None:
         .count()
     )
     if pending + adding > MAX_INBOX_MESSAGES:
-        raise WorkflowInboxFull(
-            f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
-            "messages; it must receive some first",
-            metadata={"limit": MAX_INBOX_MESSAGES},
-        )
+        raise _inbox_full(workflow_id)
+
+
+def _inbox_full(workflow_id: str) -> WorkflowInboxFull:
+    return WorkflowInboxFull(
+        f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
+        "messages; it must receive some first",
+        metadata={"limit": MAX_INBOX_MESSAGES},
+    )
 
 
 def _check_key(key: str | None) -> None:
@@ -96,42 +100,74 @@ def _check_key(key: str | None) -> None:
 
 
 def _deliver(message: Send, data: bytes, now: datetime) -> str:
-    """Store one message and wake its workflow (call in a transaction)."""
+    """Store one message and wake its workflow (call in a transaction).
+
+    Two hand-written statements (:meth:`.sql.Dialect.send_sql`): the row's
+    ``UPDATE ... RETURNING`` (its wake signal, and its wake when it waits
+    for the name), then the message's insert, guarded by the inbox's count.
+    A refused send raises, and the transaction (or savepoint) around it
+    rolls the update back.
+    """
     workflow_id, name, key = message.workflow_id, message.name, message.idempotency_key
-    # The signal bump comes first: it locks the row, so a run releasing
-    # concurrently either sees it (and runs again) or released before
-    # (and its waiting_for is what we read next), and concurrent senders
-    # of one key look for it in turn.
-    rows = Workflow.objects.filter(pk=workflow_id)
-    if not rows.update(wake_signal=F("wake_signal") + 1):
-        raise _not_found(workflow_id)
-    if key is not None:
-        sent = WorkflowMessageKey.objects.filter(workflow_id=workflow_id, key=key)
-        found = sent.values_list("message_id", flat=True).first()
-        if found is not None:
-            return str(found)  # sent before: at most once per key
-    status, waiting_for = rows.values_list("status", "waiting_for").get()
-    if status in WORKFLOW_FINISHED:
-        # Nothing would receive it, and it would be kept until retention.
-        raise WorkflowFinished(
-            f"Workflow {workflow_id!r} has finished ({status}): it takes no "
-            "more messages",
-            metadata={"status": status},
+    connection = db.connection()
+    dialect = sql.dialect(connection)
+    fields = wake_fields(now)
+    wake = {"wake_at": now, **fields}
+    statements = dialect.send_sql(WORKFLOW_ACTIVE, list(wake), MAX_INBOX_MESSAGES)
+    with connection.cursor() as cursor:
+        # The row's update comes first: it locks the row (the database, on
+        # SQLite), so a run releasing concurrently either sees the signal
+        # (and runs again) or released before (and its waiting_for is what
+        # this reads), and concurrent senders of one key look for it in turn.
+        if key is None:
+            # The wake rides along; a refused send rolls it back.
+            tests = [dialect.json_list_contains("", (), n)[1][-1] for n in (name, "*")]
+            params: list[Any] = []
+            for value in wake.values():
+                params += [*tests, dialect.now_param(connection, value)]
+            cursor.execute(statements.signal_and_wake, [*params, workflow_id])
+        else:
+            cursor.execute(statements.signal, [workflow_id])
+        found = cursor.fetchone()
+        if found is None:
+            raise _not_found(workflow_id)
+        if key is not None:
+            sent = WorkflowMessageKey.objects.filter(workflow_id=workflow_id, key=key)
+            first = sent.values_list("message_id", flat=True).first()
+            if first is not None:
+                return str(first)  # sent before: at most once per key
+        status, waiting_for = found
+        if isinstance(waiting_for, str):  # JSON text (both backends, via Django)
+            waiting_for = json.loads(waiting_for)
+        if status in WORKFLOW_FINISHED:
+            # Nothing would receive it, and it would be kept until retention.
+            raise WorkflowFinished(
+                f"Workflow {workflow_id!r} has finished ({status}): it takes no "
+                "more messages",
+                metadata={"status": status},
+            )
+        at = dialect.now_param(connection, now)
+        cursor.execute(
+            statements.insert,
+            [workflow_id, name, data, at, workflow_id, MAX_INBOX_MESSAGES],
         )
-    check_inbox(workflow_id)
-    row = WorkflowMessage.objects.create(workflow_id=workflow_id, name=name, body=data)
+        inserted = cursor.fetchone()
+    if inserted is None:
+        raise _inbox_full(workflow_id)
+    pk = inserted[0]
     if key is not None:
         WorkflowMessageKey.objects.create(
-            workflow_id=workflow_id, key=key, message_id=row.pk
+            workflow_id=workflow_id, key=key, message_id=pk
         )
     # A run of it waiting in its live window here hears of it at once (its
     # waiting_for on the row is its last release's, not what it waits for).
     live.signal_on_commit(workflow_id, name)
     wanted = name in waiting_for or "*" in waiting_for
     if status in WORKFLOW_ACTIVE and wanted:
-        rows.update(wake_at=now, **wake_fields(now))
+        if key is not None:  # (else the update above woke it)
+            Workflow.objects.filter(pk=workflow_id).update(**wake)
         schedule_wake(workflow_id, now)
-    return str(row.pk)
+    return str(pk)
 
 
 def send(

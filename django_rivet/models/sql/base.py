@@ -25,6 +25,7 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 
 from .admission import AdmissionSQL, admission_statements
+from .messages import MessageSQL
 from .names import MARK_CLAIMED, MARK_RELEASED, quote, table
 
 __all__ = ["AdmissionSQL", "Dialect", "Statement", "quote", "table"]
@@ -47,7 +48,7 @@ ACTOR_COLUMNS_BY_KEY = ("id", "state", "version", "event_seq", "state_version")
 CONN_COLUMNS = ("id", "channel_name", "params", "state", "subscriptions")
 
 
-class Dialect(ABC):
+class Dialect(MessageSQL, ABC):
     """The SQL and the decisions of one database (one instance per vendor)."""
 
     vendor: ClassVar[str]

@@ -1,0 +1,130 @@
+"""The statements of a message's send and of a run's inbox reads (both databases).
+
+A send is two statements in its transaction, where the ORM took four or
+five: the workflow row's ``UPDATE ... RETURNING`` (the wake signal, and the
+wake itself when the workflow waits for the name), then the insert of the
+message guarded by the inbox's count. The count is the insert's own, not
+the update's: it must see a concurrent sender's message that committed
+while this one waited for the row's lock, and on PostgreSQL a statement
+sees only what committed before it began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .names import quote, table
+
+__all__ = ["MessageSQL", "SendSQL", "inbox_read_sql", "send_statements"]
+
+# json_list_contains(lhs, lhs_params, item) of the dialect.
+JsonContains = Callable[[str, Sequence[Any], Any], tuple[str, tuple[Any, ...]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SendSQL:
+    """A send's statements (:meth:`.Dialect.send_sql`).
+
+    ``signal``: parameters the workflow id; returns the row's ``status`` and
+    ``waiting_for``, no row for an unknown workflow. ``signal_and_wake``:
+    the same, and it also wakes the workflow when it is active and waits
+    for the name; parameters per wake column the name's and ``*``'s
+    :meth:`~.Dialect.json_list_contains` parameter and the column's value,
+    then the id. ``insert``: parameters the workflow id, name, body,
+    ``created_at``, then the workflow id and the inbox's limit; returns the
+    message's id, no row when the inbox holds that many already.
+    """
+
+    signal: str
+    signal_and_wake: str
+    insert: str
+
+
+def send_statements(
+    rows_of_values: str,
+    active: Sequence[str],
+    wake: Sequence[str],
+    contains: JsonContains,
+    limit: int,
+) -> SendSQL:
+    """Return a send's statements; ``wake``: the columns a wake sets.
+
+    ``rows_of_values``: the dialect's ``SELECT`` of the message rows of a
+    ``VALUES`` list, formatted with ``{values}``.
+    """
+    workflows, messages = table("Workflow"), table("WorkflowMessage")
+    signal = quote("wake_signal")
+    bump = f"UPDATE {workflows} SET {signal} = {signal} + 1"
+    end = (
+        f"WHERE {quote('id')} = %s RETURNING {quote('status')}, {quote('waiting_for')}"
+    )
+    holds, _ = contains(quote("waiting_for"), (), "")
+    statuses = ", ".join(f"'{status}'" for status in active)
+    # What _deliver tests in Python too: active, and the name or "*" waited for.
+    wanted = f"{quote('status')} IN ({statuses}) AND ({holds} OR {holds})"
+    sets = "".join(
+        f", {quote(column)} = CASE WHEN {wanted} THEN %s ELSE {quote(column)} END"
+        for column in wake
+    )
+    columns = ", ".join(
+        quote(column) for column in ("workflow_id", "name", "body", "created_at")
+    )
+    pending = (
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM {messages} "
+        f"WHERE {quote('workflow_id')} = %s LIMIT {limit + 1}) AS pending)"
+    )
+    return SendSQL(
+        signal=f"{bump} {end}",
+        signal_and_wake=f"{bump}{sets} {end}",
+        insert=f"INSERT INTO {messages} ({columns}) "
+        f"{rows_of_values.format(values='(%s, %s, %s, %s)')} "
+        f"WHERE {pending} < %s RETURNING {quote('id')}",
+    )
+
+
+def inbox_read_sql(names: int | None) -> str:
+    """Return the read of a workflow's oldest messages (a run's receive).
+
+    Parameters: the workflow id, then ``names`` message names (None: any
+    name), then how many. Columns: id, name, body, ``created_at``.
+    """
+    columns = ", ".join(quote(c) for c in ("id", "name", "body", "created_at"))
+    sql = (
+        f"SELECT {columns} FROM {table('WorkflowMessage')} "
+        f"WHERE {quote('workflow_id')} = %s"
+    )
+    if names is not None:
+        sql += f" AND {quote('name')} IN ({', '.join(['%s'] * names)})"
+    return sql + f" ORDER BY {quote('id')} LIMIT %s"
+
+
+class MessageSQL:
+    """The dialect's message statements (a base of :class:`.Dialect`)."""
+
+    # A SELECT of the rows of a VALUES list of message rows (``{values}``).
+    _message_rows: ClassVar[str] = "SELECT * FROM (VALUES {values}) AS v"
+    _cached: Callable[[tuple[Any, ...], Callable[[], Any]], Any]
+    json_list_contains: JsonContains
+
+    def send_sql(
+        self, active: Sequence[str], wake: Sequence[str], limit: int
+    ) -> SendSQL:
+        """Return a send's statements (:class:`SendSQL`).
+
+        ``active``: the statuses a message wakes; ``wake``: the columns a
+        wake sets; ``limit``: the messages an inbox holds at most.
+        """
+        return self._cached(  # type: ignore[no-any-return]
+            ("send", *active, "|", *wake, limit),
+            lambda: send_statements(
+                self._message_rows, active, wake, self.json_list_contains, limit
+            ),
+        )
+
+    def inbox_read_sql(self, names: int | None) -> str:
+        """Return a run's read of its oldest messages (:func:`inbox_read_sql`)."""
+        return self._cached(  # type: ignore[no-any-return]
+            ("inbox", names), lambda: inbox_read_sql(names)
+        )
