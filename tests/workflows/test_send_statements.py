@@ -183,3 +183,32 @@ def test_a_live_listener_hears_of_a_message_once_the_send_commits():
         live.signal("wf")
         thread.join(10)
         loop.close()
+
+
+@workflow(name="receivesInOrder")
+async def receives_in_order(ctx, names):
+    """Takes three messages of ``names``; returns what each one carried."""
+    got = []
+    for index in range(3):
+        message = await ctx.messages.next(f"m{index}", names=names)
+        got.append([message.id, message.name, message.body, message.created_at])
+    return got
+
+
+@pytest.mark.parametrize("names", [None, ["a", "c"]])
+def test_a_run_receives_oldest_first_with_what_the_send_stored(registered, names):
+    with register_temporarily(receives_in_order):
+        handle = workflows.start("receivesInOrder", names, id="wf")
+        sent = []
+        for at, (name, body) in enumerate(
+            [("a", 1), ("b", b"2"), ("c", [3]), ("a", 4)]
+        ):
+            registered.advance(1)
+            sent.append(
+                [handle.send(name, body), name, body, START.timestamp() + at + 1]
+            )
+        run_until_idle(handle)
+        wanted = [s for s in sent if names is None or s[1] in names][:3]
+        assert handle.result() == wanted
+        left = [m.body for m in handle.messages()]
+        assert left == ([4] if names is None else [b"2"])
