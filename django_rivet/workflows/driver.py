@@ -189,11 +189,13 @@ class DjangoDriver(InboxMethods):
 
     def _write_rows(self, writes: builtins.list[KVWrite]) -> None:
         """Write KV rows on the lease's path: their INSERT may carry its check."""
-        self._fence.write(lambda: self._upsert(writes), rows=len(writes))
+        with db.write_turn():  # (SQLite: in turn with this process's senders)
+            self._fence.write(lambda: self._upsert(writes), rows=len(writes))
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """Run other writes (deletions, a child's row) on the lease's path."""
-        return self._fence.write(write)
+        with db.write_turn():
+            return self._fence.write(write)
 
     def _rows(self) -> Any:
         return WorkflowKV.objects.filter(workflow_id=self.workflow_id)

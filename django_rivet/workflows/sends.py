@@ -210,7 +210,11 @@ def send_many(messages: Iterable[Send]) -> list[str]:
     if not batch:
         return []
     now = clock.now_datetime()
-    with db.atomic():
+    # On SQLite, in turn with this process's other writers (a live run
+    # recording its step, say), not polling SQLite's lock in the busy handler.
+    with db.write_turn() as end_turn, db.atomic():
+        if end_turn is not None:
+            db.on_commit(end_turn)  # the first hook: the others run out of turn
         sent = [_deliver(m, data, now) for m, data in zip(batch, encoded, strict=True)]
     for message in batch:
         logger.debug(
