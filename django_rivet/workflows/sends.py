@@ -113,7 +113,11 @@ def _deliver(message: Send, data: bytes, now: datetime) -> str:
     dialect = sql.dialect(connection)
     fields = wake_fields(now)
     wake = {"wake_at": now, **fields}
-    statements = dialect.send_sql(WORKFLOW_ACTIVE, list(wake), MAX_INBOX_MESSAGES)
+    statements = dialect.send_sql(
+        WORKFLOW_ACTIVE, WORKFLOW_FINISHED, list(wake), MAX_INBOX_MESSAGES
+    )
+    at = dialect.now_param(connection, now)
+    inserted: tuple[Any, ...] | None = None
     with connection.cursor() as cursor:
         # The row's update comes first: it locks the row (the database, on
         # SQLite), so a run releasing concurrently either sees the signal
@@ -125,10 +129,22 @@ def _deliver(message: Send, data: bytes, now: datetime) -> str:
             params: list[Any] = []
             for value in wake.values():
                 params += [*tests, dialect.now_param(connection, value)]
-            cursor.execute(statements.signal_and_wake, [*params, workflow_id])
+            if statements.one is not None:  # the insert too, counted alone
+                cursor.execute(
+                    statements.one,
+                    [*params, workflow_id, workflow_id, workflow_id]
+                    + [workflow_id, name, data, at, MAX_INBOX_MESSAGES],
+                )
+                found = cursor.fetchone()
+                alone = found is not None and found[2]
+                if found is not None:
+                    found, inserted = found[:2], (found[3],)
+            else:
+                cursor.execute(statements.signal_and_wake, [*params, workflow_id])
+                found, alone = cursor.fetchone(), False
         else:
             cursor.execute(statements.signal, [workflow_id])
-        found = cursor.fetchone()
+            found, alone = cursor.fetchone(), False
         if found is None:
             raise _not_found(workflow_id)
         if key is not None:
@@ -146,13 +162,13 @@ def _deliver(message: Send, data: bytes, now: datetime) -> str:
                 "more messages",
                 metadata={"status": status},
             )
-        at = dialect.now_param(connection, now)
-        cursor.execute(
-            statements.insert,
-            [workflow_id, name, data, at, workflow_id, MAX_INBOX_MESSAGES],
-        )
-        inserted = cursor.fetchone()
-    if inserted is None:
+        if inserted is None or (inserted[0] is None and not alone):
+            cursor.execute(
+                statements.insert,
+                [workflow_id, name, data, at, workflow_id, MAX_INBOX_MESSAGES],
+            )
+            inserted = cursor.fetchone()
+    if inserted is None or inserted[0] is None:
         raise _inbox_full(workflow_id)
     pk = inserted[0]
     if key is not None:

@@ -212,3 +212,54 @@ def test_a_run_receives_oldest_first_with_what_the_send_stored(registered, names
         assert handle.result() == wanted
         left = [m.body for m in handle.messages()]
         assert left == ([4] if names is None else [b"2"])
+
+
+def test_senders_that_wait_for_each_other_count_each_others_messages(monkeypatch):
+    """PostgreSQL: a send that waited for the row's lock counts again.
+
+    Its one statement counted the inbox as it stood when it began; another
+    send committed meanwhile, so it counts again before inserting (the
+    inbox never holds more than the limit).
+    """
+    if db.connection().vendor != "postgresql":
+        pytest.skip("row locks: SQLite's senders never overlap")
+    monkeypatch.setattr(sends, "MAX_INBOX_MESSAGES", 2)
+    handle = sleeping("go")
+    handle.send("other", 1)
+    holding, waiting, outcome = threading.Event(), threading.Event(), []
+
+    def first_sender():
+        try:
+            with transaction.atomic(using=db.alias()):
+                sends.send("wf", "other", 2)  # the second: the inbox is full
+                holding.set()
+                assert waiting.wait(10)
+        finally:
+            db.connection().close()
+
+    def second_sender():
+        try:
+            sends.send("wf", "go", 3)
+        except WorkflowInboxFull as error:
+            outcome.append(error)
+        finally:
+            db.connection().close()
+
+    first = threading.Thread(target=first_sender)
+    first.start()
+    assert holding.wait(10)
+    second = threading.Thread(target=second_sender)
+    second.start()
+    try:
+        with db.connection().cursor() as cursor:  # the second waits for the lock
+            for _ in range(1000):
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if cursor.fetchone()[0]:
+                    break
+                threading.Event().wait(0.01)
+    finally:
+        waiting.set()
+        first.join(10)
+        second.join(10)
+    assert [type(error) for error in outcome] == [WorkflowInboxFull]
+    assert [m.body for m in handle.messages()] == [1, 2]

@@ -40,6 +40,14 @@ class SendSQL:
     signal: str
     signal_and_wake: str
     insert: str
+    #: PostgreSQL: ``signal_and_wake`` and ``insert`` in one statement (a
+    #: data-modifying ``WITH``); parameters those of ``signal_and_wake``,
+    #: the id twice more, the message's four values and the limit. Returns
+    #: status, ``waiting_for``, "counted alone" and the message's id (None:
+    #: not inserted). Its count is its snapshot's, taken before it waited
+    #: for the row's lock: "counted alone" says no other send changed the
+    #: row meanwhile (the count is exact), else ``insert`` must count again.
+    one: str | None = None
 
 
 def send_statements(
@@ -48,11 +56,13 @@ def send_statements(
     wake: Sequence[str],
     contains: JsonContains,
     limit: int,
+    finished: Sequence[str] | None = None,
 ) -> SendSQL:
     """Return a send's statements; ``wake``: the columns a wake sets.
 
     ``rows_of_values``: the dialect's ``SELECT`` of the message rows of a
-    ``VALUES`` list, formatted with ``{values}``.
+    ``VALUES`` list, formatted with ``{values}``; ``finished``: the statuses
+    that take no message, for the one-statement send (PostgreSQL).
     """
     workflows, messages = table("Workflow"), table("WorkflowMessage")
     signal = quote("wake_signal")
@@ -81,6 +91,31 @@ def send_statements(
         insert=f"INSERT INTO {messages} ({columns}) "
         f"{rows_of_values.format(values='(%s, %s, %s, %s)')} "
         f"WHERE {pending} < %s RETURNING {quote('id')}",
+        one=_one_statement(bump + sets, pending, columns, finished)
+        if finished is not None
+        else None,
+    )
+
+
+def _one_statement(
+    update: str, pending: str, columns: str, finished: Sequence[str]
+) -> str:
+    """Build :attr:`SendSQL.one` (PostgreSQL)."""
+    workflows, messages = table("Workflow"), table("WorkflowMessage")
+    signal, id_ = quote("wake_signal"), quote("id")
+    # The snapshot's wake signal, read beside the update: every send moves
+    # it, so "ours is one more" means no send committed in between.
+    seen = f"(SELECT s.{signal} FROM {workflows} AS s WHERE s.{id_} = %s)"
+    ended = ", ".join(f"'{status}'" for status in finished)
+    return (
+        f"WITH u AS ({update} WHERE {id_} = %s RETURNING {quote('status')}, "
+        f"{quote('waiting_for')}, {signal} = {seen} + 1 AS alone, "
+        f"{pending} AS pending), "
+        f"sent AS (INSERT INTO {messages} ({columns}) SELECT v.* FROM "
+        "(VALUES (%s, %s, %s, %s)) AS v, u WHERE u.alone AND u.pending < %s "
+        f"AND u.{quote('status')} NOT IN ({ended}) RETURNING {id_}) "
+        f"SELECT u.{quote('status')}, u.{quote('waiting_for')}, u.alone, "
+        f"(SELECT {id_} FROM sent) FROM u"
     )
 
 
@@ -105,21 +140,29 @@ class MessageSQL:
 
     # A SELECT of the rows of a VALUES list of message rows (``{values}``).
     _message_rows: ClassVar[str] = "SELECT * FROM (VALUES {values}) AS v"
+    # A send in one statement (SendSQL.one): a data-modifying WITH.
+    sends_in_one_statement: ClassVar[bool] = False
     _cached: Callable[[tuple[Any, ...], Callable[[], Any]], Any]
     json_list_contains: JsonContains
 
     def send_sql(
-        self, active: Sequence[str], wake: Sequence[str], limit: int
+        self,
+        active: Sequence[str],
+        finished: Sequence[str],
+        wake: Sequence[str],
+        limit: int,
     ) -> SendSQL:
         """Return a send's statements (:class:`SendSQL`).
 
-        ``active``: the statuses a message wakes; ``wake``: the columns a
-        wake sets; ``limit``: the messages an inbox holds at most.
+        ``active``: the statuses a message wakes; ``finished``: those that
+        take none; ``wake``: the columns a wake sets; ``limit``: the
+        messages an inbox holds at most.
         """
+        one = finished if self.sends_in_one_statement else None
         return self._cached(  # type: ignore[no-any-return]
-            ("send", *active, "|", *wake, limit),
+            ("send", *active, "|", *finished, "|", *wake, limit),
             lambda: send_statements(
-                self._message_rows, active, wake, self.json_list_contains, limit
+                self._message_rows, active, wake, self.json_list_contains, limit, one
             ),
         )
 
