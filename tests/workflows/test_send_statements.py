@@ -214,12 +214,16 @@ def test_a_run_receives_oldest_first_with_what_the_send_stored(registered, names
         assert left == ([4] if names is None else [b"2"])
 
 
-def test_senders_that_wait_for_each_other_count_each_others_messages(monkeypatch):
+@pytest.mark.parametrize("in_transaction", [False, True])
+def test_senders_that_wait_for_each_other_count_each_others_messages(
+    monkeypatch, in_transaction
+):
     """PostgreSQL: a send that waited for the row's lock counts again.
 
     Its one statement counted the inbox as it stood when it began; another
     send committed meanwhile, so it counts again before inserting (the
-    inbox never holds more than the limit).
+    inbox never holds more than the limit). Alone (autocommit) it writes
+    nothing and sends in a transaction; in one, it inserts on its own.
     """
     if db.connection().vendor != "postgresql":
         pytest.skip("row locks: SQLite's senders never overlap")
@@ -239,7 +243,11 @@ def test_senders_that_wait_for_each_other_count_each_others_messages(monkeypatch
 
     def second_sender():
         try:
-            sends.send("wf", "go", 3)
+            if in_transaction:
+                with transaction.atomic(using=db.alias()):
+                    sends.send("wf", "go", 3)
+            else:
+                sends.send("wf", "go", 3)
         except WorkflowInboxFull as error:
             outcome.append(error)
         finally:
@@ -263,3 +271,19 @@ def test_senders_that_wait_for_each_other_count_each_others_messages(monkeypatch
         second.join(10)
     assert [type(error) for error in outcome] == [WorkflowInboxFull]
     assert [m.body for m in handle.messages()] == [1, 2]
+
+
+def test_a_lone_send_that_is_refused_changes_nothing(monkeypatch):
+    """Refused alone (PostgreSQL's one autocommitted statement) or not: no trace."""
+    monkeypatch.setattr(sends, "MAX_INBOX_MESSAGES", 1)
+    handle = sleeping("go")
+    handle.send("other", 1)
+    before = row("wf")
+    with pytest.raises(WorkflowInboxFull):
+        handle.send("go", 2)
+    Workflow.objects.filter(pk="wf").update(status="completed")
+    with pytest.raises(WorkflowFinished):
+        handle.send("go", 3)
+    after = row("wf")
+    assert (after.wake_signal, after.wake_at) == (before.wake_signal, None)
+    assert [m.body for m in handle.messages()] == [1]

@@ -1,12 +1,19 @@
 """The statements of a message's send and of a run's inbox reads (both databases).
 
-A send is two statements in its transaction, where the ORM took four or
-five: the workflow row's ``UPDATE ... RETURNING`` (the wake signal, and the
-wake itself when the workflow waits for the name), then the insert of the
-message guarded by the inbox's count. The count is the insert's own, not
-the update's: it must see a concurrent sender's message that committed
-while this one waited for the row's lock, and on PostgreSQL a statement
-sees only what committed before it began.
+A send was four or five ORM statements in a transaction. Now:
+
+- SQLite: two, in the send's transaction: the workflow row's ``UPDATE ...
+  RETURNING`` (the wake signal, and the wake itself when the workflow
+  waits for the name), then the message's insert guarded by the inbox's
+  count.
+- PostgreSQL: one data-modifying ``WITH`` doing both (``SendSQL.one``);
+  and a lone send outside a transaction commits on its own, without BEGIN
+  and COMMIT (``SendSQL.alone``). A statement sees only what committed
+  before it began, and a send may first wait for another's row lock: the
+  count it made is exact only when no send committed in between, which
+  the row's wake signal tells (every send moves it). Otherwise the insert
+  counts again (``one``) or nothing is written and the send goes the
+  transaction's way (``alone``).
 """
 
 from __future__ import annotations
@@ -48,6 +55,15 @@ class SendSQL:
     #: for the row's lock: "counted alone" says no other send changed the
     #: row meanwhile (the count is exact), else ``insert`` must count again.
     one: str | None = None
+    #: PostgreSQL: a send that commits on its own (autocommit), in one
+    #: round trip: it updates and inserts only when nothing can refuse it
+    #: (active, room in the inbox, and no send moved the row since its
+    #: snapshot), else writes nothing and returns no row, and the caller
+    #: sends in a transaction (the exact answer). Parameters those of
+    #: ``signal_and_wake`` without the id, the id three times, the limit,
+    #: the message's four values. Returns status and ``waiting_for``
+    #: (after the update) and the message's id.
+    alone: str | None = None
 
 
 def send_statements(
@@ -94,6 +110,31 @@ def send_statements(
         one=_one_statement(bump + sets, pending, columns, finished)
         if finished is not None
         else None,
+        alone=_alone_statement(bump + sets, pending, columns, finished)
+        if finished is not None
+        else None,
+    )
+
+
+def _alone_statement(
+    update: str, pending: str, columns: str, finished: Sequence[str]
+) -> str:
+    """Build :attr:`SendSQL.alone` (PostgreSQL)."""
+    workflows, messages = table("Workflow"), table("WorkflowMessage")
+    signal, id_, status = quote("wake_signal"), quote("id"), quote("status")
+    ended = ", ".join(f"'{name}'" for name in finished)
+    # The subqueries are the snapshot's (computed once); a row that waited
+    # for its lock is tested again as it is now: a send that committed in
+    # between moved its wake signal, and it no longer matches.
+    return (
+        f"WITH u AS ({update} WHERE {id_} = %s AND {signal} = "
+        f"(SELECT s.{signal} FROM {workflows} AS s WHERE s.{id_} = %s) "
+        f"AND {status} NOT IN ({ended}) AND {pending} < %s "
+        f"RETURNING {status}, {quote('waiting_for')}), "
+        f"sent AS (INSERT INTO {messages} ({columns}) SELECT v.* FROM "
+        "(VALUES (%s, %s, %s, %s)) AS v WHERE EXISTS (SELECT 1 FROM u) "
+        f"RETURNING {id_}) "
+        f"SELECT u.{status}, u.{quote('waiting_for')}, sent.{id_} FROM u, sent"
     )
 
 
