@@ -1,6 +1,6 @@
 """Profile the subject of a measure: ``python -m bench.profile P1 [--db postgresql]``.
 
-In-process measures (P1, P4, P5, P6, P11, and P7's invocation) run the
+In-process measures (P1, P4, P5, P6, P6L, P11, and P7's invocation) run the
 subject's hot loop under pyinstrument in a fresh process, on a fresh
 database of the kind asked (SQLite-WAL by default; PostgreSQL with default
 durability is started when asked), and print the call tree.
@@ -117,7 +117,34 @@ def p11(steps: int = 1000) -> str:
     return _profiled(once, 10)
 
 
-PROFILES = {"P1": p1, "P7": p3, "P4": p4, "P5": p5, "P6": p6, "P11": p11}
+def p6l(size: int = 100, wakes: int = 2000) -> str:
+    """The live wake: the sender's thread (the send), then the run's thread.
+
+    At 100 entries: a wake's cost does not grow with the history (P6L's
+    growth rows), and the run's one load + replay stays out of the way.
+    """
+    from pyinstrument import Profiler
+
+    from bench.measures.p06w_wake import live_run
+
+    in_run = Profiler(interval=0.0005, async_mode="disabled")
+    with live_run(size, in_run) as (_, wake):
+        for _ in range(100):
+            wake()
+        sender = _profiled(wake, wakes)
+    run = in_run.output_text(unicode=False, color=False, show_all=False)
+    return f"== the sender's thread ==\n{sender}\n== the run's thread ==\n{run}"
+
+
+PROFILES = {
+    "P1": p1,
+    "P7": p3,
+    "P4": p4,
+    "P5": p5,
+    "P6": p6,
+    "P6L": p6l,
+    "P11": p11,
+}
 
 # Server measures: what each side drives (bench/measures/transport.py, hot.py).
 SERVER = {

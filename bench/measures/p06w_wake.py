@@ -22,8 +22,10 @@ Growth: the per-wake cost at the largest history against the smallest.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench.core import Row, Target, row_from
@@ -35,6 +37,7 @@ GROWTH_TARGET = Target("ratio", "<=", 1.2)
 LIVE_WAIT = 600  # seconds: the window outlasts the whole leg
 
 _stepped = threading.Event()
+Wake = Callable[[], None]
 
 
 def _definition() -> Any:
@@ -58,17 +61,22 @@ def _definition() -> Any:
     return bench_wake
 
 
-def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def live_run(size: int, profiler: Any = None) -> Iterator[tuple[str, Wake]]:
+    """Start the live run of ``size`` entries; yield its id and one wake.
+
+    A wake sends a message and returns once the step after it ran.
+    ``profiler`` (a pyinstrument ``Profiler``, for ``bench.profile P6L``)
+    samples the run's thread from its start to its end.
+    """
     from django.conf import settings
     from django.db import connection
     from django.test import override_settings
 
     from bench import internals
-    from bench.core import alternate
     from bench.measures.p04_flush import build, run_private
     from django_rivet import workflows
     from django_rivet.engine import InMemoryDriver
-    from django_rivet.models import Workflow, WorkflowMessage
     from django_rivet.workflows import execution, live, registry
 
     rivet = {**getattr(settings, "RIVET", {}), "WORKFLOW_LIVE_WAIT": LIVE_WAIT}
@@ -77,22 +85,16 @@ def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
         driver = InMemoryDriver()
         run_private(build(driver, size).flush())
         internals.add_kv_rows(handle.workflow_id, driver.kv)
-        other = Workflow.objects.create(id="p6w-baseline", name="benchDeaf")
-        quote = connection.ops.quote_name
-        table = quote(WorkflowMessage._meta.db_table)
-        fk = quote(WorkflowMessage._meta.get_field("workflow").column)
-        insert = (
-            f"INSERT INTO {table} ({fk}, {quote('name')}, {quote('body')}, "
-            f"{quote('created_at')}) VALUES (%s, %s, %s, %s)"
-        )
-        workflow_table = quote(Workflow._meta.db_table)
-        select = f"SELECT {quote('status')} FROM {workflow_table} WHERE id = %s"
         ran: list[Any] = []
 
         def work() -> None:
             try:
+                if profiler is not None:
+                    profiler.start()
                 ran.append(execution.run(handle.workflow_id))
             finally:
+                if profiler is not None:
+                    profiler.stop()
                 connection.close()
 
         worker = threading.Thread(target=work, daemon=True)
@@ -103,33 +105,57 @@ def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
             time.sleep(0.01)
         sent = iter(range(10**9))
 
+        def wake() -> None:
+            _stepped.clear()
+            handle.send(f"m{next(sent)}", None)
+            assert _stepped.wait(60), "the live run did not wake"
+
+        try:
+            yield handle.workflow_id, wake
+        finally:
+            live.end_all()
+            worker.join(60)
+            live.reopen()
+        assert ran == ["sleeping"], ran
+
+
+def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
+    from django.db import connection
+    from django.utils import timezone
+
+    from bench.core import alternate
+    from django_rivet.models import Workflow, WorkflowMessage
+
+    with live_run(size) as (workflow_id, wake):
+        other = Workflow.objects.create(id="p6w-baseline", name="benchDeaf")
+        quote = connection.ops.quote_name
+        table = quote(WorkflowMessage._meta.db_table)
+        fk = quote(WorkflowMessage._meta.get_field("workflow").column)
+        insert = (
+            f"INSERT INTO {table} ({fk}, {quote('name')}, {quote('body')}, "
+            f"{quote('created_at')}) VALUES (%s, %s, %s, %s)"
+        )
+        workflow_table = quote(Workflow._meta.db_table)
+        select = f"SELECT {quote('status')} FROM {workflow_table} WHERE id = %s"
+
         def subject() -> float:
             started = time.perf_counter()
             for _ in range(batch):
-                _stepped.clear()
-                handle.send(f"m{next(sent)}", None)
-                assert _stepped.wait(60), "the live run did not wake"
+                wake()
             return (time.perf_counter() - started) * 1000 / batch
 
         def baseline() -> float:
-            from django.utils import timezone
-
             started = time.perf_counter()
             for _ in range(batch):
                 with connection.cursor() as cursor:
                     cursor.execute(insert, [other.pk, "m", b"\xf6", timezone.now()])
-                    cursor.execute(select, [handle.workflow_id])
+                    cursor.execute(select, [workflow_id])
                     cursor.fetchone()
             return (time.perf_counter() - started) * 1000 / batch
 
-        try:
-            result = alternate(subject, baseline, trials, warmup=1)
-        finally:
-            live.end_all()
-            worker.join(60)
-        assert ran == ["sleeping"], ran
-        result["wakes"] = (trials + 1) * batch
-        return result
+        result = alternate(subject, baseline, trials, warmup=1)
+    result["wakes"] = (trials + 1) * batch
+    return result
 
 
 def run(ctx: Any) -> list:

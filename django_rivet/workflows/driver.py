@@ -73,12 +73,10 @@ ATOMIC_FLUSH_MAX_WRITES = 10_000
 ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 
 
-# How long the read a run's history load makes of its row stands in for the
-# cancel check before its first step (DjangoDriver.check_cancel). The check
-# exists so that no step starts once cancel() returned; any read leaves a
-# window between it and the step (a read of its own: the hop back to the
-# loop, ~0.1 ms). Between a task's load and its step there are 0.15-0.2 ms
-# (p50; p99 0.3-1.4 ms under load): past 1 ms, read again.
+# How long the history load's read of the row stands in for the cancel check
+# of the first step (check_cancel). Any read leaves a window before the step
+# (its own: the hop back to the loop, ~0.1 ms); from a task's load to its
+# step 0.15-0.2 ms (p50; p99 0.3-1.4 ms under load): past 1 ms, read again.
 LOAD_CHECK_FRESH = 0.001
 
 # Keys per DELETE ... IN (...) statement, below every backend's parameter cap.
@@ -202,11 +200,13 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
 
     def _write_rows(self, writes: builtins.list[KVWrite]) -> None:
         """Write KV rows on the lease's path: their INSERT may carry its check."""
-        self._fence.write(lambda: self._upsert(writes), rows=len(writes))
+        with db.write_turn():  # (SQLite: in turn with this process's senders)
+            self._fence.write(lambda: self._upsert(writes), rows=len(writes))
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """Run other writes (deletions, a child's row) on the lease's path."""
-        return self._fence.write(write)
+        with db.write_turn():
+            return self._fence.write(write)
 
     def _rows(self) -> Any:
         return WorkflowKV.objects.filter(workflow_id=self.workflow_id)

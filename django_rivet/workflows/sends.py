@@ -12,13 +12,12 @@ transaction: all of them, or none when one cannot be sent.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from django.db.models import F
 
 from .. import clock
 from ..engine import Message, encode_message_body, schema
@@ -30,6 +29,7 @@ from ..models import (
     WorkflowMessage,
     WorkflowMessageKey,
     db,
+    sql,
 )
 from . import live
 from .wakeups import schedule_wake, wake_fields
@@ -78,11 +78,15 @@ def check_inbox(workflow_id: str, adding: int = 1) -> None:
         .count()
     )
     if pending + adding > MAX_INBOX_MESSAGES:
-        raise WorkflowInboxFull(
-            f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
-            "messages; it must receive some first",
-            metadata={"limit": MAX_INBOX_MESSAGES},
-        )
+        raise _inbox_full(workflow_id)
+
+
+def _inbox_full(workflow_id: str) -> WorkflowInboxFull:
+    return WorkflowInboxFull(
+        f"Workflow {workflow_id!r} holds {MAX_INBOX_MESSAGES} unreceived "
+        "messages; it must receive some first",
+        metadata={"limit": MAX_INBOX_MESSAGES},
+    )
 
 
 def _check_key(key: str | None) -> None:
@@ -96,42 +100,151 @@ def _check_key(key: str | None) -> None:
 
 
 def _deliver(message: Send, data: bytes, now: datetime) -> str:
-    """Store one message and wake its workflow (call in a transaction)."""
+    """Store one message and wake its workflow (call in a transaction).
+
+    Two hand-written statements (:meth:`.sql.Dialect.send_sql`; one on
+    PostgreSQL): the row's ``UPDATE ... RETURNING`` (its wake signal, and
+    its wake when it waits for the name), then the message's insert,
+    guarded by the inbox's count. A refused send raises, and the
+    transaction (or savepoint) around it rolls the update back.
+    """
     workflow_id, name, key = message.workflow_id, message.name, message.idempotency_key
-    # The signal bump comes first: it locks the row, so a run releasing
-    # concurrently either sees it (and runs again) or released before
-    # (and its waiting_for is what we read next), and concurrent senders
-    # of one key look for it in turn.
-    rows = Workflow.objects.filter(pk=workflow_id)
-    if not rows.update(wake_signal=F("wake_signal") + 1):
-        raise _not_found(workflow_id)
-    if key is not None:
-        sent = WorkflowMessageKey.objects.filter(workflow_id=workflow_id, key=key)
-        found = sent.values_list("message_id", flat=True).first()
-        if found is not None:
-            return str(found)  # sent before: at most once per key
-    status, waiting_for = rows.values_list("status", "waiting_for").get()
-    if status in WORKFLOW_FINISHED:
-        # Nothing would receive it, and it would be kept until retention.
-        raise WorkflowFinished(
-            f"Workflow {workflow_id!r} has finished ({status}): it takes no "
-            "more messages",
-            metadata={"status": status},
-        )
-    check_inbox(workflow_id)
-    row = WorkflowMessage.objects.create(workflow_id=workflow_id, name=name, body=data)
+    connection = db.connection()
+    dialect = sql.dialect(connection)
+    wake = {"wake_at": now, **wake_fields(now)}
+    statements = dialect.send_sql(
+        WORKFLOW_ACTIVE, WORKFLOW_FINISHED, list(wake), MAX_INBOX_MESSAGES
+    )
+    at = dialect.now_param(connection, now)
+    inserted: tuple[Any, ...] | None = None
+    counted = False  # the one statement's count was exact
+    with connection.cursor() as cursor:
+        # The row's update comes first: it locks the row (the database, on
+        # SQLite), so a run releasing concurrently either sees the signal
+        # (and runs again) or released before (and its waiting_for is what
+        # this reads), and concurrent senders of one key look for it in turn.
+        if key is None:
+            # The wake rides along; a refused send rolls it back.
+            params = _wake_params(dialect, connection, name, wake)
+            if statements.one is not None:  # the insert too
+                cursor.execute(
+                    statements.one,
+                    [*params, workflow_id, workflow_id, workflow_id]
+                    + [workflow_id, name, data, at, MAX_INBOX_MESSAGES],
+                )
+                found = cursor.fetchone()
+                if found is not None:
+                    counted, inserted, found = found[2], (found[3],), found[:2]
+            else:
+                cursor.execute(statements.signal_and_wake, [*params, workflow_id])
+                found = cursor.fetchone()
+        else:
+            cursor.execute(statements.signal, [workflow_id])
+            found = cursor.fetchone()
+        if found is None:
+            raise _not_found(workflow_id)
+        if key is not None:
+            sent = WorkflowMessageKey.objects.filter(workflow_id=workflow_id, key=key)
+            first = sent.values_list("message_id", flat=True).first()
+            if first is not None:
+                return str(first)  # sent before: at most once per key
+        status, waiting_for = found
+        if status in WORKFLOW_FINISHED:
+            # Nothing would receive it, and it would be kept until retention.
+            raise WorkflowFinished(
+                f"Workflow {workflow_id!r} has finished ({status}): it takes no "
+                "more messages",
+                metadata={"status": status},
+            )
+        if inserted is None or (inserted[0] is None and not counted):
+            # (The one statement's count missed a send that committed while
+            # it waited for the row's lock: this one counts again.)
+            cursor.execute(
+                statements.insert,
+                [workflow_id, name, data, at, workflow_id, MAX_INBOX_MESSAGES],
+            )
+            inserted = cursor.fetchone()
+    if inserted is None or inserted[0] is None:
+        raise _inbox_full(workflow_id)
+    pk = inserted[0]
     if key is not None:
         WorkflowMessageKey.objects.create(
-            workflow_id=workflow_id, key=key, message_id=row.pk
+            workflow_id=workflow_id, key=key, message_id=pk
         )
+    woke = _after_commit(workflow_id, name, status, waiting_for, now)
+    if woke and key is not None:  # (else the update above woke it)
+        Workflow.objects.filter(pk=workflow_id).update(**wake)
+    return str(pk)
+
+
+def _wake_params(
+    dialect: sql.Dialect, connection: Any, name: str, wake: dict[str, Any]
+) -> list[Any]:
+    """Return the parameters of a send's wake columns (:class:`.sql.SendSQL`)."""
+    tests = [dialect.json_list_contains("", (), n)[1][-1] for n in (name, "*")]
+    params: list[Any] = []
+    for value in wake.values():
+        params += [*tests, dialect.now_param(connection, value)]
+    return params
+
+
+def _after_commit(
+    workflow_id: str, name: str, status: str, waiting_for: Any, now: datetime
+) -> bool:
+    """Signal a live run here, and dispatch a woken workflow, on commit.
+
+    Returns whether the message wakes the workflow (active, and it waits for
+    the name or any).
+    """
+    if isinstance(waiting_for, str):  # JSON text (both backends, via Django)
+        waiting_for = json.loads(waiting_for)
     # A run of it waiting in its live window here hears of it at once (its
     # waiting_for on the row is its last release's, not what it waits for).
     live.signal_on_commit(workflow_id, name)
-    wanted = name in waiting_for or "*" in waiting_for
-    if status in WORKFLOW_ACTIVE and wanted:
-        rows.update(wake_at=now, **wake_fields(now))
+    woke = status in WORKFLOW_ACTIVE and (name in waiting_for or "*" in waiting_for)
+    if woke:
         schedule_wake(workflow_id, now)
-    return str(row.pk)
+    return woke
+
+
+def _send_alone(message: Send, data: bytes, now: datetime) -> str | None:
+    """Send one message in one autocommitted statement, where the database can.
+
+    PostgreSQL, outside a transaction: one round trip where BEGIN, the
+    statement and COMMIT take three, and the row's lock is held for the
+    commit only (a live run's next write waits for it). Returns None,
+    having written nothing, when the statement cannot tell (a refusal, or
+    another send raced it): the transaction's path then answers exactly,
+    errors included.
+    """
+    connection = db.connection()
+    dialect = sql.dialect(connection)
+    if (
+        not dialect.sends_in_one_statement
+        or connection.in_atomic_block
+        or not connection.get_autocommit()
+    ):
+        return None
+    workflow_id, name = message.workflow_id, message.name
+    wake = {"wake_at": now, **wake_fields(now)}
+    statements = dialect.send_sql(
+        WORKFLOW_ACTIVE, WORKFLOW_FINISHED, list(wake), MAX_INBOX_MESSAGES
+    )
+    assert statements.alone is not None  # (sends_in_one_statement)
+    params = _wake_params(dialect, connection, name, wake)
+    at = dialect.now_param(connection, now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statements.alone,
+            [*params, workflow_id, workflow_id, workflow_id, MAX_INBOX_MESSAGES]
+            + [workflow_id, name, data, at],
+        )
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    status, waiting_for, pk = found
+    _after_commit(workflow_id, name, status, waiting_for, now)  # (committed)
+    return str(pk)
 
 
 def send(
@@ -174,8 +287,20 @@ def send_many(messages: Iterable[Send]) -> list[str]:
     if not batch:
         return []
     now = clock.now_datetime()
-    with db.atomic():
-        sent = [_deliver(m, data, now) for m, data in zip(batch, encoded, strict=True)]
+    sent = None
+    if len(batch) == 1 and batch[0].idempotency_key is None:
+        alone = _send_alone(batch[0], encoded[0], now)
+        sent = None if alone is None else [alone]
+    if sent is None:
+        # On SQLite, in turn with this process's other writers (a live run
+        # recording its step, say), not polling SQLite's lock in the busy
+        # handler.
+        with db.write_turn() as end_turn, db.atomic():
+            if end_turn is not None:
+                db.on_commit(end_turn)  # the first hook: the others out of turn
+            sent = [
+                _deliver(m, data, now) for m, data in zip(batch, encoded, strict=True)
+            ]
     for message in batch:
         logger.debug(
             "workflow message sent workflow=%s name=%s",

@@ -88,3 +88,42 @@ def test_routed_to_another_database_everything_stays_there():
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- this process's writers in turn (SQLite) ------------------------------------------
+def test_sqlite_writers_of_the_process_take_turns():
+    """The second writer waits on the turn, not in SQLite's busy handler."""
+    from django_rivet.models import db
+
+    if db.connection().vendor != "sqlite":
+        pytest.skip("PostgreSQL's row locks queue: no turn is taken there")
+    order, second_waits = [], threading.Event()
+
+    def second():
+        second_waits.set()
+        with db.write_turn() as end:
+            order.append(("second", end is not None))
+
+    with db.write_turn() as end:
+        assert end is not None
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert second_waits.wait(10)
+        thread.join(0.05)
+        assert thread.is_alive()  # waiting for this turn to end
+        order.append(("first", True))
+        end()  # ended early (what an on_commit hook does)
+        thread.join(10)
+        order.append(("first ends", True))
+    assert order == [("first", True), ("second", True), ("first ends", True)]
+
+
+def test_no_turn_is_taken_inside_a_transaction_or_twice():
+    """Inside a transaction the caller may hold SQLite's lock: no turn is taken."""
+    from django_rivet.models import db
+
+    with db.atomic(), db.write_turn() as end:
+        assert end is None
+    with db.write_turn() as outer, db.write_turn() as inner:
+        assert inner is None
+        assert (outer is None) == (db.connection().vendor != "sqlite")

@@ -28,6 +28,7 @@ from .base import (
     Dialect,
     Statement,
 )
+from .messages import SendSQL
 from .postgresql import PostgreSQLDialect
 from .sqlite import SQLiteDialect
 
@@ -40,6 +41,7 @@ __all__ = [
     "Dialect",
     "PostgreSQLDialect",
     "SQLiteDialect",
+    "SendSQL",
     "Statement",
     "dialect",
     "supports",

@@ -32,6 +32,7 @@ from .actors import (
     Statement,
 )
 from .admission import AdmissionSQL, admission_statements
+from .messages import MessageSQL
 from .names import MARK_CLAIMED, MARK_RELEASED, quote, table
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 
-class Dialect(ActorStatements):
+class Dialect(MessageSQL, ActorStatements):
     """The SQL and the decisions of one database (one instance per vendor)."""
 
     vendor: ClassVar[str]

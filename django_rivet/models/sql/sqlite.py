@@ -22,6 +22,8 @@ class SQLiteDialect(Dialect):
 
     vendor = "sqlite"
     locks_by_writing_first = True
+    # SQLite names a VALUES subquery's columns column1, column2... (a message has 4)
+    _message_rows = "SELECT column1, column2, column3, column4 FROM (VALUES {values})"
 
     def defer_commit_flush(self, connection: BaseDatabaseWrapper) -> None:
         """Do nothing: SQLite's durability is the connection's, not a transaction's."""
