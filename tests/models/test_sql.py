@@ -295,3 +295,48 @@ def test_waiting_for_matches_a_name_in_the_list():
     found = Workflow.objects.filter(waiting_for__has_name="approve")
     assert list(found.values_list("pk", flat=True)) == ["wf-a"]
     assert Workflow.objects.filter(waiting_for__has_name="*").count() == 1
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's plans")
+def test_statements_on_one_workflow_find_it_by_its_primary_key_whatever_the_stats():
+    """Statistics taken when nothing was leased: the plans must not scan.
+
+    With the statistics saying no workflow is leased (or due), the lease
+    check took the partial index of leased workflows (every leased row) and
+    the claim the index of due ones (every due row) instead of the primary
+    key: P16's drain paid 0.5-1.8 ms a statement for it, growing with the
+    batch.
+    """
+    from django_rivet.models.workflows import WORKFLOW_ACTIVE
+    from django_rivet.workflows.leases import _CLAIMED
+
+    now = clock.to_datetime(1_700_000_000)
+    Workflow.objects.bulk_create(
+        [Workflow(id=f"idle-{i}", name="greet", status="sleeping") for i in range(300)]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Workflow._meta.db_table}")
+    Workflow.objects.bulk_create(
+        [
+            Workflow(id=f"wf-{i}", name="greet", lease_token=f"t{i}", wake_at=now)
+            for i in range(300)
+        ]
+        + [Workflow(id=f"due-{i}", name="greet", wake_at=now) for i in range(300)]
+    )
+    at = connection.ops.adapt_datetimefield_value(now)
+    statements = {
+        "cancel read": (dialect().lease_held_sql(), ["wf-7", "t7"]),
+        "lease check": (dialect().lease_check_sql(True), ["wf-7", "t7"]),
+        "renewal": (dialect().lease_renew_sql(True), [at, "wf-7", "t7"]),
+        "load": (dialect().kv_load_checked_sql(), ["wf-7", "wf-7", "t7"]),
+        "claim": (
+            dialect().lease_claim_sql(True, WORKFLOW_ACTIVE, _CLAIMED),
+            ["t", "me", at, at, "due-7", at, at],
+        ),
+    }
+    for name, (statement, params) in statements.items():
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {statement}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "rivet_workflow_leased" not in plan, (name, plan)
+        assert "rivet_workflow_due" not in plan, (name, plan)

@@ -87,12 +87,16 @@ class Dialect(MessageSQL, ActorStatements):
         return connection.ops.adapt_datetimefield_value(now)
 
     # -- the workflow lease ------------------------------------------------------------
+    # The lease token as the statements that find a row by its id compare it
+    # (see the PostgreSQL dialect's).
+    _lease_token: ClassVar[str] = quote("lease_token")
+
     def _held_by_us(self, stop_on_cancel: bool) -> str:
         """The WHERE clause matching the workflow row while a run holds it.
 
         Its parameters: the workflow id, the lease token.
         """
-        sql = f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s"
+        sql = f"WHERE {quote('id')} = %s AND {self._lease_token} = %s"
         if stop_on_cancel:
             sql += f" AND NOT {quote('cancel_requested')}"
         return sql
@@ -146,7 +150,7 @@ class Dialect(MessageSQL, ActorStatements):
             )
             return (
                 f"UPDATE {table('Workflow')} SET {sets} "
-                f"WHERE {quote('id')} = %s AND {quote('lease_token')} = %s "
+                f"WHERE {quote('id')} = %s AND {self._lease_token} = %s "
                 f"AND {quote('wake_signal')} = %s "
                 f"AND {quote('cancel_requested')} = %s "
                 f"RETURNING {quote('awaited_by')}"

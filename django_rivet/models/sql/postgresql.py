@@ -51,11 +51,26 @@ class PostgreSQLDialect(Dialect):
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
+    # A statement finding its row by id and its lease token: "token = 'abc'"
+    # implies "token <> ''", the predicate of the partial index of leased
+    # workflows, and with statistics saying the table is (nearly) empty the
+    # planner scanned that index, every leased row, instead of the primary
+    # key (0.5 ms with 900 leased, growing with them). The planner proves
+    # nothing from an expression, so the primary key is what is left.
+    _lease_token = "COALESCE(\"lease_token\", '')"
+
     def _claim_row(self, placeholder: str) -> str:
-        """Pick the row with ``SKIP LOCKED``: a held one is skipped, not awaited."""
+        """Pick the row with ``SKIP LOCKED``: a held one is skipped, not awaited.
+
+        ``id = (scalar subquery)``, not ``id IN (subquery)``: the update then
+        finds its row by the primary key whatever the statistics say. With
+        ``IN``, a table just filled (its statistics saying no workflow is
+        due) got a plan scanning every due workflow for each claim: 1.8 ms
+        a claim with 1,000 tasks due, growing with them.
+        """
         workflows, id_ = table("Workflow"), quote("id")
         return (
-            f"{id_} IN (SELECT {id_} FROM {workflows} WHERE {id_} = {placeholder} "
+            f"{id_} = (SELECT {id_} FROM {workflows} WHERE {id_} = {placeholder} "
             "FOR UPDATE SKIP LOCKED)"
         )
 
