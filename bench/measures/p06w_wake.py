@@ -123,20 +123,13 @@ def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
     from django.db import connection
     from django.utils import timezone
 
+    from bench import internals
     from bench.core import alternate
-    from django_rivet.models import Workflow, WorkflowMessage
+    from django_rivet.models import Workflow
 
     with live_run(size) as (workflow_id, wake):
         other = Workflow.objects.create(id="p6w-baseline", name="benchDeaf")
-        quote = connection.ops.quote_name
-        table = quote(WorkflowMessage._meta.db_table)
-        fk = quote(WorkflowMessage._meta.get_field("workflow").column)
-        insert = (
-            f"INSERT INTO {table} ({fk}, {quote('name')}, {quote('body')}, "
-            f"{quote('created_at')}) VALUES (%s, %s, %s, %s)"
-        )
-        workflow_table = quote(Workflow._meta.db_table)
-        select = f"SELECT {quote('status')} FROM {workflow_table} WHERE id = %s"
+        insert, select = internals.message_and_row_sql()
 
         def subject() -> float:
             started = time.perf_counter()

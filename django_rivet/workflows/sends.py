@@ -40,7 +40,6 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "MAX_INBOX_MESSAGES",
     "Send",
-    "check_inbox",
     "inbox",
     "send",
     "send_many",
@@ -64,21 +63,6 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 255
 
 def _not_found(workflow_id: str) -> WorkflowNotFound:
     return WorkflowNotFound(f"No workflow has id {workflow_id!r}")
-
-
-def check_inbox(workflow_id: str, adding: int = 1) -> None:
-    """Refuse messages that would overfill the inbox (``workflow/inbox_full``).
-
-    Run with the workflow row locked, so concurrent senders count in turn;
-    the count reads the inbox index, at most ``MAX_INBOX_MESSAGES + 1`` rows.
-    """
-    pending = (
-        WorkflowMessage.objects.filter(workflow_id=workflow_id)
-        .values("id")[: MAX_INBOX_MESSAGES + 1]
-        .count()
-    )
-    if pending + adding > MAX_INBOX_MESSAGES:
-        raise _inbox_full(workflow_id)
 
 
 def _inbox_full(workflow_id: str) -> WorkflowInboxFull:

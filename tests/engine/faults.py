@@ -541,3 +541,27 @@ async def check_recovery(
     assert not pending, f"{context}: scripted messages were left unsent"
     check_streams(await stream_contents(inner), expected.streams, context)
     return driver.fired
+
+
+async def check_every_fault(
+    clock: VirtualClock,
+    scenario: Scenario,
+    fresh: Callable[[], Awaitable[tuple[str, Any]]],
+    expected: Reference,
+    live_wait: float = 0.0,
+) -> dict[str, int]:
+    """Run :func:`check_recovery` at every call number with every fault kind.
+
+    ``fresh`` gives each try its own workflow id and driver. Returns how many
+    faults each kind of driver call took.
+    """
+    faulted: dict[str, int] = {}
+    for at in range(1, expected.calls + 1):
+        for kind in KINDS:
+            workflow_id, driver = await fresh()
+            fired = await check_recovery(
+                clock, scenario, workflow_id, driver, expected, at, kind, live_wait
+            )
+            assert fired is not None, f"call {at} never happened"
+            faulted[fired] = faulted.get(fired, 0) + 1
+    return faulted

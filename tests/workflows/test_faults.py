@@ -19,7 +19,7 @@ from django.test import override_settings
 from django_rivet.clock import freeze_time
 from django_rivet.models import Workflow
 from django_rivet.workflows.driver import DjangoDriver
-from tests.engine.faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
+from tests.engine.faults import SCENARIOS, Scenario, check_every_fault, reference
 
 # pg: the PostgreSQL leg runs this module (rollbacks of failed flushes, in
 # transactions).
@@ -52,11 +52,9 @@ async def test_faults_at_driver_calls_are_recovered_on_the_database(
         if live_wait and scenario.messages:
             assert expected.called["wait_for_messages"] > 0
             assert expected.called["list"] == 1  # every wait was served live
-        for at in range(1, expected.calls + 1):
-            for kind in KINDS:
-                driver = await fresh_driver(atomic)
-                fired = await check_recovery(
-                    clock, scenario, driver.workflow_id, driver, expected, at, kind,
-                    live_wait,
-                )  # fmt: skip
-                assert fired is not None, f"call {at} never happened"
+
+        async def fresh():
+            driver = await fresh_driver(atomic)
+            return driver.workflow_id, driver
+
+        await check_every_fault(clock, scenario, fresh, expected, live_wait)

@@ -30,7 +30,7 @@ from django_rivet.workflows import history_cache, leases, operations, releases
 from django_rivet.workflows.blocking import run_private
 from django_rivet.workflows.driver import DjangoDriver
 from django_rivet.workflows.history_cache import HistoryCache, HistoryCopy
-from tests.engine.faults import KINDS, SCENARIOS, Scenario, check_recovery, reference
+from tests.engine.faults import SCENARIOS, Scenario, check_every_fault, reference
 
 # pg: the PostgreSQL leg runs this module (the mark's statements, both dialects).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
@@ -419,11 +419,9 @@ async def test_faults_at_driver_calls_are_recovered_with_the_cache_on(
             assert expected.called["wait_for_messages"] > 0
         else:
             assert cache.hits > 0  # the runs after the first were served
-        for at in range(1, expected.calls + 1):
-            for kind in KINDS:
-                driver = await claiming_driver(atomic)
-                fired = await check_recovery(
-                    clock, scenario, driver.workflow_id, driver, expected, at, kind,
-                    live_wait,
-                )  # fmt: skip
-                assert fired is not None, f"call {at} never happened"
+
+        async def fresh():
+            driver = await claiming_driver(atomic)
+            return driver.workflow_id, driver
+
+        await check_every_fault(clock, scenario, fresh, expected, live_wait)
