@@ -30,7 +30,6 @@ from __future__ import annotations
 import builtins
 import functools
 import operator
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -72,12 +71,6 @@ _first = operator.itemgetter(0)
 ATOMIC_FLUSH_MAX_WRITES = 10_000
 ATOMIC_FLUSH_MAX_BYTES = 10 * 1024 * 1024
 
-
-# How long the history load's read of the row stands in for the cancel check
-# of the first step (check_cancel). Any read leaves a window before the step
-# (its own: the hop back to the loop, ~0.1 ms); from a task's load to its
-# step 0.15-0.2 ms (p50; p99 0.3-1.4 ms under load): past 1 ms, read again.
-LOAD_CHECK_FRESH = 0.001
 
 # Keys per DELETE ... IN (...) statement, below every backend's parameter cap.
 _DELETE_KEYS = 500
@@ -135,10 +128,6 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         self._held: builtins.list[KVWrite] = []
         # Whether this run wrote to a stream (its end is announced to readers).
         self.streamed = False
-        # When the history load last read "held, no cancel pending" (time.
-        # monotonic), for the check before the run's first step; None once
-        # any other database call, or that check, came after it.
-        self._load_checked_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<DjangoDriver workflow={self.workflow_id}>"
@@ -155,7 +144,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
         self._defer_next = False
-        self._load_checked_at = None
+        self._fence.checked_at = None  # (check_cancel)
         with self.history.applying():
             if self._held:
                 held, self._held = self._held, []
@@ -324,13 +313,14 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
             dialect = sql.dialect(connection)
             statement = dialect.kv_list_sql(bool(prefix), upper is not None)
             with connection.cursor() as cursor:
-                if not prefix and self._checks_on_load():
+                rows = []
+                if not prefix and self._reads_cancel():
                     checked = [self.workflow_id, self._fence.token]
                     cursor.execute(dialect.kv_load_checked_sql(), params + checked)
                     rows = cursor.fetchall()
                     if rows:  # held, no cancel pending (check_cancel)
-                        self._load_checked_at = time.monotonic()
-                if self._load_checked_at is None:
+                        self._fence.note_checked()
+                if not rows:
                     cursor.execute(statement, params)
                     rows = cursor.fetchall()
             if rows and not (type(rows[0][0]) is bytes and type(rows[0][1]) is bytes):
@@ -338,7 +328,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
                 # all come through one adapter); other adapters may not.
                 rows = [(bytes(key), bytes(value)) for key, value in rows]
             self._stored.update(map(_first, rows))  # see _upsert
-            return rows  # type: ignore[no-any-return]
+            return rows
 
         rows: builtins.list[KVWrite] = await self._db(read)
         if not prefix:
@@ -441,7 +431,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
                 blocking.storage_errors(self._upsert)(writes)
             return output
 
-        self._load_checked_at = None  # its transaction checks by itself
+        self._fence.checked_at = None  # its transaction checks by itself
         with self.history.applying():
             if self.private_loop:
                 # The engine's loop is blocked on this very call: nothing
@@ -460,22 +450,24 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         """
         await live.listen(self.workflow_id, names)
 
-    def _checks_on_load(self) -> bool:
-        """Tell whether the history load carries the first cancel check."""
+    def _reads_cancel(self) -> bool:
+        """Tell whether this run checks for a cancel before each step."""
         fence = self._fence
         return self.checks_cancel and fence.token is not None and fence.stop_on_cancel
 
     async def check_cancel(self) -> None:
         """Raise :class:`LeaseLost` if the workflow was cancelled (before a step).
 
-        The run's first step right after its history load (nothing else in
-        between, within ``LOAD_CHECK_FRESH`` seconds: 1 ms) takes the load's own
-        read of the row (:meth:`~..models.sql.Dialect.kv_load_checked_sql`):
-        as fresh as a read of its own, one round trip fewer for a run of
-        one step (a task).
+        A step right after a call that found the lease held and no cancel
+        pending (nothing else in between, within
+        :data:`~.fencing.CANCEL_CHECK_FRESH` seconds: 1 ms) takes that
+        call's answer: the history load
+        (:meth:`~..models.sql.Dialect.kv_load_checked_sql`), the inbox read
+        of a receive, the previous step's fenced write. As fresh as a read
+        of its own; one round trip fewer per step of a workflow whose code
+        between two steps is quick.
         """
-        checked_at, self._load_checked_at = self._load_checked_at, None
-        if checked_at is not None and time.monotonic() - checked_at < LOAD_CHECK_FRESH:
+        if self._fence.take_check():
             return
         if self.checks_cancel:
             await self._db(self._fence.check_not_cancelled)

@@ -15,6 +15,7 @@ from .. import clock
 from ..engine import Message, encode_message_body, schema
 from ..models import WorkflowMessage, db, sql
 from . import live
+from .fencing import LeaseFence
 
 __all__ = ["InboxMethods"]
 
@@ -33,6 +34,8 @@ class InboxMethods:
     _inbox: set[int] | None
     _db: Callable[..., Any]
     renew_lease: Callable[[], None]
+    _fence: LeaseFence
+    _reads_cancel: Callable[[], bool]
 
     async def add_message(self, name: str, data: Any) -> str:
         """Append a message to the inbox and return its id."""
@@ -83,21 +86,27 @@ class InboxMethods:
         """Read up to ``count`` of the oldest messages named ``names`` (None: any).
 
         One hand-written statement: the ORM's queryset cost more to build
-        than the read (a live run reads at every wake).
+        than the read (a live run reads at every wake). When it finds a
+        message it also tells whether the run holds the lease with no cancel
+        pending: the step that handles the message takes that for its cancel
+        check (``check_cancel``), one round trip less per wake.
         """
         if count <= 0:
             return []
         connection = db.connection()
+        checked = self._reads_cancel()
         sql_text = sql.dialect(connection).inbox_read_sql(
-            None if names is None else len(names)
+            None if names is None else len(names), checked
         )
         params = [self.workflow_id, *(names or ()), count]
+        if checked:
+            params[:0] = [self.workflow_id, self._fence.token]
         with connection.cursor() as cursor:
             cursor.execute(sql_text, params)
             rows = cursor.fetchall()
-        return [
-            (pk, name, body, _created(connection, at)) for pk, name, body, at in rows
-        ]
+        if checked and rows and rows[0][4]:
+            self._fence.note_checked()
+        return [(row[0], row[1], row[2], _created(connection, row[3])) for row in rows]
 
     def _remove_received(self, ids: Iterable[str]) -> None:
         """Delete received messages of this inbox (in the caller's transaction)."""

@@ -510,7 +510,7 @@ async def test_a_cancel_before_the_history_load_stops_the_first_step(
 async def test_the_load_stands_in_only_for_a_check_right_after_it(
     clock, cancel_reads, monkeypatch
 ):
-    from django_rivet.workflows import driver as driver_module
+    from django_rivet.workflows import fencing
 
     driver = await _claimed(clock, "wf-load-stale")
     await driver.set(k(1), b"input")
@@ -521,9 +521,87 @@ async def test_the_load_stands_in_only_for_a_check_right_after_it(
     await loaded.check_cancel()
     assert cancel_reads == ["wf-load-stale"]
     # Too long in between (a long replay): the check reads the row.
-    monkeypatch.setattr(driver_module, "LOAD_CHECK_FRESH", 0.0)
+    monkeypatch.setattr(fencing, "CANCEL_CHECK_FRESH", 0.0)
     await loaded.list(b"")
     await _cancel("wf-load-stale")
     with pytest.raises(LeaseLost):
         await loaded.check_cancel()
     assert cancel_reads == ["wf-load-stale", "wf-load-stale"]
+
+
+async def test_a_steps_write_stands_in_for_the_next_steps_cancel_check(
+    clock, cancel_reads, monkeypatch
+):
+    from django_rivet.workflows import fencing
+
+    driver = await _claimed(clock, "wf-write-check")
+    await driver.batch([(k(1), b"step one")])  # checked "held, no cancel"
+    await driver.check_cancel()  # the write's check stands in
+    assert cancel_reads == []
+    await driver.check_cancel()  # once only: the next check reads
+    assert cancel_reads == ["wf-write-check"]
+    # A cancel after the write: past the window, the step reads it.
+    await driver.batch([(k(2), b"step two")])
+    await _cancel("wf-write-check")
+    monkeypatch.setattr(fencing, "CANCEL_CHECK_FRESH", 0.0)
+    with pytest.raises(LeaseLost):
+        await driver.check_cancel()
+    assert cancel_reads == ["wf-write-check"] * 2
+    # A write while the cancel is pending lands nowhere, and stands in for none.
+    monkeypatch.setattr(fencing, "CANCEL_CHECK_FRESH", 60.0)
+    with pytest.raises(LeaseLost):
+        await driver.batch([(k(3), b"step three")])
+    with pytest.raises(LeaseLost):
+        await driver.check_cancel()
+    assert cancel_reads == ["wf-write-check"] * 3
+    from asgiref.sync import sync_to_async
+
+    assert set(await sync_to_async(_stored)("wf-write-check")) == {k(1), k(2)}
+
+
+async def test_the_inbox_read_that_finds_a_message_carries_the_cancel_check(
+    clock, cancel_reads
+):
+    from asgiref.sync import sync_to_async
+
+    driver = await _claimed(clock, "wf-inbox-check")
+    assert await driver.receive_messages(None, 1, True) == []
+    await driver.check_cancel()  # nothing received: the step reads
+    assert cancel_reads == ["wf-inbox-check"]
+    send = sync_to_async(lambda name: workflows.get("wf-inbox-check").send(name, 1))
+    await send("go")
+    [message] = await driver.receive_messages(None, 1, True)
+    assert message.name == "go"
+    await driver.check_cancel()  # the read found the message and the lease
+    assert cancel_reads == ["wf-inbox-check"]
+    # A cancel pending: the read still returns the message, not the check.
+    await send("again")
+    await _cancel("wf-inbox-check")
+    assert [m.name for m in await driver.receive_messages(["again"], 1, True)] == [
+        "again"
+    ]
+    with pytest.raises(LeaseLost):
+        await driver.check_cancel()
+    assert cancel_reads == ["wf-inbox-check"] * 2
+
+
+def test_a_workflow_of_quick_steps_reads_its_row_once_per_run_not_per_step(
+    cancel_reads, monkeypatch
+):
+    from django_rivet.workflows import fencing, registry, workflow
+
+    @workflow(name="quickSteps")
+    async def quick_steps(ctx, count):
+        total = 0
+        for index in range(count):
+            total += await ctx.step(f"s{index}", lambda: 1)
+        return total
+
+    # A generous window: what is counted is which calls stand in, not timing.
+    monkeypatch.setattr(fencing, "CANCEL_CHECK_FRESH", 60.0)
+    with registry.register_temporarily(quick_steps):
+        handle = workflows.start("quickSteps", 5)
+        run_until_idle(handle)
+    assert handle.result() == 5
+    # The load stands in for the first step, each step's write for the next.
+    assert cancel_reads == []

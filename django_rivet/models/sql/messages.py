@@ -161,13 +161,18 @@ def _one_statement(
     )
 
 
-def inbox_read_sql(names: int | None) -> str:
+def inbox_read_sql(names: int | None, held: str | None = None) -> str:
     """Return the read of a workflow's oldest messages (a run's receive).
 
-    Parameters: the workflow id, then ``names`` message names (None: any
-    name), then how many. Columns: id, name, body, ``created_at``.
+    Parameters: (with ``held``: its parameters first), the workflow id, then
+    ``names`` message names (None: any name), then how many. Columns: id,
+    name, body, ``created_at``, and with ``held`` (a ``SELECT`` of the
+    workflow row while the run holds it, no cancel pending) whether it
+    found the row: the read then carries the next step's cancel check.
     """
     columns = ", ".join(quote(c) for c in ("id", "name", "body", "created_at"))
+    if held is not None:
+        columns += f", EXISTS ({held})"
     sql = (
         f"SELECT {columns} FROM {table('WorkflowMessage')} "
         f"WHERE {quote('workflow_id')} = %s"
@@ -185,6 +190,7 @@ class MessageSQL(StatementCache):
     # A send in one statement (SendSQL.one): a data-modifying WITH.
     sends_in_one_statement: ClassVar[bool] = False
     json_list_contains: JsonContains
+    lease_held_sql: Callable[[], str]
 
     def send_sql(
         self,
@@ -207,8 +213,13 @@ class MessageSQL(StatementCache):
             ),
         )
 
-    def inbox_read_sql(self, names: int | None) -> str:
-        """Return a run's read of its oldest messages (:func:`inbox_read_sql`)."""
+    def inbox_read_sql(self, names: int | None, checked: bool = False) -> str:
+        """Return a run's read of its oldest messages (:func:`inbox_read_sql`).
+
+        ``checked``: with the column telling the run holds the lease and no
+        cancel is pending (its parameters first: the workflow id, the token).
+        """
         return self._cached(  # type: ignore[no-any-return]
-            ("inbox", names), lambda: inbox_read_sql(names)
+            ("inbox", names, checked),
+            lambda: inbox_read_sql(names, self.lease_held_sql() if checked else None),
         )
