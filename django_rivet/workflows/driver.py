@@ -30,7 +30,7 @@ from __future__ import annotations
 import builtins
 import functools
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -43,7 +43,7 @@ from ..engine import (
 )
 from ..models import WorkflowKV, db, sql
 from ..models.base import prefix_end
-from . import blocking, live
+from . import blocking
 from .children import ChildMethods
 from .fencing import UPSERT_ROWS, LeaseFence, LeaseLost
 from .history_cache import HistoryCopy
@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 KVWrite = tuple[bytes, bytes]
+KVWrites = list[KVWrite]
 
 _first = operator.itemgetter(0)
 
@@ -187,10 +188,17 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         """Extend the lease, or raise :class:`LeaseLost` (call in a transaction)."""
         self._fence.renew()
 
-    def _write_rows(self, writes: builtins.list[KVWrite]) -> None:
-        """Write KV rows on the lease's path: their INSERT may carry its check."""
+    def _write_rows(self, writes: KVWrites, removing: Sequence[int] = ()) -> None:
+        """Write KV rows on the lease's path: their INSERT may carry its check.
+
+        ``removing``: received messages deleted in the same commit (in the
+        INSERT where the database can, else beside it in a transaction).
+        """
+        rows: int | None = len(writes)
+        if removing and not sql.dialect(db.connection()).kv_insert_removes_messages:
+            rows = None  # two statements: never autocommit
         with db.write_turn():  # (SQLite: in turn with this process's senders)
-            self._fence.write(lambda: self._upsert(writes), rows=len(writes))
+            self._fence.write(lambda: self._upsert(writes, removing), rows=rows)
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """Run other writes (deletions, a child's row) on the lease's path."""
@@ -221,7 +229,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         self.history.delete_keys(keys)
         self._rows().filter(key__in=[bytes(key) for key in keys]).delete()
 
-    def _upsert(self, writes: Iterable[KVWrite]) -> None:
+    def _upsert(self, writes: Iterable[KVWrite], removing: Sequence[int] = ()) -> None:
         """Write ``writes`` (the last value of a key wins) in INSERT statements.
 
         Rows this driver has not seen stored go in with a plain INSERT, as
@@ -230,6 +238,8 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         1.27x of raw inserts (P4). Only as a statement of its own
         (autocommit): if a key was there after all, the statement fails
         whole and the upsert (``ON CONFLICT DO UPDATE``) follows.
+        ``removing``: received messages to delete with the rows
+        (:meth:`~.fencing.LeaseFence.insert`).
         """
         # Last write wins within one batch (PostgreSQL refuses to update one
         # row twice in a single INSERT ... ON CONFLICT). The engine's keys
@@ -239,6 +249,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         except TypeError:  # an unhashable key (a bytearray)
             pairs = {bytes(key): bytes(value) for key, value in writes}
         if not pairs:
+            self._remove_received(list(removing))
             return
         self.history.upsert(pairs)
         connection = db.connection()
@@ -249,19 +260,26 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
             and connection.get_autocommit()
             and self._stored.isdisjoint(pairs)
         )
+        removed = not removing
+        fence = self._fence
         with connection.cursor() as cursor:
             for start in range(0, len(items), UPSERT_ROWS):
                 chunk = items[start : start + UPSERT_ROWS]
                 params: builtins.list[Any] = [
                     item for key, value in chunk for item in (workflow_id, key, value)
                 ]
+                rows, carry = len(chunk), () if removed else removing
                 if insert_first:
                     try:
-                        self._fence.insert(cursor, len(chunk), params, upsert=False)
+                        removed |= fence.insert(cursor, rows, params, False, carry)
                         continue
                     except IntegrityError:
                         pass  # a key was stored already: upsert them
-                self._fence.insert(cursor, len(chunk), params, upsert=True)
+                removed |= fence.insert(cursor, rows, params, True, carry)
+        if removed:
+            self._removed(removing)
+        else:
+            self._remove_received(list(removing))
         self._stored.update(pairs)
 
     # KV --------------------------------------------------------------------------
@@ -358,12 +376,11 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         """
         if self.atomic_batch:
             self._check_atomic_unit(writes)
-
-        def write() -> None:
-            self._upsert(writes)
-            self._remove_received(message_ids)
-
-        await self._db(self._write, write)
+        removing = self._received_pks(message_ids)
+        if writes:
+            await self._db(self._write_rows, writes, removing)
+        elif removing:
+            await self._db(self._write, lambda: self._remove_received(removing))
 
     async def batch_delete(self, keys: builtins.list[bytes]) -> None:
         """Delete every key in one transaction."""
@@ -441,14 +458,6 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
             # In the database thread, while the loop runs: make_writes goes
             # back to the loop.
             return await sync_to_async(work, thread_sensitive=True)(True)
-
-    async def wait_for_messages(self, names: Iterable[str] | None) -> None:
-        """Return when a message (or a child's end) may have come (live window).
-
-        Signalled in process only (``workflows.live``): the engine polls the inbox
-        every ``worker_poll_interval`` seconds for what other processes sent.
-        """
-        await live.listen(self.workflow_id, names)
 
     def _reads_cancel(self) -> bool:
         """Tell whether this run checks for a cancel before each step."""

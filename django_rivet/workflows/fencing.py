@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from django.db.backends.utils import CursorWrapper
@@ -265,19 +265,33 @@ class LeaseFence:
             raise self.lost()
 
     def insert(
-        self, cursor: CursorWrapper, rows: int, params: list[Any], upsert: bool
-    ) -> None:
-        """Execute one INSERT of ``rows`` KV rows, carrying the check if owed."""
+        self,
+        cursor: CursorWrapper,
+        rows: int,
+        params: list[Any],
+        upsert: bool,
+        removing: Sequence[int] = (),
+    ) -> bool:
+        """Execute one INSERT of ``rows`` KV rows, carrying the check if owed.
+
+        ``removing``: received messages the statement carrying the check
+        also deletes, where the database can
+        (:attr:`~..models.sql.Dialect.kv_insert_removes_messages`). Return
+        whether it did; if not, the caller deletes them in the same
+        transaction.
+        """
         dialect = sql.dialect(cursor.db)
         if not self.check_owed:
             cursor.execute(dialect.kv_insert_sql(rows, upsert), params)
-            return
+            return False
         lease = [self.workflow_id, self.token]
+        carried = removing if dialect.kv_insert_removes_messages else ()
         if not dialect.insert_kv_checked(
-            cursor, self.stop_on_cancel, rows, upsert, params, lease
+            cursor, self.stop_on_cancel, rows, upsert, params, lease, carried
         ):
             raise self.lost()
         self.check_owed = False
+        return bool(carried)
 
     def lost(self) -> LeaseLost:
         """Return the error of a write that found the lease gone."""

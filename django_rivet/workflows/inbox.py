@@ -108,11 +108,15 @@ class InboxMethods:
             self._fence.note_checked()
         return [(row[0], row[1], row[2], _created(connection, row[3])) for row in rows]
 
-    def _remove_received(self, ids: Iterable[str]) -> None:
-        """Delete received messages of this inbox (in the caller's transaction)."""
+    def _received_pks(self, ids: Iterable[str]) -> builtins.list[int]:
+        """Return the ids of received messages that may still be in the inbox."""
         pks = [pk for pk in map(_pk, ids) if pk is not None]
         if self._inbox is not None:
             pks = [pk for pk in pks if pk in self._inbox]
+        return pks
+
+    def _remove_received(self, pks: builtins.list[int]) -> None:
+        """Delete received messages of this inbox (in the caller's transaction)."""
         if not pks:
             return
         # One plain DELETE: the ORM's delete() costs as much again in Python.
@@ -127,6 +131,10 @@ class InboxMethods:
                 f"WHERE {quote(str(column))} = %s AND {quote('id')} IN ({marks})",
                 [self.workflow_id, *pks],
             )
+        self._removed(pks)
+
+    def _removed(self, pks: Iterable[int]) -> None:
+        """Forget messages deleted from the inbox (once their delete ran)."""
         if self._inbox is not None:
             self._inbox.difference_update(pks)
 
@@ -160,6 +168,14 @@ class InboxMethods:
                 self._inbox.discard(pk)
 
         await self._db(complete)
+
+    async def wait_for_messages(self, names: Iterable[str] | None) -> None:
+        """Return when a message (or a child's end) may have come (live window).
+
+        Signalled in process only (``workflows.live``): the engine polls the inbox
+        every ``worker_poll_interval`` seconds for what other processes sent.
+        """
+        await live.listen(self.workflow_id, names)
 
 
 def _created(connection: Any, value: Any) -> datetime:

@@ -21,7 +21,7 @@ from django.db import (
 from django.test.utils import CaptureQueriesContext
 
 from django_rivet import clock
-from django_rivet.models import Actor, Workflow, WorkflowKV, sql
+from django_rivet.models import Actor, Workflow, WorkflowKV, WorkflowMessage, sql
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
@@ -141,6 +141,60 @@ def test_a_check_that_ignores_cancels_writes_while_a_cancel_is_pending():
         )
     assert held is True
     assert _kv("wf-operation") == {b"a": b"1"}
+
+
+def _inbox(workflow_id: str) -> set[int]:
+    return set(
+        WorkflowMessage.objects.filter(workflow_id=workflow_id).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+def _insert_removing(workflow_id, rows, removing, upsert=True) -> bool:
+    params = [item for key, value in rows for item in (workflow_id, key, value)]
+    with connection.cursor() as cursor:
+        return dialect().insert_kv_checked(
+            cursor, True, len(rows), upsert, params, [workflow_id, "ours"], removing
+        )
+
+
+def test_a_checked_insert_removes_received_messages_on_the_same_check():
+    # PostgreSQL: a live wake's record (receipt, step, the message's removal)
+    # in one statement; SQLite deletes them beside it (the driver's path).
+    _leased("wf-remove")
+    _leased("wf-bystander")
+    mine = [
+        WorkflowMessage.objects.create(workflow_id="wf-remove", name="m", body=b"")
+        for _ in range(3)
+    ]
+    theirs = WorkflowMessage.objects.create(
+        workflow_id="wf-bystander", name="m", body=b""
+    )
+    removing = [mine[0].pk, mine[1].pk, theirs.pk]
+    if not dialect().kv_insert_removes_messages:
+        with pytest.raises(ValueError):
+            _insert_removing("wf-remove", [(b"a", b"1")], removing)
+        return
+    assert _insert_removing("wf-remove", [(b"a", b"1")], removing, upsert=False)
+    assert _kv("wf-remove") == {b"a": b"1"}
+    assert _inbox("wf-remove") == {mine[2].pk}  # only this workflow's
+    assert _inbox("wf-bystander") == {theirs.pk}
+    # A stored key fails the plain insert whole: the message stays.
+    with pytest.raises(IntegrityError):
+        _insert_removing("wf-remove", [(b"a", b"2")], [mine[2].pk], upsert=False)
+    assert _inbox("wf-remove") == {mine[2].pk}
+    # The lease moved on: nothing written, nothing removed.
+    Workflow.objects.filter(pk="wf-remove").update(lease_token="successor")
+    assert not _insert_removing("wf-remove", [(b"b", b"1")], [mine[2].pk])
+    assert _kv("wf-remove") == {b"a": b"1"}
+    assert _inbox("wf-remove") == {mine[2].pk}
+    # A cancel pending (a run's check stops on it): the same.
+    Workflow.objects.filter(pk="wf-remove").update(
+        lease_token="ours", cancel_requested=True
+    )
+    assert not _insert_removing("wf-remove", [(b"b", b"1")], [mine[2].pk])
+    assert _inbox("wf-remove") == {mine[2].pk}
 
 
 def _held(workflow_id: str, token: str = "ours") -> bool:

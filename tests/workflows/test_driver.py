@@ -187,7 +187,7 @@ async def test_writes_renew_the_lease(clock):
 async def test_database_errors_surface_as_storage_errors(clock, monkeypatch):
     from django.db import OperationalError
 
-    def broken(self, writes):
+    def broken(self, writes, removing=()):
         raise OperationalError("disk I/O error")
 
     from asgiref.sync import sync_to_async

@@ -262,6 +262,9 @@ class Dialect(MessageSQL, ActorStatements):
 
         return self._cached(("insert", rows, upsert), build)  # type: ignore[no-any-return]
 
+    # Whether insert_kv_checked can also delete received messages (``removing``).
+    kv_insert_removes_messages: ClassVar[bool] = False
+
     @abstractmethod
     def insert_kv_checked(
         self,
@@ -271,6 +274,7 @@ class Dialect(MessageSQL, ActorStatements):
         upsert: bool,
         params: list[Any],
         lease: list[Any],
+        removing: Sequence[int] = (),
     ) -> bool:
         """Insert ``rows`` KV rows in the statement checking the lease; tell if held.
 
@@ -278,7 +282,9 @@ class Dialect(MessageSQL, ActorStatements):
         workflow; ``lease``: the check's (workflow id, token). The rows are
         written only if the lease row is found (and no cancel is pending,
         ``stop_on_cancel``), and the check locks it as the renewal would.
-        One statement: in autocommit, its own transaction.
+        One statement: in autocommit, its own transaction. ``removing``
+        (only where :attr:`kv_insert_removes_messages`): ids of the
+        workflow's messages the same statement deletes, on the same check.
         """
 
     def kv_list_sql(self, lower: bool, upper: bool) -> str:

@@ -149,6 +149,8 @@ class PostgreSQLDialect(Dialect):
         first_params = [param for _, statement in before for param in statement]
         cursor.execute(f"WITH {clauses} {sql}", first_params + params)
 
+    kv_insert_removes_messages = True
+
     def insert_kv_checked(
         self,
         cursor: CursorWrapper,
@@ -157,6 +159,7 @@ class PostgreSQLDialect(Dialect):
         upsert: bool,
         params: list[Any],
         lease: list[Any],
+        removing: Sequence[int] = (),
     ) -> bool:
         """Check the lease and insert the rows in one statement; tell if held.
 
@@ -164,22 +167,38 @@ class PostgreSQLDialect(Dialect):
         waits for this statement's transaction); the rows come as two arrays
         (keys, values) under the lease's workflow id, whatever their number:
         one statement text per shape, far less to parse and plan than a
-        ``VALUES`` list of three parameters a row.
+        ``VALUES`` list of three parameters a row. ``removing``: one more
+        CTE deletes those messages on the same check -- a live wake's record
+        (the receipt, the step, the message's removal) is then one round
+        trip in autocommit, where ``BEGIN``, the insert, the ``DELETE`` and
+        ``COMMIT`` took four.
         """
+        removes = bool(removing)
         statement = self._cached(
-            ("checked-arrays", stop_on_cancel, upsert),
-            lambda: self._checked_arrays(stop_on_cancel, upsert),
+            ("checked-arrays", stop_on_cancel, upsert, removes),
+            lambda: self._checked_arrays(stop_on_cancel, upsert, removes),
         )
-        cursor.execute(statement, [*lease, lease[0], params[1::3], params[2::3]])
+        args = [*lease, lease[0], params[1::3], params[2::3]]
+        if removes:
+            args += [lease[0], list(removing)]
+        cursor.execute(statement, args)
         return bool(cursor.fetchone()[0])
 
-    def _checked_arrays(self, stop_on_cancel: bool, upsert: bool) -> str:
+    def _checked_arrays(self, stop_on_cancel: bool, upsert: bool, removes: bool) -> str:
         insert, _, conflict = self._kv_insert_parts(0, upsert)
+        removed = ""
+        if removes:
+            removed = (
+                f", removed AS (DELETE FROM {table('WorkflowMessage')} "
+                f"WHERE {quote('workflow_id')} = %s "
+                f"AND {quote('id')} = ANY(%s::bigint[]) "
+                "AND EXISTS (SELECT 1 FROM lease))"
+            )
         return (
             f"WITH lease AS ({self.lease_check_sql(stop_on_cancel)}), "
             f"written AS ({insert} SELECT %s, k, v FROM "
             "unnest(%s::bytea[], %s::bytea[]) AS t (k, v) "
-            f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}) "
+            f"WHERE EXISTS (SELECT 1 FROM lease) {conflict}){removed} "
             "SELECT count(*) FROM lease"
         )
 

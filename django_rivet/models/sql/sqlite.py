@@ -90,8 +90,14 @@ class SQLiteDialect(Dialect):
         upsert: bool,
         params: list[Any],
         lease: list[Any],
+        removing: Sequence[int] = (),
     ) -> bool:
-        """Insert the rows only if the lease check finds its row (one statement)."""
+        """Insert the rows only if the lease check finds its row (one statement).
+
+        No ``removing``: SQLite has no data-modifying ``WITH``.
+        """
+        if removing:
+            raise ValueError("SQLite's checked insert deletes no messages")
         statement = self.checked_kv_insert_sql(stop_on_cancel, rows, upsert)
         cursor.execute(statement, params + lease)
         return bool(cursor.rowcount)  # a lost lease writes no row
