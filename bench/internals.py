@@ -125,6 +125,78 @@ def message_and_row_sql() -> tuple[str, str]:
     return insert, select
 
 
+def wake_statements(workflow_id: str, rows: int = 4) -> Any:
+    """Return one wake's statements, raw: P6L's floor (no engine, one thread).
+
+    What a wake must commit and read, in as few round trips as the database
+    allows: the send (the workflow row's wake signal and the message's
+    insert, one commit), the run's read of its oldest message, and its
+    record (``rows`` KV rows and the message's removal, one commit). On
+    PostgreSQL each commit is one data-modifying ``WITH`` in autocommit; on
+    SQLite a transaction of two statements. The returned callable makes
+    one wake.
+    """
+    import itertools
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from django_rivet.models import Workflow, WorkflowMessage
+
+    quote = connection.ops.quote_name
+    workflows = quote(Workflow._meta.db_table)
+    messages = quote(WorkflowMessage._meta.db_table)
+    kv, fk, key, value = workflow_kv_table()
+    signal, id_, owner = quote("wake_signal"), quote("id"), quote("workflow_id")
+    bump = f"UPDATE {workflows} SET {signal} = {signal} + 1 WHERE {id_} = %s"
+    columns = f"({owner}, {quote('name')}, {quote('body')}, {quote('created_at')})"
+    read = (
+        f"SELECT {id_}, {quote('name')}, {quote('body')}, {quote('created_at')} "
+        f"FROM {messages} WHERE {owner} = %s ORDER BY {id_} LIMIT 1"
+    )
+    values = ", ".join(["(%s, %s, %s)"] * rows)
+    record = f"INSERT INTO {kv} ({fk}, {key}, {value}) VALUES {values}"
+    remove = f"DELETE FROM {messages} WHERE {owner} = %s AND {id_} = %s"
+    postgresql = connection.vendor == "postgresql"
+    counter = itertools.count()
+
+    def wake() -> None:
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        index = next(counter)
+        kv_params = [
+            item
+            for row in range(rows)
+            for item in (workflow_id, b"%08d/%d" % (index, row), bytes(60))
+        ]
+        with connection.cursor() as cursor:
+            if postgresql:
+                cursor.execute(
+                    f"WITH u AS ({bump} RETURNING {id_}) INSERT INTO {messages} "
+                    f"{columns} SELECT u.{id_}, %s, %s, %s FROM u",
+                    [workflow_id, "m", b"\xf6", now],
+                )
+            else:
+                with transaction.atomic():
+                    cursor.execute(bump, [workflow_id])
+                    cursor.execute(
+                        f"INSERT INTO {messages} {columns} VALUES (%s, %s, %s, %s)",
+                        [workflow_id, "m", b"\xf6", now],
+                    )
+            cursor.execute(read, [workflow_id])
+            message = cursor.fetchone()[0]
+            if postgresql:
+                cursor.execute(
+                    f"WITH gone AS ({remove}) {record}",
+                    [workflow_id, message, *kv_params],
+                )
+            else:
+                with transaction.atomic():
+                    cursor.execute(record, kv_params)
+                    cursor.execute(remove, [workflow_id, message])
+
+    return wake
+
+
 def delete_messages(workflow_id: str) -> None:
     """Delete a workflow's inbox messages (P6w's baseline rows, untimed)."""
     from django_rivet.models import WorkflowMessage
