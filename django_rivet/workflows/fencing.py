@@ -133,13 +133,13 @@ class LeaseFence:
         lands.
         """
         path = self.path(rows)
+        if path is WritePath.AUTOCOMMIT_CHECKED:
+            return self._write_autocommit_checked(write)
         if path is WritePath.RENEWING:
             output = self._write_in_renewal(write)
-        elif path is WritePath.AUTOCOMMIT_CHECKED:
-            output = self._write_autocommit_checked(write)
         else:
             output = self._write_checked_in_transaction(write)
-        self.note_checked()  # each path checked "no cancel" up to its commit
+        self.note_checked()  # both checked "no cancel" up to their commit
         return output
 
     def note_checked(self) -> None:
@@ -176,7 +176,10 @@ class LeaseFence:
     def _write_autocommit_checked(self, write: Callable[[], T]) -> T:
         # One statement: the check and the rows commit as one.
         with self._owing_check():
-            return write()
+            output = write()
+            if not self.check_owed:  # (an INSERT carried it: not for no rows)
+                self.note_checked()
+        return output
 
     def _write_checked_in_transaction(self, write: Callable[[], T]) -> T:
         with db.atomic(), self._owing_check():

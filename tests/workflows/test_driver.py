@@ -605,3 +605,15 @@ def test_a_workflow_of_quick_steps_reads_its_row_once_per_run_not_per_step(
     assert handle.result() == 5
     # The load stands in for the first step, each step's write for the next.
     assert cancel_reads == []
+
+
+def test_only_a_write_that_made_its_check_stands_in_for_a_cancel_check(clock):
+    from django_rivet.workflows.fencing import LeaseFence, WritePath
+
+    driver = _claimed_here(clock, "wf-no-rows")
+    fence = LeaseFence("wf-no-rows", driver.lease_token, True, 30.0)
+    fence.write(lambda: None)  # renews: checked
+    assert fence.take_check()
+    assert fence.path(rows=1) is WritePath.AUTOCOMMIT_CHECKED
+    fence.write(lambda: None, rows=1)  # no INSERT carried the check
+    assert not fence.take_check()
