@@ -197,8 +197,8 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         rows: int | None = len(writes)
         if removing and not sql.dialect(db.connection()).kv_insert_removes_messages:
             rows = None  # two statements: never autocommit
-        with db.write_turn():  # (SQLite: in turn with this process's senders)
-            self._fence.write(lambda: self._upsert(writes, removing), rows=rows)
+        with db.write_turn(connection := db.connection()):  # (SQLite: in turn)
+            self._fence.write(lambda: self._upsert(writes, removing), rows, connection)
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """Run other writes (deletions, a child's row) on the lease's path."""
