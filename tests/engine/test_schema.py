@@ -463,3 +463,19 @@ def test_a_message_body_too_deep_to_read_back_is_refused_at_send():
             encode_message_body(nested(depth))
     with pytest.raises(TypeError, match="nests more than"):
         asyncio.run(InMemoryDriver().add_message("deep", nested(5000)))
+
+
+def test_new_entry_ids_are_random_version_4_uuids_in_hex(monkeypatch):
+    # The same ids uuid.uuid4().hex gave before: what older histories hold.
+    ids = {schema.new_entry_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    for entry_id in ids:
+        parsed = uuid.UUID(hex=entry_id)
+        assert (parsed.hex, parsed.version, parsed.variant) == (
+            entry_id,
+            4,
+            uuid.RFC_4122,
+        )
+    for raw in (bytes(16), b"\xff" * 16, bytes(range(16))):
+        monkeypatch.setattr("os.urandom", lambda size, raw=raw: raw)
+        assert schema.new_entry_id() == uuid.uuid4().hex
