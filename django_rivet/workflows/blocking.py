@@ -37,6 +37,7 @@ __all__ = [
     "off_the_loop",
     "run",
     "run_private",
+    "run_storage",
     "storage_errors",
 ]
 
@@ -44,9 +45,8 @@ __all__ = [
 async def run(private_loop: bool, fn: Callable[..., Any], *args: Any) -> Any:
     """Run synchronous ``fn(*args)`` where a driver's database work runs."""
     if private_loop:
-        # off_the_loop(), spelled out: every database call of a run (two a
-        # step) comes this way, and a generator's context manager costs more
-        # than the call it wraps.
+        # off_the_loop(), spelled out: every synchronous step function comes
+        # this way, and a generator's context manager costs more than many.
         loop = _get_running_loop()
         _set_running_loop(None)
         try:
@@ -54,6 +54,26 @@ async def run(private_loop: bool, fn: Callable[..., Any], *args: Any) -> Any:
         finally:
             _set_running_loop(loop)
     return await sync_to_async(fn, thread_sensitive=True)(*args)
+
+
+async def run_storage(private_loop: bool, fn: Callable[..., Any], *args: Any) -> Any:
+    """``run(private_loop, storage_errors(fn), *args)``, in one call.
+
+    A run's every database call (two a step) comes this way: on a private
+    loop, without the wrapper's closure and frames.
+    """
+    if not private_loop:
+        return await sync_to_async(storage_errors(fn), thread_sensitive=True)(*args)
+    loop = _get_running_loop()
+    _set_running_loop(None)
+    try:
+        return fn(*args)
+    except StorageError:
+        raise
+    except DatabaseError as exc:
+        raise StorageError(f"Workflow storage failed: {exc}") from exc
+    finally:
+        _set_running_loop(loop)
 
 
 def storage_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

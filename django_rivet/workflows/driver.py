@@ -149,8 +149,8 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         with self.history.applying():
             if self._held:
                 held, self._held = self._held, []
-                await self._blocking(blocking.storage_errors(self._write_rows), held)
-            return await self._blocking(blocking.storage_errors(fn), *args)
+                await blocking.run_storage(self.private_loop, self._write_rows, held)
+            return await blocking.run_storage(self.private_loop, fn, *args)
 
     def defer_next_batch(self) -> None:
         """Hold the run's last batch for its release (a leased run's only).
