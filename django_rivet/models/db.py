@@ -49,6 +49,7 @@ __all__ = [
     "WorkerThreads",
     "alias",
     "atomic",
+    "autocommit",
     "close_worker_connections",
     "connection",
     "in_atomic_block",
@@ -157,6 +158,19 @@ def _defaults(model: type[Model], connection: BaseDatabaseWrapper) -> _RowDefaul
         else:
             defaults.append(prep_save(field, field.get_default(), connection))
     return positions, defaults, computed
+
+
+def autocommit(current: BaseDatabaseWrapper) -> bool:
+    """Return ``current.get_autocommit()``, without its checks once connected.
+
+    Django's method first ensures a connection, through its guard against
+    async contexts (which raises and catches an exception each time): a
+    step's write asked three times. Connected, the answer is the attribute
+    it returns; the write's cursor still goes through the guard.
+    """
+    if current.connection is None:
+        return current.get_autocommit()
+    return bool(current.autocommit)
 
 
 def in_atomic_block() -> bool:
@@ -361,7 +375,7 @@ class _WriteTurn:
         if (
             current.vendor != "sqlite"
             or current.in_atomic_block
-            or not current.get_autocommit()
+            or not autocommit(current)
             or getattr(_in_turn, "alias", None) == current.alias  # (already ours)
         ):
             return None

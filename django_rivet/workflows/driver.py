@@ -257,7 +257,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         workflow_id = self.workflow_id
         insert_first = (
             not connection.in_atomic_block
-            and connection.get_autocommit()
+            and db.autocommit(connection)
             and self._stored.isdisjoint(pairs)
         )
         removed = not removing

@@ -128,7 +128,7 @@ class LeaseFence:
         if rows is not None and rows <= UPSERT_ROWS:
             if connection is None:
                 connection = db.connection()
-            if not connection.in_atomic_block and connection.get_autocommit():
+            if not connection.in_atomic_block and db.autocommit(connection):
                 return WritePath.AUTOCOMMIT_CHECKED  # (AUTOCOMMIT can be off)
         return WritePath.CHECKED_IN_TRANSACTION
 
