@@ -138,10 +138,6 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         """The run's claim on the workflow (None: the writes are not fenced)."""
         return self._fence.token
 
-    async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run synchronous code where this driver's database work runs."""
-        return await blocking.run(self.private_loop, fn, *args)
-
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
         self._defer_next = False
@@ -483,7 +479,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
 
     async def call_sync(self, fn: Callable[[], Any]) -> Any:
         """Run a synchronous step function where the database work runs."""
-        return await self._blocking(fn)
+        return await blocking.run(self.private_loop, fn)
 
     # Alarms ------------------------------------------------------------------------
 
