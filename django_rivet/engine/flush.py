@@ -140,7 +140,7 @@ async def apply(driver: EngineDriver, plan: Plan) -> None:
     """Send ``plan`` to ``driver``: one atomic unit, or chunks then deletions."""
     # Every size is checked before any I/O.
     chunks = chunk_writes(plan.writes)
-    later = chunk_writes(plan.rewrites)
+    later = chunk_writes(plan.rewrites) if plan.rewrites else []
     completing = plan.completions
     try:
         if driver.atomic_batch:
@@ -154,7 +154,8 @@ async def apply(driver: EngineDriver, plan: Plan) -> None:
                 chunks, completing = [], []
             for chunk in chunks:
                 await driver.batch(chunk)
-            await _delete(driver, plan.deletions)
+            if plan.deletions:  # (a step's flush deletes nothing)
+                await _delete(driver, plan.deletions)
             for chunk in later:
                 await driver.batch(chunk)
         # Else removed once their record is durable: a crash in between

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -229,7 +228,7 @@ class Storage:
         status: str = "pending",
     ) -> Entry:
         """Record a new entry (and its metadata) at ``location``."""
-        entry = Entry(uuid.uuid4().hex, kind, location, self._next_seq, data)
+        entry = Entry(schema.new_entry_id(), kind, location, self._next_seq, data)
         self._next_seq += 1
         previous = self.entries.get(location)
         if previous is not None:

@@ -95,6 +95,8 @@ class StreamBuffer:
 
     async def commit(self) -> None:
         """Hand the waiting writes to the driver; keep them if it fails."""
+        if not self.pending and not self._lock.locked():
+            return  # nothing waits, no commit runs (every flush: a step's)
         async with self._lock:
             if self.pending:
                 await self._commit()

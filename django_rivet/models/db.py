@@ -24,7 +24,7 @@ import contextvars
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
@@ -49,6 +49,7 @@ __all__ = [
     "WorkerThreads",
     "alias",
     "atomic",
+    "autocommit",
     "close_worker_connections",
     "connection",
     "in_atomic_block",
@@ -157,6 +158,19 @@ def _defaults(model: type[Model], connection: BaseDatabaseWrapper) -> _RowDefaul
         else:
             defaults.append(prep_save(field, field.get_default(), connection))
     return positions, defaults, computed
+
+
+def autocommit(current: BaseDatabaseWrapper) -> bool:
+    """Return ``current.get_autocommit()``, without its checks once connected.
+
+    Django's method first ensures a connection, through its guard against
+    async contexts (which raises and catches an exception each time): a
+    step's write asked three times. Connected, the answer is the attribute
+    it returns; the write's cursor still goes through the guard.
+    """
+    if current.connection is None:
+        return current.get_autocommit()
+    return bool(current.autocommit)
 
 
 def in_atomic_block() -> bool:
@@ -322,8 +336,7 @@ _turns_lock = threading.Lock()
 _in_turn = threading.local()  # .alias: the turn this thread holds
 
 
-@contextlib.contextmanager
-def write_turn() -> Iterator[Callable[[], None] | None]:
+def write_turn(current: BaseDatabaseWrapper | None = None) -> _WriteTurn:
     """Wait for this process's turn to write to SQLite; yield what ends it early.
 
     SQLite admits one writer at a time and queues nobody: a writer that
@@ -339,32 +352,48 @@ def write_turn() -> Iterator[Callable[[], None] | None]:
     Yields None, taking no turn, on PostgreSQL (its row locks queue) and
     inside a transaction: the caller may hold SQLite's lock already, and
     waiting here for a writer that waits for that lock would stall both
-    until the busy timeout.
+    until the busy timeout. ``current``: this thread's connection, when the
+    caller holds it already (a workflow step's write: one lookup fewer).
     """
-    current = connection()
-    if (
-        current.vendor != "sqlite"
-        or current.in_atomic_block
-        or not current.get_autocommit()
-        or getattr(_in_turn, "alias", None) == current.alias  # (already ours)
-    ):
-        yield None
-        return
-    lock = _turns.get(current.alias)
-    if lock is None:
-        with _turns_lock:
-            lock = _turns.setdefault(current.alias, threading.Lock())
-    held = [True]
+    return _WriteTurn(current)
 
-    def end() -> None:
-        if held[0]:
-            held[0] = False
+
+class _WriteTurn:
+    """One turn of :func:`write_turn`: a class, not a generator (a step's write
+    enters one; a generator's context manager costs three times as much)."""
+
+    __slots__ = ("_current", "_lock")
+
+    def __init__(self, current: BaseDatabaseWrapper | None) -> None:
+        self._current = current
+        self._lock: threading.Lock | None = None
+
+    def __enter__(self) -> Callable[[], None] | None:
+        current = self._current
+        if current is None:
+            current = connection()
+        if (
+            current.vendor != "sqlite"
+            or current.in_atomic_block
+            or not autocommit(current)
+            or getattr(_in_turn, "alias", None) == current.alias  # (already ours)
+        ):
+            return None
+        lock = _turns.get(current.alias)
+        if lock is None:
+            with _turns_lock:
+                lock = _turns.setdefault(current.alias, threading.Lock())
+        lock.acquire()
+        self._lock = lock
+        _in_turn.alias = current.alias
+        return self._end
+
+    def _end(self) -> None:
+        lock = self._lock
+        if lock is not None:
+            self._lock = None
             _in_turn.alias = None
             lock.release()
 
-    lock.acquire()
-    _in_turn.alias = current.alias
-    try:
-        yield end
-    finally:
-        end()
+    def __exit__(self, *exc: object) -> None:
+        self._end()

@@ -138,10 +138,6 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         """The run's claim on the workflow (None: the writes are not fenced)."""
         return self._fence.token
 
-    async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run synchronous code where this driver's database work runs."""
-        return await blocking.run(self.private_loop, fn, *args)
-
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run database code, reporting database failures as storage errors."""
         self._defer_next = False
@@ -149,8 +145,8 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         with self.history.applying():
             if self._held:
                 held, self._held = self._held, []
-                await self._blocking(blocking.storage_errors(self._write_rows), held)
-            return await self._blocking(blocking.storage_errors(fn), *args)
+                await blocking.run_storage(self.private_loop, self._write_rows, held)
+            return await blocking.run_storage(self.private_loop, fn, *args)
 
     def defer_next_batch(self) -> None:
         """Hold the run's last batch for its release (a leased run's only).
@@ -197,8 +193,8 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         rows: int | None = len(writes)
         if removing and not sql.dialect(db.connection()).kv_insert_removes_messages:
             rows = None  # two statements: never autocommit
-        with db.write_turn():  # (SQLite: in turn with this process's senders)
-            self._fence.write(lambda: self._upsert(writes, removing), rows=rows)
+        with db.write_turn(connection := db.connection()):  # (SQLite: in turn)
+            self._fence.write(lambda: self._upsert(writes, removing), rows, connection)
 
     def _write(self, write: Callable[[], Any]) -> Any:
         """Run other writes (deletions, a child's row) on the lease's path."""
@@ -257,7 +253,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         workflow_id = self.workflow_id
         insert_first = (
             not connection.in_atomic_block
-            and connection.get_autocommit()
+            and db.autocommit(connection)
             and self._stored.isdisjoint(pairs)
         )
         removed = not removing
@@ -483,7 +479,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
 
     async def call_sync(self, fn: Callable[[], Any]) -> Any:
         """Run a synchronous step function where the database work runs."""
-        return await self._blocking(fn)
+        return await blocking.run(self.private_loop, fn)
 
     # Alarms ------------------------------------------------------------------------
 

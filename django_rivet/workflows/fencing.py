@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from .. import clock
@@ -111,8 +112,13 @@ class LeaseFence:
         self.checked_at: float | None = None
 
     # -- choosing the path -------------------------------------------------------------
-    def path(self, rows: int | None = None) -> WritePath:
-        """Return the path of a write; ``rows``: it is one INSERT of that many rows."""
+    def path(
+        self, rows: int | None = None, connection: BaseDatabaseWrapper | None = None
+    ) -> WritePath:
+        """Return the path of a write; ``rows``: it is one INSERT of that many rows.
+
+        ``connection``: this thread's connection, if the caller holds it.
+        """
         if (
             self.token is None
             or self.renewed_at is None
@@ -120,19 +126,25 @@ class LeaseFence:
         ):
             return WritePath.RENEWING
         if rows is not None and rows <= UPSERT_ROWS:
-            connection = db.connection()
-            if not connection.in_atomic_block and connection.get_autocommit():
+            if connection is None:
+                connection = db.connection()
+            if not connection.in_atomic_block and db.autocommit(connection):
                 return WritePath.AUTOCOMMIT_CHECKED  # (AUTOCOMMIT can be off)
         return WritePath.CHECKED_IN_TRANSACTION
 
-    def write(self, write: Callable[[], T], rows: int | None = None) -> T:
+    def write(
+        self,
+        write: Callable[[], T],
+        rows: int | None = None,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> T:
         """Run ``write()`` on the path the lease allows; return its result.
 
         ``rows``: the write is one INSERT of that many KV rows (through
         :meth:`insert`). A lost lease raises :class:`LeaseLost` and nothing
-        lands.
+        lands. ``connection``: this thread's connection, if the caller holds it.
         """
-        path = self.path(rows)
+        path = self.path(rows, connection)
         if path is WritePath.AUTOCOMMIT_CHECKED:
             return self._write_autocommit_checked(write)
         if path is WritePath.RENEWING:
@@ -174,12 +186,16 @@ class LeaseFence:
         return output
 
     def _write_autocommit_checked(self, write: Callable[[], T]) -> T:
-        # One statement: the check and the rows commit as one.
-        with self._owing_check():
+        # One statement: the check and the rows commit as one. (_owing_check
+        # spelled out: a step's every write comes this way.)
+        self.check_owed = True
+        try:
             output = write()
             if not self.check_owed:  # (an INSERT carried it: not for no rows)
                 self.note_checked()
-        return output
+            return output
+        finally:
+            self.check_owed = False
 
     def _write_checked_in_transaction(self, write: Callable[[], T]) -> T:
         with db.atomic(), self._owing_check():

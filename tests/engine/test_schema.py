@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -463,3 +464,40 @@ def test_a_message_body_too_deep_to_read_back_is_refused_at_send():
             encode_message_body(nested(depth))
     with pytest.raises(TypeError, match="nests more than"):
         asyncio.run(InMemoryDriver().add_message("deep", nested(5000)))
+
+
+def test_new_entry_ids_are_random_version_4_uuids_in_hex(monkeypatch):
+    # The same ids uuid.uuid4().hex gave before: what older histories hold.
+    ids = {schema.new_entry_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    for entry_id in ids:
+        parsed = uuid.UUID(hex=entry_id)
+        assert (parsed.hex, parsed.version, parsed.variant) == (
+            entry_id,
+            4,
+            uuid.RFC_4122,
+        )
+    for pattern in (b"\x00", b"\xff", bytes(range(16))):
+        data = pattern * (16 * 256 // len(pattern))
+        monkeypatch.setattr("os.urandom", lambda size, data=data: data[:size])
+        schema._random.drop()  # (the bytes read before are used up)
+        for start in range(0, 16 * 300, 16):
+            chunk = (data * 2)[start % len(data) :][:16]
+            expected = uuid.UUID(bytes=chunk, version=4).hex
+            assert schema.new_entry_id() == expected
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_makes_other_entry_ids_than_its_parent():
+    schema.new_entry_id()  # the parent holds random bytes for more ids
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.write(write, schema.new_entry_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32
+    assert child != schema.new_entry_id()

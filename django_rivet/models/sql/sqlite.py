@@ -113,6 +113,10 @@ class SQLiteDialect(Dialect):
         VALUES subquery's columns column1, column2...; the WHERE clause also
         keeps ON CONFLICT from parsing as a join's ON.
         """
+        key = ("checked", stop_on_cancel, rows, upsert)
+        found = self._sql.get(key)  # (a step's every write: no closure to build)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
 
         def build() -> str:
             insert, values, conflict = self._kv_insert_parts(rows, upsert)
@@ -122,7 +126,7 @@ class SQLiteDialect(Dialect):
                 f"WHERE EXISTS ({check}) {conflict}"
             )
 
-        return self._cached(("checked", stop_on_cancel, rows, upsert), build)  # type: ignore[no-any-return]
+        return self._cached(key, build)  # type: ignore[no-any-return]
 
     def json_list_contains(
         self, lhs: str, lhs_params: Sequence[Any], item: Any
