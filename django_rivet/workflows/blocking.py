@@ -67,11 +67,7 @@ async def run_storage(private_loop: bool, fn: Callable[..., Any], *args: Any) ->
     loop = _get_running_loop()
     _set_running_loop(None)
     try:
-        return fn(*args)
-    except StorageError:
-        raise
-    except DatabaseError as exc:
-        raise StorageError(f"Workflow storage failed: {exc}") from exc
+        return _reporting(fn, args)
     finally:
         _set_running_loop(loop)
 
@@ -80,14 +76,19 @@ def storage_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Report database failures as the engine's ``StorageError`` (retry later)."""
 
     def wrapper(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except StorageError:
-            raise
-        except DatabaseError as exc:
-            raise StorageError(f"Workflow storage failed: {exc}") from exc
+        return _reporting(fn, args)
 
     return wrapper
+
+
+def _reporting(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Return ``fn(*args)``, a database failure raised as a ``StorageError``."""
+    try:
+        return fn(*args)
+    except StorageError:
+        raise
+    except DatabaseError as exc:
+        raise StorageError(f"Workflow storage failed: {exc}") from exc
 
 
 @contextlib.contextmanager
