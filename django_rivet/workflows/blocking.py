@@ -45,14 +45,7 @@ __all__ = [
 async def run(private_loop: bool, fn: Callable[..., Any], *args: Any) -> Any:
     """Run synchronous ``fn(*args)`` where a driver's database work runs."""
     if private_loop:
-        # off_the_loop(), spelled out: every synchronous step function comes
-        # this way, and a generator's context manager costs more than many.
-        loop = _get_running_loop()
-        _set_running_loop(None)
-        try:
-            return fn(*args)
-        finally:
-            _set_running_loop(loop)
+        return _off_the_loop(fn, args)
     return await sync_to_async(fn, thread_sensitive=True)(*args)
 
 
@@ -62,12 +55,18 @@ async def run_storage(private_loop: bool, fn: Callable[..., Any], *args: Any) ->
     A run's every database call (two a step) comes this way: on a private
     loop, without the wrapper's closure and frames.
     """
-    if not private_loop:
-        return await sync_to_async(storage_errors(fn), thread_sensitive=True)(*args)
+    if private_loop:
+        return _off_the_loop(_reporting, (fn, args))
+    return await sync_to_async(storage_errors(fn), thread_sensitive=True)(*args)
+
+
+def _off_the_loop(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """:func:`off_the_loop` around ``fn(*args)``, spelled out: every step's
+    calls come this way, and a generator's context manager costs more."""
     loop = _get_running_loop()
     _set_running_loop(None)
     try:
-        return _reporting(fn, args)
+        return fn(*args)
     finally:
         _set_running_loop(loop)
 

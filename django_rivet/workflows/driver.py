@@ -190,10 +190,11 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         ``removing``: received messages deleted in the same commit (in the
         INSERT where the database can, else beside it in a transaction).
         """
+        connection = db.connection()
         rows: int | None = len(writes)
-        if removing and not sql.dialect(db.connection()).kv_insert_removes_messages:
+        if removing and not sql.dialect(connection).kv_insert_removes_messages:
             rows = None  # two statements: never autocommit
-        with db.write_turn(connection := db.connection()):  # (SQLite: in turn)
+        with db.write_turn(connection):  # (SQLite: in turn with senders)
             self._fence.write(lambda: self._upsert(writes, removing), rows, connection)
 
     def _write(self, write: Callable[[], Any]) -> Any:
