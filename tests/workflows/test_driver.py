@@ -585,7 +585,7 @@ async def test_the_inbox_read_that_finds_a_message_carries_the_cancel_check(
     assert cancel_reads == ["wf-inbox-check"] * 2
 
 
-def test_a_workflow_of_quick_steps_reads_its_row_once_per_run_not_per_step(
+def test_a_workflow_of_quick_steps_reads_its_row_before_no_step(
     cancel_reads, monkeypatch
 ):
     from django_rivet.workflows import fencing, registry, workflow
