@@ -23,11 +23,16 @@ def order_status(request, pk):
     """The workflow's status and history as JSON, for the order page."""
     order = get_object_or_404(Order, pk=pk)
     handle = workflows.get(order.workflow_id)
+    # The status first: the workflow may finish during this request, and a
+    # finished status commits with its output, so everything read after a
+    # "completed" status has the output (read the other way round, the page
+    # could see "completed" beside the output of before it finished).
+    status = handle.status
     snapshot = handle.snapshot()  # an object: .state .input .output .error
     payment = Payment.objects.filter(order=order).first()
     return JsonResponse(
         {
-            "status": handle.status,
+            "status": status,
             "output": snapshot.output,
             "error": snapshot.error,  # {"name": ..., "message": ...} or None
             "payment": payment

@@ -1,4 +1,5 @@
 import pytest
+from django.db import connection
 from django_rivet import UserError, actors, workflows
 from django_rivet.testing import freeze_time, run_until_idle
 from django_rivet.workflows import RollbackError
@@ -97,3 +98,53 @@ def test_a_refused_order_leaves_no_order_behind():
     with pytest.raises(UserError):
         desk.call("place", "Teapot", 0)
     assert not Order.objects.exists()
+
+
+def waiting_for_a_decision():
+    """An order past its cool-off, its approval sent but not yet run."""
+    with freeze_time() as clock:
+        desk, order_id, order = place()
+        run_until_idle(order)
+        clock.advance(COOL_OFF)
+        assert run_until_idle(order) == "sleeping"
+    desk.call("decide", order_id, "approve", "ann")
+    return order_id, order
+
+
+def status_page(client, order_id, order, finish_after):
+    """GET the order's status.json; the workflow finishes after query ``finish_after``.
+
+    Returns the page's data and how many queries the view made.
+    """
+    view_queries = 0
+    finishing = False
+
+    def finish_during_the_request(execute, sql, params, many, context):
+        nonlocal view_queries, finishing
+        result = execute(sql, params, many, context)
+        if not finishing:
+            view_queries += 1
+            if view_queries == finish_after:
+                finishing = True  # the workflow's own queries are not the view's
+                run_until_idle(order)
+                finishing = False
+        return result
+
+    with connection.execute_wrapper(finish_during_the_request):
+        data = client.get(f"/orders/{order_id}/status.json").json()
+    return data, view_queries
+
+
+@pytest.mark.parametrize("finish_after", range(1, 9))  # the view makes 8
+def test_the_status_page_shows_an_outcome_with_its_status(client, finish_after):
+    """Whenever the workflow finishes during the request, a finished status
+    comes with its output (the page once showed "completed" and no output)."""
+    order_id, order = waiting_for_a_decision()
+    data, queries = status_page(client, order_id, order, finish_after)
+    assert order.status == "completed"
+    assert finish_after <= queries  # the workflow did finish during the request
+    if data["status"] == "completed":
+        assert data["output"]["approved_by"] == "ann"
+        assert data["history"][-1]["location"] == "announce"
+    else:
+        assert data["status"] == "sleeping"
