@@ -272,6 +272,7 @@ def _drive_claimed(
         return release_for_retry(lease, f"{type(exc).__name__}: {exc}", **fields)
     finally:
         heartbeat.stop()
+        driver.close_handoff()
 
 
 def _lease_lost(error: BaseException) -> bool:

@@ -154,13 +154,14 @@ class LeaseFence:
         self.note_checked()  # both checked "no cancel" up to their commit
         return output
 
-    def note_checked(self) -> None:
-        """Note that a call just found the lease held and no cancel pending.
+    def note_checked(self, at: float | None = None) -> None:
+        """Note that a call found the lease held and no cancel pending.
 
-        Only with ``stop_on_cancel``: the checks then include the cancel.
+        ``at``: when (``time.monotonic()``; None: just now). Only with
+        ``stop_on_cancel``: the checks then include the cancel.
         """
         if self.token is not None and self.stop_on_cancel:
-            self.checked_at = time.monotonic()
+            self.checked_at = time.monotonic() if at is None else at
 
     def take_check(self) -> bool:
         """Tell whether the last call's check still stands in for a read (once).

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from django.db.models import F
+
 from .. import clock
 from ..engine import Message, encode_message_body, schema
-from ..models import WorkflowMessage, db, sql
-from . import live
+from ..models import Workflow, WorkflowMessage, db, sql
+from . import handoff, live
 from .fencing import LeaseFence
 
 __all__ = ["InboxMethods"]
@@ -32,7 +34,11 @@ class InboxMethods:
 
     workflow_id: str
     _inbox: set[int] | None
+    # What the run knows of its inbox and the messages handed to it
+    # (:mod:`.handoff`): from its first live wait, on databases that can tell.
+    _handoff: handoff.InboxKnowledge | None = None
     _db: Callable[..., Any]
+    private_loop: bool
     renew_lease: Callable[[], None]
     _fence: LeaseFence
     _reads_cancel: Callable[[], bool]
@@ -42,10 +48,15 @@ class InboxMethods:
         body = encode_message_body(data)
 
         def add() -> str:
-            row = WorkflowMessage.objects.create(
-                workflow_id=self.workflow_id, name=name, body=body
-            )
-            live.signal_on_commit(self.workflow_id, name)
+            with db.atomic():
+                # Every message moves the row's wake signal (see .handoff).
+                Workflow.objects.filter(pk=self.workflow_id).update(
+                    wake_signal=F("wake_signal") + 1
+                )
+                row = WorkflowMessage.objects.create(
+                    workflow_id=self.workflow_id, name=name, body=body
+                )
+                live.signal_on_commit(self.workflow_id, name)
             return str(row.pk)
 
         return await self._db(add)  # type: ignore[no-any-return]
@@ -55,8 +66,16 @@ class InboxMethods:
     ) -> builtins.list[Message]:
         """Return up to ``count`` of the oldest matching messages.
 
-        Non-completable messages are removed in the same transaction.
+        Non-completable messages are removed in the same transaction. A
+        live run takes messages handed to it in process without a read,
+        when it can tell a read would return them (:mod:`.handoff`).
         """
+        knowing = self._handoff
+        if knowing is not None and completable:
+            # (Waiting on a send under way blocks the loop: a private one only.)
+            handed = knowing.take(names, count, settle=self.private_loop)
+            if handed:
+                return self._take_handed(handed)
 
         def receive() -> builtins.list[Message]:
             if completable:
@@ -94,6 +113,8 @@ class InboxMethods:
         if count <= 0:
             return []
         connection = db.connection()
+        if self._handoff is not None:
+            return self._oldest_knowing(connection, names, count, self._handoff)
         checked = self._reads_cancel()
         sql_text = sql.dialect(connection).inbox_read_sql(
             None if names is None else len(names), checked
@@ -107,6 +128,63 @@ class InboxMethods:
         if checked and rows and rows[0][4]:
             self._fence.note_checked()
         return [(row[0], row[1], row[2], _created(connection, row[3])) for row in rows]
+
+    def _oldest_knowing(
+        self,
+        connection: Any,
+        names: builtins.list[str] | None,
+        count: int,
+        knowing: handoff.InboxKnowledge,
+    ) -> builtins.list[tuple[int, str, Any, datetime]]:
+        """:meth:`_oldest`, learning the row's signal and whether it saw all."""
+        statement = sql.dialect(connection).inbox_read_knowing_sql(
+            None if names is None else len(names)
+        )
+        params = [self._fence.token, count + 1, *(names or ()), count, self.workflow_id]
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        found = [row for row in rows if row[0] is not None]
+        if not rows:  # (the workflow is gone)
+            knowing.forget()
+            return []
+        held, signal, counted = rows[0][4:7]
+        knowing.learn(signal, complete=counted == len(found))
+        if held and self._reads_cancel():
+            self._fence.note_checked()
+        return [(row[0], row[1], row[2], _created(connection, row[3])) for row in found]
+
+    def _take_handed(
+        self, handed: builtins.list[handoff.Handed]
+    ) -> builtins.list[Message]:
+        """Receive messages handed over in process, as if a read returned them."""
+        self._fence.checked_at = None
+        newest = max(handed, key=lambda h: h.signal)
+        if (
+            newest.lease_token == self._fence.token
+            and not newest.cancel_requested
+            and self._reads_cancel()
+        ):
+            # The send saw the lease held and no cancel pending, as the read
+            # would have: the step after takes it for its cancel check.
+            self._fence.note_checked(newest.at)
+        if self._inbox is not None:
+            self._inbox.update(h.pk for h in handed)
+        return [h.message() for h in handed]
+
+    def open_handoff(self) -> None:
+        """Take messages handed over in process (from a live run's first wait)."""
+        if self._handoff is not None or self._fence.token is None:
+            return
+        if sql.dialect(db.connection()).hands_messages:
+            mailbox = handoff.open_mailbox(self.workflow_id)
+            self._handoff = handoff.InboxKnowledge(mailbox)
+
+    def close_handoff(self) -> None:
+        """Stop taking handed messages (the run ends)."""
+        if self._handoff is not None:
+            handoff.close(self.workflow_id, self._handoff.mailbox)
+            self._handoff = None
 
     def _received_pks(self, ids: Iterable[str]) -> builtins.list[int]:
         """Return the ids of received messages that may still be in the inbox."""
@@ -175,6 +253,7 @@ class InboxMethods:
         Signalled in process only (``workflows.live``): the engine polls the inbox
         every ``worker_poll_interval`` seconds for what other processes sent.
         """
+        self.open_handoff()  # (before the look that follows: see .handoff)
         await live.listen(self.workflow_id, names)
 
 

@@ -31,7 +31,7 @@ from ..models import (
     db,
     sql,
 )
-from . import live
+from . import handoff, live
 from .wakeups import schedule_wake, wake_fields
 
 logger = logging.getLogger("django_rivet.workflows")
@@ -173,7 +173,12 @@ def _wake_params(
 
 
 def _after_commit(
-    workflow_id: str, name: str, status: str, waiting_for: Any, now: datetime
+    workflow_id: str,
+    name: str,
+    status: str,
+    waiting_for: Any,
+    now: datetime,
+    handed: handoff.Handed | None = None,
 ) -> bool:
     """Signal a live run here, and dispatch a woken workflow, on commit.
 
@@ -184,7 +189,7 @@ def _after_commit(
         waiting_for = json.loads(waiting_for)
     # A run of it waiting in its live window here hears of it at once (its
     # waiting_for on the row is its last release's, not what it waits for).
-    live.signal_on_commit(workflow_id, name)
+    live.signal_on_commit(workflow_id, name, handed)
     woke = status in WORKFLOW_ACTIVE and (name in waiting_for or "*" in waiting_for)
     if woke:
         schedule_wake(workflow_id, now)
@@ -217,17 +222,22 @@ def _send_alone(message: Send, data: bytes, now: datetime) -> str | None:
     assert statements.alone is not None  # (sends_in_one_statement)
     params = _wake_params(dialect, connection, name, wake)
     at = dialect.now_param(connection, now)
-    with connection.cursor() as cursor:
+    # A live run of it here may take the message as it is (no read), and
+    # waits for it rather than read it while this is under way.
+    with handoff.sending(workflow_id), connection.cursor() as cursor:
         cursor.execute(
             statements.alone,
             [*params, workflow_id, workflow_id, workflow_id, MAX_INBOX_MESSAGES]
             + [workflow_id, name, data, at],
         )
         found = cursor.fetchone()
-    if found is None:
-        return None
-    status, waiting_for, pk = found
-    _after_commit(workflow_id, name, status, waiting_for, now)  # (committed)
+        if found is None:
+            return None
+        status, waiting_for, pk, signal, token, cancel_requested = found
+        handed = handoff.Handed(
+            signal, pk, name, data, clock.to_timestamp(now), token, cancel_requested
+        )
+        _after_commit(workflow_id, name, status, waiting_for, now, handed)  # (done)
     return str(pk)
 
 

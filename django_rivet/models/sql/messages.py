@@ -25,7 +25,17 @@ from typing import Any, ClassVar
 from .actors import StatementCache
 from .names import quote, table
 
-__all__ = ["MessageSQL", "SendSQL", "inbox_read_sql", "send_statements"]
+__all__ = [
+    "HANDED_ROW",
+    "MessageSQL",
+    "SendSQL",
+    "inbox_read_knowing_sql",
+    "inbox_read_sql",
+    "send_statements",
+]
+
+#: The workflow row's columns a lone send returns after its message's id.
+HANDED_ROW = ("wake_signal", "lease_token", "cancel_requested")
 
 # json_list_contains(lhs, lhs_params, item) of the dialect.
 JsonContains = Callable[[str, Sequence[Any], Any], tuple[str, tuple[Any, ...]]]
@@ -63,7 +73,9 @@ class SendSQL:
     #: sends in a transaction (the exact answer). Parameters those of
     #: ``signal_and_wake`` without the id, the id three times, the limit,
     #: the message's four values. Returns status and ``waiting_for``
-    #: (after the update) and the message's id.
+    #: (after the update), the message's id, then the row's
+    #: :data:`HANDED_ROW` columns (what a hand-off to a live run needs:
+    #: :mod:`django_rivet.workflows.handoff`).
     alone: str | None = None
 
 
@@ -124,6 +136,7 @@ def _alone_statement(
     workflows, messages = table("Workflow"), table("WorkflowMessage")
     signal, id_, status = quote("wake_signal"), quote("id"), quote("status")
     ended = ", ".join(f"'{name}'" for name in finished)
+    row_state = ", ".join(quote(column) for column in HANDED_ROW)
     # The subqueries are the snapshot's (computed once); a row that waited
     # for its lock is tested again as it is now: a send that committed in
     # between moved its wake signal, and it no longer matches.
@@ -131,11 +144,13 @@ def _alone_statement(
         f"WITH u AS ({update} WHERE {id_} = %s AND {signal} = "
         f"(SELECT s.{signal} FROM {workflows} AS s WHERE s.{id_} = %s) "
         f"AND {status} NOT IN ({ended}) AND {pending} < %s "
-        f"RETURNING {status}, {quote('waiting_for')}), "
+        f"RETURNING {status}, {quote('waiting_for')}, {row_state}), "
         f"sent AS (INSERT INTO {messages} ({columns}) SELECT v.* FROM "
         "(VALUES (%s, %s, %s, %s)) AS v WHERE EXISTS (SELECT 1 FROM u) "
         f"RETURNING {id_}) "
-        f"SELECT u.{status}, u.{quote('waiting_for')}, sent.{id_} FROM u, sent"
+        f"SELECT u.{status}, u.{quote('waiting_for')}, sent.{id_}, "
+        + ", ".join(f"u.{quote(c)}" for c in HANDED_ROW)
+        + " FROM u, sent"
     )
 
 
@@ -182,6 +197,37 @@ def inbox_read_sql(names: int | None, held: str | None = None) -> str:
     return sql + f" ORDER BY {quote('id')} LIMIT %s"
 
 
+def inbox_read_knowing_sql(names: int | None) -> str:
+    """Return a run's read of its oldest messages that also tells what it saw.
+
+    PostgreSQL (a ``LATERAL`` join from the workflow row): one row at least
+    while the workflow exists, its message columns NULL when none matched.
+    Parameters: the run's lease token, how many of the inbox's messages to
+    count at most, ``names`` message names (None: any name), how many to
+    return, the workflow id. Columns: id, name, body, ``created_at``,
+    whether the token holds the lease with no cancel pending, the row's
+    ``wake_signal``, and the inbox's messages counted (of every name). The
+    count and the signal are the statement's snapshot: with as many
+    messages as it returned, the inbox held nothing else at that signal.
+    """
+    workflows, messages = table("Workflow"), table("WorkflowMessage")
+    owner, id_ = quote("workflow_id"), quote("id")
+    fields = [quote(c) for c in ("id", "name", "body", "created_at")]
+    columns, picked = ", ".join(fields), ", ".join(f"m.{c}" for c in fields)
+    named = ""
+    if names is not None:
+        named = f" AND {quote('name')} IN ({', '.join(['%s'] * names)})"
+    return (
+        f"SELECT {picked}, (w.{quote('lease_token')} = %s "
+        f"AND NOT w.{quote('cancel_requested')}), "
+        f"w.{quote('wake_signal')}, (SELECT count(*) FROM (SELECT 1 FROM {messages} "
+        f"AS a WHERE a.{owner} = w.{id_} LIMIT %s) AS counted) "
+        f"FROM {workflows} AS w LEFT JOIN LATERAL (SELECT {columns} FROM {messages} "
+        f"WHERE {owner} = w.{id_}{named} ORDER BY {id_} LIMIT %s) AS m ON true "
+        f"WHERE w.{id_} = %s"
+    )
+
+
 class MessageSQL(StatementCache):
     """The dialect's message statements (a base of :class:`.Dialect`)."""
 
@@ -211,6 +257,17 @@ class MessageSQL(StatementCache):
             lambda: send_statements(
                 self._message_rows, active, wake, self.json_list_contains, limit, one
             ),
+        )
+
+    #: Whether a run's read can tell the row's signal and the inbox's count
+    #: (:func:`inbox_read_knowing_sql`), and a lone send returns the row's
+    #: :data:`HANDED_ROW`: a live run here may take messages handed to it.
+    hands_messages: ClassVar[bool] = False
+
+    def inbox_read_knowing_sql(self, names: int | None) -> str:
+        """Return :func:`inbox_read_knowing_sql` (only where :attr:`hands_messages`)."""
+        return self._cached(  # type: ignore[no-any-return]
+            ("inbox-knowing", names), lambda: inbox_read_knowing_sql(names)
         )
 
     def inbox_read_sql(self, names: int | None, checked: bool = False) -> str:

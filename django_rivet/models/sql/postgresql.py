@@ -31,6 +31,7 @@ class PostgreSQLDialect(Dialect):
     bounds_lock_waits = True
     reads_conn_with_lock = True
     sends_in_one_statement = True
+    hands_messages = True
     # Lock the row as the renewal's UPDATE would, without a new version of
     # it: a claim or a cancel waits for this transaction.
     _lease_check_lock = " FOR NO KEY UPDATE"
