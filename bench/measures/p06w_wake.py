@@ -25,6 +25,13 @@ about 2.5x the baseline: the 3x target leaves the engine, the driver and the
 hand-off between threads about half a baseline.
 
 Growth: the per-wake cost at the largest history against the smallest.
+
+Idle (reported, smallest history): each message sent once the run has
+recorded the previous one and waits again, timed from the send to the
+step: what a workflow woken now and then sees. Back to back, a wake's
+record overlaps the next send and the two commits set the pace; here the
+run's work after the send is the wake's latency (on PostgreSQL the
+message handed over in process, no inbox read: ``workflows.handoff``).
 """
 
 from __future__ import annotations
@@ -46,6 +53,10 @@ GROWTH_TARGET = Target("ratio", "<=", 1.2)
 # add to what a wake has to commit and read.
 FLOOR_TARGET = Target()
 LIVE_WAIT = 600  # seconds: the window outlasts the whole leg
+# Before each wake of the idle row (seconds): the run has recorded the
+# last one and waits, as a run woken a message at a time does; its wake is
+# then the send, the hand-off, the step (reported: no target).
+IDLE_PAUSE = 0.004
 
 _stepped = threading.Event()
 Wake = Callable[[], None]
@@ -130,7 +141,7 @@ def live_run(size: int, profiler: Any = None) -> Iterator[tuple[str, Wake]]:
         assert ran == ["sleeping"], ran
 
 
-def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
+def leg(size: int, trials: int, batch: int, idle: bool = False) -> dict[str, Any]:
     from django.db import connection
     from django.utils import timezone
 
@@ -165,13 +176,23 @@ def leg(size: int, trials: int, batch: int) -> dict[str, Any]:
                 raw_wake()
             return (time.perf_counter() - started) * 1000 / batch
 
-        found = rounds(
-            {"wake": subject, "baseline": baseline, "floor": statements},
-            trials,
-            warmup=1,
-        )
+        def idle_wake() -> float:
+            took = 0.0
+            for _ in range(batch):
+                time.sleep(IDLE_PAUSE)  # (untimed: the run records, then waits)
+                started = time.perf_counter()
+                wake()
+                took += time.perf_counter() - started
+            return took * 1000 / batch
+
+        subjects = {"wake": subject, "baseline": baseline, "floor": statements}
+        if idle:
+            subjects["idle"] = idle_wake
+        found = rounds(subjects, trials, warmup=1)
     result = paired(found, "wake", "baseline")
     result["floor"] = paired(found, "wake", "floor")
+    if idle:
+        result["idle"] = paired(found, "idle", "baseline")
     result["wakes"] = (trials + 1) * batch
     return result
 
@@ -184,7 +205,12 @@ def run(ctx: Any) -> list:
         for size in sizes:
             found[size] = ctx.leg(
                 "bench.measures.p06w_wake:leg",
-                {"size": size, "trials": trials, "batch": batch},
+                {
+                    "size": size,
+                    "trials": trials,
+                    "batch": batch,
+                    "idle": size == sizes[0],
+                },
                 db=db,
             )
             out.append(
@@ -207,6 +233,17 @@ def run(ctx: Any) -> list:
                     FLOOR_TARGET,
                 )
             )
+            if "idle" in found[size]:
+                out.append(
+                    row_from(
+                        ID,
+                        f"one wake of an idle run, {size:,} entries, {label}",
+                        "ms",
+                        found[size]["idle"],
+                        "INSERT + SELECT",
+                        FLOOR_TARGET,
+                    )
+                )
         small, big = min(sizes), max(sizes)
         if big != small:
             grown = {
