@@ -63,6 +63,7 @@ class Handed:
     at: float = field(default_factory=time.monotonic)  # when the send returned
 
     def message(self) -> Message:
+        """Return the message as the engine receives it from a read."""
         return Message(
             str(self.pk), self.name, schema.loads(self.body), self.created_at
         )
@@ -88,6 +89,7 @@ class Mailbox:
         self._sending = 0
 
     def put(self, handed: Handed) -> None:
+        """Keep a message handed over (a sender's thread, after its commit)."""
         with self._changed:
             if len(self._items) >= self.LIMIT:
                 self._items.clear()
@@ -96,10 +98,12 @@ class Mailbox:
                 self._items.append(handed)
 
     def begin(self) -> None:
+        """Count a send to the workflow under way (see :func:`sending`)."""
         with self._changed:
             self._sending += 1
 
     def end(self) -> None:
+        """A send under way ended (its message handed over, or not sent)."""
         with self._changed:
             self._sending -= 1
             if not self._sending:
@@ -124,8 +128,8 @@ _boxes: dict[str, list[Mailbox]] = {}
 
 #: How long a run waits for a send under way here before it reads instead
 #: (seconds): a send's round trip, with room for its thread to get the
-#: interpreter back. A send waiting on a lock held elsewhere costs the run
-#: this much once, then the read.
+#: interpreter back. A send held up longer (a lock held elsewhere) costs
+#: the run this much at each look while it lasts, then the read.
 SETTLE = 0.005
 
 

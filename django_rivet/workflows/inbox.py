@@ -150,7 +150,7 @@ class InboxMethods:
             return []
         held, signal, counted = rows[0][4:7]
         knowing.learn(signal, complete=counted == len(found))
-        if held and self._reads_cancel():
+        if held and found and self._reads_cancel():  # (as _oldest: see there)
             self._fence.note_checked()
         return [(row[0], row[1], row[2], _created(connection, row[3])) for row in found]
 
