@@ -8,6 +8,7 @@ so ``make test`` checks it on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -583,6 +584,47 @@ async def test_the_inbox_read_that_finds_a_message_carries_the_cancel_check(
     with pytest.raises(LeaseLost):
         await driver.check_cancel()
     assert cancel_reads == ["wf-inbox-check"] * 2
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="only PostgreSQL's send hands over"
+)
+async def test_a_handed_message_carries_the_cancel_check_its_send_made(
+    clock, cancel_reads, settings, monkeypatch
+):
+    from asgiref.sync import sync_to_async
+
+    from django_rivet.workflows.inbox import InboxMethods
+
+    reads: list[str] = []
+    knowing_read = InboxMethods._oldest_knowing
+
+    def counted(self: DjangoDriver, *args: Any) -> Any:
+        reads.append(self.workflow_id)
+        return knowing_read(self, *args)
+
+    monkeypatch.setattr(InboxMethods, "_oldest_knowing", counted)
+    settings.RIVET = {**settings.RIVET, "WORKFLOW_LIVE_WAIT": 60}
+    driver = await _claimed(clock, "wf-handed")
+    driver.open_handoff()  # (a live run's first wait)
+    try:
+        assert await driver.receive_messages(None, 1, True) == []  # reads: empty
+        send = sync_to_async(lambda name: workflows.get("wf-handed").send(name, 1))
+        await send("go")
+        [message] = await driver.receive_messages(None, 1, True)
+        assert (message.name, reads) == ("go", ["wf-handed"])  # no read: handed
+        await driver.check_cancel()  # the send saw the lease held, no cancel
+        assert cancel_reads == []
+        # A cancel before the send: the message is handed over, the check not.
+        await _cancel("wf-handed")
+        await send("again")
+        [message] = await driver.receive_messages(["again"], 1, True)
+        assert (message.name, reads) == ("again", ["wf-handed"])
+        with pytest.raises(LeaseLost):
+            await driver.check_cancel()
+        assert cancel_reads == ["wf-handed"]
+    finally:
+        driver.close_handoff()
 
 
 def test_a_workflow_of_quick_steps_reads_its_row_before_no_step(
