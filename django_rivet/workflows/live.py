@@ -42,7 +42,6 @@ from .. import dispatch
 from ..conf import rivet_settings
 from ..engine import WorkflowRun
 from ..models import db
-from . import handoff
 
 __all__ = [
     "BUDGET_WINDOWS",
@@ -115,16 +114,11 @@ async def listen(workflow_id: str, names: Iterable[str] | None) -> None:
                     del _listeners[workflow_id]
 
 
-def signal(
-    workflow_id: str, name: str | None = None, handed: handoff.Handed | None = None
-) -> int:
+def signal(workflow_id: str, name: str | None = None) -> int:
     """Wake the runs of ``workflow_id`` waiting here for ``name``; return how many.
 
-    Thread-safe: each listener is woken in its own loop. ``handed``: the
-    message itself, for the runs' mailboxes (:mod:`.handoff`), before they wake.
+    Thread-safe: each listener is woken in its own loop.
     """
-    if handed is not None:
-        handoff.hand(workflow_id, handed)
     with _lock:
         found = list(_listeners.get(workflow_id, ()))
     woken = 0
@@ -138,16 +132,14 @@ def signal(
     return woken
 
 
-def signal_on_commit(
-    workflow_id: str, name: str | None = None, handed: handoff.Handed | None = None
-) -> None:
+def signal_on_commit(workflow_id: str, name: str | None = None) -> None:
     """Call :func:`signal` once the current transaction commits.
 
     Nothing to do while the window is off and no run here listens.
     """
     if rivet_settings.WORKFLOW_LIVE_WAIT <= 0 and not _listeners:
         return
-    db.on_commit(lambda: signal(workflow_id, name, handed), robust=True)
+    db.on_commit(lambda: signal(workflow_id, name), robust=True)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -173,12 +173,7 @@ def _wake_params(
 
 
 def _after_commit(
-    workflow_id: str,
-    name: str,
-    status: str,
-    waiting_for: Any,
-    now: datetime,
-    handed: handoff.Handed | None = None,
+    workflow_id: str, name: str, status: str, waiting_for: Any, now: datetime
 ) -> bool:
     """Signal a live run here, and dispatch a woken workflow, on commit.
 
@@ -189,7 +184,7 @@ def _after_commit(
         waiting_for = json.loads(waiting_for)
     # A run of it waiting in its live window here hears of it at once (its
     # waiting_for on the row is its last release's, not what it waits for).
-    live.signal_on_commit(workflow_id, name, handed)
+    live.signal_on_commit(workflow_id, name)
     woke = status in WORKFLOW_ACTIVE and (name in waiting_for or "*" in waiting_for)
     if woke:
         schedule_wake(workflow_id, now)
@@ -222,8 +217,8 @@ def _send_alone(message: Send, data: bytes, now: datetime) -> str | None:
     assert statements.alone is not None  # (sends_in_one_statement)
     params = _wake_params(dialect, connection, name, wake)
     at = dialect.now_param(connection, now)
-    # A live run of it here may take the message as it is (no read), and
-    # waits for it rather than read it while this is under way.
+    # A live run of it here waits for this send rather than read the inbox
+    # while it is under way, and takes the message as it is (no read).
     with handoff.sending(workflow_id), connection.cursor() as cursor:
         cursor.execute(
             statements.alone,
@@ -237,7 +232,8 @@ def _send_alone(message: Send, data: bytes, now: datetime) -> str | None:
         handed = handoff.Handed(
             signal, pk, name, data, clock.to_timestamp(now), token, cancel_requested
         )
-        _after_commit(workflow_id, name, status, waiting_for, now, handed)  # (done)
+        handoff.hand(workflow_id, handed)
+    _after_commit(workflow_id, name, status, waiting_for, now)  # (committed)
     return str(pk)
 
 
