@@ -180,11 +180,18 @@ def _after_commit(
     Returns whether the message wakes the workflow (active, and it waits for
     the name or any).
     """
-    if isinstance(waiting_for, str):  # JSON text (both backends, via Django)
-        waiting_for = json.loads(waiting_for)
     # A run of it waiting in its live window here hears of it at once (its
     # waiting_for on the row is its last release's, not what it waits for).
     live.signal_on_commit(workflow_id, name)
+    return _dispatch(workflow_id, name, status, waiting_for, now)
+
+
+def _dispatch(
+    workflow_id: str, name: str, status: str, waiting_for: Any, now: datetime
+) -> bool:
+    """Dispatch the workflow if the message wakes it; return whether it does."""
+    if isinstance(waiting_for, str):  # JSON text (both backends, via Django)
+        waiting_for = json.loads(waiting_for)
     woke = status in WORKFLOW_ACTIVE and (name in waiting_for or "*" in waiting_for)
     if woke:
         schedule_wake(workflow_id, now)
@@ -233,7 +240,11 @@ def _send_alone(message: Send, data: bytes, now: datetime) -> str | None:
             signal, pk, name, data, clock.to_timestamp(now), token, cancel_requested
         )
         handoff.hand(workflow_id, handed)
-    _after_commit(workflow_id, name, status, waiting_for, now)  # (committed)
+        # The signal before the send ends: a run that waited for it then
+        # takes the message with this wake, not with a later one's.
+        live.signal_on_commit(workflow_id, name)  # (committed: at once)
+    # Out of it: a dispatch (a broker call) holds no looking run.
+    _dispatch(workflow_id, name, status, waiting_for, now)
     return str(pk)
 
 
