@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from . import schema
+from . import keys, schema
 from .driver import EngineDriver, KVDeletions, KVWrite
 from .errors import StorageError, StorageLimitError
 from .limits import (
@@ -31,7 +31,18 @@ from .limits import (
 )
 from .schema import Entry, EntryMetadata
 
-__all__ = ["Plan", "apply", "chunk_writes", "doomed", "driver_call", "plan_records"]
+__all__ = [
+    "Plan",
+    "apply",
+    "chunk_writes",
+    "dirty_entries",
+    "doomed",
+    "driver_call",
+    "fits_one_batch",
+    "plan_records",
+    "schedule_deletions",
+    "settle_deletions",
+]
 
 logger = logging.getLogger("django_rivet.workflow")
 
@@ -87,6 +98,8 @@ class Plan:
     writes: list[KVWrite] = field(default_factory=list)
     rewrites: list[KVWrite] = field(default_factory=list)
     names_upto: int = 0
+    # Names written to the registry again: their entry's record is going.
+    rescued: list[int] = field(default_factory=list)
     marks: list[tuple[Entry | EntryMetadata, int]] = field(default_factory=list)
     fields: dict[int, bytes | None] = field(default_factory=dict)
     published: list[KVWrite] = field(default_factory=list)
@@ -100,32 +113,77 @@ class Plan:
         return not (self.writes or self.rewrites or self.deletions or self.completions)
 
 
-def plan_records(dirty: Iterable[Entry | EntryMetadata], plan: Plan) -> None:
-    """Add the writes of the ``dirty`` records still unflushed to ``plan``."""
-    entries: list[Entry] = []
-    metadata: list[EntryMetadata] = []
+def dirty_entries(dirty: Iterable[Entry | EntryMetadata]) -> list[Entry]:
+    """Return the entries whose record a flush writes, in creation order.
+
+    Each changed entry, and the entry of each changed metadata: since
+    version 4 they are one record.
+    """
+    found: dict[Entry, None] = {}
     for record in dirty:
         if not record.dirty:
             continue
         if isinstance(record, Entry):
-            entries.append(record)
+            found[record] = None
         else:
-            metadata.append(record)
-    # Entries in creation order, then their metadata: a chunked flush cut
-    # short leaves whole entries behind, each before its metadata.
-    entries.sort(key=lambda entry: entry.seq)
+            owner = record.owner
+            if owner is not None:
+                found[owner] = None
+    # In creation order: a chunked flush cut short leaves whole entries
+    # behind, the oldest first.
+    entries = list(found)
+    if len(entries) > 1:
+        entries.sort(key=_seq)
+    return entries
+
+
+def _seq(entry: Entry) -> int:
+    return entry.seq
+
+
+def plan_records(
+    entries: list[Entry],
+    plan: Plan,
+    meta: Callable[[Entry], EntryMetadata],
+    deleting: dict[bytes, None],
+) -> bool:
+    """Add the record of each of ``entries`` (with its metadata) to ``plan``.
+
+    The metadata record of an entry written before version 4 joins the keys
+    ``deleting``: the entry's record holds its metadata now. Returns False
+    when the names an entry brings make its record too large for one write
+    (the flush then stores them in the registry's rows).
+    """
     writes, marks = plan.writes, plan.marks
+    fits = True
     for entry in entries:
+        if entry.split:
+            deleting[keys.metadata_key(entry.id)] = None
+            entry.split = False
+        metadata = meta(entry)
         cached = entry.encoded
-        if cached is not None and cached[0] == entry.gen:
-            encoded = cached[1]
+        if cached is not None and cached[0] == entry.gen and cached[1] == metadata.gen:
+            encoded = cached[2]  # the size check's, without names
+            if entry.carried is not None:
+                encoded = schema.with_names(encoded, entry.carried)
         else:
-            encoded = schema.encode_entry(entry)
+            encoded = schema.encode_entry(entry, metadata)
+        if entry.carried is not None and entry.flushed == 0:
+            fits = fits and len(entry.key) + len(encoded) <= MAX_KV_BATCH_PAYLOAD_BYTES
         writes.append((entry.key, encoded))
         marks.append((entry, entry.gen))
-    for record in metadata:
-        writes.append((record.key, schema.encode_metadata(record)))
-        marks.append((record, record.gen))
+        marks.append((metadata, metadata.gen))
+    return fits
+
+
+def fits_one_batch(writes: list[KVWrite]) -> bool:
+    """Return whether a non-atomic driver gets ``writes`` in one ``batch``."""
+    if len(writes) > MAX_KV_BATCH_ENTRIES:
+        return False
+    size = 0
+    for key, value in writes:
+        size += len(key) + len(value)
+    return size <= MAX_KV_BATCH_PAYLOAD_BYTES
 
 
 def doomed(key: bytes, deletions: KVDeletions, single: set[bytes]) -> bool:
@@ -134,6 +192,52 @@ def doomed(key: bytes, deletions: KVDeletions, single: set[bytes]) -> bool:
     if any(key.startswith(prefix) for prefix in deletions.prefixes):
         return True
     return any(start <= key < end for start, end in deletions.ranges)
+
+
+def schedule_deletions(
+    plan: Plan,
+    prefixes: list[bytes],
+    keys: dict[bytes, None],
+    ranges: list[tuple[bytes, bytes]],
+) -> None:
+    """Add the pending deletions to ``plan``.
+
+    A key written again after its deletion was scheduled (a new entry where
+    old ones were pruned) moves to ``plan.rewrites``: it lands after the
+    delete.
+    """
+    deletions = plan.deletions
+    deletions.prefixes = list(prefixes)
+    deletions.keys += keys
+    deletions.ranges = list(ranges)
+    writes = plan.writes
+    if deletions and writes:
+        single = set(deletions.keys)
+        later = [w for w in writes if doomed(w[0], deletions, single)]
+        if later:
+            plan.writes = [w for w in writes if not doomed(w[0], deletions, single)]
+            plan.rewrites = later
+
+
+def settle_deletions(
+    deletions: KVDeletions,
+    prefixes: list[bytes],
+    keys: dict[bytes, None],
+    ranges: list[tuple[bytes, bytes]],
+) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    """Drop the ``deletions`` a flush made from the pending ones.
+
+    ``keys`` changes in place; returns the prefixes and ranges still pending.
+    """
+    if deletions.prefixes:
+        done = set(deletions.prefixes)
+        prefixes = [p for p in prefixes if p not in done]
+    for key in deletions.keys:
+        keys.pop(key, None)
+    if deletions.ranges:
+        spans = set(deletions.ranges)
+        ranges = [r for r in ranges if r not in spans]
+    return prefixes, ranges
 
 
 async def apply(driver: EngineDriver, plan: Plan) -> None:

@@ -16,7 +16,13 @@ from typing import Any
 
 from . import keys
 from .driver import KVDeletions
-from .schema import Entry, EntryMetadata, decode_entry, decode_metadata, decode_name
+from .schema import (
+    Entry,
+    EntryMetadata,
+    decode_entry_record,
+    decode_metadata,
+    decode_name,
+)
 
 __all__ = [
     "HistoryEntry",
@@ -162,14 +168,16 @@ def redeletions(
     """Return the deletions that remove again what a lost deletion left.
 
     ``stale`` holds the left-over entries (:func:`disowned_at` finds their
-    loop or race in ``entries``): each one's metadata key, one range per
-    pruned loop and one prefix per race's losing branch.
+    loop or race in ``entries``): each one's metadata key (an entry written
+    before version 4), one range per pruned loop and one prefix per race's
+    losing branch.
     """
     again = KVDeletions()
     spans: dict[tuple[bytes, bytes], None] = {}
     prefixes: dict[bytes, None] = {}
     for location, entry in stale:
-        again.keys.append(keys.metadata_key(entry.id))
+        if entry.split:
+            again.keys.append(keys.metadata_key(entry.id))
         depth = disowned_at(location, entries, name_index)
         assert depth is not None
         parent = entries[location[:depth]]
@@ -199,6 +207,7 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
     names: dict[int, str] = {}
     found: dict[keys.Location, Entry] = {}
     metadata: dict[str, EntryMetadata] = {}
+    inline: dict[str, EntryMetadata] = {}
     for key, value in rows:
         parts = keys.unpack(bytes(key))
         if not parts:
@@ -207,9 +216,17 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
             names[parts[1]] = decode_name(value)
         elif parts[0] == keys.ENTRIES:
             location = parts[1:]
-            found[location] = decode_entry(value, location)
+            entry, held = decode_entry_record(value, location)
+            found[location] = entry
+            if held is not None:
+                inline[entry.id] = held
+            carried = entry.carried
+            if carried is not None:
+                for offset, name in enumerate(carried[1:]):
+                    names.setdefault(carried[0] + offset, name)
         elif parts[0] == keys.METADATA:
             metadata[parts[1]] = decode_metadata(value)
+    metadata.update(inline)  # a record of its own is older than the entry's
     registry = [names.get(i, f"#{i}") for i in range(max(names, default=-1) + 1)]
     index = {name: i for i, name in reversed(list(enumerate(registry)))}
     entries = [e for loc, e in found.items() if not superseded(loc, found, index)]

@@ -1,11 +1,15 @@
 """The record codec: how each workflow record is encoded and decoded.
 
-Every value the engine writes is versioned CBOR. Since version 3 the three
-records every history entry brings -- its name, the entry and its metadata --
-are compact arrays ``[3, field, ...]`` (positions, not keys: a 10,000-entry
-history is 30,000 of them); the workflow fields (state, output, error,
+Every value the engine writes is versioned CBOR. Since version 4 a history
+entry is one compact array, ``[4, id, seq, kind, data, <its metadata>]``
+and, when the flush that first wrote it also registered names, those names
+(``[first index, name, ...]``) last: one record per entry (a step's flush
+writes one row). Version 3 wrote three arrays per entry (its name, the entry,
+its metadata), which still decode; a version-3 entry keeps its metadata row
+until the entry is written again. The name registry's rows (``[4, name]``)
+hold the names no entry brought. The workflow fields (state, output, error,
 input) and the values published for readers outside the workflow (events and
-replies) stay maps in the envelope ``{"v": 3, "type": <record type>, ...}``.
+replies) stay maps in the envelope ``{"v": 4, "type": <record type>, ...}``.
 Versions 1 and 2 wrote every record as such a map; they decode through the
 upgrade chain of :mod:`.upgrades`, which also holds ``SCHEMA_VERSION``. This
 module encodes and decodes all of them; the engine, the admin inspector and
@@ -28,19 +32,20 @@ changes the encoders here, and adds golden fixtures under
 from __future__ import annotations
 
 import operator
-import os
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..splicing import cbor_head
 from . import keys
 from .cbor import dumps, loads, roundtrip, text_at
 from .errors import SchemaError
+from .ids import new_entry_id
+from .tracking import DirtySink, _Tracked
 from .upgrades import SCHEMA_VERSION, check_version, envelope, open_envelope
 
 __all__ = [
+    "ENTRY_ITEMS",
     "ENTRY_KINDS",
     "ENTRY_STATUSES",
     "WORKFLOW_STATES",
@@ -48,8 +53,10 @@ __all__ = [
     "EntryMetadata",
     "KIND_DEFAULTS",
     "decode_entry",
+    "decode_entry_record",
     "decode_metadata",
     "decode_name",
+    "check_carried",
     "decode_published",
     "decode_workflow_field",
     "dumps",
@@ -59,7 +66,9 @@ __all__ = [
     "encode_published",
     "encode_workflow_field",
     "entry_data",
+    "with_names",
     "loads",
+    "metadata_from",
     "new_entry_id",
     "roundtrip",
 ]
@@ -97,85 +106,6 @@ WORKFLOW_STATES = (
 # --- Records ---------------------------------------------------------------------
 
 
-# Where a record reports that it changed: the dirty set of the Storage that
-# owns it (an insertion-ordered dict used as a set), or None when detached.
-DirtySink = dict[Any, None]
-
-
-class _Record(Protocol):
-    """The fields ``touch`` writes (``_Tracked`` has no slots of its own)."""
-
-    gen: int
-    flushed: int
-    sink: DirtySink | None
-
-
-class _Tracked:
-    """Dirty tracking of a record: ``gen`` moves on, a flush catches ``flushed`` up.
-
-    The fields are the dataclass's (slots declared there, none here).
-    """
-
-    __slots__ = ()
-    gen: int
-    flushed: int
-    sink: DirtySink | None
-
-    @property
-    def dirty(self) -> bool:
-        """Return whether the record has changes not yet flushed."""
-        return self.gen != self.flushed
-
-    def touch(self: _Record) -> None:
-        """Mark the record changed."""
-        self.gen += 1
-        if self.sink is not None:
-            self.sink[self] = None
-
-
-# A version 4 UUID's variant and version bits (RFC 4122), as uuid.UUID sets them.
-_UUID4_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
-_UUID4_SET = (0x8000 << 48) | (4 << 76)
-# Random bytes for this many ids are read at once (new_entry_id).
-_IDS_PER_READ = 256
-
-
-class _RandomBytes(threading.local):
-    """Each thread's random bytes not yet made into entry ids."""
-
-    def __init__(self) -> None:
-        self.drop()
-
-    def drop(self) -> None:
-        """Forget the bytes read (the next id reads new ones)."""
-        self.data = b""
-        self.at = 0
-
-
-_random = _RandomBytes()
-# A forked child must not hand out the ids its parent's bytes will give.
-os.register_at_fork(after_in_child=_random.drop)
-
-
-def new_entry_id() -> str:
-    """Return a new entry's id: what ``uuid.uuid4().hex`` gives, for less.
-
-    The same 32 hex digits of a version 4 UUID made of 16 bytes from
-    ``os.urandom``, without building a ``UUID`` (its checks and conversions
-    cost more than the rest of creating a step's entry), and the bytes
-    read 256 ids at a time: each read is a system call that lets go of
-    the GIL, so another busy thread (a live wake's sender) could keep the
-    run waiting for it.
-    """
-    random = _random
-    at = random.at
-    if at >= len(random.data):
-        random.data, at = os.urandom(16 * _IDS_PER_READ), 0
-    random.at = at + 16
-    value = int.from_bytes(random.data[at : at + 16], "big")
-    return f"{value & _UUID4_CLEAR | _UUID4_SET:032x}"
-
-
 @dataclass(slots=True, eq=False)
 class Entry(_Tracked):
     """A history entry: one named call at a location (mutable, dirty-tracked)."""
@@ -190,13 +120,21 @@ class Entry(_Tracked):
     gen: int = field(default=1, compare=False)
     flushed: int = field(default=0, compare=False)
     # Bookkeeping of the owning Storage: its dirty set, the packed key, and
-    # the encoding made by the size check (``(gen, bytes)``), reused by the
-    # flush while the entry has not changed since.
+    # the encoding made by the size check (``(gen, metadata gen, bytes)``),
+    # reused by the flush while neither the entry nor its metadata changed.
     sink: DirtySink | None = field(default=None, compare=False, repr=False)
     key: bytes = field(default=b"", compare=False, repr=False)
-    encoded: tuple[int, bytes] | None = field(default=None, compare=False, repr=False)
+    encoded: tuple[int, int, bytes] | None = field(
+        default=None, compare=False, repr=False
+    )
     # A loaded entry not decoded yet (see loading.lazy_entry): its stored record.
     raw: bytes | None = field(default=None, compare=False, repr=False)
+    # The names its record brings (``[first index, name, ...]``): the flush
+    # that first wrote it registered them (version 4).
+    carried: list[Any] | None = field(default=None, compare=False, repr=False)
+    # Its metadata is a record of its own (written before version 4), to
+    # delete once the entry's record holds it.
+    split: bool = field(default=False, compare=False, repr=False)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for an unset slot: the data of a lazy entry (its id,
@@ -224,8 +162,11 @@ class EntryMetadata(_Tracked):
     gen: int = field(default=1, compare=False)
     flushed: int = field(default=0, compare=False)
     sink: DirtySink | None = field(default=None, compare=False, repr=False)
+    # The key of its own record (an entry's metadata before version 4), or b"".
     key: bytes = field(default=b"", compare=False, repr=False)
     raw: bytes | None = field(default=None, compare=False, repr=False)
+    # The entry it belongs to: since version 4 they are one record.
+    owner: Entry | None = field(default=None, compare=False, repr=False)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for an unset slot: a field of lazy metadata.
@@ -291,12 +232,17 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-# Version 3's compact records: [3, field, ...] in these orders.
+# Version 3's compact records: [3, field, ...] in these orders (an entry's
+# record adds its metadata's fields from version 4, and may end with the
+# names it brought).
 _COMPACT_FIELDS = {
     "name": ("name",),
     "entry": ("id", "seq", "kind", "data"),
     "metadata": _METADATA_FIELDS,
 }
+# The items of a version-4 entry record: the version, the entry's four
+# fields, its metadata's eight; then, in some, the names it brought.
+ENTRY_ITEMS = 1 + len(_COMPACT_FIELDS["entry"]) + len(_METADATA_FIELDS)
 
 
 def _compact(data: bytes, record_type: str) -> list[Any] | None:
@@ -314,6 +260,13 @@ def _compact(data: bytes, record_type: str) -> list[Any] | None:
     version = check_version(record[0])
     if version < 3:
         raise SchemaError(f"Unknown workflow schema version {version!r}")
+    if record_type == "entry" and version >= 4:
+        if len(record) not in (ENTRY_ITEMS, ENTRY_ITEMS + 1):
+            raise SchemaError(
+                f"Expected an 'entry' record of {ENTRY_ITEMS - 1} or "
+                f"{ENTRY_ITEMS} fields, found {len(record) - 1}"
+            )
+        return record
     if len(record) != 1 + len(_COMPACT_FIELDS[record_type]):
         raise SchemaError(
             f"Expected a {record_type!r} record of {len(_COMPACT_FIELDS[record_type])}"
@@ -326,8 +279,8 @@ def encode_name(name: str) -> bytes:
     """Encode a name registry slot: the CBOR of ``[SCHEMA_VERSION, name]``.
 
     Written here rather than by cbor2 (the same bytes: definite lengths,
-    the shortest heads): a flush writes one slot per new name, and the
-    encoder's call cost most of it.
+    the shortest heads): a flush writes one slot per new name no entry
+    brings, and the encoder's call cost most of it.
     """
     try:
         text = name.encode()
@@ -342,7 +295,7 @@ _NAME_HEAD = cbor_head(4, 2) + cbor_head(0, SCHEMA_VERSION)
 
 def decode_name(data: bytes) -> str:
     """Decode a name registry slot."""
-    if len(data) > 2 and data[0] == 0x82 and data[1] == SCHEMA_VERSION:
+    if len(data) > 2 and data[0] == 0x82 and 3 <= data[1] <= SCHEMA_VERSION:
         # The common case, read without a general decoder: a loaded history
         # registers every name before replaying.
         found = text_at(data, 2)
@@ -357,21 +310,50 @@ def decode_name(data: bytes) -> str:
     return name
 
 
-def encode_entry(entry: Entry, data: dict[str, Any] | None = None) -> bytes:
-    """Encode a history entry (its location lives in the key).
+def encode_entry(
+    entry: Entry,
+    metadata: EntryMetadata,
+    data: dict[str, Any] | None = None,
+    changes: dict[str, Any] | None = None,
+    *,
+    names: bool = True,
+) -> bytes:
+    """Encode a history entry and its metadata: one record (its location is the key).
 
-    ``data`` replaces ``entry.data`` in the encoding (to measure a change
-    before making it).
+    ``data`` replaces ``entry.data`` and ``changes`` (metadata fields) apply
+    over ``metadata`` in the encoding: a change is measured before it is made.
+    The names the entry brings (``entry.carried``) come last, unless
+    ``names`` is false (:func:`with_names` adds them).
     """
-    return dumps(
-        [
-            SCHEMA_VERSION,
-            entry.id,
-            entry.seq,
-            entry.kind,
-            entry.data if data is None else data,
-        ]
-    )
+    record = [
+        SCHEMA_VERSION,
+        entry.id,
+        entry.seq,
+        entry.kind,
+        entry.data if data is None else data,
+        *_metadata_values(metadata),
+    ]
+    if changes:
+        for name, value in changes.items():
+            record[_METADATA_AT[name]] = value
+    encoded = dumps(record)
+    if names and entry.carried is not None:
+        return with_names(encoded, entry.carried)
+    return encoded
+
+
+def with_names(encoded: bytes, carried: list[Any]) -> bytes:
+    """Return an entry's record, encoded without names, bringing ``carried``.
+
+    Spliced, not encoded again: the record is an array of 13 items, whose
+    head is one byte; an array of 14 has the same items and the names last.
+    """
+    return _WITH_NAMES + encoded[1:] + dumps(carried)
+
+
+# Where each metadata field sits in an entry's record.
+_METADATA_AT = {name: 5 + at for at, name in enumerate(_METADATA_FIELDS)}
+_WITH_NAMES = cbor_head(4, ENTRY_ITEMS + 1)
 
 
 def entry_data(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
@@ -386,10 +368,27 @@ def entry_data(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_entry(data: bytes, location: keys.Location = ()) -> Entry:
-    """Decode a history entry stored at ``location``."""
+    """Decode a history entry stored at ``location`` (without its metadata)."""
+    return decode_entry_record(data, location)[0]
+
+
+def decode_entry_record(
+    data: bytes, location: keys.Location = ()
+) -> tuple[Entry, EntryMetadata | None]:
+    """Decode an entry's record: the entry, and its metadata since version 4.
+
+    An older record gives ``None`` for the metadata (a record of its own)
+    and an entry marked ``split``.
+    """
     compact = _compact(data, "entry")
+    metadata: EntryMetadata | None = None
+    carried = None
     if compact is not None:
-        _, entry_id, seq, kind, raw = compact
+        entry_id, seq, kind, raw = compact[1:5]
+        if len(compact) > 5:
+            metadata = metadata_from(compact[5:ENTRY_ITEMS])
+            if len(compact) > ENTRY_ITEMS:
+                carried = check_carried(compact[ENTRY_ITEMS])
     else:
         record = open_envelope(data, "entry")
         entry_id, seq = record.get("id", ""), record.get("seq", 0)
@@ -408,16 +407,43 @@ def decode_entry(data: bytes, location: keys.Location = ()) -> Entry:
         data=payload,
     )
     entry.flushed = entry.gen
-    return entry
+    entry.carried = carried
+    if metadata is None:
+        entry.split = True
+    else:
+        metadata.owner = entry
+    return entry, metadata
+
+
+def metadata_from(values: list[Any]) -> EntryMetadata:
+    """Return the metadata of an entry's record (its eight fields, in order)."""
+    if values[0] not in ENTRY_STATUSES:
+        raise SchemaError(f"Unknown entry status {values[0]!r}")
+    metadata = EntryMetadata(*values)
+    metadata.flushed = metadata.gen
+    return metadata
+
+
+def check_carried(carried: Any) -> list[Any]:
+    """Return the names an entry's record brings, ``[first index, name, ...]``."""
+    if (
+        type(carried) is not list
+        or len(carried) < 2
+        or type(carried[0]) is not int
+        or carried[0] < 0
+        or not all(type(name) is str for name in carried[1:])
+    ):
+        raise SchemaError("An entry's names must be [first index, name, ...]")
+    return carried
 
 
 def encode_metadata(metadata: EntryMetadata) -> bytes:
-    """Encode entry metadata."""
+    """Encode entry metadata as a record of its own (what version 3 wrote)."""
     return dumps([SCHEMA_VERSION, *_metadata_values(metadata)])
 
 
 def decode_metadata(data: bytes) -> EntryMetadata:
-    """Decode entry metadata."""
+    """Decode entry metadata stored as a record of its own (before version 4)."""
     compact = _compact(data, "metadata")
     if compact is not None:
         values = dict(zip(_METADATA_FIELDS, compact[1:], strict=True))

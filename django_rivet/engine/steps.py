@@ -246,19 +246,20 @@ def _refused(name: str, refused: StorageLimitError) -> StorageLimitError:
 def _record_success(
     storage: Storage, entry: schema.Entry, output: Any, what: str
 ) -> None:
-    storage.update(entry, what, remove=("error",), output=output)
-    metadata = storage.meta(entry)
-    metadata.status = "completed"
-    metadata.error = None
-    metadata.completed_at = clock.now()
-    metadata.touch()
+    # The metadata changes with the entry: one record, encoded once.
+    storage.update(
+        entry,
+        what,
+        remove=("error",),
+        meta={"status": "completed", "error": None, "completed_at": clock.now()},
+        output=output,
+    )
 
 
 def _undo_success(storage: Storage, entry: schema.Entry) -> None:
-    storage.update(entry, "", remove=("output",))
-    metadata = storage.meta(entry)
-    metadata.status, metadata.completed_at = "running", None
-    metadata.touch()
+    storage.update(
+        entry, "", remove=("output",), meta={"status": "running", "completed_at": None}
+    )
 
 
 async def _run_transactional(
@@ -371,10 +372,14 @@ async def _attempt_failed(
     info = error_info(error, kind=kind or "failed")
     # The entry keeps the traceback too (bounded); the metadata, a summary.
     detailed = {**info, "traceback": format_traceback(error)}
-    run.storage.update(entry, "", remove=("output",), error=detailed)
-    metadata.status = "failed" if kind is None else "exhausted"
-    metadata.error = info
-    metadata.touch()
+    status = "failed" if kind is None else "exhausted"
+    run.storage.update(
+        entry,
+        "",
+        remove=("output",),
+        meta={"status": status, "error": info},
+        error=detailed,
+    )
     retry_delay = retry_at = None
     if kind is None:
         retry_delay = backoff(

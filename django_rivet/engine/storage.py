@@ -1,9 +1,10 @@
 """The in-memory image of one workflow's KV namespace, and its flush.
 
 ``Storage`` loads everything once per run with one ordered range read
-(names, entries, workflow fields, metadata), lets the context change it, and
-writes the changes back with :meth:`Storage.flush` (docs/storage-format.md,
-"Flush"): one write list of new names, dirty entries, dirty metadata and
+(names, entries, workflow fields, older metadata), lets the context change
+it, and writes the changes back with :meth:`Storage.flush`
+(docs/storage-format.md, "Flush"): one write list of the names to store
+(:mod:`.names`), one record per changed entry (with its metadata) and the
 changed workflow fields (compared with their flushed shadows: :mod:`.fields`),
 plus the pending deletions, sent by :mod:`.flush`; dirty markers and shadows
 are cleared only once everything succeeded, so a failed flush is redone in
@@ -33,13 +34,24 @@ from django_rivet import clock
 from . import history, keys, loading, observe, schema
 from .driver import EngineDriver, KVWrite
 from .fields import WorkflowFields
-from .flush import Plan, apply, chunk_writes, doomed, driver_call, plan_records
+from .flush import (
+    Plan,
+    apply,
+    chunk_writes,
+    dirty_entries,
+    driver_call,
+    fits_one_batch,
+    plan_records,
+    schedule_deletions,
+    settle_deletions,
+)
 from .limits import (
     MAX_CONCURRENT_DELETES,
     MAX_KV_BATCH_ENTRIES,
     MAX_KV_BATCH_PAYLOAD_BYTES,
     check_record,
 )
+from .names import Names
 from .schema import Entry, EntryMetadata
 from .stream_buffer import StreamBuffer
 
@@ -54,11 +66,9 @@ __all__ = [
 
 logger = logging.getLogger("django_rivet.workflow")
 
-# Key prefixes of the four record families, in key order.
-_NAMES = keys.pack((keys.NAMES,))
-_ENTRIES = keys.pack((keys.ENTRIES,))
-_WORKFLOW = keys.pack((keys.WORKFLOW,))
-_METADATA = keys.pack((keys.METADATA,))
+# Key prefixes of the record families the engine loads, in key order.
+_NAMES, _ENTRIES = keys.pack((keys.NAMES,)), keys.pack((keys.ENTRIES,))
+_WORKFLOW, _METADATA = keys.pack((keys.WORKFLOW,)), keys.pack((keys.METADATA,))
 
 
 class Storage:
@@ -66,9 +76,7 @@ class Storage:
 
     def __init__(self, driver: EngineDriver) -> None:
         self.driver = driver
-        self.names: list[str] = []
-        self._name_index: dict[str, int] = {}
-        self._flushed_names = 0
+        self.registry = Names()
         self.entries: dict[keys.Location, Entry] = {}
         self.metadata: dict[str, EntryMetadata] = {}
         self.loaded_locations: frozenset[keys.Location] = frozenset()
@@ -106,74 +114,52 @@ class Storage:
         """Fill this empty image from ``rows``, the driver's sorted rows."""
         # The driver returns the rows sorted by key, so each record family is
         # one run of them: found by bisection, each handled at once.
-        # Names first: an entry may need them (a race's winner is a name).
-        self._load_names(loading.family(rows, _NAMES))
-        self._load_entries(loading.family(rows, _ENTRIES))
+        # Names first: an entry may need them (a race's winner is a name);
+        # since version 4 the entries bring most of them.
+        self._load_entries(loading.family(rows, _ENTRIES), loading.family(rows, _NAMES))
         self.fields.load(loading.family(rows, _WORKFLOW))
         self._load_metadata(loading.family(rows, _METADATA))
         self.loaded_locations = frozenset(self.entries)
 
-    def _load_entries(self, rows: list[KVWrite]) -> None:
+    def _load_entries(self, rows: list[KVWrite], name_rows: list[KVWrite]) -> None:
         start = len(_ENTRIES)
         locations = [keys.unpack_location(key, start) for key, _ in rows]
-        decoded = loading.decode_entries([value for _, value in rows], locations)
-        entries, dirty = self.entries, self._dirty
+        decoded, metas = loading.decode_entries([value for _, value in rows], locations)
+        self.registry.load(name_rows, decoded)
+        entries, metadata, dirty = self.entries, self.metadata, self._dirty
         stale: list[tuple[keys.Location, Entry]] = []
-        for (key, _), location, entry in zip(rows, locations, decoded, strict=True):
+        for (key, _), location, entry, meta in zip(
+            rows, locations, decoded, metas, strict=True
+        ):
             if len(location) > 1:
-                if self._disowned(location):
+                if history.superseded(location, entries, self.registry.index):
                     stale.append((location, entry))
                     continue
                 self._index(location)
             entry.key = key
             entry.sink = dirty
             entries[location] = entry
+            if meta is not None:
+                meta.sink = dirty
+                metadata[entry.id] = meta
         self._next_seq = max((entry.seq for entry in entries.values()), default=0) + 1
         self._delete_again(stale)
 
     def _load_metadata(self, rows: list[KVWrite]) -> None:
-        # Matched by key: building each entry's key is cheaper than parsing
-        # each metadata key for its id.
-        owners = {
-            keys.metadata_key(entry.id): entry.id for entry in self.entries.values()
-        }
-        metadata, dirty = self.metadata, self._dirty
-        for key, value in rows:
-            entry_id = owners.get(key)
-            if entry_id is None:
-                # The metadata of an entry that is gone (its delete was lost).
-                self.pending_keys[key] = None
-                continue
-            record = loading.lazy_metadata(value)
-            record.key = key
-            record.sink = dirty
-            metadata[entry_id] = record
-
-    def _load_names(self, rows: list[KVWrite]) -> None:
-        found = {
-            keys.name_index_of(key): schema.decode_name(value) for key, value in rows
-        }
-        size = max(found, default=-1) + 1
-        if len(found) == size and next(iter(found), 0) == 0:
-            # Slots 0..size-1 (distinct, sorted by key: in index order).
-            names = list(found.values())
-        else:  # a hole cannot happen with this engine; keep indexes stable anyway
-            names = [found.get(index, f"#{index}") for index in range(size)]
-        self.names = names
-        # A name in two slots (no engine writes that) answers to the first.
-        self._name_index = dict(
-            zip(reversed(names), range(size - 1, -1, -1), strict=True)
-        )
-        self._flushed_names = size
-
-    def _disowned(self, location: keys.Location) -> bool:
-        return len(location) > 1 and history.superseded(
-            location, self.entries, self._name_index
-        )
+        """Adopt the metadata records of entries written before version 4."""
+        adopted, orphans = loading.split_metadata(rows, self.entries.values())
+        for entry_id, record in adopted:
+            record.sink = self._dirty
+            self.metadata[entry_id] = record
+        # Of an entry that is gone (its delete was lost), or whose record
+        # holds its metadata now.
+        self.pending_keys.update(dict.fromkeys(orphans))
 
     def _delete_again(self, stale: list[tuple[keys.Location, Entry]]) -> None:
         """Schedule again the lost deletion of each left-over entry."""
-        again = history.redeletions(stale, self.entries, self._name_index)
+        again = history.redeletions(stale, self.entries, self.registry.index)
+        for _, entry in stale:
+            self.registry.rescue(entry)
         self.pending_keys.update(dict.fromkeys(again.keys))
         self.pending_ranges += again.ranges
         self.pending_prefixes += again.prefixes
@@ -185,19 +171,18 @@ class Storage:
 
     # Names and entries -----------------------------------------------------------
 
-    def _add_name(self, name: str) -> int:
-        self._name_index.setdefault(name, len(self.names))
-        self.names.append(name)
-        return len(self.names) - 1
+    @property
+    def names(self) -> list[str]:
+        """Return the name registry (index to name)."""
+        return self.registry.names
 
     def name_index(self, name: str) -> int | None:
         """Return the registry index of ``name`` if it is registered."""
-        return self._name_index.get(name)
+        return self.registry.index.get(name)
 
     def register_name(self, name: str) -> int:
         """Return the registry index of ``name``, registering it if new."""
-        index = self._name_index.get(name)
-        return self._add_name(name) if index is None else index
+        return self.registry.register(name)
 
     def location_string(self, location: keys.Location) -> str:
         """Render ``location`` as ``loop/~3/step``."""
@@ -239,13 +224,13 @@ class Storage:
         self._index(location)
         self._dirty[entry] = None
         metadata = EntryMetadata(status=status, created_at=clock.now())
-        self._adopt(entry.id, metadata)
+        self._adopt(entry, metadata)
         return entry
 
-    def _adopt(self, entry_id: str, metadata: EntryMetadata) -> None:
-        metadata.key = keys.metadata_key(entry_id)
+    def _adopt(self, entry: Entry, metadata: EntryMetadata) -> None:
+        metadata.owner = entry
         metadata.sink = self._dirty
-        self.metadata[entry_id] = metadata
+        self.metadata[entry.id] = metadata
         self._dirty[metadata] = None
 
     def meta(self, entry: Entry) -> EntryMetadata:
@@ -253,7 +238,7 @@ class Storage:
         metadata = self.metadata.get(entry.id)
         if metadata is None:
             metadata = EntryMetadata(created_at=clock.now())
-            self._adopt(entry.id, metadata)
+            self._adopt(entry, metadata)
         return metadata
 
     def update(
@@ -262,24 +247,36 @@ class Storage:
         what: str,
         *,
         remove: Iterable[str] = (),
+        meta: dict[str, Any] | None = None,
         **changes: Any,
     ) -> None:
-        """Change ``entry.data`` if the changed entry still fits one record.
+        """Change ``entry.data`` (and its metadata) if the entry still fits one record.
 
         The one size check of what the engine records in history: the entry
-        is encoded with the change and measured first; over the limit,
-        :class:`StorageLimitError` names ``what`` and the entry is left as it
-        was (so the failure can still be flushed). The encoding is kept for
-        the flush.
+        is encoded with the change (``meta``: metadata fields) and measured
+        first; over the limit, :class:`StorageLimitError` names ``what`` and
+        the entry is left as it was (so the failure can still be flushed).
+        The encoding is kept for the flush.
         """
         data = {**entry.data, **changes}
         for name in remove:
             data.pop(name, None)
-        encoded = schema.encode_entry(entry, data)
-        check_record(entry.key or keys.entry_key(entry.location), encoded, what)
+        metadata = self.meta(entry)
+        # Kept for the flush without the names it brings (they are spliced
+        # on), measured with them.
+        encoded = schema.encode_entry(entry, metadata, data, meta, names=False)
+        key = entry.key or keys.entry_key(entry.location)
+        carried = entry.carried
+        check_record(
+            key, schema.with_names(encoded, carried) if carried else encoded, what
+        )
         entry.data = data
         entry.touch()
-        entry.encoded = (entry.gen, encoded)
+        if meta:
+            for name, value in meta.items():
+                setattr(metadata, name, value)
+            metadata.touch()
+        entry.encoded = (entry.gen, metadata.gen, encoded)
 
     def delete_subtree(self, location: keys.Location) -> None:
         """Forget every entry strictly below ``location`` and delete it on flush."""
@@ -326,7 +323,9 @@ class Storage:
             if metadata is not None:
                 metadata.sink = None
                 self._dirty.pop(metadata, None)
-                self.pending_keys[metadata.key or keys.metadata_key(entry.id)] = None
+            if entry.split:
+                self.pending_keys[keys.metadata_key(entry.id)] = None
+            self.registry.rescue(entry)
 
     # Published values -------------------------------------------------------------
 
@@ -389,7 +388,7 @@ class Storage:
     @property
     def dirty(self) -> bool:
         """Return whether anything waits to be flushed."""
-        if self._flushed_names < len(self.names) or self._dirty or self.unshown:
+        if self.registry.dirty or self._dirty or self.unshown:
             return True
         if self._completing:
             return True
@@ -397,42 +396,53 @@ class Storage:
             return True
         return self.fields.dirty
 
-    def _plan(self, *, with_deletions: bool, only_fields: bool = False) -> Plan:
-        plan = Plan(names_upto=self._flushed_names)
+    def _plan(
+        self, *, with_deletions: bool, only_fields: bool = False, carry: bool = True
+    ) -> Plan:
+        registry = self.registry
+        plan = Plan(names_upto=registry.flushed)
         writes = plan.writes
+        carrier = None
         if not only_fields:
-            plan.names_upto = len(self.names)
-            for index in range(self._flushed_names, plan.names_upto):
-                writes.append(
-                    (keys.name_key(index), schema.encode_name(self.names[index]))
-                )
+            start, upto = registry.flushed, len(registry.names)
+            plan.names_upto = upto
+            entries = dirty_entries(self._dirty) if self._dirty else []
+            if carry:
+                carrier = registry.carrier(entries)
+            if registry.rescued:
+                plan.rescued = list(registry.rescued)
+                writes += registry.rows(plan.rescued)
+            if carrier is None and start < upto:
+                writes += registry.rows(range(start, upto))
             if self._published:
                 plan.published = list(self._published.items())
                 writes += plan.published
-            if self._dirty:
-                plan_records(self._dirty, plan)
+            if entries and not plan_records(
+                entries, plan, self.meta, self.pending_keys
+            ):
+                carry = False  # the names made a record too large: rows
         self.fields.plan(plan, with_deletions=with_deletions)
         if with_deletions and not only_fields:
             plan.completions = list(self._completing)
-            deletions = plan.deletions
-            deletions.prefixes = list(self.pending_prefixes)
-            deletions.keys += self.pending_keys
-            deletions.ranges = list(self.pending_ranges)
-            if deletions and writes:
-                # A key written again after its deletion was scheduled (a new
-                # entry where old ones were pruned) must land after the delete.
-                single = set(deletions.keys)
-                later = [w for w in writes if doomed(w[0], deletions, single)]
-                if later:
-                    plan.writes = [
-                        w for w in writes if not doomed(w[0], deletions, single)
-                    ]
-                    plan.rewrites = later
+            schedule_deletions(
+                plan, self.pending_prefixes, self.pending_keys, self.pending_ranges
+            )
+        if carrier is not None and (
+            not carry
+            or not self.driver.atomic_batch
+            and (plan.rewrites or not fits_one_batch(plan.writes))
+        ):
+            # More than one batch: a batch cut short could leave an entry
+            # without the names its location needs. The registry's rows
+            # lead the first batch instead.
+            carrier.carried = None
+            return self._plan(
+                with_deletions=with_deletions, only_fields=only_fields, carry=False
+            )
         return plan
 
     def _commit(self, plan: Plan) -> None:
-        names_before = self._flushed_names
-        self._flushed_names = max(self._flushed_names, plan.names_upto)
+        named = self.registry.commit(plan.names_upto, plan.rescued)
         dirty = self._dirty
         for record, gen in plan.marks:
             if record.flushed < gen:
@@ -445,21 +455,16 @@ class Storage:
         for message_id in plan.completions:
             self._completing.pop(message_id, None)
         self.fields.commit(plan.fields)
-        deletions = plan.deletions
-        if deletions.prefixes:
-            done = set(deletions.prefixes)
-            self.pending_prefixes = [p for p in self.pending_prefixes if p not in done]
-        for key in deletions.keys:
-            self.pending_keys.pop(key, None)
-        if deletions.ranges:
-            spans = set(deletions.ranges)
-            self.pending_ranges = [r for r in self.pending_ranges if r not in spans]
+        self.pending_prefixes, self.pending_ranges = settle_deletions(
+            plan.deletions,
+            self.pending_prefixes,
+            self.pending_keys,
+            self.pending_ranges,
+        )
         # Observers hear of every flush that changed history: names, entries
         # or metadata written, or anything deleted (RivetKit's rule); a
         # state-only write is not news.
-        if self.on_flush is not None and (
-            plan.marks or plan.names_upto > names_before or plan.deletions
-        ):
+        if self.on_flush is not None and (plan.marks or named or plan.deletions):
             self.on_flush()
 
     async def flush(self, *, only_fields: bool = False) -> None:

@@ -33,7 +33,7 @@ __all__ = [
     "upgrade_record",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -55,13 +55,24 @@ def _upgrade_v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "v": 3}
 
 
+def _upgrade_v3_to_v4(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 folds an entry's metadata (and the names it brought) into
+    the entry's record; no map record changes: a version-3 map is version 4's.
+    """
+    return {**record, "v": 4}
+
+
 # Version N -> the function turning a version-N record into a version-(N+1)
 # one. Decoding applies them in a chain up to SCHEMA_VERSION, so a record of
 # any supported version comes out in the current shape. Each step is kept
 # forever, with the fixtures of its version (docs/storage-format.md,
 # "Adding a version"). The test suite registers a test-only version 0 here
 # to prove the chain on real fixtures.
-UPGRADES: dict[int, Upgrade] = {1: _upgrade_v1_to_v2, 2: _upgrade_v2_to_v3}
+UPGRADES: dict[int, Upgrade] = {
+    1: _upgrade_v1_to_v2,
+    2: _upgrade_v2_to_v3,
+    3: _upgrade_v3_to_v4,
+}
 
 
 def check_version(version: Any) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import uuid
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from django_rivet.engine import (
     SchemaError,
     StepOutputError,
     decode_history,
+    ids,
     keys,
     loading,
     schema,
@@ -306,7 +308,7 @@ def test_lazy_records_decode_on_first_use_and_keep_what_was_assigned():
 def _entry_fixtures() -> list[tuple[int, str]]:
     return [
         (version, path.stem)
-        for version in (1, 2, 3)
+        for version in (1, 2, 3, 4)
         for path in sorted((FIXTURES / f"v{version}").glob("entry_*.cbor"))
     ]
 
@@ -327,12 +329,23 @@ def test_decoding_a_loaded_history_at_once_gives_each_record_alone():
     found = _entry_fixtures()
     records = [fixture(version, name) for version, name in found]
     locations = [(index,) for index in range(len(records))]
-    entries = loading.decode_entries(records, locations)
-    assert len(entries) == len(records) > 40
-    for entry, data, location in zip(entries, records, locations, strict=True):
-        assert _same(entry, schema.decode_entry(data, location))
-    # Version-3 records are decoded now, not left for later.
+    entries, metas = loading.decode_entries(records, locations)
+    assert len(entries) == len(metas) == len(records) > 60
+    for entry, meta, data, location in zip(
+        entries, metas, records, locations, strict=True
+    ):
+        alone, alone_meta = schema.decode_entry_record(data, location)
+        assert _same(entry, alone)
+        assert (entry.carried, entry.split) == (alone.carried, alone.split)
+        if alone_meta is None:
+            assert meta is None and entry.split
+        else:  # version 4: the metadata came with the entry
+            fields = operator.attrgetter(*schema._METADATA_FIELDS)
+            assert fields(meta) == fields(alone_meta)
+            assert meta.owner is entry and not meta.dirty
+    # Version-3 and -4 records are decoded now, not left for later.
     assert all(entry.raw is None for entry in entries)
+    assert sum(meta is not None for meta in metas) == 18  # the v4 ones
 
 
 @pytest.mark.parametrize(
@@ -342,10 +355,15 @@ def test_decoding_a_loaded_history_at_once_gives_each_record_alone():
         b"\xff",  # a stray break would end the joined array early
         cbor2.dumps([3, "e", 1, "step", {"x": 1}]) + b"\x01",  # trailing bytes
         cbor2.dumps([3, "e", 1, "step", {"x": 1}])[:-1],  # cut short
+        cbor2.dumps([4, "e", 1, "step", {}, "done", *[None] * 7]),  # a bad status
+        cbor2.dumps([4, "e", 1, "step", {}, "completed", *[None] * 7, [0]]),
+        cbor2.dumps([4, "e", 1, "step", {}, "completed", *[None] * 7, ["a", "b"]]),
+        cbor2.dumps([4, "e", 1, "step", {}, "completed", *[None] * 6]),  # short
     ],
 )
-def test_one_broken_record_among_many_decodes_as_it_does_alone(bad):
-    good = fixture(3, "entry_step")
+@pytest.mark.parametrize("version", [3, 4])
+def test_one_broken_record_among_many_decodes_as_it_does_alone(bad, version):
+    good = fixture(version, "entry_step")
     records, locations = [good, bad, good], [(0,), (1,), (2,)]
 
     def outcome(decode):
@@ -360,7 +378,7 @@ def test_one_broken_record_among_many_decodes_as_it_does_alone(bad):
             loading.lazy_entry(d, at) for d, at in zip(records, locations, strict=True)
         ]
     )
-    assert outcome(lambda: loading.decode_entries(records, locations)) == alone
+    assert outcome(lambda: loading.decode_entries(records, locations)[0]) == alone
 
 
 def test_unknown_versions_and_wrong_record_types_are_refused():
@@ -371,7 +389,15 @@ def test_unknown_versions_and_wrong_record_types_are_refused():
     with pytest.raises(SchemaError):
         schema.decode_entry(cbor2.dumps([1, 2]))
     with pytest.raises(SchemaError, match="newer"):
+        schema.decode_entry(cbor2.dumps([5, "e", 1, "step", {}]))
+    with pytest.raises(SchemaError, match="12 or 13 fields, found 4"):
         schema.decode_entry(cbor2.dumps([4, "e", 1, "step", {}]))
+    with pytest.raises(SchemaError, match="status"):
+        schema.decode_entry(cbor2.dumps([4, "e", 1, "step", {}, "x", *[None] * 7]))
+    with pytest.raises(SchemaError, match="names"):
+        schema.decode_entry(
+            cbor2.dumps([4, "e", 1, "step", {}, "pending", *[None] * 7, [-1, "a"]])
+        )
     with pytest.raises(SchemaError, match="fields"):
         schema.decode_metadata(cbor2.dumps([3, "completed"]))
     with pytest.raises(SchemaError, match="kind"):
@@ -468,23 +494,27 @@ def test_a_message_body_too_deep_to_read_back_is_refused_at_send():
 
 def test_new_entry_ids_are_random_version_4_uuids_in_hex(monkeypatch):
     # The same ids uuid.uuid4().hex gave before: what older histories hold.
-    ids = {schema.new_entry_id() for _ in range(1000)}
-    assert len(ids) == 1000
-    for entry_id in ids:
+    made = {schema.new_entry_id() for _ in range(1000)}
+    assert len(made) == 1000
+    for entry_id in made:
         parsed = uuid.UUID(hex=entry_id)
         assert (parsed.hex, parsed.version, parsed.variant) == (
             entry_id,
             4,
             uuid.RFC_4122,
         )
-    for pattern in (b"\x00", b"\xff", bytes(range(16))):
-        data = pattern * (16 * 256 // len(pattern))
-        monkeypatch.setattr("os.urandom", lambda size, data=data: data[:size])
-        schema._random.drop()  # (the bytes read before are used up)
-        for start in range(0, 16 * 300, 16):
-            chunk = (data * 2)[start % len(data) :][:16]
-            expected = uuid.UUID(bytes=chunk, version=4).hex
-            assert schema.new_entry_id() == expected
+    try:
+        for pattern in (b"\x00", b"\xff", bytes(range(16))):
+            data = pattern * (16 * 256 // len(pattern))
+            monkeypatch.setattr("os.urandom", lambda size, data=data: data[:size])
+            ids._random.drop()  # (the bytes read before are used up)
+            for start in range(0, 16 * 300, 16):
+                chunk = (data * 2)[start % len(data) :][:16]
+                expected = uuid.UUID(bytes=chunk, version=4).hex
+                assert schema.new_entry_id() == expected
+    finally:
+        # The patterned bytes left would give the next tests equal ids.
+        ids._random.drop()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -51,8 +51,15 @@ async def test_the_step_entry_is_written_by_the_transaction(clock):
     [writes] = driver.transactions
     storage = await Storage.load(driver)
     [entry] = storage.entries.values()
-    assert (keys.entry_key(entry.location), schema.encode_entry(entry)) in writes
-    assert keys.metadata_key(entry.id) in dict(writes)
+    # One record: the entry, its metadata and the name it brought.
+    record = schema.encode_entry(entry, storage.metadata[entry.id])
+    history = [
+        (key, value)
+        for key, value in writes
+        if key.startswith(tuple(keys.pack((f,)) for f in (1, 2, 4)))
+    ]  # names, entries, metadata (the workflow fields ride along)
+    assert history == [(keys.entry_key(entry.location), record)]
+    assert entry.carried == [0, "charge"]
     assert driver.batches == 1  # only the completion; the step rode the transaction
     assert (await run_workflow("wf-1", wf, None, driver)).output == "ch_1"
     assert effects == [1]

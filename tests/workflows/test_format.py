@@ -1,11 +1,13 @@
 """Workflow histories stored by an older schema version resume under this one.
 
-Version 3 (compact name, entry and metadata records) is what this code
-writes; a history written in version 2 (every record an envelope map) must
-keep working after an upgrade: it loads, replays without running recorded
-steps again, takes new work, and its changed records are written back in
-version 3 while untouched ones stay as they were. Both databases (the
-DjangoDriver rows), in the SQLite leg and the PostgreSQL leg of the suite.
+Version 4 (an entry's record holds its metadata and the names it brought)
+is what this code writes; a history written in version 3 (compact name,
+entry and metadata records, three per entry) or version 2 (every record an
+envelope map) must keep working after an upgrade: it loads, replays without
+running recorded steps again, takes new work, and its changed records are
+written back in version 4 (their metadata records deleted) while untouched
+ones stay as they were. Both databases (the DjangoDriver rows), in the
+SQLite leg and the PostgreSQL leg of the suite.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from django_rivet.models import WorkflowKV
 from django_rivet.testing import run_until_idle
 from django_rivet.workflows import registry
 
-# pg: the PostgreSQL leg runs this module (a version-2 history resumes
-# under version 3 on each database).
+# pg: the PostgreSQL leg runs this module (older histories resume under
+# this version on each database).
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 RAN: list[str] = []
@@ -40,36 +42,45 @@ async def format_upgrade(ctx, input):
     return {"total": total + extra, "body": message.body}
 
 
-def as_version_2(key: bytes, value: bytes) -> bytes:
-    """Rewrite one stored record as version 2 wrote it (an envelope map)."""
-    family = keys.unpack(key)[0]
-    if family == keys.NAMES:
-        fields = {"type": "name", "name": schema.decode_name(value)}
-    elif family == keys.ENTRIES:
-        entry = schema.decode_entry(value)
-        fields = {
-            "type": "entry",
-            "id": entry.id,
-            "seq": entry.seq,
-            "kind": entry.kind,
-            "data": entry.data,
-        }
-    elif family == keys.METADATA:
-        metadata = schema.decode_metadata(value)
-        fields = {
-            "type": "metadata",
-            "status": metadata.status,
-            "error": metadata.error,
-            "attempts": metadata.attempts,
-            "last_attempt_at": metadata.last_attempt_at,
-            "created_at": metadata.created_at,
-            "completed_at": metadata.completed_at,
-            "rollback_completed_at": metadata.rollback_completed_at,
-            "rollback_error": metadata.rollback_error,
-        }
-    else:  # workflow fields and published values: already envelope maps
-        fields = {k: v for k, v in schema.loads(value).items() if k != "v"}
-    return schema.dumps({"v": 2, **fields})
+def as_older(version: int, rows: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """Rewrite stored rows as ``version`` (2 or 3) wrote them.
+
+    Each entry's record splits into the entry, its metadata record and the
+    registry's rows of the names it brought; version 2 wrote envelope maps,
+    version 3 compact arrays.
+    """
+    out: dict[bytes, bytes] = {}
+    for key, value in rows.items():
+        family = keys.unpack(key)[0]
+        if family == keys.NAMES:
+            out[key] = _name(version, schema.decode_name(value))
+        elif family == keys.ENTRIES:
+            entry, metadata = schema.decode_entry_record(value)
+            assert metadata is not None  # written by this code: version 4
+            for offset, name in enumerate((entry.carried or [0])[1:]):
+                index = entry.carried[0] + offset
+                out[keys.name_key(index)] = _name(version, name)
+            meta = {f: getattr(metadata, f) for f in schema._METADATA_FIELDS}
+            fields = [entry.id, entry.seq, entry.kind, entry.data]
+            if version == 3:
+                out[key] = schema.dumps([3, *fields])
+                out[keys.metadata_key(entry.id)] = schema.dumps([3, *meta.values()])
+            else:
+                named = dict(zip(("id", "seq", "kind", "data"), fields, strict=True))
+                out[key] = schema.dumps({"v": 2, "type": "entry", **named})
+                out[keys.metadata_key(entry.id)] = schema.dumps(
+                    {"v": 2, "type": "metadata", **meta}
+                )
+        else:  # workflow fields and published values: envelope maps
+            fields = {k: v for k, v in schema.loads(value).items() if k != "v"}
+            out[key] = schema.dumps({"v": version, **fields})
+    return out
+
+
+def _name(version: int, name: str) -> bytes:
+    if version == 3:
+        return schema.dumps([3, name])
+    return schema.dumps({"v": 2, "type": "name", "name": name})
 
 
 def stored(workflow_id: str) -> dict[bytes, bytes]:
@@ -77,20 +88,26 @@ def stored(workflow_id: str) -> dict[bytes, bytes]:
     return {bytes(row.key): bytes(row.value) for row in rows}
 
 
-def test_a_version_2_history_resumes_under_version_3():
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_history_resumes_under_this_version(version):
     RAN.clear()
+    current = upgrades.SCHEMA_VERSION
     with registry.register_temporarily(format_upgrade):
         handle = workflows.start("formatUpgrade", {"steps": 3})
         assert run_until_idle(handle) == "sleeping"  # waits for "go"
         assert RAN == ["add", "add", "add"]
         written = stored(handle.workflow_id)
-        assert {upgrades.record_version(v) for v in written.values()} == {3}
-        # The history as version 2 left it.
-        for row in WorkflowKV.objects.filter(workflow_id=handle.workflow_id):
-            row.value = as_version_2(bytes(row.key), bytes(row.value))
-            row.save(update_fields=["value"])
-        before = stored(handle.workflow_id)
-        assert {upgrades.record_version(v) for v in before.values()} == {2}
+        assert {upgrades.record_version(v) for v in written.values()} == {current}
+        # This version writes no metadata records of their own.
+        assert not [k for k in written if keys.unpack(k)[0] == keys.METADATA]
+        # The history as the older version left it.
+        before = as_older(version, written)
+        WorkflowKV.objects.filter(workflow_id=handle.workflow_id).delete()
+        WorkflowKV.objects.bulk_create(
+            WorkflowKV(workflow_id=handle.workflow_id, key=k, value=v)
+            for k, v in before.items()
+        )
+        assert {upgrades.record_version(v) for v in before.values()} == {version}
 
         handle.send("go", {"ok": True})
         assert run_until_idle(handle) == "completed"
@@ -100,12 +117,18 @@ def test_a_version_2_history_resumes_under_version_3():
     assert handle.result() == {"total": 0 + 1 + 2 + 100, "body": {"ok": True}}
     after = stored(handle.workflow_id)
     add0 = keys.entry_key((before_index(before, "add0"),))
-    # Untouched records keep version 2 and still decode; what changed (the
-    # message wait, the workflow state) and what is new is version 3.
-    assert upgrades.record_version(after[add0]) == 2
-    assert upgrades.record_version(after[keys.workflow_key(keys.WORKFLOW_STATE)]) == 3
+    go = keys.entry_key((before_index(before, "go"),))
+    # Untouched records keep their version and still decode; what changed
+    # (the message wait, the workflow state) and what is new is this one's.
+    assert upgrades.record_version(after[add0]) == version
+    assert keys.metadata_key(schema.decode_entry(after[add0]).id) in after
+    assert upgrades.record_version(after[go]) == current
+    state = keys.workflow_key(keys.WORKFLOW_STATE)
+    assert upgrades.record_version(after[state]) == current
     versions = {upgrades.record_version(v) for v in after.values()}
-    assert versions == {2, 3}
+    assert versions == {version, current}
+    # The wait's record holds its metadata now: its old record went.
+    assert keys.metadata_key(schema.decode_entry(after[go]).id) not in after
     history = handle.history()
     assert [(h.location, h.status) for h in history] == [
         ("add0", "completed"),
