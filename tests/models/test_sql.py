@@ -96,6 +96,26 @@ def test_a_checked_insert_writes_while_the_lease_is_held():
     assert _kv("wf-held") == {b"a": b"3", b"b": b"2"}
 
 
+def test_sqlite_names_the_parameters_of_its_checked_insert():
+    # Django's SQLite cursor reads "%(name)s" with a string format, "%s"
+    # with a regular expression on every call.
+    from django_rivet.models.sql.sqlite import named
+
+    statement = "a = %s AND b LIKE '%%s' AND c IN (%s, %s)"
+    assert named(statement) == (
+        "a = %(p0)s AND b LIKE '%%s' AND c IN (%(p1)s, %(p2)s)",
+        ("p0", "p1", "p2"),
+    )
+
+
+def test_a_checked_insert_is_logged_with_its_values():
+    _leased("wf-logged")
+    with CaptureQueriesContext(connection) as queries:
+        assert _insert_checked("wf-logged", "ours", [(b"k", b"v")]) is True
+    [logged] = [q["sql"] for q in queries if "wf-logged" in q["sql"]]
+    assert "INSERT" in logged and "'ours'" in logged
+
+
 def test_a_checked_insert_writes_nothing_once_the_lease_moved_on():
     _leased("wf-moved", token="successor")
     assert _insert_checked("wf-moved", "ours", [(b"a", b"1")]) is False

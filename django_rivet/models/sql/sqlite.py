@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +11,21 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from .base import ACTOR_COLUMNS, ACTOR_COLUMNS_BY_KEY, Dialect, quote, table
+
+# "%s" not after a "%" ("%%s" is a literal "%s"), as Django's SQLite cursor reads it.
+_PLACEHOLDER = re.compile(r"(?<!%)%s")
+
+
+def named(statement: str) -> tuple[str, tuple[str, ...]]:
+    """Return ``statement`` with named placeholders, and their names in order."""
+    names: list[str] = []
+
+    def name(match: re.Match[str]) -> str:
+        names.append(f"p{len(names)}")
+        return f"%({names[-1]})s"
+
+    return _PLACEHOLDER.sub(name, statement), tuple(names)
+
 
 __all__ = ["MIN_VERSION", "SQLiteDialect"]
 
@@ -98,8 +114,17 @@ class SQLiteDialect(Dialect):
         """
         if removing:
             raise ValueError("SQLite's checked insert deletes no messages")
-        statement = self.checked_kv_insert_sql(stop_on_cancel, rows, upsert)
-        cursor.execute(statement, params + lease)
+        key = ("checked-named", stop_on_cancel, rows, upsert)
+        found = self._sql.get(key)  # (a step's every write: no closure to build)
+        if found is None:
+            found = self._sql[key] = named(
+                self.checked_kv_insert_sql(stop_on_cancel, rows, upsert)
+            )
+        statement, names = found
+        # Named parameters: Django's SQLite cursor turns "%s" into "?" with a
+        # regular expression on every call (8 us of a step's 130 us of
+        # Python, bench P5); "%(name)s" costs it a string format.
+        cursor.execute(statement, dict(zip(names, params + lease, strict=True)))
         return bool(cursor.rowcount)  # a lost lease writes no row
 
     def checked_kv_insert_sql(
