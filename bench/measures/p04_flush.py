@@ -1,7 +1,9 @@
 """P4: ``Storage.flush()`` of N history entries via ``DjangoDriver``.
 
-Subject: a ``Storage`` holding N new step entries (each a name, an entry and
-its metadata: three KV rows) flushed through a ``DjangoDriver`` holding the
+Subject: a ``Storage`` holding N new step entries (each a name row and one
+entry record holding its metadata: two KV rows, since storage format
+version 4; a flush of one batch would bring the names in its first entry's
+record instead) flushed through a ``DjangoDriver`` holding the
 workflow's lease, as a worker's run would: chunks of at most 128 writes,
 each its own transaction, fenced by the lease (renewed at most every third
 of the lease time, checked in each chunk's insert statement in between).

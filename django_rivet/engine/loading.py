@@ -155,6 +155,15 @@ def _decode_alone(
 
 
 def _carried_ok(carried: Any) -> bool:
+    # The common case first: a step under a new name brings that name.
+    if (
+        type(carried) is list
+        and len(carried) == 2
+        and type(carried[0]) is int
+        and carried[0] >= 0
+        and type(carried[1]) is str
+    ):
+        return True
     try:
         check_carried(carried)
     except SchemaError:

@@ -41,13 +41,18 @@ class Names:
             keys.name_index_of(key): schema.decode_name(value) for key, value in rows
         }
         ordered = True  # the rows' names alone come in index order
+        setdefault = found.setdefault
         for entry in entries:
             carried = entry.carried
-            if carried is not None:
-                ordered = False
-                first = carried[0]
-                for offset in range(1, len(carried)):
-                    found.setdefault(first + offset - 1, carried[offset])
+            if carried is None:
+                continue
+            ordered = False
+            if len(carried) == 2:  # (a step under a new name: the usual)
+                setdefault(carried[0], carried[1])
+                continue
+            first = carried[0]
+            for offset in range(1, len(carried)):
+                setdefault(first + offset - 1, carried[offset])
         size = max(found, default=-1) + 1
         if ordered and len(found) == size and next(iter(found), 0) == 0:
             # Slots 0..size-1 (distinct, sorted by key: in index order).

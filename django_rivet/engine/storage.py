@@ -69,6 +69,8 @@ logger = logging.getLogger("django_rivet.workflow")
 # Key prefixes of the record families the engine loads, in key order.
 _NAMES, _ENTRIES = keys.pack((keys.NAMES,)), keys.pack((keys.ENTRIES,))
 _WORKFLOW, _METADATA = keys.pack((keys.WORKFLOW,)), keys.pack((keys.METADATA,))
+# A non-atomic flush of this many entries is more than one batch: no carrying.
+_ONE_BATCH = MAX_KV_BATCH_ENTRIES - 8
 
 
 class Storage:
@@ -407,7 +409,7 @@ class Storage:
             start, upto = registry.flushed, len(registry.names)
             plan.names_upto = upto
             entries = dirty_entries(self._dirty) if self._dirty else []
-            if carry:
+            if carry and (self.driver.atomic_batch or len(entries) < _ONE_BATCH):
                 carrier = registry.carrier(entries)
             if registry.rescued:
                 plan.rescued = list(registry.rescued)

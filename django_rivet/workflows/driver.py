@@ -259,20 +259,20 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         )
         removed = not removing
         fence = self._fence
-        with connection.cursor() as cursor:
-            for start in range(0, len(items), UPSERT_ROWS):
-                chunk = items[start : start + UPSERT_ROWS]
-                params: builtins.list[Any] = [
-                    item for key, value in chunk for item in (workflow_id, key, value)
-                ]
-                rows, carry = len(chunk), () if removed else removing
-                if insert_first:
-                    try:
-                        removed |= fence.insert(cursor, rows, params, False, carry)
-                        continue
-                    except IntegrityError:
-                        pass  # a key was stored already: upsert them
-                removed |= fence.insert(cursor, rows, params, True, carry)
+        cursor = db.kv_cursor(connection)
+        for start in range(0, len(items), UPSERT_ROWS):
+            chunk = items[start : start + UPSERT_ROWS]
+            params: builtins.list[Any] = [
+                item for key, value in chunk for item in (workflow_id, key, value)
+            ]
+            rows, carry = len(chunk), () if removed else removing
+            if insert_first:
+                try:
+                    removed |= fence.insert(cursor, rows, params, False, carry)
+                    continue
+                except IntegrityError:
+                    pass  # a key was stored already: upsert them
+            removed |= fence.insert(cursor, rows, params, True, carry)
         if removed:
             self._removed(removing)
         else:

@@ -127,3 +127,24 @@ def test_no_turn_is_taken_inside_a_transaction_or_twice():
     with db.write_turn() as outer, db.write_turn() as inner:
         assert inner is None
         assert (outer is None) == (db.connection().vendor != "sqlite")
+
+
+# -- the KV write path's cursor ------------------------------------------------------
+def test_the_kv_cursor_is_kept_while_its_connection_and_logging_are():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_rivet.models import db
+
+    first = db.kv_cursor(connection)
+    assert db.kv_cursor(connection) is first  # kept: no cursor made per write
+    with CaptureQueriesContext(connection) as queries:
+        logged = db.kv_cursor(connection)
+        assert logged is not first  # logging switched on: a logging cursor
+        logged.execute("SELECT 1")
+    assert [q["sql"] for q in queries] == ["SELECT 1"]
+    assert db.kv_cursor(connection) is not logged  # and off again
+    connection.close()
+    fresh = db.kv_cursor(connection)  # a new connection: a cursor of its own
+    fresh.execute("SELECT 1")
+    assert fresh.fetchone() == (1,)

@@ -12,6 +12,10 @@ from django.db.backends.utils import CursorWrapper
 
 from .base import ACTOR_COLUMNS, ACTOR_COLUMNS_BY_KEY, Dialect, quote, table
 
+# A checked insert of up to this many rows names its parameters: sqlite3
+# binds a name slower than a position (a 128-row insert's 386: 347 us
+# against 130 us), a step's one row's five make no difference.
+NAMED_ROWS = 4
 # "%s" not after a "%" ("%%s" is a literal "%s"), as Django's SQLite cursor reads it.
 _PLACEHOLDER = re.compile(r"(?<!%)%s")
 
@@ -114,6 +118,10 @@ class SQLiteDialect(Dialect):
         """
         if removing:
             raise ValueError("SQLite's checked insert deletes no messages")
+        if rows > NAMED_ROWS:
+            statement = self.checked_kv_insert_sql(stop_on_cancel, rows, upsert)
+            cursor.execute(statement, params + lease)
+            return bool(cursor.rowcount)
         key = ("checked-named", stop_on_cancel, rows, upsert)
         found = self._sql.get(key)  # (a step's every write: no closure to build)
         if found is None:
