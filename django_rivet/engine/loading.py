@@ -77,65 +77,57 @@ def decode_entries(
     new, new_meta = Entry.__new__, EntryMetadata.__new__
     for data, record, location in zip(records, decoded, locations, strict=True):
         head = data[:2]
+        values: list[Any] | None = None
+        carried = None
         if head in _V4_HEADS and type(record) is list and len(record) == data[0] - 0x80:
             entry_id, seq, kind, raw = record[1:5]
             values = record[5:ENTRY_ITEMS]
             carried = record[ENTRY_ITEMS] if len(record) > ENTRY_ITEMS else None
-            if (
-                type(entry_id) is str
-                and type(seq) is int
-                and kind in KIND_DEFAULTS
-                and type(raw) is dict
-                and values[0] in ENTRY_STATUSES
-                and (carried is None or _carried_ok(carried))
-            ):
-                entry = new(Entry)
-                entry.id, entry.seq, entry.kind = entry_id, seq, kind
-                entry.data = entry_data(kind, raw)
-                entry.location = location
-                entry.gen = entry.flushed = 1
-                entry.sink = None
-                entry.key = b""
-                entry.encoded = entry.raw = None
-                entry.carried, entry.split = carried, False
-                metadata = new_meta(EntryMetadata)
-                (
-                    metadata.status,
-                    metadata.error,
-                    metadata.attempts,
-                    metadata.last_attempt_at,
-                    metadata.created_at,
-                    metadata.completed_at,
-                    metadata.rollback_completed_at,
-                    metadata.rollback_error,
-                ) = values
-                metadata.gen = metadata.flushed = 1
-                metadata.sink = metadata.raw = None
-                metadata.key = b""
-                metadata.owner = entry
-                append(entry)
-                append_meta(metadata)
-                continue
+            shaped = values[0] in ENTRY_STATUSES and (
+                carried is None or _carried_ok(carried)
+            )
         elif head == _V3_ENTRY_HEAD and type(record) is list and len(record) == 5:
             _, entry_id, seq, kind, raw = record
-            if (
-                type(entry_id) is str
-                and type(seq) is int
-                and kind in KIND_DEFAULTS
-                and type(raw) is dict
-            ):
-                entry = new(Entry)
-                entry.id, entry.seq, entry.kind = entry_id, seq, kind
-                entry.data = entry_data(kind, raw)
-                entry.location = location
-                entry.gen = entry.flushed = 1
-                entry.sink = None
-                entry.key = b""
-                entry.encoded = entry.raw = None
-                entry.carried, entry.split = None, True
-                append(entry)
+            shaped = True
+        else:
+            shaped = False
+        if (
+            shaped
+            and type(entry_id) is str
+            and type(seq) is int
+            and kind in KIND_DEFAULTS
+            and type(raw) is dict
+        ):
+            entry = new(Entry)
+            entry.id, entry.seq, entry.kind = entry_id, seq, kind
+            entry.data = entry_data(kind, raw)
+            entry.location = location
+            entry.gen = entry.flushed = 1
+            entry.sink = None
+            entry.key = b""
+            entry.encoded = entry.raw = None
+            entry.carried, entry.split = carried, values is None
+            append(entry)
+            if values is None:  # version 3: its metadata is a record of its own
                 append_meta(None)
                 continue
+            metadata = new_meta(EntryMetadata)
+            (
+                metadata.status,
+                metadata.error,
+                metadata.attempts,
+                metadata.last_attempt_at,
+                metadata.created_at,
+                metadata.completed_at,
+                metadata.rollback_completed_at,
+                metadata.rollback_error,
+            ) = values
+            metadata.gen = metadata.flushed = 1
+            metadata.sink = metadata.raw = None
+            metadata.key = b""
+            metadata.owner = entry
+            append_meta(metadata)
+            continue
         entry, held = lazy_entry_record(data, location)
         append(entry)
         append_meta(held)
