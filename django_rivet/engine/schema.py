@@ -438,7 +438,7 @@ def check_carried(carried: Any) -> list[Any]:
 
 
 def encode_metadata(metadata: EntryMetadata) -> bytes:
-    """Encode entry metadata as a record of its own (what version 3 wrote)."""
+    """Encode entry metadata as a record of its own (the layout version 3 wrote)."""
     return dumps([SCHEMA_VERSION, *_metadata_values(metadata)])
 
 
