@@ -16,12 +16,12 @@ from typing import Any
 
 from . import keys
 from .driver import KVDeletions
+from .names import Names
 from .schema import (
     Entry,
     EntryMetadata,
     decode_entry_record,
     decode_metadata,
-    decode_name,
 )
 
 __all__ = [
@@ -204,7 +204,7 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
     left over from an interrupted deletion (see ``superseded()``) are not
     history and are left out.
     """
-    names: dict[int, str] = {}
+    name_rows: list[tuple[bytes, bytes]] = []
     found: dict[keys.Location, Entry] = {}
     metadata: dict[str, EntryMetadata] = {}
     inline: dict[str, EntryMetadata] = {}
@@ -213,22 +213,19 @@ def decode_history(rows: Iterable[tuple[bytes, bytes]]) -> list[HistoryEntry]:
         if not parts:
             continue
         if parts[0] == keys.NAMES:
-            names[parts[1]] = decode_name(value)
+            name_rows.append((bytes(key), bytes(value)))
         elif parts[0] == keys.ENTRIES:
             location = parts[1:]
             entry, held = decode_entry_record(value, location)
             found[location] = entry
             if held is not None:
                 inline[entry.id] = held
-            carried = entry.carried
-            if carried is not None:
-                for offset, name in enumerate(carried[1:]):
-                    names.setdefault(carried[0] + offset, name)
         elif parts[0] == keys.METADATA:
             metadata[parts[1]] = decode_metadata(value)
     metadata.update(inline)  # a record of its own is older than the entry's
-    registry = [names.get(i, f"#{i}") for i in range(max(names, default=-1) + 1)]
-    index = {name: i for i, name in reversed(list(enumerate(registry)))}
+    names = Names()  # the registry's rows and the names the entries brought
+    names.load(name_rows, found.values())
+    registry, index = names.names, names.index
     entries = [e for loc, e in found.items() if not superseded(loc, found, index)]
     entries.sort(key=lambda entry: (entry.seq, keys.pack(entry.location)))
     return [history_entry(e, metadata.get(e.id), registry) for e in entries]
