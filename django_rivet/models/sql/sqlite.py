@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.backends.utils import CursorWrapper
 
 from .base import ACTOR_COLUMNS, ACTOR_COLUMNS_BY_KEY, Dialect, quote, table
@@ -16,8 +17,6 @@ from .base import ACTOR_COLUMNS, ACTOR_COLUMNS_BY_KEY, Dialect, quote, table
 # binds a name slower than a position (a 128-row insert's 386: 347 us
 # against 130 us), a step's one row's five make no difference.
 NAMED_ROWS = 4
-# "%s" not after a "%" ("%%s" is a literal "%s"), as Django's SQLite cursor reads it.
-_PLACEHOLDER = re.compile(r"(?<!%)%s")
 
 
 def named(statement: str) -> tuple[str, tuple[str, ...]]:
@@ -28,7 +27,8 @@ def named(statement: str) -> tuple[str, tuple[str, ...]]:
         names.append(f"p{len(names)}")
         return f"%({names[-1]})s"
 
-    return _PLACEHOLDER.sub(name, statement), tuple(names)
+    # Django's own pattern: its cursor reads "%s" (not "%%s") with it.
+    return FORMAT_QMARK_REGEX.sub(name, statement), tuple(names)
 
 
 __all__ = ["MIN_VERSION", "SQLiteDialect"]
