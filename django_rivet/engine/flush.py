@@ -202,7 +202,7 @@ def doomed(key: bytes, deletions: KVDeletions, single: set[bytes]) -> bool:
 def schedule_deletions(
     plan: Plan,
     prefixes: list[bytes],
-    keys: dict[bytes, None],
+    pending_keys: dict[bytes, None],
     ranges: list[tuple[bytes, bytes]],
 ) -> None:
     """Add the pending deletions to ``plan``.
@@ -213,7 +213,7 @@ def schedule_deletions(
     """
     deletions = plan.deletions
     deletions.prefixes = list(prefixes)
-    deletions.keys += keys
+    deletions.keys += pending_keys
     deletions.ranges = list(ranges)
     writes = plan.writes
     if deletions and writes:
@@ -227,18 +227,18 @@ def schedule_deletions(
 def settle_deletions(
     deletions: KVDeletions,
     prefixes: list[bytes],
-    keys: dict[bytes, None],
+    pending_keys: dict[bytes, None],
     ranges: list[tuple[bytes, bytes]],
 ) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
     """Drop the ``deletions`` a flush made from the pending ones.
 
-    ``keys`` changes in place; returns the prefixes and ranges still pending.
+    ``pending_keys`` changes in place; returns the prefixes and ranges still pending.
     """
     if deletions.prefixes:
         done = set(deletions.prefixes)
         prefixes = [p for p in prefixes if p not in done]
     for key in deletions.keys:
-        keys.pop(key, None)
+        pending_keys.pop(key, None)
     if deletions.ranges:
         spans = set(deletions.ranges)
         ranges = [r for r in ranges if r not in spans]
