@@ -292,14 +292,20 @@ def celery_broker(url: str) -> Iterator[None]:
         app._pool = None
         app.amqp._producer_pool = None
 
+    # Under the app's "CELERY" namespace, Celery 5.6 reads CELERY_BROKER_URL
+    # before broker_url in every map: a plain broker_url set here lost to
+    # the Django setting, and tasks went to the settings' broker.
     previous = app.conf.broker_url
-    app.conf.broker_url = url
+    app.conf[_NAMESPACED_BROKER_URL] = url
     reset_pools()
     try:
         yield
     finally:
-        app.conf.broker_url = previous
+        app.conf[_NAMESPACED_BROKER_URL] = previous
         reset_pools()
+
+
+_NAMESPACED_BROKER_URL = "CELERY_BROKER_URL"
 
 
 @contextlib.contextmanager
