@@ -51,6 +51,7 @@ __all__ = [
     "alias",
     "atomic",
     "autocommit",
+    "bytes_pairs",
     "close_worker_connections",
     "connection",
     "in_atomic_block",
@@ -192,6 +193,17 @@ def kv_cursor(current: BaseDatabaseWrapper) -> CursorWrapper:
     cursor = current.cursor()
     current._rivet_kv_cursor = (current.connection, logged, cursor)  # type: ignore[attr-defined]
     return cursor
+
+
+def bytes_pairs(rows: list[Any]) -> list[tuple[bytes, bytes]]:
+    """Return fetched ``(key, value)`` rows of two binary columns as bytes.
+
+    SQLite and psycopg 3 give bytes already (a column's values all come
+    through one adapter, so the first row tells); other adapters may not.
+    """
+    if rows and not (type(rows[0][0]) is bytes and type(rows[0][1]) is bytes):
+        return [(bytes(key), bytes(value)) for key, value in rows]
+    return rows
 
 
 def in_atomic_block() -> bool:

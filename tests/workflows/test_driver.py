@@ -188,7 +188,7 @@ async def test_writes_renew_the_lease(clock):
 async def test_database_errors_surface_as_storage_errors(clock, monkeypatch):
     from django.db import OperationalError
 
-    def broken(self, writes, removing=()):
+    def broken(self, writes, removing=(), connection=None):
         raise OperationalError("disk I/O error")
 
     from asgiref.sync import sync_to_async

@@ -296,7 +296,7 @@ def test_a_storage_outage_is_retried_with_backoff(clock, monkeypatch):
     handle = workflows.start("greet", {"name": "ann"}, id="outage")
     original = DjangoDriver._upsert
 
-    def broken(self, writes, removing=()):
+    def broken(self, writes, removing=(), connection=None):
         raise OperationalError("database is locked")
 
     monkeypatch.setattr(DjangoDriver, "_upsert", broken)
