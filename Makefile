@@ -7,18 +7,21 @@ PY := $(VENV)/bin/python
 # tools too. The full install is a superset, so it counts for both.
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
+# The dependencies' versions the suite last passed with (scripts/constraints.sh
+# refreshes them): a new release elsewhere cannot turn CI red between commits.
+PINS := scripts/constraints.txt
 
 .PHONY: run run-celery check-port superuser test test-fast bench lint format install clean dist docs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(PINS)
 	@echo "==> installing django-rivet and its dependencies into $(VENV)"
-	scripts/install.sh $(VENV) $(PYTHON) -e '.[postgres,redis,client,dev,docs,tasks]'
+	scripts/install.sh $(VENV) $(PYTHON) -c $(PINS) -e '.[postgres,redis,client,dev,docs,tasks]'
 	touch $(STAMP) $(RUN_STAMP)
 	@echo "==> installed into $(VENV)"
 
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml $(PINS)
 	@echo "==> installing django-rivet into $(VENV)"
-	scripts/install.sh $(VENV) $(PYTHON) -e '.[redis,client]'
+	scripts/install.sh $(VENV) $(PYTHON) -c $(PINS) -e '.[redis,client]'
 	touch $(RUN_STAMP)
 	@echo "==> installed into $(VENV)"
 

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
 if ! "$PY" -c 'import dbos, pyinstrument, django_tasks_db' 2>/dev/null \
   || ! test -x "$(dirname "$PY")/py-spy"; then
-  scripts/install.sh "${VENV:-.venv}" python3 -e '.[bench]'
+  scripts/install.sh "${VENV:-.venv}" python3 -c scripts/constraints.txt -e '.[bench]'
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1

@@ -153,13 +153,13 @@ leg_django6() {
     echo "no Python 3.12 interpreter on this machine: skipping the Django 6 leg"
     return 0
   fi
-  # The venv lives outside the checkout, keyed by pyproject.toml and at most
-  # a week old (a newer Django 6.x is picked up then): a fresh clone does not
-  # pay for it. It may have been made from another
+  # The venv lives outside the checkout, keyed by pyproject.toml and the
+  # pins and at most a week old (a newer Django 6.x is picked up then): a
+  # fresh clone does not pay for it. It may have been made from another
   # checkout, so this one comes first on the path (PYTHONPATH, which
   # subprocesses inherit too) and the leg prints where django_rivet is from.
   local key venv312
-  key=$(sha256sum pyproject.toml | cut -c1-12)
+  key=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -c1-12)
   venv312="${XDG_CACHE_HOME:-$HOME/.cache}/django-rivet/venv-py312-$key"
   mkdir -p "$(dirname "$venv312")"
   exec 8>"$venv312.lock"
@@ -169,8 +169,10 @@ leg_django6() {
   fi
   if [ ! -f "$venv312/.installed" ]; then
     rm -rf "$venv312"
-    scripts/install.sh "$venv312" "$py312" -e '.[postgres,redis,client,dev]' \
-      'django>=6,<7' || return $?
+    # The pins, but Django's: the newest 6.x.
+    grep -v '^Django==' scripts/constraints.txt > "$venv312.pins"
+    scripts/install.sh "$venv312" "$py312" -c "$venv312.pins" \
+      -e '.[postgres,redis,client,dev]' 'django>=6,<7' || return $?
     touch "$venv312/.installed"
   fi
   exec 8>&-
