@@ -242,7 +242,7 @@ class DjangoDriver(InboxMethods, ChildMethods, StreamMethods):
         whole and the upsert (``ON CONFLICT DO UPDATE``) follows.
         ``removing``: received messages to delete with the rows
         (:meth:`~.fencing.LeaseFence.insert`). ``connection``: the caller's
-        (a lookup is 2-5 us, a tenth of a step's Python on SQLite).
+        (a lookup is 2-5 us, a few per cent of a step's Python on SQLite).
         """
         # Last write wins within one batch (PostgreSQL refuses to update one
         # row twice in a single INSERT ... ON CONFLICT). The engine's keys

@@ -9,6 +9,8 @@ import sys
 import tomllib
 
 import django
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support.servers import ROOT
 
@@ -30,9 +32,6 @@ def test_the_metadata_links_the_docs_and_the_source():
 
 
 def _name(requirement: str) -> str:
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
     return canonicalize_name(Requirement(requirement).name)
 
 

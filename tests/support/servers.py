@@ -296,16 +296,13 @@ def celery_broker(url: str) -> Iterator[None]:
     # before broker_url in every map: a plain broker_url set here lost to
     # the Django setting, and tasks went to the settings' broker.
     previous = app.conf.broker_url
-    app.conf[_NAMESPACED_BROKER_URL] = url
+    app.conf["CELERY_BROKER_URL"] = url
     reset_pools()
     try:
         yield
     finally:
-        app.conf[_NAMESPACED_BROKER_URL] = previous
+        app.conf["CELERY_BROKER_URL"] = previous
         reset_pools()
-
-
-_NAMESPACED_BROKER_URL = "CELERY_BROKER_URL"
 
 
 @contextlib.contextmanager
